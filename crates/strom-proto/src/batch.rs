@@ -1,0 +1,216 @@
+//! The batch metadata section: many events' metadata with one offset table
+//! and no per-event framing beyond it.
+//!
+//! ```text
+//! u32 count
+//! count × entry { u32 meta_len, u32 desc_len, u64 data_len }   (16 bytes each)
+//! payload: for each event, its metadata bytes then its descriptor bytes
+//! ```
+//!
+//! The events' data parts are not in this section: they travel as the frame's
+//! bulk payload and are stored in the partition's data store, back to back in
+//! event order, so event *i*'s data starts at the sum of the earlier
+//! `data_len`s. The *descriptor* is a small optional per-event blob that
+//! describes the data (for example the dtype and shape of an array).
+//! Storage keeps this section verbatim; the server pushes it to consumers as is.
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+use crate::error::ProtoError;
+
+const ENTRY_LEN: usize = 16;
+
+/// Accumulates events into a batch metadata section.
+#[derive(Default)]
+pub struct BatchBuilder {
+    table: BytesMut,
+    payload: BytesMut,
+    count: u32,
+    data_len: u64,
+}
+
+impl BatchBuilder {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds one event. `metadata` and `descriptor` are copied into the batch.
+    pub fn push(&mut self, metadata: &[u8], descriptor: &[u8], data_len: u64) {
+        self.table.put_u32_le(metadata.len() as u32);
+        self.table.put_u32_le(descriptor.len() as u32);
+        self.table.put_u64_le(data_len);
+        self.payload.put_slice(metadata);
+        self.payload.put_slice(descriptor);
+        self.count += 1;
+        self.data_len += data_len;
+    }
+
+    pub fn count(&self) -> u32 {
+        self.count
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// Bytes of the metadata section once finished.
+    pub fn meta_len(&self) -> usize {
+        4 + self.table.len() + self.payload.len()
+    }
+
+    /// Sum of the events' data lengths.
+    pub fn data_len(&self) -> u64 {
+        self.data_len
+    }
+
+    /// Produces the section and resets the builder for reuse.
+    pub fn finish(&mut self) -> Bytes {
+        let mut out = BytesMut::with_capacity(self.meta_len());
+        out.put_u32_le(self.count);
+        out.put_slice(&self.table);
+        out.put_slice(&self.payload);
+        self.table.clear();
+        self.payload.clear();
+        self.count = 0;
+        self.data_len = 0;
+        out.freeze()
+    }
+}
+
+/// One event of a parsed batch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EventEntry {
+    pub metadata: Bytes,
+    pub descriptor: Bytes,
+    /// Where the event's data starts within the batch's data section.
+    pub data_pos: u64,
+    pub data_len: u64,
+}
+
+/// A validated view of a batch metadata section.
+#[derive(Clone, Debug)]
+pub struct BatchView {
+    section: Bytes,
+    count: u32,
+    data_len: u64,
+}
+
+impl BatchView {
+    /// Checks the whole section: the count against the bytes present, and the
+    /// lengths in the table against the payload.
+    pub fn parse(section: Bytes) -> Result<Self, ProtoError> {
+        if section.len() < 4 {
+            return Err(ProtoError::Truncated {
+                what: "batch count",
+                needed: 4,
+                remaining: section.len(),
+            });
+        }
+        let count = u32::from_le_bytes([section[0], section[1], section[2], section[3]]);
+        let table_len = count as u64 * ENTRY_LEN as u64;
+        let body = section.len() as u64 - 4;
+        if table_len > body {
+            return Err(ProtoError::Truncated {
+                what: "batch offset table",
+                needed: table_len,
+                remaining: body as usize,
+            });
+        }
+        let mut payload: u64 = 0;
+        let mut data_len: u64 = 0;
+        for i in 0..count as usize {
+            let e = 4 + i * ENTRY_LEN;
+            let m = u32::from_le_bytes(section[e..e + 4].try_into().expect("4 bytes")) as u64;
+            let d = u32::from_le_bytes(section[e + 4..e + 8].try_into().expect("4 bytes")) as u64;
+            let dl = u64::from_le_bytes(section[e + 8..e + 16].try_into().expect("8 bytes"));
+            payload += m + d;
+            data_len = data_len
+                .checked_add(dl)
+                .ok_or_else(|| ProtoError::invalid("batch", "data lengths overflow"))?;
+        }
+        if payload != body - table_len {
+            return Err(ProtoError::invalid(
+                "batch",
+                format!(
+                    "offset table describes {payload} payload bytes but {} are present",
+                    body - table_len
+                ),
+            ));
+        }
+        Ok(BatchView {
+            section,
+            count,
+            data_len,
+        })
+    }
+
+    pub fn count(&self) -> u32 {
+        self.count
+    }
+
+    /// Total bytes of the batch's data section.
+    pub fn data_len(&self) -> u64 {
+        self.data_len
+    }
+
+    pub fn section(&self) -> &Bytes {
+        &self.section
+    }
+
+    /// Iterates the events in order (one pass over the table, no allocation).
+    pub fn iter(&self) -> impl Iterator<Item = EventEntry> + '_ {
+        let mut payload_pos = 4 + self.count as usize * ENTRY_LEN;
+        let mut data_pos = 0u64;
+        (0..self.count as usize).map(move |i| {
+            let e = 4 + i * ENTRY_LEN;
+            let t = &self.section[e..e + ENTRY_LEN];
+            let m = u32::from_le_bytes(t[0..4].try_into().expect("4 bytes")) as usize;
+            let d = u32::from_le_bytes(t[4..8].try_into().expect("4 bytes")) as usize;
+            let dl = u64::from_le_bytes(t[8..16].try_into().expect("8 bytes"));
+            let entry = EventEntry {
+                metadata: self.section.slice(payload_pos..payload_pos + m),
+                descriptor: self.section.slice(payload_pos + m..payload_pos + m + d),
+                data_pos,
+                data_len: dl,
+            };
+            payload_pos += m + d;
+            data_pos += dl;
+            entry
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builds_and_parses() {
+        let mut b = BatchBuilder::new();
+        b.push(b"{\"a\":1}", b"", 10);
+        b.push(b"{}", b"desc", 0);
+        b.push(b"", b"", 5);
+        assert_eq!(b.data_len(), 15);
+        let v = BatchView::parse(b.finish()).unwrap();
+        assert!(b.is_empty());
+        let ev: Vec<_> = v.iter().collect();
+        assert_eq!(ev.len(), 3);
+        assert_eq!(&ev[0].metadata[..], b"{\"a\":1}");
+        assert_eq!(&ev[1].descriptor[..], b"desc");
+        assert_eq!((ev[2].data_pos, ev[2].data_len), (10, 5));
+        assert_eq!(v.data_len(), 15);
+    }
+
+    #[test]
+    fn rejects_inconsistent_sections() {
+        let mut b = BatchBuilder::new();
+        b.push(b"abc", b"", 1);
+        let good = b.finish();
+        for cut in 0..good.len() {
+            assert!(BatchView::parse(good.slice(..cut)).is_err(), "cut {cut}");
+        }
+        let mut bad = BytesMut::from(&good[..]);
+        bad[0..4].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(BatchView::parse(bad.freeze()).is_err());
+    }
+}

@@ -1,0 +1,31 @@
+//! Strom wire protocol: frames, messages, the batch layout and data selections.
+//!
+//! This crate is a pure codec. It owns the byte layout of everything that
+//! crosses a connection and of the metadata section of a batch (which storage
+//! keeps verbatim). It does no I/O, has no async, and must never depend on
+//! another Strom crate. Every decoder checks each length and count against the
+//! bytes that remain before using it, so hostile input yields a [`ProtoError`],
+//! never a panic or an unbounded allocation.
+
+pub mod batch;
+pub mod codec;
+pub mod error;
+pub mod frame;
+pub mod message;
+pub mod selection;
+pub mod topic;
+
+pub use batch::{BatchBuilder, BatchView, EventEntry};
+pub use error::{ErrorCode, ProtoError};
+pub use frame::{FrameHeader, FrameKind, FRAME_HEADER_LEN};
+pub use message::{Push, Request, Response};
+pub use selection::Selection;
+pub use topic::{
+    Durability, GroupMember, PartitionInfo, PartitionType, StartPos, TopicInfo, TopicSpec,
+    TopicState,
+};
+
+/// Version of the wire protocol spoken by this build.
+pub const PROTOCOL_VERSION: u8 = 1;
+/// Default cap on one frame (header excluded): 256 MiB.
+pub const DEFAULT_MAX_FRAME: u32 = 256 << 20;

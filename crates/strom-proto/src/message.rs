@@ -1,0 +1,256 @@
+//! Message bodies: requests (client → server), responses, and pushes
+//! (server → client, unsolicited, tagged with a stream id).
+//!
+//! Each message is identified by the frame's opcode. Fields are encoded in
+//! declaration order with [`Wire`]. `Produce` and `Events` end with the batch
+//! metadata section, which takes the rest of the body (no length prefix); the
+//! events' data parts travel in the frame's bulk payload.
+
+use bytes::{Bytes, BytesMut};
+
+use crate::codec::{Reader, Wire};
+use crate::error::{ErrorCode, ProtoError};
+use crate::topic::{GroupMember, StartPos, TopicInfo, TopicSpec};
+
+/// A byte range `(position, length)`.
+pub type Range = (u64, u64);
+
+/// Data wanted from one stored batch: its base offset and ranges relative to
+/// the start of the batch's data section.
+pub type DataItem = (u64, Vec<Range>);
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Request {
+    Hello { client: String },
+    CreateTopic { spec: TopicSpec },
+    DescribeTopic { name: String },
+    ListTopics,
+    DeleteTopic { name: String },
+    /// Ends the topic's stream explicitly.
+    CompleteTopic { name: String },
+    RegisterProducer { topic: String },
+    CloseProducer { topic: String, producer: u64 },
+    /// Appends one batch; `meta` is a [`crate::BatchView`]-parsable section,
+    /// the data parts follow in the bulk payload.
+    Produce { topic: String, partition: u32, count: u32, meta: Bytes },
+    /// Starts pushing metadata batches of a partition as stream `stream`.
+    Subscribe {
+        stream: u64,
+        topic: String,
+        partition: u32,
+        consumer: String,
+        start: StartPos,
+        /// Events the server may push ahead of demand.
+        prefetch: u32,
+    },
+    /// Grants the stream room for `events` more events. Sent with request id 0: no response.
+    Credit { stream: u64, events: u32 },
+    Unsubscribe { stream: u64 },
+    /// Reads data ranges; the response's bulk holds them back to back.
+    FetchData { topic: String, partition: u32, items: Vec<DataItem> },
+    /// Persists `offset` (the next offset to read) for a consumer name.
+    Commit { topic: String, partition: u32, consumer: String, offset: u64 },
+    /// Committed offsets of every consumer name of a partition.
+    Offsets { topic: String, partition: u32 },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Response {
+    Error { code: ErrorCode, message: String },
+    Done,
+    Hello { member: u32, master: u32, members: Vec<GroupMember> },
+    Topic(TopicInfo),
+    Topics(Vec<TopicInfo>),
+    Producer { id: u64 },
+    Produced { base_offset: u64, count: u32, timestamp_us: u64 },
+    Subscribed { start_offset: u64 },
+    /// Total bytes in the bulk payload that follows.
+    Data { total: u64 },
+    Offsets(Vec<(String, u64)>),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Push {
+    /// One stored batch; consumers skip events before their position.
+    Events { partition: u32, base_offset: u64, count: u32, timestamp_us: u64, meta: Bytes },
+    /// Every event before `end_offset` was delivered and the stream has ended.
+    EndOfStream { partition: u32, end_offset: u64 },
+    /// The stream failed and was dropped by the server.
+    StreamError { code: ErrorCode, message: String },
+}
+
+impl Wire for ErrorCode {
+    const MIN_SIZE: usize = 2;
+    fn put(&self, out: &mut BytesMut) {
+        self.0.put(out)
+    }
+    fn get(r: &mut Reader<'_>) -> Result<Self, ProtoError> {
+        Ok(ErrorCode(u16::get(r)?))
+    }
+}
+
+/// Defines `opcode()`, `encode()` and `decode()` for a message enum.
+/// `@rest` marks a final `Bytes` field that takes the remainder of the body.
+macro_rules! messages {
+    ($ty:ident { $($op:literal => $var:ident $({ $($f:ident),* $(; @rest $rest:ident)? })? $(( $tuple:ident ))?,)* }) => {
+        impl $ty {
+            pub fn opcode(&self) -> u16 {
+                match self { $($ty::$var { .. } => $op,)* }
+            }
+
+            /// Encodes the body; the opcode goes in the frame header.
+            #[allow(unused_variables)]
+            pub fn encode(&self, out: &mut BytesMut) {
+                match self {
+                    $($ty::$var $({ $($f,)* $($rest)? })? $(( $tuple ))? => {
+                        $($( $f.put(out); )* $( out.extend_from_slice($rest); )?)?
+                        $( $tuple.put(out); )?
+                    })*
+                }
+            }
+
+            pub fn decode(opcode: u16, body: &Bytes) -> Result<Self, ProtoError> {
+                let mut r = Reader::new(body);
+                let msg = match opcode {
+                    $($op => messages!(@build r, $ty, $var $({ $($f),* $(; @rest $rest)? })? $(( $tuple ))?),)*
+                    other => return Err(ProtoError::Unknown { what: "opcode", value: other as u64 }),
+                };
+                r.finish()?;
+                Ok(msg)
+            }
+        }
+    };
+    (@build $r:ident, $ty:ident, $var:ident { $($f:ident),* $(; @rest $rest:ident)? }) => {
+        $ty::$var { $($f: Wire::get(&mut $r)?,)* $($rest: $r.rest(),)? }
+    };
+    (@build $r:ident, $ty:ident, $var:ident ( $tuple:ident )) => {
+        $ty::$var(Wire::get(&mut $r)?)
+    };
+    (@build $r:ident, $ty:ident, $var:ident) => {
+        $ty::$var
+    };
+}
+
+messages!(Request {
+    1 => Hello { client },
+    2 => CreateTopic { spec },
+    3 => DescribeTopic { name },
+    4 => ListTopics,
+    5 => DeleteTopic { name },
+    6 => CompleteTopic { name },
+    7 => RegisterProducer { topic },
+    8 => CloseProducer { topic, producer },
+    9 => Produce { topic, partition, count; @rest meta },
+    10 => Subscribe { stream, topic, partition, consumer, start, prefetch },
+    11 => Credit { stream, events },
+    12 => Unsubscribe { stream },
+    13 => FetchData { topic, partition, items },
+    14 => Commit { topic, partition, consumer, offset },
+    15 => Offsets { topic, partition },
+});
+
+messages!(Response {
+    1 => Error { code, message },
+    2 => Done,
+    3 => Hello { member, master, members },
+    4 => Topic(info),
+    5 => Topics(infos),
+    6 => Producer { id },
+    7 => Produced { base_offset, count, timestamp_us },
+    8 => Subscribed { start_offset },
+    9 => Data { total },
+    10 => Offsets(offsets),
+});
+
+messages!(Push {
+    1 => Events { partition, base_offset, count, timestamp_us; @rest meta },
+    2 => EndOfStream { partition, end_offset },
+    3 => StreamError { code, message },
+});
+
+impl Response {
+    pub fn error(code: ErrorCode, message: impl Into<String>) -> Self {
+        Response::Error {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::topic::TopicState;
+
+    fn round_trip_req(m: Request) {
+        let mut b = BytesMut::new();
+        m.encode(&mut b);
+        assert_eq!(Request::decode(m.opcode(), &b.freeze()).unwrap(), m);
+    }
+
+    #[test]
+    fn requests_round_trip() {
+        round_trip_req(Request::Hello { client: "x".into() });
+        round_trip_req(Request::CreateTopic {
+            spec: TopicSpec::new("t", 3),
+        });
+        round_trip_req(Request::ListTopics);
+        round_trip_req(Request::Produce {
+            topic: "t".into(),
+            partition: 2,
+            count: 3,
+            meta: Bytes::from_static(b"abcdef"),
+        });
+        round_trip_req(Request::Subscribe {
+            stream: 9,
+            topic: "t".into(),
+            partition: 1,
+            consumer: "c".into(),
+            start: StartPos::Timestamp(5),
+            prefetch: 100,
+        });
+        round_trip_req(Request::FetchData {
+            topic: "t".into(),
+            partition: 0,
+            items: vec![(10, vec![(0, 5), (7, 1)])],
+        });
+    }
+
+    #[test]
+    fn responses_and_pushes_round_trip() {
+        let info = TopicInfo {
+            spec: TopicSpec::new("t", 1),
+            partitions: vec![],
+            state: TopicState::default(),
+        };
+        for m in [
+            Response::Topic(info),
+            Response::error(ErrorCode::TOPIC_NOT_FOUND, "no"),
+            Response::Offsets(vec![("a".into(), 3)]),
+            Response::Done,
+        ] {
+            let mut b = BytesMut::new();
+            m.encode(&mut b);
+            assert_eq!(Response::decode(m.opcode(), &b.freeze()).unwrap(), m);
+        }
+        let p = Push::Events {
+            partition: 1,
+            base_offset: 2,
+            count: 3,
+            timestamp_us: 4,
+            meta: Bytes::from_static(b"zz"),
+        };
+        let mut b = BytesMut::new();
+        p.encode(&mut b);
+        assert_eq!(Push::decode(p.opcode(), &b.freeze()).unwrap(), p);
+    }
+
+    #[test]
+    fn unknown_opcode_and_trailing_bytes_are_errors() {
+        assert!(Request::decode(999, &Bytes::new()).is_err());
+        assert!(matches!(
+            Request::decode(4, &Bytes::from_static(b"x")),
+            Err(ProtoError::Trailing(1))
+        ));
+    }
+}

@@ -1,0 +1,269 @@
+//! Topic descriptions exchanged between clients and servers: the topic spec
+//! (with its three policies, kept as their textual specs), partition
+//! placement, stream state and consumer start positions.
+
+use bytes::{BufMut, BytesMut};
+
+use crate::codec::{Reader, Wire};
+use crate::error::ProtoError;
+use crate::wire_struct;
+
+/// Where a partition keeps its events.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum PartitionType {
+    /// Ephemeral, in server memory: fastest, lost when the server stops.
+    Memory,
+    /// Persistent segment files under the server's data directory.
+    #[default]
+    File,
+}
+
+impl PartitionType {
+    pub fn parse(s: &str) -> Result<Self, String> {
+        match s {
+            "memory" => Ok(PartitionType::Memory),
+            "file" => Ok(PartitionType::File),
+            _ => Err(format!(
+                "unknown partition type '{s}'; expected 'memory' or 'file'"
+            )),
+        }
+    }
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PartitionType::Memory => "memory",
+            PartitionType::File => "file",
+        }
+    }
+}
+
+/// When appended events are made durable before the producer is acknowledged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Durability {
+    /// fdatasync before acknowledging (group commit across concurrent batches).
+    Always,
+    /// fdatasync every N milliseconds in the background; acks do not wait.
+    Interval(u32),
+    /// Never fsync explicitly; survives a process crash, not a power loss.
+    #[default]
+    Never,
+}
+
+impl Durability {
+    pub fn parse(s: &str) -> Result<Self, String> {
+        match s {
+            "always" => Ok(Durability::Always),
+            "never" => Ok(Durability::Never),
+            _ => match s.strip_prefix("interval:").map(str::parse::<u32>) {
+                Some(Ok(ms)) if ms > 0 => Ok(Durability::Interval(ms)),
+                _ => Err(format!(
+                    "unknown durability '{s}'; expected 'always', 'never' or 'interval:<ms>' (ms > 0)"
+                )),
+            },
+        }
+    }
+}
+
+impl std::fmt::Display for Durability {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Durability::Always => f.write_str("always"),
+            Durability::Never => f.write_str("never"),
+            Durability::Interval(ms) => write!(f, "interval:{ms}"),
+        }
+    }
+}
+
+impl Wire for PartitionType {
+    const MIN_SIZE: usize = 1;
+    fn put(&self, out: &mut BytesMut) {
+        out.put_u8(*self as u8)
+    }
+    fn get(r: &mut Reader<'_>) -> Result<Self, ProtoError> {
+        match r.u8("partition type")? {
+            0 => Ok(PartitionType::Memory),
+            1 => Ok(PartitionType::File),
+            v => Err(ProtoError::Unknown {
+                what: "partition type",
+                value: v as u64,
+            }),
+        }
+    }
+}
+
+impl Wire for Durability {
+    const MIN_SIZE: usize = 5;
+    fn put(&self, out: &mut BytesMut) {
+        let (tag, ms) = match self {
+            Durability::Always => (0, 0),
+            Durability::Interval(ms) => (1, *ms),
+            Durability::Never => (2, 0),
+        };
+        out.put_u8(tag);
+        out.put_u32_le(ms);
+    }
+    fn get(r: &mut Reader<'_>) -> Result<Self, ProtoError> {
+        let tag = r.u8("durability")?;
+        let ms = r.u32("durability interval")?;
+        match tag {
+            0 => Ok(Durability::Always),
+            1 if ms > 0 => Ok(Durability::Interval(ms)),
+            2 => Ok(Durability::Never),
+            v => Err(ProtoError::Unknown {
+                what: "durability",
+                value: v as u64,
+            }),
+        }
+    }
+}
+
+/// Everything needed to create a topic. Policies are stored as their specs
+/// (`"json-schema"`, `"hash:run_id"`, ...) so every client builds the same ones.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TopicSpec {
+    pub name: String,
+    pub partitions: u32,
+    pub partition_type: PartitionType,
+    pub durability: Durability,
+    /// `none` | `json` | `json-schema`
+    pub validator: String,
+    /// Inline JSON schema for `json-schema` validation and the `binary` serializer.
+    pub schema: Option<String>,
+    /// `round-robin` | `hash:<field>` | `explicit`
+    pub selector: String,
+    /// `json` | `binary`
+    pub serializer: String,
+    pub retention_bytes: Option<u64>,
+    pub retention_ms: Option<u64>,
+    pub segment_bytes: Option<u64>,
+}
+wire_struct!(TopicSpec {
+    name,
+    partitions,
+    partition_type,
+    durability,
+    validator,
+    schema,
+    selector,
+    serializer,
+    retention_bytes,
+    retention_ms,
+    segment_bytes
+});
+
+impl TopicSpec {
+    /// A spec with the defaults: file partitions, no validation, round-robin, JSON.
+    pub fn new(name: impl Into<String>, partitions: u32) -> Self {
+        TopicSpec {
+            name: name.into(),
+            partitions,
+            partition_type: PartitionType::File,
+            durability: Durability::Never,
+            validator: "none".into(),
+            schema: None,
+            selector: "round-robin".into(),
+            serializer: "json".into(),
+            retention_bytes: None,
+            retention_ms: None,
+            segment_bytes: None,
+        }
+    }
+}
+
+/// One server process of a group.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GroupMember {
+    pub id: u32,
+    pub addr: String,
+}
+wire_struct!(GroupMember { id, addr });
+
+/// Where a partition lives and how far its log reaches.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PartitionInfo {
+    pub id: u32,
+    /// The group member that owns the partition.
+    pub member: u32,
+    /// The owner's address (`host:port`), so clients route without a lookup.
+    pub addr: String,
+    pub first_offset: u64,
+    pub next_offset: u64,
+}
+wire_struct!(PartitionInfo {
+    id,
+    member,
+    addr,
+    first_offset,
+    next_offset
+});
+
+/// End-of-stream bookkeeping of a topic.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct TopicState {
+    /// Producers registered and not yet closed.
+    pub open_producers: u32,
+    /// Producers that closed their part of the stream.
+    pub closed_producers: u32,
+    /// The stream has ended: every producer closed, or the topic was completed.
+    pub ended: bool,
+}
+wire_struct!(TopicState {
+    open_producers,
+    closed_producers,
+    ended
+});
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TopicInfo {
+    pub spec: TopicSpec,
+    pub partitions: Vec<PartitionInfo>,
+    pub state: TopicState,
+}
+wire_struct!(TopicInfo {
+    spec,
+    partitions,
+    state
+});
+
+/// Where a subscription starts reading.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StartPos {
+    /// After the consumer name's last committed ack; the beginning if none.
+    Committed,
+    Beginning,
+    End,
+    Offset(u64),
+    /// First event with a timestamp (µs since the UNIX epoch) at or after this.
+    Timestamp(u64),
+}
+
+impl Wire for StartPos {
+    const MIN_SIZE: usize = 9;
+    fn put(&self, out: &mut BytesMut) {
+        let (tag, v) = match *self {
+            StartPos::Committed => (0, 0),
+            StartPos::Beginning => (1, 0),
+            StartPos::End => (2, 0),
+            StartPos::Offset(o) => (3, o),
+            StartPos::Timestamp(t) => (4, t),
+        };
+        out.put_u8(tag);
+        out.put_u64_le(v);
+    }
+    fn get(r: &mut Reader<'_>) -> Result<Self, ProtoError> {
+        let tag = r.u8("start position")?;
+        let v = r.u64("start position value")?;
+        Ok(match tag {
+            0 => StartPos::Committed,
+            1 => StartPos::Beginning,
+            2 => StartPos::End,
+            3 => StartPos::Offset(v),
+            4 => StartPos::Timestamp(v),
+            t => {
+                return Err(ProtoError::Unknown {
+                    what: "start position",
+                    value: t as u64,
+                })
+            }
+        })
+    }
+}

@@ -1,0 +1,1 @@
+//! strom-server (placeholder)
