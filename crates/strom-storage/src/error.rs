@@ -1,0 +1,88 @@
+//! Storage error type with stable numeric codes (300..=399) shared by every
+//! client surface. A retired code is never reused.
+
+use std::io;
+
+pub type Result<T> = std::result::Result<T, StorageError>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StorageError {
+    #[error("I/O error while {context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error("corrupt {what}")]
+    Corrupt { what: String },
+    #[error("offset {requested} is out of range [{first}, {next})")]
+    OffsetOutOfRange {
+        requested: u64,
+        first: u64,
+        next: u64,
+    },
+    #[error(
+        "data range [{pos}, {pos} + {len}) is outside the batch data of {data_len} bytes \
+         (batch at offset {batch_base}); request ranges within the data length"
+    )]
+    BadDataRange {
+        batch_base: u64,
+        pos: u64,
+        len: u64,
+        data_len: u64,
+    },
+    #[error("disk full while {context}; free space or lower retention")]
+    DiskFull { context: String },
+    #[error("batch of {size} bytes exceeds the limit of {limit} bytes")]
+    BatchTooLarge { size: u64, limit: u64 },
+    #[error("invalid storage configuration: {0}")]
+    InvalidConfig(String),
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+}
+
+impl StorageError {
+    /// Stable numeric code. 306 is reserved.
+    pub fn code(&self) -> u16 {
+        match self {
+            StorageError::Io { .. } => 300,
+            StorageError::Corrupt { .. } => 301,
+            StorageError::OffsetOutOfRange { .. } => 302,
+            StorageError::BadDataRange { .. } => 303,
+            StorageError::DiskFull { .. } => 304,
+            StorageError::BatchTooLarge { .. } => 305,
+            StorageError::InvalidConfig(_) => 307,
+            StorageError::InvalidArgument(_) => 308,
+        }
+    }
+
+    /// Wraps an I/O error; ENOSPC / EDQUOT become [`StorageError::DiskFull`].
+    pub(crate) fn io(context: impl Into<String>, source: io::Error) -> Self {
+        match source.raw_os_error() {
+            Some(code) if code == libc::ENOSPC || code == libc::EDQUOT => StorageError::DiskFull {
+                context: context.into(),
+            },
+            _ => StorageError::Io {
+                context: context.into(),
+                source,
+            },
+        }
+    }
+
+    pub(crate) fn corrupt(what: impl Into<String>) -> Self {
+        StorageError::Corrupt { what: what.into() }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn enospc_maps_to_disk_full() {
+        let e = StorageError::io("writing", io::Error::from_raw_os_error(libc::ENOSPC));
+        assert_eq!(e.code(), 304);
+        let e = StorageError::io("writing", io::Error::from_raw_os_error(libc::EIO));
+        assert_eq!(e.code(), 300);
+    }
+}

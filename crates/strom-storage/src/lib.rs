@@ -1,0 +1,134 @@
+//! strom-storage owns the partition log: an ordered, append-only log of
+//! *batches* of events, in two backends (`MemoryLog`, `FileLog`), plus the
+//! per-partition consumer offset store (`OffsetStore`).
+//!
+//! Storage takes bytes and returns bytes. Each batch carries an opaque `meta`
+//! section (storage never parses it) and a `data` section written straight
+//! from the caller's `Bytes` segments. Storage assigns dense offsets and
+//! non-decreasing timestamps, keeps CRCs of everything on disk, recovers from
+//! torn tails, and enforces retention. It must never depend on the network,
+//! the protocol crate or the server: nothing here knows what a socket is.
+//!
+//! The on-disk layout is documented in `docs/on-disk-format.md`.
+
+mod config;
+mod error;
+mod file;
+mod group_commit;
+mod io_util;
+mod memory;
+mod offsets;
+
+pub use config::LogConfig;
+pub use error::{Result, StorageError};
+pub use file::FileLog;
+pub use memory::MemoryLog;
+pub use offsets::OffsetStore;
+
+use bytes::Bytes;
+
+/// One batch handed to [`PartitionLog::append`].
+pub struct AppendBatch<'a> {
+    /// Number of events in the batch (>= 1); the batch occupies that many offsets.
+    pub count: u32,
+    /// Opaque metadata section (encoded metadata + offset table); stored as is.
+    pub meta: &'a [u8],
+    /// Data section as scatter/gather segments; written without concatenation.
+    pub data: &'a [Bytes],
+}
+
+/// Opaque durability position returned by an append; pass it to
+/// [`PartitionLog::sync`]. Tokens of one log instance are totally ordered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct SyncToken(pub u64);
+
+/// What storage assigned to an appended batch.
+#[derive(Clone, Debug)]
+pub struct Appended {
+    pub base_offset: u64,
+    pub count: u32,
+    pub timestamp_us: u64,
+    pub token: SyncToken,
+}
+
+/// A batch as returned by [`PartitionLog::read`]: its meta section (CRC
+/// verified) and the length of its data section (fetch it with
+/// [`PartitionLog::read_data`]).
+#[derive(Clone, Debug)]
+pub struct StoredBatch {
+    pub base_offset: u64,
+    pub count: u32,
+    pub timestamp_us: u64,
+    pub meta: Bytes,
+    pub data_len: u64,
+}
+
+/// Size and offset range of a log.
+#[derive(Clone, Debug, Default)]
+pub struct LogStats {
+    pub first_offset: u64,
+    pub next_offset: u64,
+    /// Bytes held: meta + data (file backend: `.log` + `.data` file sizes).
+    pub bytes: u64,
+    /// Number of segments (memory backend: always 1).
+    pub segments: u32,
+}
+
+/// A partition log backend. One writer thread may append while other threads
+/// read, read data and sync concurrently.
+pub trait PartitionLog: Send + Sync + 'static {
+    /// Appends one batch (count >= 1). Writes data then the log record. Does
+    /// NOT fsync. On any error the log stays consistent (partial writes are
+    /// truncated away) and the next append works.
+    fn append(&self, batch: AppendBatch<'_>) -> Result<Appended>;
+    /// Blocks until everything up to `token` is durable (fdatasync of the data
+    /// file, then the log file). Concurrent callers share one fdatasync.
+    fn sync(&self, token: SyncToken) -> Result<()>;
+    /// Makes everything appended so far durable.
+    fn sync_all(&self) -> Result<()>;
+    /// Whole batches containing offsets >= `from`, in order, stopping once
+    /// `max_bytes` of meta were returned (always at least one batch if any
+    /// exists). Empty when `from >= next_offset`; `OffsetOutOfRange` when
+    /// `from < first_offset`. Every returned meta is CRC-verified.
+    fn read(&self, from: u64, max_bytes: usize) -> Result<Vec<StoredBatch>>;
+    /// Reads byte ranges `(pos, len)` of the data section of the batch whose
+    /// base offset is `batch_base`, appending one `Bytes` per range to `out`.
+    fn read_data(&self, batch_base: u64, ranges: &[(u64, u64)], out: &mut Vec<Bytes>)
+        -> Result<()>;
+    fn first_offset(&self) -> u64;
+    fn next_offset(&self) -> u64;
+    /// First offset whose batch timestamp >= `ts_us`; `next_offset()` if none.
+    fn offset_for_timestamp(&self, ts_us: u64) -> u64;
+    /// Drops the oldest whole segments (memory: oldest batches) per the
+    /// retention config, never the active segment (memory: the last batch).
+    /// Returns how many were dropped.
+    fn enforce_retention(&self, now_us: u64) -> Result<u32>;
+    fn stats(&self) -> LogStats;
+}
+
+/// Microseconds since the UNIX epoch (0 if the clock is before the epoch).
+pub fn now_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+/// Checks the parts of a batch that do not depend on the backend and returns
+/// its data length.
+pub(crate) fn check_batch(batch: &AppendBatch<'_>, config: &LogConfig) -> Result<u64> {
+    if batch.count == 0 {
+        return Err(StorageError::InvalidArgument(
+            "a batch must hold at least one event (count >= 1)".into(),
+        ));
+    }
+    let data_len: u64 = batch.data.iter().map(|b| b.len() as u64).sum();
+    let size = data_len + batch.meta.len() as u64;
+    if size > config.max_batch_bytes {
+        return Err(StorageError::BatchTooLarge {
+            size,
+            limit: config.max_batch_bytes,
+        });
+    }
+    Ok(data_len)
+}
