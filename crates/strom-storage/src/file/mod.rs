@@ -117,8 +117,8 @@ impl FileLog {
                 OpenMode::Sealed
             };
             let seg = Segment::open(dir, base, interval, mode)?;
-            let (log_len, _, next, _) = seg.lens();
-            if mode == OpenMode::Sealed && log_len == 0 {
+            let next = seg.next_offset();
+            if mode == OpenMode::Sealed && seg.log_file_is_empty()? {
                 tracing::warn!(segment = base, dir = %dir.display(), "removing an empty sealed segment");
                 seg.delete_files();
                 continue;
@@ -328,10 +328,11 @@ impl PartitionLog for FileLog {
     }
 
     fn enforce_retention(&self, now_us: u64) -> Result<u32> {
-        // Holding the writer lock keeps a roll from racing with the removal.
-        let _w = self.writer.lock();
-        let mut dropped = Vec::new();
-        {
+        let dropped = {
+            // Holding the writer lock keeps a roll from racing with the
+            // removal; it is released before the files are deleted.
+            let _w = self.writer.lock();
+            let mut dropped = Vec::new();
             let mut s = self.shared.write();
             let mut total: u64 = s.segments.iter().map(|seg| seg.size()).sum();
             while s.segments.len() > 1 {
@@ -350,7 +351,8 @@ impl PartitionLog for FileLog {
                 dropped.push(s.segments.remove(0));
             }
             s.first = s.segments[0].base;
-        }
+            dropped
+        };
         for seg in &dropped {
             seg.delete_files();
             tracing::info!(dir = %self.dir.display(), segment = seg.base,

@@ -310,6 +310,11 @@ impl Segment {
         (s.log_len, s.data_len, self.base + s.next_rel, s.max_ts)
     }
 
+    /// True when the `.log` file itself is empty (not just its valid prefix).
+    pub(crate) fn log_file_is_empty(&self) -> Result<bool> {
+        Ok(file_len(&self.log, &self.log_path)? == 0)
+    }
+
     pub(crate) fn size(&self) -> u64 {
         let s = self.state.read();
         s.log_len + s.data_len

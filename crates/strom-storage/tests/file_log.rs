@@ -1,0 +1,488 @@
+//! File-backend behaviour that the memory backend has no equivalent for:
+//! persistence across reopen, recovery from torn tails and flipped bytes,
+//! segment rolling, index rebuilding, hostile lengths on disk, and the
+//! persistent offset store.
+
+mod common;
+
+use std::fs::{self, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use common::{read_all, TestBatch};
+use strom_storage::{FileLog, LogConfig, OffsetStore, PartitionLog, StorageError, StoredBatch};
+
+fn small_segments() -> LogConfig {
+    LogConfig {
+        segment_bytes: 4096,
+        index_interval_bytes: 200,
+        ..LogConfig::default()
+    }
+}
+
+/// Files of `dir` with extension `ext`, sorted by name (= base offset).
+fn files(dir: &Path, ext: &str) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == ext))
+        .collect();
+    v.sort();
+    v
+}
+
+fn size(path: &Path) -> u64 {
+    fs::metadata(path).unwrap().len()
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    fs::create_dir_all(to).unwrap();
+    for e in fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        fs::copy(e.path(), to.join(e.file_name())).unwrap();
+    }
+}
+
+fn set_len(path: &Path, len: u64) {
+    OpenOptions::new()
+        .write(true)
+        .open(path)
+        .unwrap()
+        .set_len(len)
+        .unwrap();
+}
+
+fn flip_byte(path: &Path, pos: u64) {
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap();
+    let mut b = [0u8; 1];
+    f.read_exact_at(&mut b, pos).unwrap();
+    b[0] ^= 0x40;
+    f.write_all_at(&b, pos).unwrap();
+}
+
+fn same_batches(a: &[StoredBatch], b: &[StoredBatch]) {
+    assert_eq!(a.len(), b.len());
+    for (x, y) in a.iter().zip(b) {
+        assert_eq!(
+            (x.base_offset, x.count, x.timestamp_us, x.data_len),
+            (y.base_offset, y.count, y.timestamp_us, y.data_len)
+        );
+        assert_eq!(x.meta, y.meta);
+    }
+}
+
+/// Log positions of each batch's record, from the stored meta lengths.
+fn record_positions(batches: &[StoredBatch]) -> Vec<u64> {
+    let mut pos = 0;
+    batches
+        .iter()
+        .map(|b| {
+            let p = pos;
+            pos += 64 + b.meta.len() as u64;
+            p
+        })
+        .collect()
+}
+
+#[test]
+fn reopen_after_drop_keeps_offsets_timestamps_and_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let before = {
+        let log = FileLog::open(dir.path(), LogConfig::default()).unwrap();
+        for i in 0..50 {
+            TestBatch::standard(i).append(&log);
+        }
+        log.sync_all().unwrap();
+        read_all(&log, 0)
+    };
+    let log = FileLog::open(dir.path(), LogConfig::default()).unwrap();
+    let after = read_all(&log, 0);
+    same_batches(&before, &after);
+    let last = before.last().unwrap();
+    assert_eq!(log.next_offset(), last.base_offset + u64::from(last.count));
+    let a = TestBatch::standard(50).append(&log);
+    assert_eq!(a.base_offset, log.next_offset() - u64::from(a.count));
+    assert!(a.timestamp_us >= last.timestamp_us);
+    assert_eq!(
+        log.offset_for_timestamp(last.timestamp_us),
+        before
+            .iter()
+            .find(|b| b.timestamp_us >= last.timestamp_us)
+            .unwrap()
+            .base_offset
+    );
+}
+
+#[test]
+fn torn_tail_at_every_cut_point_keeps_complete_batches_and_appends_continue() {
+    let src = tempfile::tempdir().unwrap();
+    let (good, log_cut_range, data_cut_range) = {
+        let log = FileLog::open(src.path(), LogConfig::default()).unwrap();
+        for i in 0..10 {
+            TestBatch::standard(i).append(&log);
+        }
+        log.sync_all().unwrap();
+        let l0 = size(&files(src.path(), "log")[0]);
+        let d0 = size(&files(src.path(), "data")[0]);
+        TestBatch::new(100, 3, 3000, 4).append(&log);
+        log.sync_all().unwrap();
+        let l1 = size(&files(src.path(), "log")[0]);
+        let d1 = size(&files(src.path(), "data")[0]);
+        (read_all(&log, 0), l0..l1, d0..d1)
+    };
+    let last = good.last().unwrap().clone();
+    let complete = &good[..good.len() - 1];
+    let mut cuts: Vec<(&str, u64)> = log_cut_range.map(|c| ("log", c)).collect();
+    let (d0, d1) = (data_cut_range.start, data_cut_range.end);
+    cuts.extend([d0, d0 + 1, (d0 + d1) / 2, d1 - 1].map(|c| ("data", c)));
+    for (ext, cut) in cuts {
+        let work = tempfile::tempdir().unwrap();
+        copy_dir(src.path(), work.path());
+        set_len(&files(work.path(), ext)[0], cut);
+        let log = FileLog::open(work.path(), LogConfig::default()).unwrap();
+        assert_eq!(log.next_offset(), last.base_offset, "cut {ext} at {cut}");
+        same_batches(complete, &read_all(&log, 0));
+        let a = TestBatch::new(200, 2, 500, 2).append(&log);
+        assert_eq!(a.base_offset, last.base_offset, "cut {ext} at {cut}");
+        assert_eq!(read_all(&log, 0).len(), complete.len() + 1);
+        drop(log);
+        let log = FileLog::open(work.path(), LogConfig::default()).unwrap();
+        assert_eq!(
+            read_all(&log, 0).len(),
+            complete.len() + 1,
+            "after a second reopen"
+        );
+    }
+    // Garbage after the last record is dropped too.
+    let work = tempfile::tempdir().unwrap();
+    copy_dir(src.path(), work.path());
+    let log_path = &files(work.path(), "log")[0];
+    let f = OpenOptions::new().write(true).open(log_path).unwrap();
+    f.write_all_at(&[0u8; 100], size(log_path)).unwrap();
+    let log = FileLog::open(work.path(), LogConfig::default()).unwrap();
+    same_batches(&good, &read_all(&log, 0));
+}
+
+#[test]
+fn flipped_byte_in_the_active_tail_is_truncated_on_recovery() {
+    let src = tempfile::tempdir().unwrap();
+    let good = {
+        let log = FileLog::open(src.path(), LogConfig::default()).unwrap();
+        for i in 0..12 {
+            TestBatch::new(i, 2, 400, 2).append(&log);
+        }
+        log.sync_all().unwrap();
+        read_all(&log, 0)
+    };
+    let positions = record_positions(&good);
+    // (file, byte) -> index of the first batch that must be dropped.
+    let cases = [
+        ("log", positions[7] + 64 + 3, 7), // meta of batch 7
+        ("log", positions[7] + 20, 7),     // header of batch 7
+        ("log", positions[11] + 64, 11),   // meta of the last batch
+        ("data", 7 * 400 + 123, 7),        // data of batch 7
+        ("data", 11 * 400 + 399, 11),      // last data byte
+    ];
+    for (ext, pos, dropped_from) in cases {
+        let work = tempfile::tempdir().unwrap();
+        copy_dir(src.path(), work.path());
+        flip_byte(&files(work.path(), ext)[0], pos);
+        let log = FileLog::open(work.path(), LogConfig::default()).unwrap();
+        let kept = read_all(&log, 0);
+        same_batches(&good[..dropped_from], &kept);
+        assert_eq!(
+            log.next_offset(),
+            good[dropped_from].base_offset,
+            "{ext} byte {pos}"
+        );
+        assert_eq!(
+            TestBatch::new(99, 1, 5, 1).append(&log).base_offset,
+            good[dropped_from].base_offset
+        );
+    }
+}
+
+#[test]
+fn flipped_byte_in_a_sealed_segment_is_reported_never_served() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = {
+        let log = FileLog::open(dir.path(), small_segments()).unwrap();
+        for i in 0..40 {
+            TestBatch::new(i, 1, 300, 2).append(&log);
+        }
+        read_all(&log, 0)
+    };
+    let seg0_log = files(dir.path(), "log")[0].clone();
+    let seg0_data = files(dir.path(), "data")[0].clone();
+    flip_byte(&seg0_log, record_positions(&good)[2] + 64 + 1); // meta of batch 2
+    flip_byte(&seg0_data, 4 * 300 + 10); // data of batch 4
+    let log = FileLog::open(dir.path(), small_segments()).unwrap();
+    assert!(log.stats().segments > 2);
+    let ok = log.read(0, 1).unwrap();
+    assert_eq!(ok[0].meta, good[0].meta);
+    let err = log.read(2, 1).unwrap_err();
+    assert!(matches!(err, StorageError::Corrupt { .. }), "{err}");
+    assert_eq!(err.code(), 301);
+    assert!(matches!(
+        log.read_data(2, &[(0, 1)], &mut Vec::new()),
+        Err(StorageError::Corrupt { .. })
+    ));
+    // Whole-data reads verify the data CRC.
+    let err = log.read_data(4, &[(0, 300)], &mut Vec::new()).unwrap_err();
+    assert!(matches!(err, StorageError::Corrupt { .. }), "{err}");
+    // The rest of the log is still served.
+    let seg1 = log.read(good.len() as u64 - 1, 1).unwrap();
+    assert_eq!(seg1[0].meta, good.last().unwrap().meta);
+}
+
+#[test]
+fn rolling_creates_several_segments_readable_across_them_after_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let before = {
+        let log = FileLog::open(dir.path(), small_segments()).unwrap();
+        for i in 0..150 {
+            TestBatch::standard(i).append(&log);
+        }
+        let stats = log.stats();
+        assert!(stats.segments >= 5, "{} segments", stats.segments);
+        assert_eq!(files(dir.path(), "log").len() as u32, stats.segments);
+        assert_eq!(files(dir.path(), "index").len() as u32, stats.segments - 1);
+        assert_eq!(
+            files(dir.path(), "timeindex").len() as u32,
+            stats.segments - 1
+        );
+        for log_file in files(dir.path(), "log") {
+            let data_file = log_file.with_extension("data");
+            assert!(size(&log_file) + size(&data_file) <= 4096 + 3000 + 200);
+        }
+        read_all(&log, 0)
+    };
+    let names: Vec<String> = files(dir.path(), "log")
+        .iter()
+        .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names[0], "00000000000000000000.log");
+    let log = FileLog::open(dir.path(), small_segments()).unwrap();
+    same_batches(&before, &read_all(&log, 0));
+    for b in before.iter().step_by(7) {
+        assert_eq!(
+            log.read(b.base_offset + u64::from(b.count) - 1, 1).unwrap()[0].base_offset,
+            b.base_offset
+        );
+        assert_eq!(
+            log.offset_for_timestamp(b.timestamp_us),
+            before
+                .iter()
+                .find(|x| x.timestamp_us >= b.timestamp_us)
+                .unwrap()
+                .base_offset
+        );
+    }
+    let next = log.next_offset();
+    assert_eq!(TestBatch::standard(150).append(&log).base_offset, next);
+}
+
+#[test]
+fn deleted_or_corrupt_index_files_are_rebuilt() {
+    let dir = tempfile::tempdir().unwrap();
+    let before = {
+        let log = FileLog::open(dir.path(), small_segments()).unwrap();
+        for i in 0..120 {
+            TestBatch::standard(i).append(&log);
+        }
+        read_all(&log, 0)
+    };
+    let index = files(dir.path(), "index");
+    let timeindex = files(dir.path(), "timeindex");
+    assert!(index.len() >= 4);
+    let originals: Vec<Vec<u8>> = index
+        .iter()
+        .chain(&timeindex)
+        .map(|p| fs::read(p).unwrap())
+        .collect();
+    fs::remove_file(&index[0]).unwrap();
+    flip_byte(&timeindex[1], 40);
+    set_len(&index[2], size(&index[2]) / 2);
+    set_len(&index[3], 4 << 30); // hostile size: must not be read into memory
+    let log = FileLog::open(dir.path(), small_segments()).unwrap();
+    same_batches(&before, &read_all(&log, 0));
+    for b in before.iter().step_by(5) {
+        assert_eq!(
+            log.offset_for_timestamp(b.timestamp_us),
+            before
+                .iter()
+                .find(|x| x.timestamp_us >= b.timestamp_us)
+                .unwrap()
+                .base_offset
+        );
+    }
+    let rebuilt: Vec<Vec<u8>> = index
+        .iter()
+        .chain(&timeindex)
+        .map(|p| fs::read(p).unwrap())
+        .collect();
+    assert!(
+        rebuilt == originals,
+        "rebuilt index files differ from the ones written at seal time"
+    );
+}
+
+#[test]
+fn hostile_record_length_does_not_allocate_or_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = {
+        let log = FileLog::open(dir.path(), small_segments()).unwrap();
+        for i in 0..40 {
+            TestBatch::new(i, 1, 300, 1).append(&log);
+        }
+        read_all(&log, 0)
+    };
+    // A header claiming a 4 GiB record at the end of the active log.
+    let mut h = [0u8; 64];
+    h[0..4].copy_from_slice(b"STRL");
+    h[8..10].copy_from_slice(&1u16.to_le_bytes());
+    h[12..16].copy_from_slice(&u32::MAX.to_le_bytes());
+    h[24..28].copy_from_slice(&1u32.to_le_bytes());
+    h[28..32].copy_from_slice(&(u32::MAX - 64).to_le_bytes());
+    h[48..56].copy_from_slice(&u64::MAX.to_le_bytes());
+    let logs = files(dir.path(), "log");
+    let active = logs.last().unwrap();
+    let f = OpenOptions::new().write(true).open(active).unwrap();
+    f.write_all_at(&h, size(active)).unwrap();
+    // The same lengths written over the first record of a sealed segment.
+    let f0 = OpenOptions::new().write(true).open(&logs[0]).unwrap();
+    f0.write_all_at(&h[12..16], 12).unwrap();
+    f0.write_all_at(&h[28..32], 28).unwrap();
+    let log = FileLog::open(dir.path(), small_segments()).unwrap();
+    let last = good.last().unwrap();
+    assert_eq!(
+        log.next_offset(),
+        last.base_offset + 1,
+        "hostile tail truncated"
+    );
+    assert!(matches!(log.read(0, 1), Err(StorageError::Corrupt { .. })));
+    assert_eq!(log.read(last.base_offset, 1).unwrap()[0].meta, last.meta);
+    drop(log);
+    // Without index files the sealed segment is rescanned: still no panic.
+    for p in files(dir.path(), "index") {
+        fs::remove_file(p).unwrap();
+    }
+    let log = FileLog::open(dir.path(), small_segments()).unwrap();
+    let served = log.read(0, usize::MAX).unwrap();
+    assert!(
+        served.iter().all(|b| b.base_offset > 0),
+        "the corrupt batch is never served"
+    );
+}
+
+#[test]
+fn empty_leftover_segment_from_an_interrupted_roll_is_handled() {
+    let dir = tempfile::tempdir().unwrap();
+    let before = {
+        let log = FileLog::open(dir.path(), LogConfig::default()).unwrap();
+        for i in 0..10 {
+            TestBatch::standard(i).append(&log);
+        }
+        read_all(&log, 0)
+    };
+    let next = before
+        .last()
+        .map(|b| b.base_offset + u64::from(b.count))
+        .unwrap();
+    // The crash happened after creating the new .log but before its .data.
+    fs::write(dir.path().join(format!("{next:020}.log")), b"").unwrap();
+    let log = FileLog::open(dir.path(), LogConfig::default()).unwrap();
+    assert_eq!(log.next_offset(), next);
+    assert_eq!(log.stats().segments, 2);
+    same_batches(&before, &read_all(&log, 0));
+    assert_eq!(TestBatch::standard(10).append(&log).base_offset, next);
+    drop(log);
+    let log = FileLog::open(dir.path(), LogConfig::default()).unwrap();
+    assert_eq!(read_all(&log, 0).len(), 11);
+}
+
+#[test]
+fn offset_store_survives_reopen_and_a_torn_last_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("offsets");
+    {
+        let store = OffsetStore::open(&path).unwrap();
+        store.commit("alpha", 10).unwrap();
+        store.commit("beta", 20).unwrap();
+        store.commit("alpha", 11).unwrap();
+    }
+    let full = size(&path);
+    let store = OffsetStore::open(&path).unwrap();
+    assert_eq!(store.all(), vec![("alpha".into(), 11), ("beta".into(), 20)]);
+    drop(store);
+    let last_record = 14 + "alpha".len() as u64;
+    for cut in full - last_record..full {
+        let work = tempfile::tempdir().unwrap();
+        let p = work.path().join("offsets");
+        fs::copy(&path, &p).unwrap();
+        set_len(&p, cut);
+        let store = OffsetStore::open(&p).unwrap();
+        assert_eq!(store.get("alpha"), Some(10), "cut at {cut}");
+        assert_eq!(store.get("beta"), Some(20));
+        store.commit("gamma", 1).unwrap();
+        drop(store);
+        let store = OffsetStore::open(&p).unwrap();
+        assert_eq!(
+            store.all(),
+            vec![
+                ("alpha".into(), 10),
+                ("beta".into(), 20),
+                ("gamma".into(), 1)
+            ]
+        );
+    }
+    flip_byte(&path, full - 1);
+    assert_eq!(OffsetStore::open(&path).unwrap().get("alpha"), Some(10));
+}
+
+#[test]
+fn offset_store_compacts_when_it_grows() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("offsets");
+    {
+        let store = OffsetStore::open(&path).unwrap();
+        for i in 0..10_000u64 {
+            store.commit(["a", "b", "c"][(i % 3) as usize], i).unwrap();
+        }
+    }
+    assert!(
+        size(&path) < 4096 * 20,
+        "offset file was never compacted: {} bytes",
+        size(&path)
+    );
+    let store = OffsetStore::open(&path).unwrap();
+    assert_eq!(
+        store.all(),
+        vec![("a".into(), 9999), ("b".into(), 9997), ("c".into(), 9998)]
+    );
+    assert_eq!(
+        fs::read_dir(dir.path()).unwrap().count(),
+        1,
+        "no temporary file left behind"
+    );
+}
+
+#[test]
+fn invalid_config_is_rejected() {
+    let dir = tempfile::tempdir().unwrap();
+    let err = FileLog::open(
+        dir.path(),
+        LogConfig {
+            segment_bytes: 0,
+            ..LogConfig::default()
+        },
+    )
+    .err()
+    .unwrap();
+    assert_eq!(err.code(), 307);
+    assert!(err.to_string().contains("segment_bytes"));
+}
