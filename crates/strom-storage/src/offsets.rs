@@ -28,6 +28,7 @@ struct OffsetFile {
     file: File,
     len: u64,
     records: usize,
+    compact_after: usize,
 }
 
 /// Persistent consumer-name -> committed-offset map of one partition.
@@ -97,6 +98,10 @@ impl OffsetStore {
     /// Opens (creating if missing) the offset file at `path`, dropping a torn
     /// or corrupt tail.
     pub fn open(path: &Path) -> Result<Self> {
+        Self::open_with(path, COMPACT_RECORDS)
+    }
+
+    fn open_with(path: &Path, compact_after: usize) -> Result<Self> {
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -131,6 +136,7 @@ impl OffsetStore {
                 file,
                 len,
                 records,
+                compact_after,
             })),
         })
     }
@@ -163,7 +169,7 @@ impl OffsetStore {
             map.insert(name.to_string(), offset);
             map.len()
         };
-        if f.records >= COMPACT_RECORDS && f.records >= 2 * live {
+        if f.records >= f.compact_after && f.records >= 2 * live {
             if let Err(e) = self.compact(&mut f) {
                 tracing::warn!(path = %f.path.display(), error = %e, "offset file compaction failed");
             }
@@ -216,5 +222,36 @@ impl OffsetStore {
             .collect();
         v.sort();
         v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn offset_file_is_compacted_when_it_grows() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("offsets");
+        {
+            let store = OffsetStore::open_with(&path, 32).unwrap();
+            for i in 0..300u64 {
+                store.commit(["a", "b", "c"][(i % 3) as usize], i).unwrap();
+            }
+        }
+        let len = std::fs::metadata(&path).unwrap().len();
+        assert!(
+            len < 32 * 20,
+            "offset file was never compacted: {len} bytes"
+        );
+        let store = OffsetStore::open(&path).unwrap();
+        let expected = vec![
+            ("a".to_string(), 297),
+            ("b".to_string(), 298),
+            ("c".to_string(), 299),
+        ];
+        assert_eq!(store.all(), expected);
+        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+        assert_eq!(left.len(), 1, "no temporary file left behind");
     }
 }

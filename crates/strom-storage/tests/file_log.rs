@@ -445,33 +445,6 @@ fn offset_store_survives_reopen_and_a_torn_last_record() {
 }
 
 #[test]
-fn offset_store_compacts_when_it_grows() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("offsets");
-    {
-        let store = OffsetStore::open(&path).unwrap();
-        for i in 0..10_000u64 {
-            store.commit(["a", "b", "c"][(i % 3) as usize], i).unwrap();
-        }
-    }
-    assert!(
-        size(&path) < 4096 * 20,
-        "offset file was never compacted: {} bytes",
-        size(&path)
-    );
-    let store = OffsetStore::open(&path).unwrap();
-    assert_eq!(
-        store.all(),
-        vec![("a".into(), 9999), ("b".into(), 9997), ("c".into(), 9998)]
-    );
-    assert_eq!(
-        fs::read_dir(dir.path()).unwrap().count(),
-        1,
-        "no temporary file left behind"
-    );
-}
-
-#[test]
 fn invalid_config_is_rejected() {
     let dir = tempfile::tempdir().unwrap();
     let err = FileLog::open(

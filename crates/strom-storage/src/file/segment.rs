@@ -218,6 +218,8 @@ impl Segment {
                 Some("base offset does not follow the previous batch")
             } else if h.data_pos != s.data_len {
                 Some("data position does not follow the previous batch")
+            } else if h.timestamp_us < s.max_ts {
+                Some("timestamp goes backwards")
             } else if verify_data && h.data_pos + h.data_len > data_size {
                 Some("data extends past the end of the data file")
             } else if verify_data && self.data_crc(h.data_pos, h.data_len)? != h.data_crc {
