@@ -1,1 +1,31 @@
-//! strom-client (placeholder)
+//! The Strom client library.
+//!
+//! A [`Driver`] connects to a group of servers (or runs one in-process) and
+//! hands out [`Topic`]s; a topic makes [`Producer`]s, which batch in the
+//! background and return futures, and named [`Consumer`]s, which receive
+//! metadata ahead of demand and fetch only the selected part of each
+//! event's data into buffers the application provides. Network progress
+//! runs on the driver's own threads. Every call routes per partition to the
+//! server that owns it. This crate must never depend on the CLI, and on the
+//! server only for the optional embedded mode.
+
+mod conn;
+mod consumer;
+mod data;
+mod driver;
+mod error;
+mod event;
+mod producer;
+mod slot;
+mod topic;
+
+pub use consumer::{Consumer, ConsumerOptions, Next, PullFuture};
+pub use data::{DataBroker, DataBuffer, DataDescriptor, DataSelector, EventMeta, VecBroker};
+pub use driver::Driver;
+pub use error::{Error, Result};
+pub use event::{AckFuture, Event};
+pub use producer::{BatchSize, Data, EventId, Producer, ProducerOptions, PushFuture};
+pub use strom_policy::MetadataInput;
+pub use strom_proto::{
+    Durability, ErrorCode, PartitionType, Selection, StartPos, TopicInfo, TopicSpec,
+};

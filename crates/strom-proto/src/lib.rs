@@ -21,7 +21,7 @@ pub use frame::{FrameHeader, FrameKind, FRAME_HEADER_LEN};
 pub use message::{Push, Request, Response};
 pub use selection::Selection;
 pub use topic::{
-    Durability, GroupMember, PartitionInfo, PartitionType, StartPos, TopicInfo, TopicSpec,
+    Durability, GroupFile, GroupMember, PartitionInfo, PartitionType, StartPos, TopicInfo, TopicSpec,
     TopicState,
 };
 

@@ -10,6 +10,7 @@ use crate::wire_struct;
 
 /// Where a partition keeps its events.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum PartitionType {
     /// Ephemeral, in server memory: fastest, lost when the server stops.
     Memory,
@@ -38,6 +39,7 @@ impl PartitionType {
 
 /// When appended events are made durable before the producer is acknowledged.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum Durability {
     /// fdatasync before acknowledging (group commit across concurrent batches).
     Always,
@@ -119,6 +121,7 @@ impl Wire for Durability {
 /// Everything needed to create a topic. Policies are stored as their specs
 /// (`"json-schema"`, `"hash:run_id"`, ...) so every client builds the same ones.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct TopicSpec {
     pub name: String,
     pub partitions: u32,
@@ -171,6 +174,7 @@ impl TopicSpec {
 
 /// One server process of a group.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct GroupMember {
     pub id: u32,
     pub addr: String,
@@ -266,4 +270,13 @@ impl Wire for StartPos {
             }
         })
     }
+}
+
+/// The group file that servers write and clients bootstrap from (JSON).
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct GroupFile {
+    pub members: Vec<GroupMember>,
+    /// Id of the member holding the topic registry.
+    pub master: u32,
 }

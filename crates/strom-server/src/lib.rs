@@ -1,1 +1,21 @@
-//! strom-server (placeholder)
+//! The Strom server: one process of a group.
+//!
+//! It owns the topic registry (when it is the master), one partition manager
+//! per partition it holds, request dispatch for every connection, and the
+//! group file. It talks to storage only through `strom-storage`'s
+//! `PartitionLog` trait and to the network only through `strom-net`; it must
+//! never depend on the client or CLI crates.
+
+mod config;
+mod conn;
+mod error;
+mod group;
+mod partition;
+mod registry;
+mod server;
+mod stream;
+
+pub use config::ServerConfig;
+pub use error::ServerError;
+pub use group::{read_group_file, write_group_file};
+pub use server::{Server, ServerHandle};

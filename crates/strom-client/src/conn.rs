@@ -1,0 +1,190 @@
+//! One multiplexed connection to one server member.
+//!
+//! Requests carry ids and may be pipelined; a reader task matches responses
+//! to waiting callers and routes pushes to subscription streams. For data
+//! fetches the caller lends its destination buffers, and the reader reads
+//! the response's bulk payload straight into them (no intermediate copy).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+use strom_net::{spawn_writer, BoxRead, FrameReader, NetError, OutFrame, Transport, WriterHandle};
+use strom_proto::{ErrorCode, FrameKind, Push, Request, Response};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::data::DataBuffer;
+use crate::error::{Error, Result};
+
+/// Where the bytes of a data response land: `(buffer index, start, len)`
+/// pieces, filled in order.
+pub(crate) type FillPlan = Vec<(usize, usize, usize)>;
+
+type Buffers = Vec<Box<dyn DataBuffer>>;
+
+struct Pending {
+    tx: oneshot::Sender<Result<(Response, Buffers)>>,
+    buffers: Buffers,
+    plan: FillPlan,
+}
+
+pub(crate) struct ClientConn {
+    pub addr: String,
+    writer: WriterHandle,
+    pending: Mutex<HashMap<u64, Pending>>,
+    streams: Mutex<HashMap<u64, mpsc::UnboundedSender<Push>>>,
+    next_id: AtomicU64,
+    dead: AtomicBool,
+}
+
+impl ClientConn {
+    pub async fn connect(transport: &dyn Transport, addr: &str) -> Result<Arc<Self>> {
+        let conn = transport.connect(addr).await?;
+        let writer = spawn_writer(conn.writer, addr.to_string(), |_| {});
+        let c = Arc::new(ClientConn {
+            addr: addr.to_string(),
+            writer,
+            pending: Mutex::new(HashMap::new()),
+            streams: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(1),
+            dead: AtomicBool::new(false),
+        });
+        tokio::spawn(read_loop(c.clone(), conn.reader));
+        Ok(c)
+    }
+
+    pub fn is_dead(&self) -> bool {
+        self.dead.load(Ordering::Acquire) || self.writer.is_closed()
+    }
+
+    fn closed_error(&self) -> Error {
+        Error::coded(
+            ErrorCode::CONNECTION_CLOSED,
+            format!("connection to server {} was lost", self.addr),
+        )
+    }
+
+    /// Sends a request (with bulk payload) and waits for its response.
+    /// An error response becomes `Err`.
+    pub async fn call(&self, req: &Request, bulk: Vec<Bytes>) -> Result<Response> {
+        Ok(self.call_into(req, bulk, Vec::new(), Vec::new()).await?.0)
+    }
+
+    /// Like [`call`](Self::call), and the response's bulk payload is read
+    /// into `buffers` following `plan`; the buffers are handed back.
+    pub async fn call_into(
+        &self,
+        req: &Request,
+        bulk: Vec<Bytes>,
+        buffers: Buffers,
+        plan: FillPlan,
+    ) -> Result<(Response, Buffers)> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        self.pending.lock().insert(id, Pending { tx, buffers, plan });
+        if self.is_dead() {
+            self.pending.lock().remove(&id);
+            return Err(self.closed_error());
+        }
+        if self.writer.send(OutFrame::request(id, req).with_bulk(bulk)).await.is_err() {
+            self.pending.lock().remove(&id);
+            return Err(self.closed_error());
+        }
+        match rx.await {
+            Ok(Ok((Response::Error { code, message }, _))) => Err(Error::Coded { code, message }),
+            Ok(r) => r,
+            Err(_) => Err(self.closed_error()),
+        }
+    }
+
+    /// Sends a request that gets no response (id 0), without waiting.
+    pub fn send_oneway(&self, req: &Request) {
+        let _ = self.writer.try_send(OutFrame::request(0, req));
+    }
+
+    /// Registers a push stream; pushes for `stream` arrive on the receiver,
+    /// which closes when the connection dies.
+    pub fn open_stream(&self, stream: u64) -> mpsc::UnboundedReceiver<Push> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        if !self.is_dead() {
+            self.streams.lock().insert(stream, tx);
+        }
+        rx
+    }
+
+    pub fn close_stream(&self, stream: u64) {
+        self.streams.lock().remove(&stream);
+    }
+
+    fn fail_all(&self, why: &str) {
+        self.dead.store(true, Ordering::Release);
+        let pending: Vec<_> = self.pending.lock().drain().collect();
+        for (_, p) in pending {
+            let _ = p.tx.send(Err(Error::coded(
+                ErrorCode::CONNECTION_CLOSED,
+                format!("connection to server {} was lost: {why}", self.addr),
+            )));
+        }
+        self.streams.lock().clear();
+    }
+}
+
+async fn read_loop(conn: Arc<ClientConn>, mut reader: FrameReader<BoxRead>) {
+    let why = loop {
+        match read_one(&conn, &mut reader).await {
+            Ok(true) => {}
+            Ok(false) => break "closed by the server".to_string(),
+            Err(e) => break e.to_string(),
+        }
+    };
+    tracing::debug!(addr = %conn.addr, reason = %why, "connection ended");
+    conn.fail_all(&why);
+}
+
+async fn read_one(conn: &ClientConn, reader: &mut FrameReader<BoxRead>) -> Result<bool, NetError> {
+    let Some((h, body)) = reader.next().await? else {
+        return Ok(false);
+    };
+    match h.kind {
+        FrameKind::Response => {
+            let resp = Response::decode(h.opcode, &body)?;
+            let pending = conn.pending.lock().remove(&h.id);
+            let Some(mut p) = pending else {
+                reader.skip_bulk().await?;
+                return Ok(true);
+            };
+            let planned: u64 = p.plan.iter().map(|x| x.2 as u64).sum();
+            if reader.pending_bulk() > 0 || planned > 0 {
+                if reader.pending_bulk() != planned {
+                    let e = NetError::BulkMismatch {
+                        announced: reader.pending_bulk(),
+                        expected: planned,
+                    };
+                    let _ = p.tx.send(Err(Error::coded(e.code(), e.to_string())));
+                    return Err(e);
+                }
+                for &(idx, start, len) in &p.plan {
+                    let buf = p.buffers[idx].as_mut_slice();
+                    reader.read_bulk_into(&mut buf[start..start + len]).await?;
+                }
+            }
+            let _ = p.tx.send(Ok((resp, p.buffers)));
+        }
+        FrameKind::Push => {
+            let push = Push::decode(h.opcode, &body)?;
+            reader.skip_bulk().await?;
+            if let Some(tx) = conn.streams.lock().get(&h.id) {
+                let _ = tx.send(push);
+            }
+        }
+        FrameKind::Request => {
+            return Err(NetError::Proto(strom_proto::ProtoError::Unknown {
+                what: "frame kind from a server",
+                value: 0,
+            }))
+        }
+    }
+    Ok(true)
+}

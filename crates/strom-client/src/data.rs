@@ -1,0 +1,155 @@
+//! The consumer's data path: a [`DataSelector`] decides which bytes of an
+//! event's data part to fetch, and a [`DataBroker`] says where they land.
+//! The bytes are then read from the connection straight into those buffers.
+
+use std::any::Any;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use strom_policy::TopicPolicy;
+use strom_proto::Selection;
+
+use crate::error::{Error, Result};
+
+/// Memory that fetched data is written into. Implemented for `Vec<u8>`;
+/// bindings implement it over numpy arrays or C buffers.
+pub trait DataBuffer: Send + 'static {
+    fn as_slice(&self) -> &[u8];
+    fn as_mut_slice(&mut self) -> &mut [u8];
+    /// For recovering the concrete buffer type (`downcast`).
+    fn into_any(self: Box<Self>) -> Box<dyn Any>;
+}
+
+impl DataBuffer for Vec<u8> {
+    fn as_slice(&self) -> &[u8] {
+        self
+    }
+    fn as_mut_slice(&mut self) -> &mut [u8] {
+        self
+    }
+    fn into_any(self: Box<Self>) -> Box<dyn Any> {
+        self
+    }
+}
+
+/// What a consumer knows about an event's data before fetching any of it.
+#[derive(Clone, Debug)]
+pub struct DataDescriptor {
+    /// Size of the whole data part in bytes.
+    pub size: u64,
+    /// The producer's optional descriptor blob (for example dtype and shape).
+    pub descriptor: Bytes,
+}
+
+/// An event's metadata as seen by selectors, brokers and the application.
+#[derive(Clone)]
+pub struct EventMeta {
+    pub partition: u32,
+    pub offset: u64,
+    /// Microseconds since the UNIX epoch, assigned by the server.
+    pub timestamp_us: u64,
+    raw: Bytes,
+    policy: Arc<TopicPolicy>,
+}
+
+impl EventMeta {
+    pub(crate) fn new(partition: u32, offset: u64, timestamp_us: u64, raw: Bytes, policy: Arc<TopicPolicy>) -> Self {
+        EventMeta {
+            partition,
+            offset,
+            timestamp_us,
+            raw,
+            policy,
+        }
+    }
+
+    /// The metadata as stored (JSON text with the `json` serializer).
+    pub fn raw(&self) -> &Bytes {
+        &self.raw
+    }
+
+    /// Decodes the metadata into a JSON value with the topic's serializer.
+    pub fn json(&self) -> Result<serde_json::Value> {
+        Ok(self.policy.decode(&self.raw)?)
+    }
+}
+
+/// Chooses the part of each event's data to fetch.
+pub trait DataSelector: Send + Sync + 'static {
+    fn select(&self, meta: &EventMeta, data: &DataDescriptor) -> Selection;
+}
+
+/// A fixed selection applied to every event (`Selection::All`, ...).
+impl DataSelector for Selection {
+    fn select(&self, _: &EventMeta, _: &DataDescriptor) -> Selection {
+        self.clone()
+    }
+}
+
+impl<F> DataSelector for F
+where
+    F: Fn(&EventMeta, &DataDescriptor) -> Selection + Send + Sync + 'static,
+{
+    fn select(&self, meta: &EventMeta, data: &DataDescriptor) -> Selection {
+        self(meta, data)
+    }
+}
+
+/// Provides destination buffers for the selected bytes of an event. The
+/// buffers are filled in order and must hold at least `len` bytes in total.
+pub trait DataBroker: Send + Sync + 'static {
+    fn buffers(
+        &self,
+        meta: &EventMeta,
+        selection: &Selection,
+        len: u64,
+    ) -> std::result::Result<Vec<Box<dyn DataBuffer>>, String>;
+}
+
+/// The default broker: one exactly-sized `Vec<u8>` per event.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct VecBroker;
+
+impl DataBroker for VecBroker {
+    fn buffers(&self, _: &EventMeta, _: &Selection, len: u64) -> std::result::Result<Vec<Box<dyn DataBuffer>>, String> {
+        let len = usize::try_from(len).map_err(|_| format!("{len} bytes do not fit in memory"))?;
+        Ok(vec![Box::new(vec![0u8; len])])
+    }
+}
+
+impl<F> DataBroker for F
+where
+    F: Fn(&EventMeta, &Selection, u64) -> std::result::Result<Vec<Box<dyn DataBuffer>>, String> + Send + Sync + 'static,
+{
+    fn buffers(&self, meta: &EventMeta, selection: &Selection, len: u64) -> std::result::Result<Vec<Box<dyn DataBuffer>>, String> {
+        self(meta, selection, len)
+    }
+}
+
+/// Lays `len` bytes out over `buffers` in order, as `(buffer, start, len)`
+/// pieces appended to `plan` (with buffer indexes offset by `first`).
+pub(crate) fn plan_fill(
+    buffers: &[Box<dyn DataBuffer>],
+    first: usize,
+    len: u64,
+    plan: &mut Vec<(usize, usize, usize)>,
+) -> Result<()> {
+    let mut left = len;
+    for (i, b) in buffers.iter().enumerate() {
+        if left == 0 {
+            break;
+        }
+        let n = (b.as_slice().len() as u64).min(left) as usize;
+        if n > 0 {
+            plan.push((first + i, 0, n));
+            left -= n as u64;
+        }
+    }
+    if left > 0 {
+        return Err(Error::Broker(format!(
+            "buffers hold {} bytes but {len} were selected",
+            len - left
+        )));
+    }
+    Ok(())
+}

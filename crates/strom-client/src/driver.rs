@@ -1,0 +1,214 @@
+//! The driver: a client's entry point. It owns the background runtime
+//! (network progress runs on its threads, never on the caller's), one
+//! connection per server member it needs, and optionally an embedded server.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::path::Path;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use strom_net::TcpTransport;
+use strom_proto::{ErrorCode, GroupFile, Request, Response, TopicInfo, TopicSpec};
+use tokio::runtime::{Handle, Runtime};
+
+use crate::conn::ClientConn;
+use crate::error::{Error, Result};
+use crate::topic::Topic;
+
+/// A cheap-to-clone handle on a Strom deployment.
+#[derive(Clone)]
+pub struct Driver {
+    pub(crate) inner: Arc<DriverInner>,
+}
+
+pub(crate) struct DriverInner {
+    runtime: Mutex<Option<Runtime>>,
+    pub handle: Handle,
+    transport: TcpTransport,
+    master: String,
+    conns: Mutex<HashMap<String, Arc<ClientConn>>>,
+    #[cfg(feature = "embedded")]
+    embedded: Mutex<Option<strom_server::ServerHandle>>,
+}
+
+fn runtime() -> Result<Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("strom-client")
+        .enable_all()
+        .build()
+        .map_err(|e| Error::coded(ErrorCode::INTERNAL, format!("cannot start the client runtime: {e}")))
+}
+
+impl Driver {
+    /// Connects to the group described by a group file.
+    pub fn connect(group_file: impl AsRef<Path>) -> Result<Driver> {
+        let path = group_file.as_ref();
+        let text = std::fs::read(path)
+            .map_err(|e| Error::GroupFile(format!("cannot read group file {}: {e}", path.display())))?;
+        let group: GroupFile = serde_json::from_slice(&text)
+            .map_err(|e| Error::GroupFile(format!("group file {} is not valid: {e}", path.display())))?;
+        let master = group
+            .members
+            .iter()
+            .find(|m| m.id == group.master)
+            .ok_or_else(|| Error::GroupFile(format!("group file {} names no master member", path.display())))?;
+        Self::connect_addr(&master.addr)
+    }
+
+    /// Connects to the server holding the registry at `host:port`.
+    pub fn connect_addr(addr: &str) -> Result<Driver> {
+        let rt = runtime()?;
+        let d = Self::with_runtime(rt, addr.to_string());
+        d.block_on({
+            let d = d.clone();
+            async move { d.conn(&d.inner.master).await.map(|_| ()) }
+        })?;
+        Ok(d)
+    }
+
+    fn with_runtime(rt: Runtime, master: String) -> Driver {
+        Driver {
+            inner: Arc::new(DriverInner {
+                handle: rt.handle().clone(),
+                runtime: Mutex::new(Some(rt)),
+                transport: TcpTransport::default(),
+                master,
+                conns: Mutex::new(HashMap::new()),
+                #[cfg(feature = "embedded")]
+                embedded: Mutex::new(None),
+            }),
+        }
+    }
+
+    /// Starts a server inside this process, with its data in `dir`, and
+    /// connects to it. Nothing else needs to run.
+    #[cfg(feature = "embedded")]
+    pub fn embedded(dir: impl AsRef<Path>) -> Result<Driver> {
+        Self::embedded_with(strom_server::ServerConfig {
+            data_dir: dir.as_ref().to_path_buf(),
+            ..Default::default()
+        })
+    }
+
+    /// [`embedded`](Self::embedded) with a full server configuration.
+    #[cfg(feature = "embedded")]
+    pub fn embedded_with(config: strom_server::ServerConfig) -> Result<Driver> {
+        let rt = runtime()?;
+        let server = rt
+            .block_on(strom_server::Server::start(config))
+            .map_err(|e| Error::coded(e.code(), format!("embedded server failed to start: {e}")))?;
+        let d = Self::with_runtime(rt, server.addr().to_string());
+        *d.inner.embedded.lock() = Some(server);
+        d.block_on({
+            let d = d.clone();
+            async move { d.conn(&d.inner.master).await.map(|_| ()) }
+        })?;
+        Ok(d)
+    }
+
+    /// Address of the server holding the registry.
+    pub fn master_addr(&self) -> &str {
+        &self.inner.master
+    }
+
+    /// Runs a future on the driver's runtime and waits for it from any thread.
+    pub(crate) fn block_on<F>(&self, f: F) -> F::Output
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        self.inner.handle.spawn(async move {
+            let _ = tx.send(f.await);
+        });
+        rx.recv().expect("the driver runtime dropped a task")
+    }
+
+    /// The connection to `addr`, opened on first use and reopened if lost.
+    pub(crate) async fn conn(&self, addr: &str) -> Result<Arc<ClientConn>> {
+        if let Some(c) = self.inner.conns.lock().get(addr).filter(|c| !c.is_dead()) {
+            return Ok(c.clone());
+        }
+        let c = ClientConn::connect(&self.inner.transport, addr).await.map_err(|e| {
+            Error::coded(ErrorCode::CONNECTION_FAILED, format!("cannot connect to server {addr}: {e}"))
+        })?;
+        let mut conns = self.inner.conns.lock();
+        match conns.get(addr).filter(|c| !c.is_dead()) {
+            Some(existing) => Ok(existing.clone()),
+            None => {
+                conns.insert(addr.to_string(), c.clone());
+                Ok(c)
+            }
+        }
+    }
+
+    pub(crate) async fn master_call(&self, req: Request) -> Result<Response> {
+        self.conn(&self.inner.master).await?.call(&req, Vec::new()).await
+    }
+
+    fn admin(&self, req: Request) -> Result<Response> {
+        let d = self.clone();
+        self.block_on(async move { d.master_call(req).await })
+    }
+
+    pub fn create_topic(&self, spec: TopicSpec) -> Result<Topic> {
+        match self.admin(Request::CreateTopic { spec })? {
+            Response::Topic(info) => Topic::new(self.clone(), info),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    pub fn open_topic(&self, name: &str) -> Result<Topic> {
+        Topic::new(self.clone(), self.describe(name)?)
+    }
+
+    pub fn describe(&self, name: &str) -> Result<TopicInfo> {
+        match self.admin(Request::DescribeTopic { name: name.into() })? {
+            Response::Topic(info) => Ok(info),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    pub fn list_topics(&self) -> Result<Vec<TopicInfo>> {
+        match self.admin(Request::ListTopics)? {
+            Response::Topics(t) => Ok(t),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    pub fn delete_topic(&self, name: &str) -> Result<()> {
+        self.admin(Request::DeleteTopic { name: name.into() }).map(|_| ())
+    }
+
+    /// Committed offsets of every consumer name on one partition.
+    pub fn consumer_offsets(&self, topic: &str, partition: u32) -> Result<Vec<(String, u64)>> {
+        let req = Request::Offsets {
+            topic: topic.into(),
+            partition,
+        };
+        match self.admin(req)? {
+            Response::Offsets(o) => Ok(o),
+            other => Err(unexpected(other)),
+        }
+    }
+}
+
+pub(crate) fn unexpected(r: Response) -> Error {
+    Error::coded(ErrorCode::INTERNAL, format!("unexpected response from the server: {r:?}"))
+}
+
+impl Drop for DriverInner {
+    fn drop(&mut self) {
+        #[cfg(feature = "embedded")]
+        if let Some(server) = self.embedded.lock().take() {
+            let _ = std::thread::scope(|s| {
+                s.spawn(|| self.handle.block_on(server.shutdown())).join()
+            });
+        }
+        if let Some(rt) = self.runtime.lock().take() {
+            rt.shutdown_background();
+        }
+    }
+}

@@ -1,0 +1,67 @@
+//! Client errors. Every error has a stable [`ErrorCode`] shared with the
+//! server, the C and the Python interfaces.
+
+use std::time::Duration;
+
+use strom_net::NetError;
+use strom_policy::PolicyError;
+use strom_proto::{ErrorCode, ProtoError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// An error reported by a server, or shared by every event of a failed batch.
+    #[error("{message} [{code}]")]
+    Coded { code: ErrorCode, message: String },
+    #[error(transparent)]
+    Net(#[from] NetError),
+    #[error(transparent)]
+    Policy(#[from] PolicyError),
+    #[error("malformed message from the server: {0}")]
+    Proto(#[from] ProtoError),
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    #[error("{0}")]
+    GroupFile(String),
+    #[error("data broker failed: {0}")]
+    Broker(String),
+    #[error("data selector returned an invalid selection: {0}")]
+    Selector(String),
+    #[error("timed out after {0:?}")]
+    Timeout(Duration),
+    #[error("{0} is closed")]
+    Closed(&'static str),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            Error::Coded { code, .. } => *code,
+            Error::Net(e) => e.code(),
+            Error::Policy(e) => ErrorCode(e.code()),
+            Error::Proto(e) => e.code(),
+            Error::InvalidArgument(_) => ErrorCode::INVALID_ARGUMENT,
+            Error::GroupFile(_) => ErrorCode::GROUP_FILE,
+            Error::Broker(_) => ErrorCode::DATA_BROKER,
+            Error::Selector(_) => ErrorCode::DATA_SELECTOR,
+            Error::Timeout(_) => ErrorCode::TIMEOUT,
+            Error::Closed(_) => ErrorCode::SHUTTING_DOWN,
+        }
+    }
+
+    pub(crate) fn coded(code: ErrorCode, message: impl Into<String>) -> Self {
+        Error::Coded {
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// A copy that keeps the code and message (errors shared by many futures).
+    pub(crate) fn shared(&self) -> Error {
+        match self {
+            Error::Coded { code, message } => Error::coded(*code, message.clone()),
+            e => Error::coded(e.code(), e.to_string()),
+        }
+    }
+}

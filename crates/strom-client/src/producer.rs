@@ -1,0 +1,438 @@
+//! The producer: validates, routes and serializes each event on the caller's
+//! thread, accumulates per-partition batches, and sends them from the
+//! background runtime with at most `max_batches` in flight per partition.
+//! Past that, `push` blocks (backpressure) instead of growing memory.
+//!
+//! Batching modes: `Count(n)` and `Bytes(n)` send a batch when it is full
+//! (or after `linger`); `Adaptive` sends whatever is ready as soon as an
+//! in-flight slot frees up, so batches grow with load and latency stays low
+//! when idle.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use parking_lot::{Condvar, Mutex};
+use strom_policy::{MetadataInput, TopicPolicy};
+use strom_proto::{BatchBuilder, Request, Response};
+
+use crate::conn::ClientConn;
+use crate::driver::unexpected;
+use crate::error::{Error, Result};
+use crate::slot::Slot;
+use crate::topic::Topic;
+
+/// When a partition's batch is sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BatchSize {
+    /// Send whatever is ready whenever an in-flight slot is free.
+    Adaptive,
+    /// Send once this many events are batched.
+    Count(u32),
+    /// Send once this many bytes (metadata + data) are batched.
+    Bytes(u64),
+}
+
+#[derive(Clone, Debug)]
+pub struct ProducerOptions {
+    pub batch: BatchSize,
+    /// Batches per partition sent and not yet acknowledged (at least 1).
+    pub max_batches: usize,
+    /// Longest a partial `Count`/`Bytes` batch waits before it is sent.
+    pub linger: Duration,
+    /// Hard cap on one batch in bytes (the adaptive mode's ceiling).
+    pub max_batch_bytes: u64,
+}
+
+impl Default for ProducerOptions {
+    fn default() -> Self {
+        ProducerOptions {
+            batch: BatchSize::Adaptive,
+            max_batches: 2,
+            linger: Duration::from_millis(5),
+            max_batch_bytes: 16 << 20,
+        }
+    }
+}
+
+/// An event's data part: zero or more segments sent back to back without
+/// being copied into one buffer.
+#[derive(Clone, Debug, Default)]
+pub struct Data(pub Vec<Bytes>);
+
+impl Data {
+    pub fn none() -> Self {
+        Data(Vec::new())
+    }
+    pub fn len(&self) -> u64 {
+        self.0.iter().map(|b| b.len() as u64).sum()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl From<Bytes> for Data {
+    fn from(b: Bytes) -> Self {
+        Data(vec![b])
+    }
+}
+impl From<Vec<u8>> for Data {
+    fn from(b: Vec<u8>) -> Self {
+        Data(vec![Bytes::from(b)])
+    }
+}
+impl From<&'static [u8]> for Data {
+    fn from(b: &'static [u8]) -> Self {
+        Data(vec![Bytes::from_static(b)])
+    }
+}
+impl From<Vec<Bytes>> for Data {
+    fn from(b: Vec<Bytes>) -> Self {
+        Data(b)
+    }
+}
+impl From<()> for Data {
+    fn from(_: ()) -> Self {
+        Data::none()
+    }
+}
+
+/// Where an acknowledged event was stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct EventId {
+    pub partition: u32,
+    pub offset: u64,
+}
+
+#[derive(Clone, Copy)]
+struct BatchAck {
+    base_offset: u64,
+}
+
+/// Resolves to the event's [`EventId`] once its batch is acknowledged.
+/// Wait for it with [`wait`](Self::wait), or `.await` it in any executor.
+pub struct PushFuture {
+    slot: Arc<Slot<BatchAck>>,
+    partition: u32,
+    index: u32,
+}
+
+impl PushFuture {
+    pub fn wait(self) -> Result<EventId> {
+        self.wait_timeout(None)
+    }
+
+    pub fn wait_timeout(&self, timeout: Option<Duration>) -> Result<EventId> {
+        match self.slot.wait(timeout) {
+            Some(r) => self.id(r),
+            None => Err(Error::Timeout(timeout.unwrap_or_default())),
+        }
+    }
+
+    pub fn is_done(&self) -> bool {
+        self.slot.is_done()
+    }
+
+    fn id(&self, r: Result<BatchAck>) -> Result<EventId> {
+        r.map(|a| EventId {
+            partition: self.partition,
+            offset: a.base_offset + self.index as u64,
+        })
+    }
+}
+
+impl std::future::Future for PushFuture {
+    type Output = Result<EventId>;
+    fn poll(self: std::pin::Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.slot.poll(cx).map(|r| self.id(r))
+    }
+}
+
+struct Sealed {
+    meta: Bytes,
+    count: u32,
+    data: Vec<Bytes>,
+    slot: Arc<Slot<BatchAck>>,
+}
+
+struct QueueState {
+    builder: BatchBuilder,
+    data: Vec<Bytes>,
+    bytes: u64,
+    slot: Arc<Slot<BatchAck>>,
+    sealed: VecDeque<Sealed>,
+    in_flight: usize,
+    error: Option<Error>,
+}
+
+struct PartQueue {
+    partition: u32,
+    conn: Arc<ClientConn>,
+    state: Mutex<QueueState>,
+    cond: Condvar,
+}
+
+struct Inner {
+    topic: Topic,
+    id: u64,
+    policy: TopicPolicy,
+    opts: ProducerOptions,
+    parts: Vec<Arc<PartQueue>>,
+    closed: AtomicBool,
+}
+
+/// Pushes events to a topic. Dropping a producer flushes it but does not
+/// close its part of the stream; call [`close`](Self::close) for that.
+pub struct Producer {
+    inner: Arc<Inner>,
+}
+
+impl Producer {
+    pub(crate) fn new(topic: Topic, opts: ProducerOptions) -> Result<Producer> {
+        if opts.max_batches == 0 {
+            return Err(Error::InvalidArgument("max_batches must be at least 1".into()));
+        }
+        let policy = topic.policy()?;
+        let info = topic.info();
+        let d = topic.driver.clone();
+        let name = topic.name().to_string();
+        let addrs: Vec<String> = info.partitions.iter().map(|p| p.addr.clone()).collect();
+        let (id, conns) = topic.driver.block_on(async move {
+            let id = match d.master_call(Request::RegisterProducer { topic: name }).await? {
+                Response::Producer { id } => id,
+                other => return Err(unexpected(other)),
+            };
+            let mut conns = Vec::new();
+            for a in &addrs {
+                conns.push(d.conn(a).await?);
+            }
+            Ok((id, conns))
+        })?;
+        let parts = conns
+            .into_iter()
+            .enumerate()
+            .map(|(p, conn)| {
+                Arc::new(PartQueue {
+                    partition: p as u32,
+                    conn,
+                    state: Mutex::new(QueueState {
+                        builder: BatchBuilder::new(),
+                        data: Vec::new(),
+                        bytes: 0,
+                        slot: Arc::new(Slot::new()),
+                        sealed: VecDeque::new(),
+                        in_flight: 0,
+                        error: None,
+                    }),
+                    cond: Condvar::new(),
+                })
+            })
+            .collect();
+        let inner = Arc::new(Inner {
+            topic,
+            id,
+            policy,
+            opts,
+            parts,
+            closed: AtomicBool::new(false),
+        });
+        if inner.opts.batch != BatchSize::Adaptive {
+            let weak = Arc::downgrade(&inner);
+            inner.topic.driver.inner.handle.spawn(linger_loop(weak));
+        }
+        Ok(Producer { inner })
+    }
+
+    /// Queues an event; returns at once unless the partition's in-flight
+    /// limit is reached (backpressure).
+    pub fn push(&self, metadata: impl Into<MetadataInput>, data: impl Into<Data>) -> Result<PushFuture> {
+        self.push_with(metadata, data, None, &[])
+    }
+
+    /// [`push`](Self::push) with an explicit partition and a data descriptor.
+    pub fn push_with(
+        &self,
+        metadata: impl Into<MetadataInput>,
+        data: impl Into<Data>,
+        partition: Option<u32>,
+        descriptor: &[u8],
+    ) -> Result<PushFuture> {
+        if self.inner.closed.load(Ordering::Acquire) {
+            return Err(Error::Closed("producer"));
+        }
+        let n = self.inner.parts.len() as u32;
+        let (p, meta) = self.inner.policy.prepare(metadata.into(), partition, n)?;
+        let data = data.into();
+        let q = &self.inner.parts[p as usize];
+        let inner = &self.inner;
+        let mut st = q.state.lock();
+        loop {
+            if let Some(e) = &st.error {
+                return Err(e.shared());
+            }
+            let full = match inner.opts.batch {
+                BatchSize::Count(c) => st.builder.count() >= c.max(1),
+                BatchSize::Bytes(b) => st.bytes >= b,
+                BatchSize::Adaptive => false,
+            } || st.bytes >= inner.opts.max_batch_bytes
+                || st.builder.count() == u32::MAX;
+            if !full {
+                break;
+            }
+            if st.sealed.is_empty() {
+                seal(&mut st);
+                inner.dispatch(q, &mut st);
+            } else {
+                q.cond.wait(&mut st);
+            }
+        }
+        let index = st.builder.count();
+        st.builder.push(&meta, descriptor, data.len());
+        st.bytes += meta.len() as u64 + data.len() + 16;
+        st.data.extend(data.0.into_iter().filter(|b| !b.is_empty()));
+        let fut = PushFuture {
+            slot: st.slot.clone(),
+            partition: p,
+            index,
+        };
+        if inner.opts.batch == BatchSize::Adaptive {
+            inner.dispatch(q, &mut st);
+        }
+        Ok(fut)
+    }
+
+    /// Sends every pending event and waits until all are acknowledged.
+    /// Returns the first error any batch met since the last flush.
+    pub fn flush(&self) -> Result<()> {
+        let mut first = None;
+        for q in &self.inner.parts {
+            let mut st = q.state.lock();
+            while !st.builder.is_empty() {
+                if st.sealed.is_empty() {
+                    seal(&mut st);
+                }
+                self.inner.dispatch(q, &mut st);
+                if !st.builder.is_empty() {
+                    q.cond.wait(&mut st);
+                }
+            }
+            self.inner.dispatch(q, &mut st);
+            while st.in_flight > 0 || !st.sealed.is_empty() {
+                q.cond.wait(&mut st);
+            }
+            if let Some(e) = st.error.take() {
+                first.get_or_insert(e);
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
+
+    /// Flushes, then ends this producer's contribution to the stream. When
+    /// every producer of the topic has closed, consumers see end-of-stream.
+    pub fn close(&self) -> Result<()> {
+        let flushed = self.flush();
+        if self.inner.closed.swap(true, Ordering::AcqRel) {
+            return flushed;
+        }
+        let d = self.inner.topic.driver.clone();
+        let req = Request::CloseProducer {
+            topic: self.inner.topic.name().to_string(),
+            producer: self.inner.id,
+        };
+        self.inner.topic.driver.block_on(async move { d.master_call(req).await })?;
+        flushed
+    }
+
+    pub fn topic(&self) -> &Topic {
+        &self.inner.topic
+    }
+}
+
+impl Drop for Producer {
+    fn drop(&mut self) {
+        if !self.inner.closed.load(Ordering::Acquire) {
+            if let Err(e) = self.flush() {
+                tracing::warn!(topic = %self.inner.topic.name(), error = %e, "flush on producer drop failed");
+            }
+        }
+    }
+}
+
+fn seal(st: &mut QueueState) {
+    if st.builder.is_empty() {
+        return;
+    }
+    let count = st.builder.count();
+    let meta = st.builder.finish();
+    let data = std::mem::take(&mut st.data);
+    let slot = std::mem::replace(&mut st.slot, Arc::new(Slot::new()));
+    st.bytes = 0;
+    st.sealed.push_back(Sealed {
+        meta,
+        count,
+        data,
+        slot,
+    });
+}
+
+impl Inner {
+    /// Sends sealed batches (and, in adaptive mode, the open one) while
+    /// in-flight slots are free.
+    fn dispatch(self: &Arc<Self>, q: &Arc<PartQueue>, st: &mut QueueState) {
+        while st.in_flight < self.opts.max_batches {
+            if st.sealed.is_empty() && self.opts.batch == BatchSize::Adaptive {
+                seal(st);
+            }
+            let Some(b) = st.sealed.pop_front() else { return };
+            st.in_flight += 1;
+            let (inner, q) = (self.clone(), q.clone());
+            self.topic.driver.inner.handle.spawn(async move {
+                let req = Request::Produce {
+                    topic: inner.topic.name().to_string(),
+                    partition: q.partition,
+                    count: b.count,
+                    meta: b.meta,
+                };
+                let result = match q.conn.call(&req, b.data).await {
+                    Ok(Response::Produced { base_offset, count, .. }) if count == b.count => {
+                        Ok(BatchAck { base_offset })
+                    }
+                    Ok(other) => Err(unexpected(other)),
+                    Err(e) => Err(e),
+                };
+                let mut st = q.state.lock();
+                if let Err(e) = &result {
+                    st.error.get_or_insert_with(|| e.shared());
+                }
+                b.slot.complete(result);
+                st.in_flight -= 1;
+                inner.dispatch(&q, &mut st);
+                drop(st);
+                q.cond.notify_all();
+            });
+        }
+    }
+}
+
+/// Sends partial `Count`/`Bytes` batches that waited `linger`.
+async fn linger_loop(weak: Weak<Inner>) {
+    loop {
+        let every = match weak.upgrade() {
+            Some(i) => i.opts.linger.max(Duration::from_millis(1)),
+            None => return,
+        };
+        tokio::time::sleep(every).await;
+        let Some(inner) = weak.upgrade() else { return };
+        for q in &inner.parts {
+            let mut st = q.state.lock();
+            if st.sealed.is_empty() && !st.builder.is_empty() {
+                seal(&mut st);
+                inner.dispatch(q, &mut st);
+            }
+        }
+    }
+}

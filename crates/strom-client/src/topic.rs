@@ -1,0 +1,84 @@
+//! A topic handle: its description (partitions and where they live), its
+//! policies, and the factories for producers and consumers.
+
+use std::sync::Arc;
+
+use parking_lot::RwLock;
+use strom_policy::TopicPolicy;
+use strom_proto::{Request, TopicInfo};
+
+use crate::consumer::{Consumer, ConsumerOptions};
+use crate::driver::Driver;
+use crate::error::Result;
+use crate::producer::{Producer, ProducerOptions};
+
+#[derive(Clone)]
+pub struct Topic {
+    pub(crate) driver: Driver,
+    pub(crate) name: Arc<str>,
+    info: Arc<RwLock<TopicInfo>>,
+}
+
+impl Topic {
+    pub(crate) fn new(driver: Driver, info: TopicInfo) -> Result<Topic> {
+        Ok(Topic {
+            driver,
+            name: info.spec.name.as_str().into(),
+            info: Arc::new(RwLock::new(info)),
+        })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The description as last fetched.
+    pub fn info(&self) -> TopicInfo {
+        self.info.read().clone()
+    }
+
+    /// Fetches a fresh description (offsets, stream state) from the server.
+    pub fn describe(&self) -> Result<TopicInfo> {
+        let info = self.driver.describe(&self.name)?;
+        *self.info.write() = info.clone();
+        Ok(info)
+    }
+
+    pub fn partitions(&self) -> u32 {
+        self.info.read().partitions.len() as u32
+    }
+
+    /// The topic's validator, selector and serializer, as every client builds them.
+    pub fn policy(&self) -> Result<TopicPolicy> {
+        let s = &self.info.read().spec;
+        Ok(TopicPolicy::new(&s.validator, s.schema.as_deref(), &s.selector, &s.serializer)?)
+    }
+
+    pub fn producer(&self) -> Result<Producer> {
+        Producer::new(self.clone(), ProducerOptions::default())
+    }
+
+    pub fn producer_with(&self, options: ProducerOptions) -> Result<Producer> {
+        Producer::new(self.clone(), options)
+    }
+
+    /// A consumer named `name` over every partition, resuming after the
+    /// name's last ack, fetching every event's whole data part.
+    pub fn consumer(&self, name: &str) -> Result<Consumer> {
+        Consumer::new(self.clone(), name, ConsumerOptions::default())
+    }
+
+    pub fn consumer_with(&self, name: &str, options: ConsumerOptions) -> Result<Consumer> {
+        Consumer::new(self.clone(), name, options)
+    }
+
+    /// Ends the stream explicitly: consumers get end-of-stream after every
+    /// event written before this call, and producing fails from now on.
+    pub fn complete(&self) -> Result<()> {
+        let d = self.driver.clone();
+        let name = self.name.to_string();
+        self.driver
+            .block_on(async move { d.master_call(Request::CompleteTopic { name }).await })
+            .map(|_| ())
+    }
+}

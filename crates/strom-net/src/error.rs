@@ -1,0 +1,36 @@
+//! Transport errors.
+
+use strom_proto::{ErrorCode, ProtoError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum NetError {
+    #[error("I/O error while {context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("protocol error: {0}")]
+    Proto(#[from] ProtoError),
+    #[error("connection closed by the peer")]
+    Closed,
+    #[error("bulk payload of {announced} bytes does not match the {expected} bytes expected")]
+    BulkMismatch { announced: u64, expected: u64 },
+}
+
+impl NetError {
+    pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+        NetError::Io {
+            context: context.into(),
+            source,
+        }
+    }
+
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            NetError::Io { .. } | NetError::Closed => ErrorCode::CONNECTION_CLOSED,
+            NetError::Proto(p) => p.code(),
+            NetError::BulkMismatch { .. } => ErrorCode::MALFORMED_FRAME,
+        }
+    }
+}

@@ -1,0 +1,84 @@
+//! Server configuration: a typed struct with defaults, loadable from TOML.
+//! Unknown keys are rejected with a message that names them.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    /// Directory holding the registry and every file partition.
+    pub data_dir: PathBuf,
+    /// Address to bind; port 0 picks a free port.
+    pub listen: String,
+    /// Where to write the group file clients bootstrap from.
+    pub group_file: Option<PathBuf>,
+    /// Largest frame accepted or sent, in bytes.
+    pub max_frame_bytes: u32,
+    /// Largest batch (metadata + data) a producer may send, in bytes.
+    pub max_batch_bytes: u64,
+    /// Upper bound on the prefetch window a consumer may ask for, in events.
+    pub max_prefetch_events: u32,
+    /// Default segment size of file partitions, in bytes.
+    pub segment_bytes: u64,
+    /// Sparse index interval of file partitions, in bytes of log.
+    pub index_interval_bytes: u32,
+    /// How often retention runs, in milliseconds.
+    pub retention_check_ms: u64,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            data_dir: PathBuf::from("strom-data"),
+            listen: "127.0.0.1:0".into(),
+            group_file: None,
+            max_frame_bytes: strom_proto::DEFAULT_MAX_FRAME,
+            max_batch_bytes: strom_proto::DEFAULT_MAX_FRAME as u64,
+            max_prefetch_events: 1 << 16,
+            segment_bytes: 1 << 30,
+            index_interval_bytes: 4096,
+            retention_check_ms: 10_000,
+        }
+    }
+}
+
+impl ServerConfig {
+    /// Reads a TOML file; every key is optional and unknown keys are errors.
+    pub fn load(path: &Path) -> Result<Self, String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read config file {}: {e}", path.display()))?;
+        let cfg: ServerConfig =
+            toml::from_str(&text).map_err(|e| format!("invalid config file {}: {e}", path.display()))?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    pub fn validate(&self) -> Result<(), String> {
+        if self.max_frame_bytes < 4096 {
+            return Err("max_frame_bytes must be at least 4096".into());
+        }
+        if self.max_prefetch_events == 0 {
+            return Err("max_prefetch_events must be at least 1".into());
+        }
+        if self.segment_bytes < 4096 {
+            return Err("segment_bytes must be at least 4096".into());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_keys_are_named() {
+        let err = toml::from_str::<ServerConfig>("listen = \"x\"\nbogus_key = 1").unwrap_err();
+        assert!(err.to_string().contains("bogus_key"), "{err}");
+        let ok: ServerConfig = toml::from_str("listen = \"127.0.0.1:9\"").unwrap();
+        assert_eq!(ok.listen, "127.0.0.1:9");
+        assert_eq!(ok.segment_bytes, 1 << 30);
+    }
+}

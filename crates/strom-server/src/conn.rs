@@ -1,0 +1,287 @@
+//! One client connection: decode requests, dispatch them, answer.
+//!
+//! Produce requests are queued to their partition manager in the order they
+//! arrive (which fixes their offsets) and answered when the append is done.
+//! Data fetches run on the blocking pool and answer with the bytes as a bulk
+//! payload. A malformed frame gets an error response, closes this connection
+//! and is logged; other connections carry on.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use strom_net::{spawn_writer, Conn, NetError, OutFrame, WriterHandle};
+use strom_proto::{ErrorCode, FrameKind, Request, Response, StartPos};
+use tokio::task::JoinHandle;
+
+use crate::error::ServerError;
+use crate::partition::PartitionManager;
+use crate::server::State;
+use crate::stream::{self, Credit};
+
+struct Session {
+    state: Arc<State>,
+    writer: WriterHandle,
+    peer: String,
+    partitions: HashMap<(String, u32), Arc<PartitionManager>>,
+    streams: HashMap<u64, (JoinHandle<()>, Arc<Credit>)>,
+}
+
+pub async fn serve(conn: Conn, state: Arc<State>) {
+    let peer = conn.peer.clone();
+    let writer = spawn_writer(conn.writer, peer.clone(), |_| {});
+    let mut reader = conn.reader;
+    let mut s = Session {
+        state,
+        writer,
+        peer: peer.clone(),
+        partitions: HashMap::new(),
+        streams: HashMap::new(),
+    };
+    tracing::debug!(peer = %peer, "connection opened");
+    loop {
+        let (header, body) = match reader.next().await {
+            Ok(Some(f)) => f,
+            Ok(None) => break,
+            Err(e) => {
+                s.reject(0, &e).await;
+                break;
+            }
+        };
+        if header.kind != FrameKind::Request {
+            let e = NetError::Proto(strom_proto::ProtoError::Unknown {
+                what: "frame kind from a client",
+                value: header.kind as u64,
+            });
+            s.reject(header.id, &e).await;
+            break;
+        }
+        let req = match Request::decode(header.opcode, &body) {
+            Ok(r) => r,
+            Err(e) => {
+                s.reject(header.id, &NetError::Proto(e)).await;
+                break;
+            }
+        };
+        let bulk = if let Request::Produce { .. } = req {
+            match reader.read_bulk().await {
+                Ok(b) => b,
+                Err(e) => {
+                    s.reject(header.id, &e).await;
+                    break;
+                }
+            }
+        } else {
+            if reader.pending_bulk() > 0 {
+                let e = NetError::BulkMismatch {
+                    announced: reader.pending_bulk(),
+                    expected: 0,
+                };
+                s.reject(header.id, &e).await;
+                break;
+            }
+            Vec::new()
+        };
+        s.dispatch(header.id, req, bulk).await;
+    }
+    for (_, (task, _)) in s.streams.drain() {
+        task.abort();
+    }
+    tracing::debug!(peer = %peer, "connection closed");
+}
+
+impl Session {
+    /// Answers a malformed frame with an error, and logs it; the caller closes.
+    async fn reject(&self, id: u64, e: &NetError) {
+        if matches!(e, NetError::Closed) || matches!(e, NetError::Io { .. }) {
+            tracing::debug!(peer = %self.peer, error = %e, "connection lost");
+            return;
+        }
+        tracing::warn!(peer = %self.peer, error = %e, "closing connection after a malformed frame");
+        let _ = self
+            .writer
+            .send(OutFrame::response(id, &Response::error(e.code(), e.to_string())))
+            .await;
+    }
+
+    fn partition(&mut self, topic: &str, partition: u32) -> Result<Arc<PartitionManager>, ServerError> {
+        let key = (topic.to_string(), partition);
+        if let Some(p) = self.partitions.get(&key).filter(|p| !p.is_deleted()) {
+            return Ok(p.clone());
+        }
+        let p = self.state.registry.partition(topic, partition)?;
+        self.partitions.insert(key, p.clone());
+        Ok(p)
+    }
+
+    fn respond(&self, id: u64, result: Result<Response, ServerError>) {
+        let writer = self.writer.clone();
+        let resp = result.unwrap_or_else(|e| Response::error(e.code(), e.to_string()));
+        if id == 0 {
+            if let Response::Error { message, .. } = &resp {
+                tracing::debug!(peer = %self.peer, error = %message, "one-way request failed");
+            }
+            return;
+        }
+        if writer.try_send(OutFrame::response(id, &resp)).is_err() {
+            tokio::spawn(async move {
+                let _ = writer.send(OutFrame::response(id, &resp)).await;
+            });
+        }
+    }
+
+    async fn dispatch(&mut self, id: u64, req: Request, bulk: Vec<bytes::Bytes>) {
+        let reg = &self.state.registry;
+        let result = match req {
+            Request::Hello { .. } => Ok(Response::Hello {
+                member: self.state.member,
+                master: self.state.member,
+                members: self.state.members(),
+            }),
+            Request::CreateTopic { spec } => reg.create(spec).map(Response::Topic),
+            Request::DescribeTopic { name } => reg.get(&name).map(|t| Response::Topic(reg.info(&t))),
+            Request::ListTopics => Ok(Response::Topics(reg.list())),
+            Request::DeleteTopic { name } => reg.delete(&name).map(|_| Response::Done),
+            Request::CompleteTopic { name } => match reg.complete(&name) {
+                Ok(t) => {
+                    for p in &t.partitions {
+                        p.seal().await;
+                    }
+                    Ok(Response::Done)
+                }
+                Err(e) => Err(e),
+            },
+            Request::RegisterProducer { topic } => reg.register_producer(&topic).map(|id| Response::Producer { id }),
+            Request::CloseProducer { topic, producer } => match reg.close_producer(&topic, producer) {
+                Ok(ended) => {
+                    for p in ended.iter().flat_map(|t| t.partitions.iter()) {
+                        p.seal().await;
+                    }
+                    Ok(Response::Done)
+                }
+                Err(e) => Err(e),
+            },
+            Request::Produce {
+                topic,
+                partition,
+                count,
+                meta,
+            } => {
+                match self.partition(&topic, partition) {
+                    Ok(p) => {
+                        let done = p.append(meta, count, bulk);
+                        let writer = self.writer.clone();
+                        tokio::spawn(async move {
+                            let resp = match done.await {
+                                Ok(Ok(a)) => Response::Produced {
+                                    base_offset: a.base_offset,
+                                    count: a.count,
+                                    timestamp_us: a.timestamp_us,
+                                },
+                                Ok(Err(e)) => Response::error(e.code(), e.to_string()),
+                                Err(_) => Response::error(ErrorCode::SHUTTING_DOWN, "server is shutting down"),
+                            };
+                            let _ = writer.send(OutFrame::response(id, &resp)).await;
+                        });
+                        return;
+                    }
+                    Err(e) => Err(e),
+                }
+            }
+            Request::Subscribe {
+                stream,
+                topic,
+                partition,
+                consumer,
+                start,
+                prefetch,
+            } => self.subscribe(stream, &topic, partition, &consumer, start, prefetch),
+            Request::Credit { stream, events } => {
+                if let Some((_, c)) = self.streams.get(&stream) {
+                    c.grant(events);
+                }
+                return;
+            }
+            Request::Unsubscribe { stream } => {
+                if let Some((task, _)) = self.streams.remove(&stream) {
+                    task.abort();
+                }
+                Ok(Response::Done)
+            }
+            Request::FetchData { topic, partition, items } => match self.partition(&topic, partition) {
+                Ok(p) => {
+                    let writer = self.writer.clone();
+                    tokio::spawn(async move {
+                        let read = tokio::task::spawn_blocking(move || {
+                            let mut out = Vec::new();
+                            for (base, ranges) in &items {
+                                p.log.read_data(*base, ranges, &mut out)?;
+                            }
+                            Ok::<_, ServerError>(out)
+                        })
+                        .await;
+                        let frame = match read {
+                            Ok(Ok(bulk)) => {
+                                let total = bulk.iter().map(|b| b.len() as u64).sum();
+                                OutFrame::response(id, &Response::Data { total }).with_bulk(bulk)
+                            }
+                            Ok(Err(e)) => OutFrame::response(id, &Response::error(e.code(), e.to_string())),
+                            Err(e) => OutFrame::response(id, &Response::error(ErrorCode::INTERNAL, e.to_string())),
+                        };
+                        let _ = writer.send(frame).await;
+                    });
+                    return;
+                }
+                Err(e) => Err(e),
+            },
+            Request::Commit {
+                topic,
+                partition,
+                consumer,
+                offset,
+            } => match self.partition(&topic, partition) {
+                Ok(p) => {
+                    let r = tokio::task::spawn_blocking(move || p.offsets.commit(&consumer, offset)).await;
+                    match r {
+                        Ok(r) => r.map(|_| Response::Done).map_err(ServerError::from),
+                        Err(e) => Err(ServerError::coded(ErrorCode::INTERNAL, e.to_string())),
+                    }
+                }
+                Err(e) => Err(e),
+            },
+            Request::Offsets { topic, partition } => self
+                .partition(&topic, partition)
+                .map(|p| Response::Offsets(p.offsets.all())),
+        };
+        self.respond(id, result);
+    }
+
+    fn subscribe(
+        &mut self,
+        stream: u64,
+        topic: &str,
+        partition: u32,
+        consumer: &str,
+        start: StartPos,
+        prefetch: u32,
+    ) -> Result<Response, ServerError> {
+        let p = self.partition(topic, partition)?;
+        let log = &p.log;
+        let first = log.first_offset();
+        let next = log.next_offset();
+        let pos = match start {
+            StartPos::Committed => p.offsets.get(consumer).unwrap_or(first),
+            StartPos::Beginning => first,
+            StartPos::End => next,
+            StartPos::Offset(o) => o,
+            StartPos::Timestamp(t) => log.offset_for_timestamp(t),
+        }
+        .clamp(first, next);
+        let credit = Credit::new(prefetch.clamp(1, self.state.config.max_prefetch_events));
+        if let Some((old, _)) = self.streams.remove(&stream) {
+            old.abort();
+        }
+        let task = tokio::spawn(stream::run(p, stream, pos, credit.clone(), self.writer.clone()));
+        self.streams.insert(stream, (task, credit));
+        Ok(Response::Subscribed { start_offset: pos })
+    }
+}
