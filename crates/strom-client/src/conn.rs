@@ -83,12 +83,19 @@ impl ClientConn {
     ) -> Result<(Response, Buffers)> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
-        self.pending.lock().insert(id, Pending { tx, buffers, plan });
+        self.pending
+            .lock()
+            .insert(id, Pending { tx, buffers, plan });
         if self.is_dead() {
             self.pending.lock().remove(&id);
             return Err(self.closed_error());
         }
-        if self.writer.send(OutFrame::request(id, req).with_bulk(bulk)).await.is_err() {
+        if self
+            .writer
+            .send(OutFrame::request(id, req).with_bulk(bulk))
+            .await
+            .is_err()
+        {
             self.pending.lock().remove(&id);
             return Err(self.closed_error());
         }

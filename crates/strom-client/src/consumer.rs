@@ -17,7 +17,9 @@ use strom_proto::{BatchView, ErrorCode, Push, Request, Response, Selection, Star
 use tokio::task::JoinHandle;
 
 use crate::conn::ClientConn;
-use crate::data::{plan_fill, DataBroker, DataBuffer, DataDescriptor, DataSelector, EventMeta, VecBroker};
+use crate::data::{
+    plan_fill, DataBroker, DataBuffer, DataDescriptor, DataSelector, EventMeta, VecBroker,
+};
 use crate::driver::unexpected;
 use crate::error::{Error, Result};
 use crate::event::{Event, PartitionAcks};
@@ -96,7 +98,9 @@ pub struct Consumer {
 impl Consumer {
     pub(crate) fn new(topic: Topic, name: &str, opts: ConsumerOptions) -> Result<Consumer> {
         if name.is_empty() {
-            return Err(Error::InvalidArgument("a consumer needs a non-empty name".into()));
+            return Err(Error::InvalidArgument(
+                "a consumer needs a non-empty name".into(),
+            ));
         }
         let info = topic.info();
         let all: Vec<u32> = (0..info.partitions.len() as u32).collect();
@@ -111,7 +115,10 @@ impl Consumer {
             }
         }
         let d = topic.driver.clone();
-        let addrs: Vec<String> = partitions.iter().map(|&p| info.partitions[p as usize].addr.clone()).collect();
+        let addrs: Vec<String> = partitions
+            .iter()
+            .map(|&p| info.partitions[p as usize].addr.clone())
+            .collect();
         let conns = topic.driver.block_on(async move {
             let mut v = Vec::new();
             for a in &addrs {
@@ -125,7 +132,13 @@ impl Consumer {
             .zip(conns)
             .map(|(&partition, conn)| PartSub {
                 partition,
-                acks: PartitionAcks::new(topic.name().into(), partition, name.into(), conn.clone(), handle.clone()),
+                acks: PartitionAcks::new(
+                    topic.name().into(),
+                    partition,
+                    name.into(),
+                    conn.clone(),
+                    handle.clone(),
+                ),
                 conn,
                 stream: AtomicU64::new(0),
             })
@@ -318,7 +331,9 @@ pub struct PullFuture<'a> {
 
 impl PullFuture<'_> {
     pub fn wait(self) -> Result<Next> {
-        self.consumer.next_blocking(None).unwrap_or(Err(Error::Closed("consumer")))
+        self.consumer
+            .next_blocking(None)
+            .unwrap_or(Err(Error::Closed("consumer")))
     }
 }
 
@@ -358,7 +373,12 @@ async fn run_partition(shared: Arc<Shared>, slot: usize, start: StartPos, epoch:
     }
 }
 
-async fn stream_partition(shared: &Arc<Shared>, slot: usize, start: StartPos, epoch: u64) -> Result<()> {
+async fn stream_partition(
+    shared: &Arc<Shared>,
+    slot: usize,
+    start: StartPos,
+    epoch: u64,
+) -> Result<()> {
     let sub = &shared.parts[slot];
     let stream = NEXT_STREAM.fetch_add(1, Ordering::Relaxed);
     let mut rx = sub.conn.open_stream(stream);
@@ -384,7 +404,8 @@ async fn stream_partition(shared: &Arc<Shared>, slot: usize, start: StartPos, ep
                 meta,
                 ..
             } => {
-                let events = fetch_batch(shared, slot, pos, base_offset, timestamp_us, meta).await?;
+                let events =
+                    fetch_batch(shared, slot, pos, base_offset, timestamp_us, meta).await?;
                 pos = pos.max(base_offset + count as u64);
                 if !events.is_empty() && !shared.deliver(epoch, Item::Events(slot as u32, events)) {
                     return Ok(());
@@ -428,7 +449,13 @@ async fn fetch_batch(
         if offset < pos {
             continue;
         }
-        let em = EventMeta::new(sub.partition, offset, timestamp_us, e.metadata, shared.policy.clone());
+        let em = EventMeta::new(
+            sub.partition,
+            offset,
+            timestamp_us,
+            e.metadata,
+            shared.policy.clone(),
+        );
         let mut fetched = 0;
         let first = buffers.len();
         if e.data_len > 0 {
@@ -440,7 +467,11 @@ async fn fetch_batch(
             let rs = sel.resolve(e.data_len).map_err(Error::Selector)?;
             fetched = rs.iter().map(|r| r.1).sum();
             if fetched > 0 {
-                let bufs = shared.opts.broker.buffers(&em, &sel, fetched).map_err(Error::Broker)?;
+                let bufs = shared
+                    .opts
+                    .broker
+                    .buffers(&em, &sel, fetched)
+                    .map_err(Error::Broker)?;
                 plan_fill(&bufs, first, fetched, &mut plan)?;
                 buffers.extend(bufs);
                 ranges.extend(rs.iter().map(|&(o, l)| (e.data_pos + o, l)));

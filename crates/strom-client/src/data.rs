@@ -53,7 +53,13 @@ pub struct EventMeta {
 }
 
 impl EventMeta {
-    pub(crate) fn new(partition: u32, offset: u64, timestamp_us: u64, raw: Bytes, policy: Arc<TopicPolicy>) -> Self {
+    pub(crate) fn new(
+        partition: u32,
+        offset: u64,
+        timestamp_us: u64,
+        raw: Bytes,
+        policy: Arc<TopicPolicy>,
+    ) -> Self {
         EventMeta {
             partition,
             offset,
@@ -111,7 +117,12 @@ pub trait DataBroker: Send + Sync + 'static {
 pub struct VecBroker;
 
 impl DataBroker for VecBroker {
-    fn buffers(&self, _: &EventMeta, _: &Selection, len: u64) -> std::result::Result<Vec<Box<dyn DataBuffer>>, String> {
+    fn buffers(
+        &self,
+        _: &EventMeta,
+        _: &Selection,
+        len: u64,
+    ) -> std::result::Result<Vec<Box<dyn DataBuffer>>, String> {
         let len = usize::try_from(len).map_err(|_| format!("{len} bytes do not fit in memory"))?;
         Ok(vec![Box::new(vec![0u8; len])])
     }
@@ -119,9 +130,17 @@ impl DataBroker for VecBroker {
 
 impl<F> DataBroker for F
 where
-    F: Fn(&EventMeta, &Selection, u64) -> std::result::Result<Vec<Box<dyn DataBuffer>>, String> + Send + Sync + 'static,
+    F: Fn(&EventMeta, &Selection, u64) -> std::result::Result<Vec<Box<dyn DataBuffer>>, String>
+        + Send
+        + Sync
+        + 'static,
 {
-    fn buffers(&self, meta: &EventMeta, selection: &Selection, len: u64) -> std::result::Result<Vec<Box<dyn DataBuffer>>, String> {
+    fn buffers(
+        &self,
+        meta: &EventMeta,
+        selection: &Selection,
+        len: u64,
+    ) -> std::result::Result<Vec<Box<dyn DataBuffer>>, String> {
         self(meta, selection, len)
     }
 }

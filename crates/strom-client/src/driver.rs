@@ -38,22 +38,34 @@ fn runtime() -> Result<Runtime> {
         .thread_name("strom-client")
         .enable_all()
         .build()
-        .map_err(|e| Error::coded(ErrorCode::INTERNAL, format!("cannot start the client runtime: {e}")))
+        .map_err(|e| {
+            Error::coded(
+                ErrorCode::INTERNAL,
+                format!("cannot start the client runtime: {e}"),
+            )
+        })
 }
 
 impl Driver {
     /// Connects to the group described by a group file.
     pub fn connect(group_file: impl AsRef<Path>) -> Result<Driver> {
         let path = group_file.as_ref();
-        let text = std::fs::read(path)
-            .map_err(|e| Error::GroupFile(format!("cannot read group file {}: {e}", path.display())))?;
-        let group: GroupFile = serde_json::from_slice(&text)
-            .map_err(|e| Error::GroupFile(format!("group file {} is not valid: {e}", path.display())))?;
+        let text = std::fs::read(path).map_err(|e| {
+            Error::GroupFile(format!("cannot read group file {}: {e}", path.display()))
+        })?;
+        let group: GroupFile = serde_json::from_slice(&text).map_err(|e| {
+            Error::GroupFile(format!("group file {} is not valid: {e}", path.display()))
+        })?;
         let master = group
             .members
             .iter()
             .find(|m| m.id == group.master)
-            .ok_or_else(|| Error::GroupFile(format!("group file {} names no master member", path.display())))?;
+            .ok_or_else(|| {
+                Error::GroupFile(format!(
+                    "group file {} names no master member",
+                    path.display()
+                ))
+            })?;
         Self::connect_addr(&master.addr)
     }
 
@@ -131,9 +143,14 @@ impl Driver {
         if let Some(c) = self.inner.conns.lock().get(addr).filter(|c| !c.is_dead()) {
             return Ok(c.clone());
         }
-        let c = ClientConn::connect(&self.inner.transport, addr).await.map_err(|e| {
-            Error::coded(ErrorCode::CONNECTION_FAILED, format!("cannot connect to server {addr}: {e}"))
-        })?;
+        let c = ClientConn::connect(&self.inner.transport, addr)
+            .await
+            .map_err(|e| {
+                Error::coded(
+                    ErrorCode::CONNECTION_FAILED,
+                    format!("cannot connect to server {addr}: {e}"),
+                )
+            })?;
         let mut conns = self.inner.conns.lock();
         match conns.get(addr).filter(|c| !c.is_dead()) {
             Some(existing) => Ok(existing.clone()),
@@ -145,7 +162,10 @@ impl Driver {
     }
 
     pub(crate) async fn master_call(&self, req: Request) -> Result<Response> {
-        self.conn(&self.inner.master).await?.call(&req, Vec::new()).await
+        self.conn(&self.inner.master)
+            .await?
+            .call(&req, Vec::new())
+            .await
     }
 
     fn admin(&self, req: Request) -> Result<Response> {
@@ -179,7 +199,8 @@ impl Driver {
     }
 
     pub fn delete_topic(&self, name: &str) -> Result<()> {
-        self.admin(Request::DeleteTopic { name: name.into() }).map(|_| ())
+        self.admin(Request::DeleteTopic { name: name.into() })
+            .map(|_| ())
     }
 
     /// Committed offsets of every consumer name on one partition.
@@ -196,16 +217,18 @@ impl Driver {
 }
 
 pub(crate) fn unexpected(r: Response) -> Error {
-    Error::coded(ErrorCode::INTERNAL, format!("unexpected response from the server: {r:?}"))
+    Error::coded(
+        ErrorCode::INTERNAL,
+        format!("unexpected response from the server: {r:?}"),
+    )
 }
 
 impl Drop for DriverInner {
     fn drop(&mut self) {
         #[cfg(feature = "embedded")]
         if let Some(server) = self.embedded.lock().take() {
-            let _ = std::thread::scope(|s| {
-                s.spawn(|| self.handle.block_on(server.shutdown())).join()
-            });
+            let _ =
+                std::thread::scope(|s| s.spawn(|| self.handle.block_on(server.shutdown())).join());
         }
         if let Some(rt) = self.runtime.lock().take() {
             rt.shutdown_background();

@@ -194,7 +194,9 @@ pub struct Producer {
 impl Producer {
     pub(crate) fn new(topic: Topic, opts: ProducerOptions) -> Result<Producer> {
         if opts.max_batches == 0 {
-            return Err(Error::InvalidArgument("max_batches must be at least 1".into()));
+            return Err(Error::InvalidArgument(
+                "max_batches must be at least 1".into(),
+            ));
         }
         let policy = topic.policy()?;
         let info = topic.info();
@@ -202,7 +204,10 @@ impl Producer {
         let name = topic.name().to_string();
         let addrs: Vec<String> = info.partitions.iter().map(|p| p.addr.clone()).collect();
         let (id, conns) = topic.driver.block_on(async move {
-            let id = match d.master_call(Request::RegisterProducer { topic: name }).await? {
+            let id = match d
+                .master_call(Request::RegisterProducer { topic: name })
+                .await?
+            {
                 Response::Producer { id } => id,
                 other => return Err(unexpected(other)),
             };
@@ -249,7 +254,11 @@ impl Producer {
 
     /// Queues an event; returns at once unless the partition's in-flight
     /// limit is reached (backpressure).
-    pub fn push(&self, metadata: impl Into<MetadataInput>, data: impl Into<Data>) -> Result<PushFuture> {
+    pub fn push(
+        &self,
+        metadata: impl Into<MetadataInput>,
+        data: impl Into<Data>,
+    ) -> Result<PushFuture> {
         self.push_with(metadata, data, None, &[])
     }
 
@@ -343,7 +352,10 @@ impl Producer {
             topic: self.inner.topic.name().to_string(),
             producer: self.inner.id,
         };
-        self.inner.topic.driver.block_on(async move { d.master_call(req).await })?;
+        self.inner
+            .topic
+            .driver
+            .block_on(async move { d.master_call(req).await })?;
         flushed
     }
 
@@ -387,7 +399,9 @@ impl Inner {
             if st.sealed.is_empty() && self.opts.batch == BatchSize::Adaptive {
                 seal(st);
             }
-            let Some(b) = st.sealed.pop_front() else { return };
+            let Some(b) = st.sealed.pop_front() else {
+                return;
+            };
             st.in_flight += 1;
             let (inner, q) = (self.clone(), q.clone());
             self.topic.driver.inner.handle.spawn(async move {
@@ -398,9 +412,9 @@ impl Inner {
                     meta: b.meta,
                 };
                 let result = match q.conn.call(&req, b.data).await {
-                    Ok(Response::Produced { base_offset, count, .. }) if count == b.count => {
-                        Ok(BatchAck { base_offset })
-                    }
+                    Ok(Response::Produced {
+                        base_offset, count, ..
+                    }) if count == b.count => Ok(BatchAck { base_offset }),
                     Ok(other) => Err(unexpected(other)),
                     Err(e) => Err(e),
                 };

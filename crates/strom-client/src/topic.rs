@@ -51,7 +51,12 @@ impl Topic {
     /// The topic's validator, selector and serializer, as every client builds them.
     pub fn policy(&self) -> Result<TopicPolicy> {
         let s = &self.info.read().spec;
-        Ok(TopicPolicy::new(&s.validator, s.schema.as_deref(), &s.selector, &s.serializer)?)
+        Ok(TopicPolicy::new(
+            &s.validator,
+            s.schema.as_deref(),
+            &s.selector,
+            &s.serializer,
+        )?)
     }
 
     pub fn producer(&self) -> Result<Producer> {

@@ -239,7 +239,10 @@ mod tests {
         let b = b.freeze();
         let mut r = Reader::new(&b);
         assert_eq!(<(u64, String)>::get(&mut r).unwrap(), (7, "héllo".into()));
-        assert_eq!(Option::<Vec<u32>>::get(&mut r).unwrap(), Some(vec![1, 2, 3]));
+        assert_eq!(
+            Option::<Vec<u32>>::get(&mut r).unwrap(),
+            Some(vec![1, 2, 3])
+        );
         r.finish().unwrap();
     }
 }

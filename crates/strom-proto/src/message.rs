@@ -21,18 +21,38 @@ pub type DataItem = (u64, Vec<Range>);
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Request {
-    Hello { client: String },
-    CreateTopic { spec: TopicSpec },
-    DescribeTopic { name: String },
+    Hello {
+        client: String,
+    },
+    CreateTopic {
+        spec: TopicSpec,
+    },
+    DescribeTopic {
+        name: String,
+    },
     ListTopics,
-    DeleteTopic { name: String },
+    DeleteTopic {
+        name: String,
+    },
     /// Ends the topic's stream explicitly.
-    CompleteTopic { name: String },
-    RegisterProducer { topic: String },
-    CloseProducer { topic: String, producer: u64 },
+    CompleteTopic {
+        name: String,
+    },
+    RegisterProducer {
+        topic: String,
+    },
+    CloseProducer {
+        topic: String,
+        producer: u64,
+    },
     /// Appends one batch; `meta` is a [`crate::BatchView`]-parsable section,
     /// the data parts follow in the bulk payload.
-    Produce { topic: String, partition: u32, count: u32, meta: Bytes },
+    Produce {
+        topic: String,
+        partition: u32,
+        count: u32,
+        meta: Bytes,
+    },
     /// Starts pushing metadata batches of a partition as stream `stream`.
     Subscribe {
         stream: u64,
@@ -44,35 +64,75 @@ pub enum Request {
         prefetch: u32,
     },
     /// Grants the stream room for `events` more events. Sent with request id 0: no response.
-    Credit { stream: u64, events: u32 },
-    Unsubscribe { stream: u64 },
+    Credit {
+        stream: u64,
+        events: u32,
+    },
+    Unsubscribe {
+        stream: u64,
+    },
     /// Reads data ranges; the response's bulk holds them back to back.
-    FetchData { topic: String, partition: u32, items: Vec<DataItem> },
+    FetchData {
+        topic: String,
+        partition: u32,
+        items: Vec<DataItem>,
+    },
     /// Persists `offset` (the next offset to read) for a consumer name.
-    Commit { topic: String, partition: u32, consumer: String, offset: u64 },
+    Commit {
+        topic: String,
+        partition: u32,
+        consumer: String,
+        offset: u64,
+    },
     /// Committed offsets of every consumer name of a partition.
-    Offsets { topic: String, partition: u32 },
+    Offsets {
+        topic: String,
+        partition: u32,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Response {
-    Error { code: ErrorCode, message: String },
+    Error {
+        code: ErrorCode,
+        message: String,
+    },
     Done,
-    Hello { member: u32, master: u32, members: Vec<GroupMember> },
+    Hello {
+        member: u32,
+        master: u32,
+        members: Vec<GroupMember>,
+    },
     Topic(TopicInfo),
     Topics(Vec<TopicInfo>),
-    Producer { id: u64 },
-    Produced { base_offset: u64, count: u32, timestamp_us: u64 },
-    Subscribed { start_offset: u64 },
+    Producer {
+        id: u64,
+    },
+    Produced {
+        base_offset: u64,
+        count: u32,
+        timestamp_us: u64,
+    },
+    Subscribed {
+        start_offset: u64,
+    },
     /// Total bytes in the bulk payload that follows.
-    Data { total: u64 },
+    Data {
+        total: u64,
+    },
     Offsets(Vec<(String, u64)>),
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Push {
     /// One stored batch; consumers skip events before their position.
-    Events { partition: u32, base_offset: u64, count: u32, timestamp_us: u64, meta: Bytes },
+    Events {
+        partition: u32,
+        base_offset: u64,
+        count: u32,
+        timestamp_us: u64,
+        meta: Bytes,
+    },
     /// Every event before `end_offset` was delivered and the stream has ended.
     EndOfStream { partition: u32, end_offset: u64 },
     /// The stream failed and was dropped by the server.

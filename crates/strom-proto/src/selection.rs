@@ -66,7 +66,9 @@ impl Selection {
                     return Ok(out);
                 }
                 if *count > MAX_RANGES {
-                    return Err(format!("strided selection of {count} blocks exceeds {MAX_RANGES}"));
+                    return Err(format!(
+                        "strided selection of {count} blocks exceeds {MAX_RANGES}"
+                    ));
                 }
                 let last = stride
                     .checked_mul(count - 1)
@@ -115,7 +117,12 @@ mod tests {
             count: 3,
         };
         assert_eq!(dense.resolve(12).unwrap(), vec![(0, 12)]);
-        assert!(Selection::Range { offset: u64::MAX, len: 2 }.resolve(10).is_err());
+        assert!(Selection::Range {
+            offset: u64::MAX,
+            len: 2
+        }
+        .resolve(10)
+        .is_err());
         assert_eq!(
             Selection::Ranges(vec![(5, 1), (0, 2)]).resolve(6).unwrap(),
             vec![(5, 1), (0, 2)]

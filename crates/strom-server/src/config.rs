@@ -49,8 +49,8 @@ impl ServerConfig {
     pub fn load(path: &Path) -> Result<Self, String> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| format!("cannot read config file {}: {e}", path.display()))?;
-        let cfg: ServerConfig =
-            toml::from_str(&text).map_err(|e| format!("invalid config file {}: {e}", path.display()))?;
+        let cfg: ServerConfig = toml::from_str(&text)
+            .map_err(|e| format!("invalid config file {}: {e}", path.display()))?;
         cfg.validate()?;
         Ok(cfg)
     }

@@ -99,11 +99,18 @@ impl Session {
         tracing::warn!(peer = %self.peer, error = %e, "closing connection after a malformed frame");
         let _ = self
             .writer
-            .send(OutFrame::response(id, &Response::error(e.code(), e.to_string())))
+            .send(OutFrame::response(
+                id,
+                &Response::error(e.code(), e.to_string()),
+            ))
             .await;
     }
 
-    fn partition(&mut self, topic: &str, partition: u32) -> Result<Arc<PartitionManager>, ServerError> {
+    fn partition(
+        &mut self,
+        topic: &str,
+        partition: u32,
+    ) -> Result<Arc<PartitionManager>, ServerError> {
         let key = (topic.to_string(), partition);
         if let Some(p) = self.partitions.get(&key).filter(|p| !p.is_deleted()) {
             return Ok(p.clone());
@@ -138,7 +145,9 @@ impl Session {
                 members: self.state.members(),
             }),
             Request::CreateTopic { spec } => reg.create(spec).map(Response::Topic),
-            Request::DescribeTopic { name } => reg.get(&name).map(|t| Response::Topic(reg.info(&t))),
+            Request::DescribeTopic { name } => {
+                reg.get(&name).map(|t| Response::Topic(reg.info(&t)))
+            }
             Request::ListTopics => Ok(Response::Topics(reg.list())),
             Request::DeleteTopic { name } => reg.delete(&name).map(|_| Response::Done),
             Request::CompleteTopic { name } => match reg.complete(&name) {
@@ -150,43 +159,47 @@ impl Session {
                 }
                 Err(e) => Err(e),
             },
-            Request::RegisterProducer { topic } => reg.register_producer(&topic).map(|id| Response::Producer { id }),
-            Request::CloseProducer { topic, producer } => match reg.close_producer(&topic, producer) {
-                Ok(ended) => {
-                    for p in ended.iter().flat_map(|t| t.partitions.iter()) {
-                        p.seal().await;
+            Request::RegisterProducer { topic } => reg
+                .register_producer(&topic)
+                .map(|id| Response::Producer { id }),
+            Request::CloseProducer { topic, producer } => {
+                match reg.close_producer(&topic, producer) {
+                    Ok(ended) => {
+                        for p in ended.iter().flat_map(|t| t.partitions.iter()) {
+                            p.seal().await;
+                        }
+                        Ok(Response::Done)
                     }
-                    Ok(Response::Done)
+                    Err(e) => Err(e),
                 }
-                Err(e) => Err(e),
-            },
+            }
             Request::Produce {
                 topic,
                 partition,
                 count,
                 meta,
-            } => {
-                match self.partition(&topic, partition) {
-                    Ok(p) => {
-                        let done = p.append(meta, count, bulk);
-                        let writer = self.writer.clone();
-                        tokio::spawn(async move {
-                            let resp = match done.await {
-                                Ok(Ok(a)) => Response::Produced {
-                                    base_offset: a.base_offset,
-                                    count: a.count,
-                                    timestamp_us: a.timestamp_us,
-                                },
-                                Ok(Err(e)) => Response::error(e.code(), e.to_string()),
-                                Err(_) => Response::error(ErrorCode::SHUTTING_DOWN, "server is shutting down"),
-                            };
-                            let _ = writer.send(OutFrame::response(id, &resp)).await;
-                        });
-                        return;
-                    }
-                    Err(e) => Err(e),
+            } => match self.partition(&topic, partition) {
+                Ok(p) => {
+                    let done = p.append(meta, count, bulk);
+                    let writer = self.writer.clone();
+                    tokio::spawn(async move {
+                        let resp = match done.await {
+                            Ok(Ok(a)) => Response::Produced {
+                                base_offset: a.base_offset,
+                                count: a.count,
+                                timestamp_us: a.timestamp_us,
+                            },
+                            Ok(Err(e)) => Response::error(e.code(), e.to_string()),
+                            Err(_) => {
+                                Response::error(ErrorCode::SHUTTING_DOWN, "server is shutting down")
+                            }
+                        };
+                        let _ = writer.send(OutFrame::response(id, &resp)).await;
+                    });
+                    return;
                 }
-            }
+                Err(e) => Err(e),
+            },
             Request::Subscribe {
                 stream,
                 topic,
@@ -207,7 +220,11 @@ impl Session {
                 }
                 Ok(Response::Done)
             }
-            Request::FetchData { topic, partition, items } => match self.partition(&topic, partition) {
+            Request::FetchData {
+                topic,
+                partition,
+                items,
+            } => match self.partition(&topic, partition) {
                 Ok(p) => {
                     let writer = self.writer.clone();
                     tokio::spawn(async move {
@@ -224,8 +241,13 @@ impl Session {
                                 let total = bulk.iter().map(|b| b.len() as u64).sum();
                                 OutFrame::response(id, &Response::Data { total }).with_bulk(bulk)
                             }
-                            Ok(Err(e)) => OutFrame::response(id, &Response::error(e.code(), e.to_string())),
-                            Err(e) => OutFrame::response(id, &Response::error(ErrorCode::INTERNAL, e.to_string())),
+                            Ok(Err(e)) => {
+                                OutFrame::response(id, &Response::error(e.code(), e.to_string()))
+                            }
+                            Err(e) => OutFrame::response(
+                                id,
+                                &Response::error(ErrorCode::INTERNAL, e.to_string()),
+                            ),
                         };
                         let _ = writer.send(frame).await;
                     });
@@ -240,7 +262,9 @@ impl Session {
                 offset,
             } => match self.partition(&topic, partition) {
                 Ok(p) => {
-                    let r = tokio::task::spawn_blocking(move || p.offsets.commit(&consumer, offset)).await;
+                    let r =
+                        tokio::task::spawn_blocking(move || p.offsets.commit(&consumer, offset))
+                            .await;
                     match r {
                         Ok(r) => r.map(|_| Response::Done).map_err(ServerError::from),
                         Err(e) => Err(ServerError::coded(ErrorCode::INTERNAL, e.to_string())),
@@ -280,7 +304,13 @@ impl Session {
         if let Some((old, _)) = self.streams.remove(&stream) {
             old.abort();
         }
-        let task = tokio::spawn(stream::run(p, stream, pos, credit.clone(), self.writer.clone()));
+        let task = tokio::spawn(stream::run(
+            p,
+            stream,
+            pos,
+            credit.clone(),
+            self.writer.clone(),
+        ));
         self.streams.insert(stream, (task, credit));
         Ok(Response::Subscribed { start_offset: pos })
     }

@@ -9,9 +9,8 @@ use strom_proto::GroupFile;
 use crate::error::ServerError;
 
 pub fn write_group_file(path: &Path, group: &GroupFile) -> Result<(), ServerError> {
-    let text = serde_json::to_vec_pretty(group).map_err(|e| {
-        ServerError::io("encoding the group file", std::io::Error::other(e))
-    })?;
+    let text = serde_json::to_vec_pretty(group)
+        .map_err(|e| ServerError::io("encoding the group file", std::io::Error::other(e)))?;
     write_atomic(path, &text)
 }
 
@@ -30,10 +29,12 @@ pub fn read_group_file(path: &Path) -> Result<GroupFile, String> {
 pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), ServerError> {
     let ctx = |what: &str| format!("{what} {}", path.display());
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(|e| ServerError::io(ctx("creating the directory of"), e))?;
+        std::fs::create_dir_all(dir)
+            .map_err(|e| ServerError::io(ctx("creating the directory of"), e))?;
     }
     let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
-    let mut f = std::fs::File::create(&tmp).map_err(|e| ServerError::io(ctx("creating a temp file for"), e))?;
+    let mut f = std::fs::File::create(&tmp)
+        .map_err(|e| ServerError::io(ctx("creating a temp file for"), e))?;
     f.write_all(bytes)
         .and_then(|_| f.sync_all())
         .map_err(|e| ServerError::io(ctx("writing"), e))?;

@@ -69,7 +69,10 @@ impl PartitionManager {
             max_batch_bytes: config.max_batch_bytes,
         };
         let (log, offsets): (Arc<dyn PartitionLog>, OffsetStore) = match spec.partition_type {
-            PartitionType::Memory => (Arc::new(MemoryLog::new(log_config)), OffsetStore::in_memory()),
+            PartitionType::Memory => (
+                Arc::new(MemoryLog::new(log_config)),
+                OffsetStore::in_memory(),
+            ),
             PartitionType::File => (
                 Arc::new(FileLog::open(dir, log_config)?),
                 OffsetStore::open(&dir.join("consumer-offsets"))?,
@@ -216,15 +219,24 @@ impl PartitionManager {
         }
     }
 
-    fn append_now(&self, meta: &Bytes, count: u32, data: &[Bytes]) -> Result<Appended, ServerError> {
+    fn append_now(
+        &self,
+        meta: &Bytes,
+        count: u32,
+        data: &[Bytes],
+    ) -> Result<Appended, ServerError> {
         if *self.sealed.borrow() {
             return Err(ServerError::coded(
                 ErrorCode::TOPIC_CLOSED,
-                format!("topic '{}' has ended; it accepts no more events", self.topic),
+                format!(
+                    "topic '{}' has ended; it accepts no more events",
+                    self.topic
+                ),
             ));
         }
-        let view = BatchView::parse(meta.clone())
-            .map_err(|e| ServerError::coded(ErrorCode::MALFORMED_FRAME, format!("bad batch: {e}")))?;
+        let view = BatchView::parse(meta.clone()).map_err(|e| {
+            ServerError::coded(ErrorCode::MALFORMED_FRAME, format!("bad batch: {e}"))
+        })?;
         let data_len: u64 = data.iter().map(|d| d.len() as u64).sum();
         if view.count() != count || count == 0 || view.data_len() != data_len {
             return Err(ServerError::coded(
@@ -246,7 +258,11 @@ impl PartitionManager {
             while let Ok(more) = rx.try_recv() {
                 group.push(more);
             }
-            let token = group.iter().map(|(a, _)| a.token).max().expect("non-empty group");
+            let token = group
+                .iter()
+                .map(|(a, _)| a.token)
+                .max()
+                .expect("non-empty group");
             match self.log.sync(token) {
                 Ok(()) => {
                     let next = group

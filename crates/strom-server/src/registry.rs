@@ -71,7 +71,9 @@ pub fn check_topic_name(name: &str) -> Result<(), ServerError> {
         && name.len() <= 200
         && name != "."
         && name != ".."
-        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
     if ok {
         Ok(())
     } else {
@@ -122,7 +124,9 @@ impl Registry {
         let dir = self.topic_dir(meta.id, &meta.spec.name);
         let ended = Topic::state(&meta).ended;
         let partitions = (0..meta.spec.partitions)
-            .map(|p| PartitionManager::open(&meta.spec, p, &dir.join(p.to_string()), &self.config, ended))
+            .map(|p| {
+                PartitionManager::open(&meta.spec, p, &dir.join(p.to_string()), &self.config, ended)
+            })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Arc::new(Topic {
             meta: Mutex::new(meta),
@@ -130,7 +134,11 @@ impl Registry {
         }))
     }
 
-    fn persist(&self, topics: &BTreeMap<String, Arc<Topic>>, next_topic_id: u64) -> Result<(), ServerError> {
+    fn persist(
+        &self,
+        topics: &BTreeMap<String, Arc<Topic>>,
+        next_topic_id: u64,
+    ) -> Result<(), ServerError> {
         let p = Persisted {
             next_topic_id,
             topics: topics.values().map(|t| t.meta.lock().clone()).collect(),
@@ -145,11 +153,19 @@ impl Registry {
         if spec.partitions == 0 || spec.partitions > MAX_PARTITIONS {
             return Err(ServerError::coded(
                 ErrorCode::INVALID_TOPIC_SPEC,
-                format!("a topic needs 1 to {MAX_PARTITIONS} partitions, not {}", spec.partitions),
+                format!(
+                    "a topic needs 1 to {MAX_PARTITIONS} partitions, not {}",
+                    spec.partitions
+                ),
             ));
         }
-        strom_policy::TopicPolicy::new(&spec.validator, spec.schema.as_deref(), &spec.selector, &spec.serializer)
-            .map_err(|e| ServerError::coded(ErrorCode::BAD_POLICY_SPEC, e.to_string()))?;
+        strom_policy::TopicPolicy::new(
+            &spec.validator,
+            spec.schema.as_deref(),
+            &spec.selector,
+            &spec.serializer,
+        )
+        .map_err(|e| ServerError::coded(ErrorCode::BAD_POLICY_SPEC, e.to_string()))?;
         let mut inner = self.inner.lock();
         if inner.1.contains_key(&spec.name) {
             return Err(ServerError::coded(
@@ -177,18 +193,31 @@ impl Registry {
 
     pub fn get(&self, name: &str) -> Result<Arc<Topic>, ServerError> {
         self.inner.lock().1.get(name).cloned().ok_or_else(|| {
-            ServerError::coded(ErrorCode::TOPIC_NOT_FOUND, format!("no topic named '{name}'"))
+            ServerError::coded(
+                ErrorCode::TOPIC_NOT_FOUND,
+                format!("no topic named '{name}'"),
+            )
         })
     }
 
-    pub fn partition(&self, topic: &str, partition: u32) -> Result<Arc<PartitionManager>, ServerError> {
+    pub fn partition(
+        &self,
+        topic: &str,
+        partition: u32,
+    ) -> Result<Arc<PartitionManager>, ServerError> {
         let t = self.get(topic)?;
-        t.partitions.get(partition as usize).cloned().ok_or_else(|| {
-            ServerError::coded(
-                ErrorCode::PARTITION_NOT_FOUND,
-                format!("topic '{topic}' has {} partitions; {partition} does not exist", t.partitions.len()),
-            )
-        })
+        t.partitions
+            .get(partition as usize)
+            .cloned()
+            .ok_or_else(|| {
+                ServerError::coded(
+                    ErrorCode::PARTITION_NOT_FOUND,
+                    format!(
+                        "topic '{topic}' has {} partitions; {partition} does not exist",
+                        t.partitions.len()
+                    ),
+                )
+            })
     }
 
     pub fn info(&self, t: &Topic) -> TopicInfo {
@@ -218,7 +247,10 @@ impl Registry {
     pub fn delete(&self, name: &str) -> Result<(), ServerError> {
         let mut inner = self.inner.lock();
         let topic = inner.1.remove(name).ok_or_else(|| {
-            ServerError::coded(ErrorCode::TOPIC_NOT_FOUND, format!("no topic named '{name}'"))
+            ServerError::coded(
+                ErrorCode::TOPIC_NOT_FOUND,
+                format!("no topic named '{name}'"),
+            )
         })?;
         self.persist(&inner.1, inner.0)?;
         drop(inner);
@@ -244,7 +276,10 @@ impl Registry {
     ) -> Result<(T, bool, Arc<Topic>), ServerError> {
         let inner = self.inner.lock();
         let topic = inner.1.get(name).cloned().ok_or_else(|| {
-            ServerError::coded(ErrorCode::TOPIC_NOT_FOUND, format!("no topic named '{name}'"))
+            ServerError::coded(
+                ErrorCode::TOPIC_NOT_FOUND,
+                format!("no topic named '{name}'"),
+            )
         })?;
         let (out, ended) = {
             let mut meta = topic.meta.lock();
@@ -265,7 +300,10 @@ impl Registry {
         if Topic::state(meta).ended {
             return Err(ServerError::coded(
                 ErrorCode::TOPIC_CLOSED,
-                format!("topic '{}' has ended; it accepts no new producers", meta.spec.name),
+                format!(
+                    "topic '{}' has ended; it accepts no new producers",
+                    meta.spec.name
+                ),
             ));
         }
         Ok(())
@@ -284,7 +322,11 @@ impl Registry {
     }
 
     /// Closes a producer's part of the stream; returns the topic if it ended.
-    pub fn close_producer(&self, topic: &str, producer: u64) -> Result<Option<Arc<Topic>>, ServerError> {
+    pub fn close_producer(
+        &self,
+        topic: &str,
+        producer: u64,
+    ) -> Result<Option<Arc<Topic>>, ServerError> {
         let (_, ended, t) = self.update(topic, |m| match m.producers.get_mut(&producer) {
             Some(closed) => {
                 *closed = true;
@@ -317,7 +359,6 @@ impl Registry {
     }
 }
 
-
 impl Registry {
     /// Applies every partition's retention policy.
     pub fn enforce_retention(&self, now_us: u64) {
@@ -326,8 +367,12 @@ impl Registry {
             for p in &t.partitions {
                 match p.log.enforce_retention(now_us) {
                     Ok(0) => {}
-                    Ok(n) => tracing::info!(topic = %p.topic, partition = p.id, segments = n, "retention dropped segments"),
-                    Err(e) => tracing::warn!(topic = %p.topic, partition = p.id, error = %e, "retention failed"),
+                    Ok(n) => {
+                        tracing::info!(topic = %p.topic, partition = p.id, segments = n, "retention dropped segments")
+                    }
+                    Err(e) => {
+                        tracing::warn!(topic = %p.topic, partition = p.id, error = %e, "retention failed")
+                    }
                 }
             }
         }

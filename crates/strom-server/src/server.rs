@@ -50,8 +50,12 @@ impl Server {
         config
             .validate()
             .map_err(|e| ServerError::coded(strom_proto::ErrorCode::INVALID_ARGUMENT, e))?;
-        std::fs::create_dir_all(&config.data_dir)
-            .map_err(|e| ServerError::io(format!("creating data dir {}", config.data_dir.display()), e))?;
+        std::fs::create_dir_all(&config.data_dir).map_err(|e| {
+            ServerError::io(
+                format!("creating data dir {}", config.data_dir.display()),
+                e,
+            )
+        })?;
         let transport = TcpTransport {
             max_frame: config.max_frame_bytes,
         };
@@ -61,7 +65,9 @@ impl Server {
             let (config, addr) = (config.clone(), addr.clone());
             tokio::task::spawn_blocking(move || Registry::open(&config, 0, addr))
                 .await
-                .map_err(|e| ServerError::coded(strom_proto::ErrorCode::INTERNAL, e.to_string()))??
+                .map_err(|e| {
+                    ServerError::coded(strom_proto::ErrorCode::INTERNAL, e.to_string())
+                })??
         };
         let state = Arc::new(State {
             config,
@@ -104,7 +110,8 @@ impl Server {
                     _ = stopped.changed() => break,
                 }
                 let s = retention_state.clone();
-                let _ = tokio::task::spawn_blocking(move || s.registry.enforce_retention(now_us())).await;
+                let _ = tokio::task::spawn_blocking(move || s.registry.enforce_retention(now_us()))
+                    .await;
             }
         });
         tracing::info!(addr = %addr, data_dir = %state.config.data_dir.display(), "strom server listening");

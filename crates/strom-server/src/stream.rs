@@ -44,7 +44,13 @@ impl Credit {
     }
 }
 
-pub async fn run(pm: Arc<PartitionManager>, stream: u64, mut pos: u64, credit: Arc<Credit>, writer: WriterHandle) {
+pub async fn run(
+    pm: Arc<PartitionManager>,
+    stream: u64,
+    mut pos: u64,
+    credit: Arc<Credit>,
+    writer: WriterHandle,
+) {
     let mut visible = pm.watch_visible();
     let mut sealed = pm.watch_sealed();
     loop {

@@ -1,1 +1,0 @@
-//! strom-cli (placeholder)

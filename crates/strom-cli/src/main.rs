@@ -1,0 +1,85 @@
+//! The `strom` command. Results go to stdout (JSON lines or tables);
+//! diagnostics and logs go to stderr, so piped output stays clean.
+
+mod consume;
+mod demo;
+mod produce;
+mod server;
+mod topic;
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+#[derive(Parser)]
+#[command(
+    name = "strom",
+    version,
+    about = "Strom: persistent event streaming for HPC workflows"
+)]
+struct Cli {
+    /// Group file to bootstrap from (written by `strom server`).
+    #[arg(long, global = true, env = "STROM_GROUP_FILE")]
+    group_file: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a server process.
+    Server(server::ServerArgs),
+    /// Create, list, describe, complete or delete topics.
+    #[command(subcommand)]
+    Topic(topic::TopicCmd),
+    /// Produce JSON lines from stdin as events; prints each event's offset.
+    Produce(produce::ProduceArgs),
+    /// Consume events as JSON lines on stdout.
+    Consume(consume::ConsumeArgs),
+    /// Run an embedded server, a producer and a consumer, and print throughput.
+    Demo(demo::DemoArgs),
+}
+
+fn init_logging(default: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("STROM_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Server(a) => {
+            init_logging("info");
+            server::run(a, cli.group_file)
+        }
+        other => {
+            init_logging("warn");
+            match other {
+                Command::Topic(c) => topic::run(c, cli.group_file),
+                Command::Produce(a) => produce::run(a, cli.group_file),
+                Command::Consume(a) => consume::run(a, cli.group_file),
+                Command::Demo(a) => demo::run(a),
+                Command::Server(_) => unreachable!("handled above"),
+            }
+        }
+    };
+    if let Err(e) = result {
+        eprintln!("strom: error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+/// Connects to the group named by `--group-file` / `STROM_GROUP_FILE`.
+pub(crate) fn connect(group_file: Option<PathBuf>) -> anyhow::Result<strom_client::Driver> {
+    let path = group_file.ok_or_else(|| {
+        anyhow::anyhow!("no group file: pass --group-file FILE or set STROM_GROUP_FILE")
+    })?;
+    Ok(strom_client::Driver::connect(&path)?)
+}

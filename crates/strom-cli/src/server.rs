@@ -1,0 +1,64 @@
+//! `strom server`: run one server process until SIGTERM or SIGINT, then shut
+//! down cleanly (stop accepting, finish queued appends, sync, exit 0).
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Args;
+use strom_server::{Server, ServerConfig};
+
+#[derive(Args)]
+pub struct ServerArgs {
+    /// TOML configuration file; flags below override its values.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Data directory (registry and file partitions).
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// Address to listen on; port 0 picks a free port.
+    #[arg(long)]
+    listen: Option<String>,
+}
+
+pub fn run(args: ServerArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> {
+    let mut config = match &args.config {
+        Some(p) => ServerConfig::load(p).map_err(anyhow::Error::msg)?,
+        None => ServerConfig::default(),
+    };
+    if let Some(d) = args.data_dir {
+        config.data_dir = d;
+    }
+    if let Some(l) = args.listen {
+        config.listen = l;
+    }
+    if group_file.is_some() {
+        config.group_file = group_file;
+    }
+    config.validate().map_err(anyhow::Error::msg)?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .thread_name("strom-server")
+        .enable_all()
+        .build()
+        .context("starting the server runtime")?;
+    rt.block_on(async move {
+        let server = Server::start(config).await?;
+        eprintln!("strom server listening on {}", server.addr());
+        wait_for_signal().await?;
+        tracing::info!("shutting down");
+        server.shutdown().await;
+        Ok::<_, anyhow::Error>(())
+    })?;
+    rt.shutdown_timeout(std::time::Duration::from_secs(5));
+    Ok(())
+}
+
+async fn wait_for_signal() -> anyhow::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+    Ok(())
+}

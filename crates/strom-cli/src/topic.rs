@@ -1,0 +1,208 @@
+//! `strom topic ...`: administer topics.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use strom_client::{Durability, PartitionType, TopicInfo, TopicSpec};
+
+#[derive(Subcommand)]
+pub enum TopicCmd {
+    /// Create a topic.
+    Create(CreateArgs),
+    /// List topics.
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show a topic's spec, partitions, offsets and consumer positions.
+    Describe {
+        name: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// End a topic's stream: consumers see end of stream after what was written.
+    Complete { name: String },
+    /// Delete a topic and its data.
+    Delete { name: String },
+}
+
+#[derive(Args)]
+pub struct CreateArgs {
+    name: String,
+    #[arg(long, default_value_t = 1)]
+    partitions: u32,
+    /// memory | file
+    #[arg(long = "type", default_value = "file")]
+    partition_type: String,
+    /// always | never | interval:<ms>
+    #[arg(long, default_value = "never")]
+    durability: String,
+    /// none | json | json-schema
+    #[arg(long, default_value = "none")]
+    validator: String,
+    /// Inline JSON schema, or @FILE to read it from a file.
+    #[arg(long)]
+    schema: Option<String>,
+    /// round-robin | hash:<field> | explicit
+    #[arg(long, default_value = "round-robin")]
+    selector: String,
+    /// json | binary
+    #[arg(long, default_value = "json")]
+    serializer: String,
+    #[arg(long)]
+    retention_bytes: Option<u64>,
+    #[arg(long)]
+    retention_ms: Option<u64>,
+    #[arg(long)]
+    segment_bytes: Option<u64>,
+}
+
+pub fn run(cmd: TopicCmd, group_file: Option<PathBuf>) -> anyhow::Result<()> {
+    let d = crate::connect(group_file)?;
+    match cmd {
+        TopicCmd::Create(a) => {
+            let schema = match a.schema {
+                Some(s) if s.starts_with('@') => Some(
+                    std::fs::read_to_string(&s[1..])
+                        .with_context(|| format!("reading schema file {}", &s[1..]))?,
+                ),
+                s => s,
+            };
+            let spec = TopicSpec {
+                partition_type: PartitionType::parse(&a.partition_type)
+                    .map_err(anyhow::Error::msg)?,
+                durability: Durability::parse(&a.durability).map_err(anyhow::Error::msg)?,
+                validator: a.validator,
+                schema,
+                selector: a.selector,
+                serializer: a.serializer,
+                retention_bytes: a.retention_bytes,
+                retention_ms: a.retention_ms,
+                segment_bytes: a.segment_bytes,
+                ..TopicSpec::new(a.name, a.partitions)
+            };
+            let t = d.create_topic(spec)?;
+            eprintln!(
+                "created topic '{}' with {} partitions",
+                t.name(),
+                t.partitions()
+            );
+        }
+        TopicCmd::List { json } => {
+            let topics = d.list_topics()?;
+            if json {
+                let v: Vec<_> = topics.iter().map(|t| info_json(t, None)).collect();
+                println!("{}", serde_json::to_string_pretty(&v)?);
+            } else {
+                println!(
+                    "{:<32} {:>10} {:>7} {:>12} {:>7}",
+                    "TOPIC", "PARTITIONS", "TYPE", "EVENTS", "ENDED"
+                );
+                for t in topics {
+                    let events: u64 = t
+                        .partitions
+                        .iter()
+                        .map(|p| p.next_offset - p.first_offset)
+                        .sum();
+                    println!(
+                        "{:<32} {:>10} {:>7} {:>12} {:>7}",
+                        t.spec.name,
+                        t.partitions.len(),
+                        t.spec.partition_type.as_str(),
+                        events,
+                        t.state.ended
+                    );
+                }
+            }
+        }
+        TopicCmd::Describe { name, json } => {
+            let info = d.describe(&name)?;
+            let mut consumers = Vec::new();
+            for p in &info.partitions {
+                consumers.push(d.consumer_offsets(&name, p.id)?);
+            }
+            let v = info_json(&info, Some(&consumers));
+            if json {
+                println!("{}", serde_json::to_string_pretty(&v)?);
+            } else {
+                print_describe(&info, &consumers);
+            }
+        }
+        TopicCmd::Complete { name } => {
+            d.open_topic(&name)?.complete()?;
+            eprintln!("topic '{name}' completed");
+        }
+        TopicCmd::Delete { name } => {
+            d.delete_topic(&name)?;
+            eprintln!("deleted topic '{name}'");
+        }
+    }
+    Ok(())
+}
+
+fn info_json(t: &TopicInfo, consumers: Option<&[Vec<(String, u64)>]>) -> serde_json::Value {
+    let s = &t.spec;
+    serde_json::json!({
+        "name": s.name,
+        "partition_type": s.partition_type.as_str(),
+        "durability": s.durability.to_string(),
+        "validator": s.validator,
+        "schema": s.schema,
+        "selector": s.selector,
+        "serializer": s.serializer,
+        "retention_bytes": s.retention_bytes,
+        "retention_ms": s.retention_ms,
+        "state": {
+            "open_producers": t.state.open_producers,
+            "closed_producers": t.state.closed_producers,
+            "ended": t.state.ended,
+        },
+        "partitions": t.partitions.iter().enumerate().map(|(i, p)| serde_json::json!({
+            "id": p.id,
+            "member": p.member,
+            "addr": p.addr,
+            "first_offset": p.first_offset,
+            "next_offset": p.next_offset,
+            "consumers": consumers.and_then(|c| c.get(i)).map(|c| c.iter().map(|(n, o)| serde_json::json!({
+                "name": n, "committed": o, "lag": p.next_offset.saturating_sub(*o)
+            })).collect::<Vec<_>>()),
+        })).collect::<Vec<_>>(),
+    })
+}
+
+fn print_describe(t: &TopicInfo, consumers: &[Vec<(String, u64)>]) {
+    let s = &t.spec;
+    println!("topic       {}", s.name);
+    println!(
+        "type        {}  durability {}",
+        s.partition_type.as_str(),
+        s.durability
+    );
+    println!(
+        "policies    validator={} selector={} serializer={}",
+        s.validator, s.selector, s.serializer
+    );
+    println!(
+        "stream      open_producers={} closed_producers={} ended={}",
+        t.state.open_producers, t.state.closed_producers, t.state.ended
+    );
+    println!(
+        "{:>9} {:>22} {:>12} {:>12}  CONSUMERS (committed/lag)",
+        "PARTITION", "SERVER", "FIRST", "NEXT"
+    );
+    for (p, c) in t.partitions.iter().zip(consumers) {
+        let cs: Vec<String> = c
+            .iter()
+            .map(|(n, o)| format!("{n}={o}/{}", p.next_offset.saturating_sub(*o)))
+            .collect();
+        println!(
+            "{:>9} {:>22} {:>12} {:>12}  {}",
+            p.id,
+            p.addr,
+            p.first_offset,
+            p.next_offset,
+            cs.join(" ")
+        );
+    }
+}

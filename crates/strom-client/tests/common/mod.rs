@@ -1,0 +1,96 @@
+//! Helpers shared by the conformance suite: an embedded server per test in
+//! its own temporary directory, topic creation per partition type, draining
+//! a consumer to the end of its stream, and reproducible test data.
+
+use std::time::Duration;
+
+use strom_client::{Consumer, Driver, Event, Next, PartitionType, Topic, TopicSpec};
+use tempfile::TempDir;
+
+/// Longest any single pull may wait in a test before it counts as a hang.
+pub const PULL_LIMIT: Duration = Duration::from_secs(5);
+
+/// An embedded server with its data in a fresh temporary directory. The
+/// directory outlives the driver (fields drop in declaration order).
+pub struct Server {
+    pub driver: Driver,
+    _dir: TempDir,
+}
+
+impl Server {
+    pub fn start() -> Server {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let driver = Driver::embedded(dir.path()).expect("embedded server starts");
+        Server { driver, _dir: dir }
+    }
+
+    /// A topic with `partitions` partitions of type `pt` and default policies.
+    pub fn topic(&self, name: &str, partitions: u32, pt: PartitionType) -> Topic {
+        self.topic_with(name, partitions, pt, |_| {})
+    }
+
+    /// Like [`topic`](Self::topic), after `edit` has adjusted the spec.
+    pub fn topic_with(
+        &self,
+        name: &str,
+        partitions: u32,
+        pt: PartitionType,
+        edit: impl FnOnce(&mut TopicSpec),
+    ) -> Topic {
+        let mut spec = TopicSpec::new(name, partitions);
+        spec.partition_type = pt;
+        edit(&mut spec);
+        self.driver.create_topic(spec).expect("topic is created")
+    }
+}
+
+/// The next event, failing the test on end of stream, error or hang.
+pub fn next_event(c: &Consumer) -> Event {
+    match c.pull_timeout(PULL_LIMIT) {
+        Ok(Next::Event(e)) => e,
+        Ok(Next::EndOfStream) => panic!("expected an event, got end of stream"),
+        Err(e) => panic!("expected an event, got error: {e}"),
+    }
+}
+
+/// Every event up to the end of the stream, which must come within
+/// [`PULL_LIMIT`] of the previous event.
+pub fn drain(c: &Consumer) -> Vec<Event> {
+    let mut out = Vec::new();
+    loop {
+        match c.pull_timeout(PULL_LIMIT) {
+            Ok(Next::Event(e)) => out.push(e),
+            Ok(Next::EndOfStream) => return out,
+            Err(e) => panic!(
+                "expected an event or end of stream after {} events, got error: {e}",
+                out.len()
+            ),
+        }
+    }
+}
+
+/// Exactly `n` events (no end of stream required).
+pub fn take(c: &Consumer, n: usize) -> Vec<Event> {
+    (0..n).map(|_| next_event(c)).collect()
+}
+
+/// `len` reproducible pseudo-random bytes (xorshift), different per seed.
+pub fn random_bytes(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect()
+}
+
+/// The `field` of an event's JSON metadata as an integer.
+pub fn field(e: &Event, field: &str) -> u64 {
+    let v = e.json().expect("metadata decodes");
+    v[field]
+        .as_u64()
+        .unwrap_or_else(|| panic!("metadata {v} has no integer field '{field}'"))
+}

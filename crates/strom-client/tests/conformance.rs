@@ -1,0 +1,808 @@
+//! The client conformance suite: what a user of the Rust client relies on,
+//! checked end to end against an embedded server. Every test body runs once
+//! per partition type (`memory::*` and `file::*`), each against its own
+//! server in its own temporary directory, so tests run in parallel.
+
+mod common;
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::{drain, field, next_event, random_bytes, take, Server};
+use serde_json::json;
+use strom_client::{
+    ConsumerOptions, DataBuffer, DataDescriptor, Error, ErrorCode, EventMeta, Next, PartitionType,
+    Producer, Selection, StartPos,
+};
+
+/// Generates `mod memory` and `mod file`, each with one `#[test]` per body.
+macro_rules! conformance {
+    ($($name:ident),* $(,)?) => {
+        mod memory {
+            $(#[test]
+            fn $name() {
+                super::$name(strom_client::PartitionType::Memory)
+            })*
+        }
+        mod file {
+            $(#[test]
+            fn $name() {
+                super::$name(strom_client::PartitionType::File)
+            })*
+        }
+    };
+}
+
+conformance!(
+    each_producer_keeps_its_order_and_offsets_are_dense,
+    every_data_selector_fetches_exactly_the_selected_bytes,
+    custom_broker_receives_the_bytes_across_its_buffers_in_order,
+    json_schema_validator_rejects_bad_metadata_and_names_the_rule,
+    json_validator_rejects_text_that_is_not_json,
+    acks_persist_across_a_consumer_restart_per_name,
+    seek_to_beginning_replays_every_event,
+    seek_to_end_receives_only_newer_events,
+    seek_to_offset_starts_at_that_offset,
+    seek_to_timestamp_starts_at_the_first_event_not_older,
+    seek_to_committed_returns_after_the_last_ack,
+    end_of_stream_comes_only_after_every_producer_closed,
+    complete_ends_the_stream_with_a_producer_open_and_rejects_pushes,
+    process_calls_start_then_each_event_in_order_then_end,
+    process_on_an_empty_completed_topic_calls_start_then_end,
+    empty_and_multi_segment_data_arrive_concatenated,
+    round_robin_spreads_events_over_every_partition,
+    hash_selector_sends_equal_keys_to_one_partition,
+    consumer_restricted_to_a_partition_sees_only_that_partition,
+    iterating_a_consumer_ends_at_end_of_stream,
+);
+
+/// Pushes `n` events with metadata `{"i": i}` and data from `data(i)`,
+/// waits for all of them, and returns their ids.
+fn push_n(p: &Producer, n: u64, data: impl Fn(u64) -> Vec<u8>) -> Vec<strom_client::EventId> {
+    let futs: Vec<_> = (0..n)
+        .map(|i| {
+            p.push(json!({ "i": i }), data(i))
+                .expect("push is accepted")
+        })
+        .collect();
+    p.flush().expect("flush succeeds");
+    futs.into_iter()
+        .map(|f| f.wait().expect("event is stored"))
+        .collect()
+}
+
+fn offsets(events: &[strom_client::Event]) -> Vec<u64> {
+    events.iter().map(|e| e.offset).collect()
+}
+
+fn no_data(_: u64) -> Vec<u8> {
+    Vec::new()
+}
+
+// ---------------------------------------------------------------- ordering
+
+fn each_producer_keeps_its_order_and_offsets_are_dense(pt: PartitionType) {
+    const N: u64 = 300;
+    let s = Server::start();
+    let t = s.topic("order", 1, pt);
+    std::thread::scope(|scope| {
+        for k in 0..3u64 {
+            let t = &t;
+            scope.spawn(move || {
+                let p = t.producer().expect("producer");
+                let futs: Vec<_> = (0..N)
+                    .map(|i| {
+                        let meta = json!({ "producer": k, "seq": i });
+                        p.push(meta, vec![k as u8; (i % 5) as usize]).expect("push")
+                    })
+                    .collect();
+                p.close().expect("close");
+                let ids: Vec<_> = futs
+                    .into_iter()
+                    .map(|f| f.wait().expect("stored"))
+                    .collect();
+                assert!(
+                    ids.windows(2).all(|w| w[0].offset < w[1].offset),
+                    "producer {k}'s offsets are not increasing in push order"
+                );
+            });
+        }
+    });
+    let events = drain(&t.consumer("c").expect("consumer"));
+    assert_eq!(
+        offsets(&events),
+        (0..3 * N).collect::<Vec<_>>(),
+        "offsets are not dense from 0"
+    );
+    let mut last: HashMap<u64, u64> = HashMap::new();
+    let mut seen = vec![0u64; 3];
+    for e in &events {
+        let (k, seq) = (field(e, "producer"), field(e, "seq"));
+        if let Some(prev) = last.insert(k, seq) {
+            assert!(seq > prev, "producer {k}: seq {seq} arrived after {prev}");
+        }
+        assert_eq!(
+            e.data(),
+            &vec![k as u8; (seq % 5) as usize][..],
+            "data of producer {k} seq {seq}"
+        );
+        seen[k as usize] += 1;
+    }
+    assert_eq!(seen, vec![N; 3], "events per producer");
+}
+
+// ---------------------------------------------------- selectors and brokers
+
+const DATA_LEN: usize = 4096;
+
+/// A topic holding 4 events of `DATA_LEN` pseudo-random bytes each, with
+/// metadata `{"i": i}`; returns the server, the topic and the bytes.
+fn data_topic(pt: PartitionType) -> (Server, strom_client::Topic, Vec<Vec<u8>>) {
+    let s = Server::start();
+    let t = s.topic("data", 1, pt);
+    let originals: Vec<Vec<u8>> = (0..4).map(|i| random_bytes(i + 1, DATA_LEN)).collect();
+    let p = t.producer().expect("producer");
+    push_n(&p, 4, |i| originals[i as usize].clone());
+    p.close().expect("close");
+    (s, t, originals)
+}
+
+fn every_data_selector_fetches_exactly_the_selected_bytes(pt: PartitionType) {
+    let (_s, t, orig) = data_topic(pt);
+    let read = |name: &str, selector: Arc<dyn strom_client::DataSelector>| {
+        let opts = ConsumerOptions {
+            selector,
+            ..Default::default()
+        };
+        let events = drain(&t.consumer_with(name, opts).expect("consumer"));
+        assert_eq!(events.len(), orig.len(), "selector {name}: event count");
+        for e in &events {
+            assert_eq!(e.data_size(), DATA_LEN as u64, "selector {name}: data_size");
+            assert_eq!(
+                e.fetched_len(),
+                e.data_vec().len() as u64,
+                "selector {name}: fetched_len"
+            );
+        }
+        events
+    };
+
+    for e in read("none", Arc::new(Selection::None)) {
+        assert_eq!(e.fetched_len(), 0);
+        assert!(
+            e.data().is_empty() && e.data_vec().is_empty(),
+            "Selection::None fetched bytes"
+        );
+    }
+    for e in read("all", Arc::new(Selection::All)) {
+        assert_eq!(
+            e.data_vec(),
+            orig[e.offset as usize],
+            "Selection::All at {}",
+            e.offset
+        );
+        assert_eq!(e.data(), &orig[e.offset as usize][..]);
+    }
+    for e in read(
+        "range",
+        Arc::new(Selection::Range {
+            offset: 100,
+            len: 1000,
+        }),
+    ) {
+        assert_eq!(
+            e.data_vec(),
+            orig[e.offset as usize][100..1100],
+            "Selection::Range at {}",
+            e.offset
+        );
+    }
+    let strided = Selection::Strided {
+        offset: 7,
+        block: 16,
+        stride: 100,
+        count: 40,
+    };
+    for e in read("strided", Arc::new(strided)) {
+        let o = &orig[e.offset as usize];
+        let want: Vec<u8> = (0..40)
+            .flat_map(|i| o[7 + i * 100..7 + i * 100 + 16].to_vec())
+            .collect();
+        assert_eq!(e.data_vec(), want, "Selection::Strided at {}", e.offset);
+    }
+    let ranges = Selection::Ranges(vec![(4000, 96), (0, 10), (2048, 1), (11, 5)]);
+    for e in read("ranges", Arc::new(ranges)) {
+        let o = &orig[e.offset as usize];
+        let want = [&o[4000..4096], &o[0..10], &o[2048..2049], &o[11..16]].concat();
+        assert_eq!(
+            e.data_vec(),
+            want,
+            "Selection::Ranges (in the given order) at {}",
+            e.offset
+        );
+    }
+    // A closure choosing per event from its metadata and descriptor.
+    let per_event = |m: &EventMeta, d: &DataDescriptor| {
+        let i = m.json().expect("metadata")["i"].as_u64().expect("i");
+        match i {
+            0 => Selection::None,
+            1 => Selection::All,
+            2 => Selection::Range {
+                offset: d.size - 10,
+                len: 10,
+            },
+            _ => Selection::Strided {
+                offset: 0,
+                block: 1,
+                stride: 2,
+                count: d.size / 2,
+            },
+        }
+    };
+    let events = read("closure", Arc::new(per_event));
+    let want: Vec<Vec<u8>> = vec![
+        Vec::new(),
+        orig[1].clone(),
+        orig[2][DATA_LEN - 10..].to_vec(),
+        orig[3].iter().step_by(2).copied().collect(),
+    ];
+    for (e, want) in events.iter().zip(&want) {
+        assert_eq!(&e.data_vec(), want, "closure selector at {}", e.offset);
+    }
+}
+
+fn custom_broker_receives_the_bytes_across_its_buffers_in_order(pt: PartitionType) {
+    let (_s, t, orig) = data_topic(pt);
+    let calls = Arc::new(Mutex::new(Vec::new()));
+    let seen = calls.clone();
+    let broker = move |m: &EventMeta,
+                       sel: &Selection,
+                       len: u64|
+          -> Result<Vec<Box<dyn DataBuffer>>, String> {
+        seen.lock().unwrap().push((m.offset, sel.clone(), len));
+        let len = len as usize;
+        Ok(vec![Box::new(vec![0u8; 10]), Box::new(vec![0u8; len - 10])])
+    };
+    let opts = ConsumerOptions {
+        broker: Arc::new(broker),
+        ..Default::default()
+    };
+    let events = drain(&t.consumer_with("broker", opts).expect("consumer"));
+    assert_eq!(events.len(), orig.len());
+    for e in &events {
+        let o = &orig[e.offset as usize];
+        let bufs = e.buffers();
+        assert_eq!(bufs.len(), 2, "the broker's two buffers are handed back");
+        assert_eq!(bufs[0].as_slice(), &o[..10], "first buffer at {}", e.offset);
+        assert_eq!(
+            bufs[1].as_slice(),
+            &o[10..],
+            "second buffer at {}",
+            e.offset
+        );
+        assert_eq!(e.data_vec(), *o, "data_vec concatenates the buffers");
+    }
+    let calls = calls.lock().unwrap().clone();
+    let want: Vec<_> = (0..4)
+        .map(|o| (o, Selection::All, DATA_LEN as u64))
+        .collect();
+    assert_eq!(calls, want, "broker calls (offset, selection, len)");
+}
+
+// -------------------------------------------------------------- validators
+
+fn json_schema_validator_rejects_bad_metadata_and_names_the_rule(pt: PartitionType) {
+    let s = Server::start();
+    let schema = json!({
+        "type": "object",
+        "required": ["step"],
+        "properties": { "step": { "type": "integer", "minimum": 0 } }
+    });
+    let t = s.topic_with("schema", 1, pt, |spec| {
+        spec.validator = "json-schema".into();
+        spec.schema = Some(schema.to_string());
+    });
+    let p = t.producer().expect("producer");
+    let rejected = |meta: serde_json::Value, rule: &str| {
+        let err = match p.push(meta.clone(), ()).map(|f| f.wait()) {
+            Err(e) | Ok(Err(e)) => e,
+            Ok(Ok(id)) => panic!("metadata {meta} was accepted as {id:?}"),
+        };
+        assert_eq!(err.code(), ErrorCode::INVALID_METADATA, "{meta}: {err}");
+        assert!(
+            err.to_string().contains(rule),
+            "the error for {meta} does not name rule '{rule}': {err}"
+        );
+    };
+    rejected(json!({ "step": -1 }), "minimum");
+    rejected(json!({ "other": 1 }), "required");
+    rejected(json!({ "step": "one" }), "type");
+    let good = push_n(&p, 3, no_data);
+    assert_eq!(
+        good.iter().map(|id| id.offset).collect::<Vec<_>>(),
+        vec![0, 1, 2]
+    );
+    let f = p
+        .push(json!({ "step": 7 }), ())
+        .expect("valid metadata is accepted");
+    assert_eq!(f.wait().expect("stored").offset, 3);
+    p.close().expect("close");
+    let events = drain(&t.consumer("c").expect("consumer"));
+    assert_eq!(events.len(), 4, "only the valid events were stored");
+    assert_eq!(field(&events[3], "step"), 7);
+}
+
+fn json_validator_rejects_text_that_is_not_json(pt: PartitionType) {
+    let s = Server::start();
+    let t = s.topic_with("json", 1, pt, |spec| spec.validator = "json".into());
+    let p = t.producer().expect("producer");
+    for bad in ["not json", "{\"a\":", "{\"a\": 1} trailing"] {
+        let err = match p.push(bad, ()).map(|f| f.wait()) {
+            Err(e) | Ok(Err(e)) => e,
+            Ok(Ok(id)) => panic!("'{bad}' was accepted as {id:?}"),
+        };
+        assert_eq!(err.code(), ErrorCode::INVALID_METADATA, "'{bad}': {err}");
+        assert!(
+            err.to_string().contains("json"),
+            "the error for '{bad}' does not name the rule: {err}"
+        );
+    }
+    let id = p
+        .push("{\"ok\": true}", ())
+        .expect("valid JSON is accepted")
+        .wait()
+        .expect("stored");
+    assert_eq!(id.offset, 0, "rejected events took no offsets");
+    p.close().expect("close");
+    let events = drain(&t.consumer("c").expect("consumer"));
+    assert_eq!(events.len(), 1);
+    assert_eq!(&events[0].raw()[..], b"{\"ok\": true}");
+}
+
+// ------------------------------------------------------------------- acks
+
+fn acks_persist_across_a_consumer_restart_per_name(pt: PartitionType) {
+    const N: u64 = 20;
+    const K: usize = 7;
+    let s = Server::start();
+    let t = s.topic("acks", 1, pt);
+    let p = t.producer().expect("producer");
+    push_n(&p, N, no_data);
+    {
+        let c = t.consumer("c").expect("consumer");
+        let first = take(&c, K);
+        assert_eq!(offsets(&first), (0..K as u64).collect::<Vec<_>>());
+        first[K - 1].ack().wait().expect("ack is persisted");
+    }
+    let c = t.consumer("c").expect("consumer under the same name");
+    assert_eq!(
+        next_event(&c).offset,
+        K as u64,
+        "the same name resumes after its last ack"
+    );
+    assert_eq!(
+        s.driver.consumer_offsets("acks", 0).expect("offsets"),
+        vec![("c".to_string(), K as u64)],
+        "the committed offset is the one after the acked event"
+    );
+    let other = t.consumer("other").expect("consumer under another name");
+    assert_eq!(
+        next_event(&other).offset,
+        0,
+        "another name starts at the beginning"
+    );
+}
+
+// ------------------------------------------------------------------ seeks
+
+/// A one-partition topic with `n` events `{"i": i}` and an open producer.
+fn seek_topic(pt: PartitionType, n: u64) -> (Server, strom_client::Topic, Producer) {
+    let s = Server::start();
+    let t = s.topic("seek", 1, pt);
+    let p = t.producer().expect("producer");
+    push_n(&p, n, no_data);
+    (s, t, p)
+}
+
+fn seek_to_beginning_replays_every_event(pt: PartitionType) {
+    let (_s, t, p) = seek_topic(pt, 10);
+    p.close().expect("close");
+    let c = t.consumer("c").expect("consumer");
+    assert_eq!(offsets(&take(&c, 6)), (0..6).collect::<Vec<_>>());
+    c.seek(StartPos::Beginning).expect("seek");
+    assert_eq!(
+        offsets(&drain(&c)),
+        (0..10).collect::<Vec<_>>(),
+        "replay after seek to beginning"
+    );
+}
+
+fn seek_to_end_receives_only_newer_events(pt: PartitionType) {
+    let (_s, t, p) = seek_topic(pt, 10);
+    let c = t.consumer("c").expect("consumer");
+    assert_eq!(next_event(&c).offset, 0);
+    c.seek(StartPos::End).expect("seek");
+    let f = p.push(json!({ "i": 10 }), ()).expect("push");
+    p.flush().expect("flush");
+    assert_eq!(f.wait().expect("stored").offset, 10);
+    let e = next_event(&c);
+    assert_eq!(
+        (e.offset, field(&e, "i")),
+        (10, 10),
+        "first event after seek to end"
+    );
+    p.close().expect("close");
+    assert!(
+        matches!(c.pull_timeout(common::PULL_LIMIT), Ok(Next::EndOfStream)),
+        "nothing older follows"
+    );
+}
+
+fn seek_to_offset_starts_at_that_offset(pt: PartitionType) {
+    let (_s, t, p) = seek_topic(pt, 10);
+    p.close().expect("close");
+    let c = t.consumer("c").expect("consumer");
+    c.seek(StartPos::Offset(4)).expect("seek");
+    assert_eq!(offsets(&drain(&c)), (4..10).collect::<Vec<_>>());
+    c.seek(StartPos::Offset(8)).expect("seek back");
+    assert_eq!(offsets(&drain(&c)), vec![8, 9]);
+    let opts = ConsumerOptions {
+        start: StartPos::Offset(3),
+        ..Default::default()
+    };
+    let c = t
+        .consumer_with("d", opts)
+        .expect("consumer starting at an offset");
+    assert_eq!(offsets(&drain(&c)), (3..10).collect::<Vec<_>>());
+}
+
+fn seek_to_timestamp_starts_at_the_first_event_not_older(pt: PartitionType) {
+    let (_s, t, p) = seek_topic(pt, 5);
+    std::thread::sleep(Duration::from_millis(20));
+    let ids = push_n(&p, 5, no_data);
+    assert_eq!(ids[0].offset, 5);
+    p.close().expect("close");
+    let c = t.consumer("c").expect("consumer");
+    let all = drain(&c);
+    assert_eq!(all.len(), 10);
+    let ts = all[5].timestamp_us;
+    assert!(
+        all[..5].iter().all(|e| e.timestamp_us < ts),
+        "group 1 is not older than group 2: {:?}",
+        all.iter().map(|e| e.timestamp_us).collect::<Vec<_>>()
+    );
+    c.seek(StartPos::Timestamp(ts)).expect("seek");
+    assert_eq!(
+        offsets(&drain(&c)),
+        (5..10).collect::<Vec<_>>(),
+        "seek to group 2's timestamp"
+    );
+    c.seek(StartPos::Timestamp(all[0].timestamp_us))
+        .expect("seek");
+    assert_eq!(
+        offsets(&drain(&c)),
+        (0..10).collect::<Vec<_>>(),
+        "seek to the first timestamp"
+    );
+    c.seek(StartPos::Timestamp(all[9].timestamp_us + 1))
+        .expect("seek");
+    assert!(
+        drain(&c).is_empty(),
+        "seek past the last timestamp yields no event"
+    );
+}
+
+fn seek_to_committed_returns_after_the_last_ack(pt: PartitionType) {
+    let (_s, t, p) = seek_topic(pt, 10);
+    p.close().expect("close");
+    let c = t.consumer("c").expect("consumer");
+    let first = take(&c, 4);
+    first[3].ack().wait().expect("ack");
+    assert_eq!(offsets(&take(&c, 3)), vec![4, 5, 6]);
+    c.seek(StartPos::Committed).expect("seek");
+    assert_eq!(
+        offsets(&drain(&c)),
+        (4..10).collect::<Vec<_>>(),
+        "resumes after the ack"
+    );
+}
+
+// ------------------------------------------------------------ end of stream
+
+fn end_of_stream_comes_only_after_every_producer_closed(pt: PartitionType) {
+    let s = Server::start();
+    let t = s.topic("eos", 2, pt);
+    let producers: Vec<Producer> = (0..3).map(|_| t.producer().expect("producer")).collect();
+    for p in &producers {
+        push_n(p, 10, no_data);
+    }
+    producers[0].close().expect("close");
+    producers[1].close().expect("close");
+    let c = t.consumer("c").expect("consumer");
+    assert_eq!(take(&c, 30).len(), 30);
+    match c.pull_timeout(Duration::from_millis(300)) {
+        Err(e) => assert_eq!(e.code(), ErrorCode::TIMEOUT, "{e}"),
+        Ok(Next::EndOfStream) => panic!("end of stream with a producer still open"),
+        Ok(Next::Event(e)) => panic!("unexpected event {}/{}", e.partition, e.offset),
+    }
+    push_n(&producers[2], 5, no_data);
+    producers[2].close().expect("close");
+    let rest = drain(&c);
+    assert_eq!(
+        rest.len(),
+        5,
+        "the last producer's events before end of stream"
+    );
+    for _ in 0..3 {
+        assert!(
+            matches!(c.pull_timeout(common::PULL_LIMIT), Ok(Next::EndOfStream)),
+            "end of stream repeats"
+        );
+    }
+    assert!(matches!(c.pull().wait(), Ok(Next::EndOfStream)));
+}
+
+fn complete_ends_the_stream_with_a_producer_open_and_rejects_pushes(pt: PartitionType) {
+    let s = Server::start();
+    let t = s.topic("complete", 1, pt);
+    let p = t.producer().expect("producer");
+    push_n(&p, 5, no_data);
+    t.complete().expect("complete");
+    let c = t.consumer("c").expect("consumer");
+    assert_eq!(offsets(&drain(&c)), (0..5).collect::<Vec<_>>());
+    let err: Error = match p.push(json!({ "late": true }), ()) {
+        Err(e) => e,
+        Ok(f) => {
+            let flushed = p.flush();
+            match f.wait() {
+                Err(e) => e,
+                Ok(id) => panic!("a push after complete was stored as {id:?} (flush: {flushed:?})"),
+            }
+        }
+    };
+    assert_eq!(err.code(), ErrorCode::TOPIC_CLOSED, "{err}");
+    assert!(t.describe().expect("describe").state.ended);
+    assert!(
+        matches!(c.pull_timeout(common::PULL_LIMIT), Ok(Next::EndOfStream)),
+        "no late event appears"
+    );
+}
+
+// -------------------------------------------------------------- callbacks
+
+#[derive(Debug, PartialEq)]
+enum Call {
+    Start,
+    Event(u64),
+    End,
+}
+
+fn process_calls(c: &strom_client::Consumer) -> Vec<Call> {
+    let calls = Mutex::new(Vec::new());
+    c.process(
+        || calls.lock().unwrap().push(Call::Start),
+        |e| {
+            calls.lock().unwrap().push(Call::Event(e.offset));
+            Ok(())
+        },
+        || calls.lock().unwrap().push(Call::End),
+    )
+    .expect("process");
+    calls.into_inner().unwrap()
+}
+
+fn process_calls_start_then_each_event_in_order_then_end(pt: PartitionType) {
+    let s = Server::start();
+    let t = s.topic("process", 1, pt);
+    let p = t.producer().expect("producer");
+    push_n(&p, 25, no_data);
+    p.close().expect("close");
+    let calls = process_calls(&t.consumer("c").expect("consumer"));
+    let want: Vec<Call> = std::iter::once(Call::Start)
+        .chain((0..25).map(Call::Event))
+        .chain(std::iter::once(Call::End))
+        .collect();
+    assert_eq!(calls, want);
+}
+
+fn process_on_an_empty_completed_topic_calls_start_then_end(pt: PartitionType) {
+    let s = Server::start();
+    let t = s.topic("empty", 2, pt);
+    t.complete().expect("complete");
+    assert_eq!(
+        process_calls(&t.consumer("c").expect("consumer")),
+        vec![Call::Start, Call::End]
+    );
+}
+
+// ------------------------------------------------------------------- data
+
+fn empty_and_multi_segment_data_arrive_concatenated(pt: PartitionType) {
+    let s = Server::start();
+    let t = s.topic("segments", 1, pt);
+    let p = t.producer().expect("producer");
+    let segs = [
+        random_bytes(7, 3),
+        random_bytes(8, 1000),
+        random_bytes(9, 70_000),
+    ];
+    let futs = vec![
+        p.push("{\"k\":0}", Vec::<Bytes>::new())
+            .expect("push empty segment list"),
+        p.push("{\"k\":1}", Vec::<u8>::new())
+            .expect("push empty data"),
+        p.push(
+            "{\"k\":2}",
+            segs.iter().cloned().map(Bytes::from).collect::<Vec<_>>(),
+        )
+        .expect("push three segments"),
+        p.push(
+            "{\"k\":3}",
+            vec![Bytes::new(), Bytes::from(segs[0].clone()), Bytes::new()],
+        )
+        .expect("push with empty segments"),
+        p.push("{\"k\":4}", ()).expect("push unit data"),
+    ];
+    p.close().expect("close");
+    for (i, f) in futs.into_iter().enumerate() {
+        assert_eq!(f.wait().expect("stored").offset, i as u64);
+    }
+    let events = drain(&t.consumer("c").expect("consumer"));
+    let want = [
+        Vec::new(),
+        Vec::new(),
+        segs.concat(),
+        segs[0].clone(),
+        Vec::new(),
+    ];
+    assert_eq!(events.len(), want.len());
+    for (e, want) in events.iter().zip(&want) {
+        assert_eq!(field(e, "k"), e.offset, "metadata stays with its event");
+        assert_eq!(
+            e.data_size(),
+            want.len() as u64,
+            "data_size at {}",
+            e.offset
+        );
+        assert_eq!(
+            e.fetched_len(),
+            want.len() as u64,
+            "fetched_len at {}",
+            e.offset
+        );
+        assert_eq!(&e.data_vec(), want, "data at {}", e.offset);
+    }
+}
+
+// ------------------------------------------------------------- partitions
+
+fn round_robin_spreads_events_over_every_partition(pt: PartitionType) {
+    let s = Server::start();
+    let t = s.topic("rr", 4, pt);
+    let p = t.producer().expect("producer");
+    let ids = push_n(&p, 40, no_data);
+    p.close().expect("close");
+    let mut per: HashMap<u32, Vec<u64>> = HashMap::new();
+    for id in &ids {
+        per.entry(id.partition).or_default().push(id.offset);
+    }
+    assert_eq!(
+        per.keys().copied().collect::<BTreeSet<_>>(),
+        (0..4).collect(),
+        "partitions used"
+    );
+    for (part, offs) in &per {
+        assert_eq!(offs.len(), 10, "partition {part} got an unfair share");
+        assert_eq!(
+            *offs,
+            (0..10).collect::<Vec<_>>(),
+            "offsets of partition {part}"
+        );
+    }
+    let events = drain(&t.consumer("c").expect("consumer"));
+    let mut got: Vec<(u32, u64, u64)> = events
+        .iter()
+        .map(|e| (e.partition, e.offset, field(e, "i")))
+        .collect();
+    got.sort();
+    let mut want: Vec<(u32, u64, u64)> = ids
+        .iter()
+        .zip(0..)
+        .map(|(id, i)| (id.partition, id.offset, i))
+        .collect();
+    want.sort();
+    assert_eq!(
+        got, want,
+        "the consumer sees every event where the producer put it"
+    );
+}
+
+fn hash_selector_sends_equal_keys_to_one_partition(pt: PartitionType) {
+    let s = Server::start();
+    let t = s.topic_with("hash", 4, pt, |spec| spec.selector = "hash:run".into());
+    let p = t.producer().expect("producer");
+    let futs: Vec<_> = (0..120u64)
+        .map(|i| {
+            (
+                i % 12,
+                p.push(json!({ "run": format!("run-{}", i % 12), "i": i }), ())
+                    .expect("push"),
+            )
+        })
+        .collect();
+    p.close().expect("close");
+    let mut where_: HashMap<u64, BTreeSet<u32>> = HashMap::new();
+    for (key, f) in futs {
+        where_
+            .entry(key)
+            .or_default()
+            .insert(f.wait().expect("stored").partition);
+    }
+    for (key, parts) in &where_ {
+        assert_eq!(parts.len(), 1, "key run-{key} went to partitions {parts:?}");
+    }
+    let used: BTreeSet<u32> = where_.values().flatten().copied().collect();
+    assert!(used.len() > 1, "12 keys all hashed to {used:?}");
+    let err = p
+        .push(json!({ "norun": 1 }), ())
+        .err()
+        .expect("missing hash field is rejected");
+    assert_eq!(err.code(), ErrorCode::SELECTION_FAILED, "{err}");
+}
+
+fn consumer_restricted_to_a_partition_sees_only_that_partition(pt: PartitionType) {
+    let s = Server::start();
+    let t = s.topic("restricted", 3, pt);
+    let p = t.producer().expect("producer");
+    let ids = push_n(&p, 30, no_data);
+    p.close().expect("close");
+    let opts = ConsumerOptions {
+        partitions: Some(vec![1]),
+        ..Default::default()
+    };
+    let events = drain(&t.consumer_with("c", opts).expect("consumer"));
+    let want: Vec<u64> = ids
+        .iter()
+        .zip(0..)
+        .filter(|(id, _)| id.partition == 1)
+        .map(|(_, i)| i)
+        .collect();
+    assert!(!want.is_empty());
+    assert!(
+        events.iter().all(|e| e.partition == 1),
+        "an event from another partition"
+    );
+    assert_eq!(
+        events.iter().map(|e| field(e, "i")).collect::<Vec<_>>(),
+        want
+    );
+    let bad = ConsumerOptions {
+        partitions: Some(vec![3]),
+        ..Default::default()
+    };
+    let err = t
+        .consumer_with("d", bad)
+        .err()
+        .expect("a missing partition is rejected");
+    assert_eq!(err.code(), ErrorCode::INVALID_ARGUMENT, "{err}");
+}
+
+fn iterating_a_consumer_ends_at_end_of_stream(pt: PartitionType) {
+    let s = Server::start();
+    let t = s.topic("iter", 1, pt);
+    let p = t.producer().expect("producer");
+    push_n(&p, 50, |i| vec![i as u8; 3]);
+    p.close().expect("close");
+    let c = t.consumer("c").expect("consumer");
+    let mut n = 0u64;
+    for ev in &c {
+        let ev = ev.expect("event");
+        assert_eq!((ev.offset, field(&ev, "i")), (n, n));
+        assert_eq!(ev.data(), &[n as u8; 3]);
+        n += 1;
+    }
+    assert_eq!(n, 50, "the iterator ended before the end of the stream");
+    assert!((&c).next().is_none(), "the iterator stays ended");
+}
