@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::{drain, field, next_event, random_bytes, take, Server};
+use common::{drain, field, next_event, random_bytes, spec, take, Server};
 use serde_json::json;
 use strom_client::{
     ConsumerOptions, DataBuffer, DataDescriptor, Error, ErrorCode, EventMeta, Next, PartitionType,
@@ -36,6 +36,7 @@ macro_rules! conformance {
 }
 
 conformance!(
+    one_producer_keeps_push_order_within_a_partition,
     each_producer_keeps_its_order_and_offsets_are_dense,
     every_data_selector_fetches_exactly_the_selected_bytes,
     custom_broker_receives_the_bytes_across_its_buffers_in_order,
@@ -86,7 +87,7 @@ fn no_data(_: u64) -> Vec<u8> {
 fn each_producer_keeps_its_order_and_offsets_are_dense(pt: PartitionType) {
     const N: u64 = 300;
     let s = Server::start();
-    let t = s.topic("order", 1, pt);
+    let t = s.driver.create_topic(spec("order", 1, pt)).expect("topic");
     std::thread::scope(|scope| {
         for k in 0..3u64 {
             let t = &t;
@@ -133,24 +134,46 @@ fn each_producer_keeps_its_order_and_offsets_are_dense(pt: PartitionType) {
     assert_eq!(seen, vec![N; 3], "events per producer");
 }
 
+fn one_producer_keeps_push_order_within_a_partition(pt: PartitionType) {
+    let s = Server::start();
+    let t = s.driver.create_topic(spec("order1", 1, pt)).expect("topic");
+    let p = t.producer().expect("producer");
+    // Each burst starts on an idle producer, so its first events go out as
+    // separate batches that are in flight together.
+    let mut ids = Vec::new();
+    for burst in 0..100u64 {
+        let futs: Vec<_> = (0..4)
+            .map(|j| p.push(json!({ "i": burst * 4 + j }), ()).expect("push"))
+            .collect();
+        p.flush().expect("flush");
+        ids.extend(futs.into_iter().map(|f| f.wait().expect("stored").offset));
+    }
+    p.close().expect("close");
+    assert_eq!(ids, (0..400).collect::<Vec<_>>(), "offsets in push order");
+    let events = drain(&t.consumer("c").expect("consumer"));
+    let order: Vec<u64> = events.iter().map(|e| field(e, "i")).collect();
+    assert_eq!(order, (0..400).collect::<Vec<_>>(), "events in push order");
+}
+
 // ---------------------------------------------------- selectors and brokers
 
 const DATA_LEN: usize = 4096;
 
 /// A topic holding 4 events of `DATA_LEN` pseudo-random bytes each, with
-/// metadata `{"i": i}`; returns the server, the topic and the bytes.
-fn data_topic(pt: PartitionType) -> (Server, strom_client::Topic, Vec<Vec<u8>>) {
+/// metadata `{"i": i}`; returns the server and the bytes.
+fn data_topic(pt: PartitionType) -> (Server, Vec<Vec<u8>>) {
     let s = Server::start();
-    let t = s.topic("data", 1, pt);
+    let t = s.driver.create_topic(spec("data", 1, pt)).expect("topic");
     let originals: Vec<Vec<u8>> = (0..4).map(|i| random_bytes(i + 1, DATA_LEN)).collect();
     let p = t.producer().expect("producer");
     push_n(&p, 4, |i| originals[i as usize].clone());
     p.close().expect("close");
-    (s, t, originals)
+    (s, originals)
 }
 
 fn every_data_selector_fetches_exactly_the_selected_bytes(pt: PartitionType) {
-    let (_s, t, orig) = data_topic(pt);
+    let (s, orig) = data_topic(pt);
+    let t = s.driver.open_topic("data").expect("open topic");
     let read = |name: &str, selector: Arc<dyn strom_client::DataSelector>| {
         let opts = ConsumerOptions {
             selector,
@@ -169,23 +192,23 @@ fn every_data_selector_fetches_exactly_the_selected_bytes(pt: PartitionType) {
         events
     };
 
-    for e in read("none", Arc::new(Selection::None)) {
+    for e in &read("none", Arc::new(Selection::None)) {
         assert_eq!(e.fetched_len(), 0);
         assert!(
             e.data().is_empty() && e.data_vec().is_empty(),
             "Selection::None fetched bytes"
         );
     }
-    for e in read("all", Arc::new(Selection::All)) {
+    for e in &read("all", Arc::new(Selection::All)) {
         assert_eq!(
             e.data_vec(),
-            orig[e.offset as usize],
+            orig[field(e, "i") as usize],
             "Selection::All at {}",
             e.offset
         );
-        assert_eq!(e.data(), &orig[e.offset as usize][..]);
+        assert_eq!(e.data(), &orig[field(e, "i") as usize][..]);
     }
-    for e in read(
+    for e in &read(
         "range",
         Arc::new(Selection::Range {
             offset: 100,
@@ -194,7 +217,7 @@ fn every_data_selector_fetches_exactly_the_selected_bytes(pt: PartitionType) {
     ) {
         assert_eq!(
             e.data_vec(),
-            orig[e.offset as usize][100..1100],
+            orig[field(e, "i") as usize][100..1100],
             "Selection::Range at {}",
             e.offset
         );
@@ -205,16 +228,16 @@ fn every_data_selector_fetches_exactly_the_selected_bytes(pt: PartitionType) {
         stride: 100,
         count: 40,
     };
-    for e in read("strided", Arc::new(strided)) {
-        let o = &orig[e.offset as usize];
+    for e in &read("strided", Arc::new(strided)) {
+        let o = &orig[field(e, "i") as usize];
         let want: Vec<u8> = (0..40)
             .flat_map(|i| o[7 + i * 100..7 + i * 100 + 16].to_vec())
             .collect();
         assert_eq!(e.data_vec(), want, "Selection::Strided at {}", e.offset);
     }
     let ranges = Selection::Ranges(vec![(4000, 96), (0, 10), (2048, 1), (11, 5)]);
-    for e in read("ranges", Arc::new(ranges)) {
-        let o = &orig[e.offset as usize];
+    for e in &read("ranges", Arc::new(ranges)) {
+        let o = &orig[field(e, "i") as usize];
         let want = [&o[4000..4096], &o[0..10], &o[2048..2049], &o[11..16]].concat();
         assert_eq!(
             e.data_vec(),
@@ -248,13 +271,15 @@ fn every_data_selector_fetches_exactly_the_selected_bytes(pt: PartitionType) {
         orig[2][DATA_LEN - 10..].to_vec(),
         orig[3].iter().step_by(2).copied().collect(),
     ];
-    for (e, want) in events.iter().zip(&want) {
+    for e in &events {
+        let want = &want[field(e, "i") as usize];
         assert_eq!(&e.data_vec(), want, "closure selector at {}", e.offset);
     }
 }
 
 fn custom_broker_receives_the_bytes_across_its_buffers_in_order(pt: PartitionType) {
-    let (_s, t, orig) = data_topic(pt);
+    let (s, orig) = data_topic(pt);
+    let t = s.driver.open_topic("data").expect("open topic");
     let calls = Arc::new(Mutex::new(Vec::new()));
     let seen = calls.clone();
     let broker = move |m: &EventMeta,
@@ -272,7 +297,7 @@ fn custom_broker_receives_the_bytes_across_its_buffers_in_order(pt: PartitionTyp
     let events = drain(&t.consumer_with("broker", opts).expect("consumer"));
     assert_eq!(events.len(), orig.len());
     for e in &events {
-        let o = &orig[e.offset as usize];
+        let o = &orig[field(e, "i") as usize];
         let bufs = e.buffers();
         assert_eq!(bufs.len(), 2, "the broker's two buffers are handed back");
         assert_eq!(bufs[0].as_slice(), &o[..10], "first buffer at {}", e.offset);
@@ -300,10 +325,10 @@ fn json_schema_validator_rejects_bad_metadata_and_names_the_rule(pt: PartitionTy
         "required": ["step"],
         "properties": { "step": { "type": "integer", "minimum": 0 } }
     });
-    let t = s.topic_with("schema", 1, pt, |spec| {
-        spec.validator = "json-schema".into();
-        spec.schema = Some(schema.to_string());
-    });
+    let mut sp = spec("schema", 1, pt);
+    sp.validator = "json-schema".into();
+    sp.schema = Some(schema.to_string());
+    let t = s.driver.create_topic(sp).expect("topic");
     let p = t.producer().expect("producer");
     let rejected = |meta: serde_json::Value, rule: &str| {
         let err = match p.push(meta.clone(), ()).map(|f| f.wait()) {
@@ -312,31 +337,34 @@ fn json_schema_validator_rejects_bad_metadata_and_names_the_rule(pt: PartitionTy
         };
         assert_eq!(err.code(), ErrorCode::INVALID_METADATA, "{meta}: {err}");
         assert!(
-            err.to_string().contains(rule),
+            err.to_string().contains(&format!("rule '{rule}'")),
             "the error for {meta} does not name rule '{rule}': {err}"
         );
     };
     rejected(json!({ "step": -1 }), "minimum");
     rejected(json!({ "other": 1 }), "required");
     rejected(json!({ "step": "one" }), "type");
-    let good = push_n(&p, 3, no_data);
-    assert_eq!(
-        good.iter().map(|id| id.offset).collect::<Vec<_>>(),
-        vec![0, 1, 2]
-    );
-    let f = p
-        .push(json!({ "step": 7 }), ())
-        .expect("valid metadata is accepted");
-    assert_eq!(f.wait().expect("stored").offset, 3);
+    for (i, step) in [0u64, 1, 7].into_iter().enumerate() {
+        let f = p
+            .push(json!({ "step": step, "extra": "x" }), ())
+            .expect("valid metadata is accepted");
+        assert_eq!(
+            f.wait().expect("stored").offset,
+            i as u64,
+            "rejected events took no offsets"
+        );
+    }
     p.close().expect("close");
     let events = drain(&t.consumer("c").expect("consumer"));
-    assert_eq!(events.len(), 4, "only the valid events were stored");
-    assert_eq!(field(&events[3], "step"), 7);
+    assert_eq!(events.len(), 3, "only the valid events were stored");
+    assert_eq!(field(&events[2], "step"), 7);
 }
 
 fn json_validator_rejects_text_that_is_not_json(pt: PartitionType) {
     let s = Server::start();
-    let t = s.topic_with("json", 1, pt, |spec| spec.validator = "json".into());
+    let mut sp = spec("json", 1, pt);
+    sp.validator = "json".into();
+    let t = s.driver.create_topic(sp).expect("topic");
     let p = t.producer().expect("producer");
     for bad in ["not json", "{\"a\":", "{\"a\": 1} trailing"] {
         let err = match p.push(bad, ()).map(|f| f.wait()) {
@@ -345,7 +373,7 @@ fn json_validator_rejects_text_that_is_not_json(pt: PartitionType) {
         };
         assert_eq!(err.code(), ErrorCode::INVALID_METADATA, "'{bad}': {err}");
         assert!(
-            err.to_string().contains("json"),
+            err.to_string().contains("rule 'json'"),
             "the error for '{bad}' does not name the rule: {err}"
         );
     }
@@ -367,7 +395,7 @@ fn acks_persist_across_a_consumer_restart_per_name(pt: PartitionType) {
     const N: u64 = 20;
     const K: usize = 7;
     let s = Server::start();
-    let t = s.topic("acks", 1, pt);
+    let t = s.driver.create_topic(spec("acks", 1, pt)).expect("topic");
     let p = t.producer().expect("producer");
     push_n(&p, N, no_data);
     {
@@ -397,17 +425,19 @@ fn acks_persist_across_a_consumer_restart_per_name(pt: PartitionType) {
 
 // ------------------------------------------------------------------ seeks
 
-/// A one-partition topic with `n` events `{"i": i}` and an open producer.
-fn seek_topic(pt: PartitionType, n: u64) -> (Server, strom_client::Topic, Producer) {
+/// A one-partition topic with `n` events `{"i": i}` and its producer, still
+/// open (`producer.topic()` is the topic).
+fn seek_topic(pt: PartitionType, n: u64) -> (Server, Producer) {
     let s = Server::start();
-    let t = s.topic("seek", 1, pt);
+    let t = s.driver.create_topic(spec("seek", 1, pt)).expect("topic");
     let p = t.producer().expect("producer");
     push_n(&p, n, no_data);
-    (s, t, p)
+    (s, p)
 }
 
 fn seek_to_beginning_replays_every_event(pt: PartitionType) {
-    let (_s, t, p) = seek_topic(pt, 10);
+    let (_s, p) = seek_topic(pt, 10);
+    let t = p.topic().clone();
     p.close().expect("close");
     let c = t.consumer("c").expect("consumer");
     assert_eq!(offsets(&take(&c, 6)), (0..6).collect::<Vec<_>>());
@@ -420,7 +450,8 @@ fn seek_to_beginning_replays_every_event(pt: PartitionType) {
 }
 
 fn seek_to_end_receives_only_newer_events(pt: PartitionType) {
-    let (_s, t, p) = seek_topic(pt, 10);
+    let (_s, p) = seek_topic(pt, 10);
+    let t = p.topic().clone();
     let c = t.consumer("c").expect("consumer");
     assert_eq!(next_event(&c).offset, 0);
     c.seek(StartPos::End).expect("seek");
@@ -441,7 +472,8 @@ fn seek_to_end_receives_only_newer_events(pt: PartitionType) {
 }
 
 fn seek_to_offset_starts_at_that_offset(pt: PartitionType) {
-    let (_s, t, p) = seek_topic(pt, 10);
+    let (_s, p) = seek_topic(pt, 10);
+    let t = p.topic().clone();
     p.close().expect("close");
     let c = t.consumer("c").expect("consumer");
     c.seek(StartPos::Offset(4)).expect("seek");
@@ -459,14 +491,16 @@ fn seek_to_offset_starts_at_that_offset(pt: PartitionType) {
 }
 
 fn seek_to_timestamp_starts_at_the_first_event_not_older(pt: PartitionType) {
-    let (_s, t, p) = seek_topic(pt, 5);
+    let (_s, p) = seek_topic(pt, 5);
+    let t = p.topic().clone();
     std::thread::sleep(Duration::from_millis(20));
     let ids = push_n(&p, 5, no_data);
-    assert_eq!(ids[0].offset, 5);
+    let group2: BTreeSet<u64> = ids.iter().map(|id| id.offset).collect();
+    assert_eq!(group2, (5..10).collect(), "offsets of group 2");
     p.close().expect("close");
     let c = t.consumer("c").expect("consumer");
     let all = drain(&c);
-    assert_eq!(all.len(), 10);
+    assert_eq!(offsets(&all), (0..10).collect::<Vec<_>>());
     let ts = all[5].timestamp_us;
     assert!(
         all[..5].iter().all(|e| e.timestamp_us < ts),
@@ -495,7 +529,8 @@ fn seek_to_timestamp_starts_at_the_first_event_not_older(pt: PartitionType) {
 }
 
 fn seek_to_committed_returns_after_the_last_ack(pt: PartitionType) {
-    let (_s, t, p) = seek_topic(pt, 10);
+    let (_s, p) = seek_topic(pt, 10);
+    let t = p.topic().clone();
     p.close().expect("close");
     let c = t.consumer("c").expect("consumer");
     let first = take(&c, 4);
@@ -513,7 +548,7 @@ fn seek_to_committed_returns_after_the_last_ack(pt: PartitionType) {
 
 fn end_of_stream_comes_only_after_every_producer_closed(pt: PartitionType) {
     let s = Server::start();
-    let t = s.topic("eos", 2, pt);
+    let t = s.driver.create_topic(spec("eos", 2, pt)).expect("topic");
     let producers: Vec<Producer> = (0..3).map(|_| t.producer().expect("producer")).collect();
     for p in &producers {
         push_n(p, 10, no_data);
@@ -546,7 +581,10 @@ fn end_of_stream_comes_only_after_every_producer_closed(pt: PartitionType) {
 
 fn complete_ends_the_stream_with_a_producer_open_and_rejects_pushes(pt: PartitionType) {
     let s = Server::start();
-    let t = s.topic("complete", 1, pt);
+    let t = s
+        .driver
+        .create_topic(spec("complete", 1, pt))
+        .expect("topic");
     let p = t.producer().expect("producer");
     push_n(&p, 5, no_data);
     t.complete().expect("complete");
@@ -595,7 +633,10 @@ fn process_calls(c: &strom_client::Consumer) -> Vec<Call> {
 
 fn process_calls_start_then_each_event_in_order_then_end(pt: PartitionType) {
     let s = Server::start();
-    let t = s.topic("process", 1, pt);
+    let t = s
+        .driver
+        .create_topic(spec("process", 1, pt))
+        .expect("topic");
     let p = t.producer().expect("producer");
     push_n(&p, 25, no_data);
     p.close().expect("close");
@@ -609,7 +650,7 @@ fn process_calls_start_then_each_event_in_order_then_end(pt: PartitionType) {
 
 fn process_on_an_empty_completed_topic_calls_start_then_end(pt: PartitionType) {
     let s = Server::start();
-    let t = s.topic("empty", 2, pt);
+    let t = s.driver.create_topic(spec("empty", 2, pt)).expect("topic");
     t.complete().expect("complete");
     assert_eq!(
         process_calls(&t.consumer("c").expect("consumer")),
@@ -621,7 +662,10 @@ fn process_on_an_empty_completed_topic_calls_start_then_end(pt: PartitionType) {
 
 fn empty_and_multi_segment_data_arrive_concatenated(pt: PartitionType) {
     let s = Server::start();
-    let t = s.topic("segments", 1, pt);
+    let t = s
+        .driver
+        .create_topic(spec("segments", 1, pt))
+        .expect("topic");
     let p = t.producer().expect("producer");
     let segs = [
         random_bytes(7, 3),
@@ -646,9 +690,10 @@ fn empty_and_multi_segment_data_arrive_concatenated(pt: PartitionType) {
         p.push("{\"k\":4}", ()).expect("push unit data"),
     ];
     p.close().expect("close");
-    for (i, f) in futs.into_iter().enumerate() {
-        assert_eq!(f.wait().expect("stored").offset, i as u64);
-    }
+    let stored: Vec<u64> = futs
+        .into_iter()
+        .map(|f| f.wait().expect("stored").offset)
+        .collect();
     let events = drain(&t.consumer("c").expect("consumer"));
     let want = [
         Vec::new(),
@@ -658,8 +703,15 @@ fn empty_and_multi_segment_data_arrive_concatenated(pt: PartitionType) {
         Vec::new(),
     ];
     assert_eq!(events.len(), want.len());
-    for (e, want) in events.iter().zip(&want) {
-        assert_eq!(field(e, "k"), e.offset, "metadata stays with its event");
+    let mut keys = BTreeSet::new();
+    for e in &events {
+        let k = field(e, "k") as usize;
+        assert!(keys.insert(k), "event {k} delivered twice");
+        assert_eq!(
+            stored[k], e.offset,
+            "event {k} is at the offset its push returned"
+        );
+        let want = &want[k];
         assert_eq!(
             e.data_size(),
             want.len() as u64,
@@ -680,7 +732,7 @@ fn empty_and_multi_segment_data_arrive_concatenated(pt: PartitionType) {
 
 fn round_robin_spreads_events_over_every_partition(pt: PartitionType) {
     let s = Server::start();
-    let t = s.topic("rr", 4, pt);
+    let t = s.driver.create_topic(spec("rr", 4, pt)).expect("topic");
     let p = t.producer().expect("producer");
     let ids = push_n(&p, 40, no_data);
     p.close().expect("close");
@@ -693,12 +745,12 @@ fn round_robin_spreads_events_over_every_partition(pt: PartitionType) {
         (0..4).collect(),
         "partitions used"
     );
-    for (part, offs) in &per {
-        assert_eq!(offs.len(), 10, "partition {part} got an unfair share");
+    for (part, offs) in &mut per {
+        offs.sort();
         assert_eq!(
             *offs,
             (0..10).collect::<Vec<_>>(),
-            "offsets of partition {part}"
+            "partition {part} did not get a fair, dense share"
         );
     }
     let events = drain(&t.consumer("c").expect("consumer"));
@@ -721,7 +773,9 @@ fn round_robin_spreads_events_over_every_partition(pt: PartitionType) {
 
 fn hash_selector_sends_equal_keys_to_one_partition(pt: PartitionType) {
     let s = Server::start();
-    let t = s.topic_with("hash", 4, pt, |spec| spec.selector = "hash:run".into());
+    let mut sp = spec("hash", 4, pt);
+    sp.selector = "hash:run".into();
+    let t = s.driver.create_topic(sp).expect("topic");
     let p = t.producer().expect("producer");
     let futs: Vec<_> = (0..120u64)
         .map(|i| {
@@ -732,6 +786,11 @@ fn hash_selector_sends_equal_keys_to_one_partition(pt: PartitionType) {
             )
         })
         .collect();
+    let err = p
+        .push(json!({ "norun": 1 }), ())
+        .err()
+        .expect("missing hash field is rejected");
+    assert_eq!(err.code(), ErrorCode::SELECTION_FAILED, "{err}");
     p.close().expect("close");
     let mut where_: HashMap<u64, BTreeSet<u32>> = HashMap::new();
     for (key, f) in futs {
@@ -745,16 +804,14 @@ fn hash_selector_sends_equal_keys_to_one_partition(pt: PartitionType) {
     }
     let used: BTreeSet<u32> = where_.values().flatten().copied().collect();
     assert!(used.len() > 1, "12 keys all hashed to {used:?}");
-    let err = p
-        .push(json!({ "norun": 1 }), ())
-        .err()
-        .expect("missing hash field is rejected");
-    assert_eq!(err.code(), ErrorCode::SELECTION_FAILED, "{err}");
 }
 
 fn consumer_restricted_to_a_partition_sees_only_that_partition(pt: PartitionType) {
     let s = Server::start();
-    let t = s.topic("restricted", 3, pt);
+    let t = s
+        .driver
+        .create_topic(spec("restricted", 3, pt))
+        .expect("topic");
     let p = t.producer().expect("producer");
     let ids = push_n(&p, 30, no_data);
     p.close().expect("close");
@@ -763,21 +820,21 @@ fn consumer_restricted_to_a_partition_sees_only_that_partition(pt: PartitionType
         ..Default::default()
     };
     let events = drain(&t.consumer_with("c", opts).expect("consumer"));
-    let want: Vec<u64> = ids
-        .iter()
-        .zip(0..)
-        .filter(|(id, _)| id.partition == 1)
-        .map(|(_, i)| i)
-        .collect();
-    assert!(!want.is_empty());
     assert!(
         events.iter().all(|e| e.partition == 1),
         "an event from another partition"
     );
-    assert_eq!(
-        events.iter().map(|e| field(e, "i")).collect::<Vec<_>>(),
-        want
-    );
+    let mut got: Vec<(u64, u64)> = events.iter().map(|e| (e.offset, field(e, "i"))).collect();
+    got.sort();
+    let mut want: Vec<(u64, u64)> = ids
+        .iter()
+        .zip(0..)
+        .filter(|(id, _)| id.partition == 1)
+        .map(|(id, i)| (id.offset, i))
+        .collect();
+    want.sort();
+    assert_eq!(want.len(), 10, "round-robin gave partition 1 a third");
+    assert_eq!(got, want, "partition 1's events, each at its offset");
     let bad = ConsumerOptions {
         partitions: Some(vec![3]),
         ..Default::default()
@@ -791,18 +848,23 @@ fn consumer_restricted_to_a_partition_sees_only_that_partition(pt: PartitionType
 
 fn iterating_a_consumer_ends_at_end_of_stream(pt: PartitionType) {
     let s = Server::start();
-    let t = s.topic("iter", 1, pt);
+    let t = s.driver.create_topic(spec("iter", 1, pt)).expect("topic");
     let p = t.producer().expect("producer");
     push_n(&p, 50, |i| vec![i as u8; 3]);
     p.close().expect("close");
     let c = t.consumer("c").expect("consumer");
-    let mut n = 0u64;
-    for ev in &c {
+    let mut seen = BTreeSet::new();
+    for (n, ev) in (&c).enumerate() {
         let ev = ev.expect("event");
-        assert_eq!((ev.offset, field(&ev, "i")), (n, n));
-        assert_eq!(ev.data(), &[n as u8; 3]);
-        n += 1;
+        let i = field(&ev, "i");
+        assert_eq!(ev.offset, n as u64, "offsets in order");
+        assert_eq!(ev.data(), &[i as u8; 3], "data of event {i}");
+        seen.insert(i);
     }
-    assert_eq!(n, 50, "the iterator ended before the end of the stream");
+    assert_eq!(
+        seen,
+        (0..50).collect(),
+        "the iterator yields every event, then ends"
+    );
     assert!((&c).next().is_none(), "the iterator stays ended");
 }

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use strom_client::{Consumer, Driver, Event, Next, PartitionType, Topic, TopicSpec};
+use strom_client::{Consumer, Driver, Event, Next, PartitionType, TopicSpec};
 use tempfile::TempDir;
 
 /// Longest any single pull may wait in a test before it counts as a hang.
@@ -23,25 +23,15 @@ impl Server {
         let driver = Driver::embedded(dir.path()).expect("embedded server starts");
         Server { driver, _dir: dir }
     }
+}
 
-    /// A topic with `partitions` partitions of type `pt` and default policies.
-    pub fn topic(&self, name: &str, partitions: u32, pt: PartitionType) -> Topic {
-        self.topic_with(name, partitions, pt, |_| {})
-    }
-
-    /// Like [`topic`](Self::topic), after `edit` has adjusted the spec.
-    pub fn topic_with(
-        &self,
-        name: &str,
-        partitions: u32,
-        pt: PartitionType,
-        edit: impl FnOnce(&mut TopicSpec),
-    ) -> Topic {
-        let mut spec = TopicSpec::new(name, partitions);
-        spec.partition_type = pt;
-        edit(&mut spec);
-        self.driver.create_topic(spec).expect("topic is created")
-    }
+/// A spec for a topic with `partitions` partitions of type `pt` and the
+/// default policies. (Helpers build specs rather than return topics because
+/// `strom_client` does not export its `Topic` type.)
+pub fn spec(name: &str, partitions: u32, pt: PartitionType) -> TopicSpec {
+    let mut spec = TopicSpec::new(name, partitions);
+    spec.partition_type = pt;
+    spec
 }
 
 /// The next event, failing the test on end of stream, error or hang.
