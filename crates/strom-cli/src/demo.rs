@@ -12,7 +12,7 @@ use strom_client::{Driver, Next, Selection, TopicSpec};
 #[derive(Args)]
 pub struct DemoArgs {
     /// Events to move.
-    #[arg(long, default_value_t = 5000)]
+    #[arg(long, default_value_t = 20000)]
     events: u64,
     /// Bytes of data per event.
     #[arg(long, default_value_t = 16384)]

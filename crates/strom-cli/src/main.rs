@@ -1,6 +1,7 @@
 //! The `strom` command. Results go to stdout (JSON lines or tables);
 //! diagnostics and logs go to stderr, so piped output stays clean.
 
+mod bench;
 mod consume;
 mod demo;
 mod produce;
@@ -41,6 +42,8 @@ enum Command {
     Consume(consume::ConsumeArgs),
     /// Run an embedded server, a producer and a consumer, and print throughput.
     Demo(demo::DemoArgs),
+    /// Measure produce, consume or end-to-end performance; prints numbers.
+    Bench(bench::BenchArgs),
 }
 
 fn init_logging(default: &str) {
@@ -66,6 +69,7 @@ fn main() {
                 Command::Produce(a) => produce::run(a, cli.group_file),
                 Command::Consume(a) => consume::run(a, cli.group_file),
                 Command::Demo(a) => demo::run(a),
+                Command::Bench(a) => bench::run(a, cli.group_file),
                 Command::Server(_) => unreachable!("handled above"),
             }
         }

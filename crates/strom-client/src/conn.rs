@@ -30,6 +30,26 @@ struct Pending {
     plan: FillPlan,
 }
 
+/// The pending response of a sent request.
+pub(crate) struct ResponseWaiter {
+    rx: oneshot::Receiver<Result<(Response, Buffers)>>,
+    addr: String,
+}
+
+impl ResponseWaiter {
+    /// Waits for the response; an error response becomes `Err`.
+    pub async fn wait(self) -> Result<(Response, Buffers)> {
+        match self.rx.await {
+            Ok(Ok((Response::Error { code, message }, _))) => Err(Error::Coded { code, message }),
+            Ok(r) => r,
+            Err(_) => Err(Error::coded(
+                ErrorCode::CONNECTION_CLOSED,
+                format!("connection to server {} was lost", self.addr),
+            )),
+        }
+    }
+}
+
 pub(crate) struct ClientConn {
     pub addr: String,
     writer: WriterHandle,
@@ -81,29 +101,38 @@ impl ClientConn {
         buffers: Buffers,
         plan: FillPlan,
     ) -> Result<(Response, Buffers)> {
+        self.send(req, bulk, buffers, plan).await?.wait().await
+    }
+
+    /// Queues a request on the connection and returns a waiter for its
+    /// response. Requests sent one after another by the same task go out
+    /// in that order (which fixes the order of appended batches).
+    pub async fn send(
+        &self,
+        req: &Request,
+        bulk: Vec<Bytes>,
+        buffers: Buffers,
+        plan: FillPlan,
+    ) -> Result<ResponseWaiter> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         self.pending
             .lock()
             .insert(id, Pending { tx, buffers, plan });
-        if self.is_dead() {
-            self.pending.lock().remove(&id);
-            return Err(self.closed_error());
-        }
-        if self
-            .writer
-            .send(OutFrame::request(id, req).with_bulk(bulk))
-            .await
-            .is_err()
+        if self.is_dead()
+            || self
+                .writer
+                .send(OutFrame::request(id, req).with_bulk(bulk))
+                .await
+                .is_err()
         {
             self.pending.lock().remove(&id);
             return Err(self.closed_error());
         }
-        match rx.await {
-            Ok(Ok((Response::Error { code, message }, _))) => Err(Error::Coded { code, message }),
-            Ok(r) => r,
-            Err(_) => Err(self.closed_error()),
-        }
+        Ok(ResponseWaiter {
+            rx,
+            addr: self.addr.clone(),
+        })
     }
 
     /// Sends a request that gets no response (id 0), without waiting.

@@ -26,6 +26,9 @@ use crate::event::{Event, PartitionAcks};
 use crate::topic::Topic;
 
 static NEXT_STREAM: AtomicU64 = AtomicU64::new(1);
+const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(30);
+
+type Started = std::sync::mpsc::Sender<Result<()>>;
 
 #[derive(Clone)]
 pub struct ConsumerOptions {
@@ -167,16 +170,34 @@ impl Consumer {
             shared,
             tasks: Mutex::new(Vec::new()),
         };
-        c.start(c.shared.opts.start, 0);
+        c.start(c.shared.opts.start, 0)?;
         Ok(c)
     }
 
-    fn start(&self, start: StartPos, epoch: u64) {
+    /// Subscribes every partition at `start` and waits until the servers
+    /// confirmed where each subscription begins.
+    fn start(&self, start: StartPos, epoch: u64) -> Result<()> {
         let handle = &self.topic.driver.inner.handle;
+        let (tx, rx) = std::sync::mpsc::channel();
         let mut tasks = self.tasks.lock();
         for i in 0..self.shared.parts.len() {
-            tasks.push(handle.spawn(run_partition(self.shared.clone(), i, start, epoch)));
+            tasks.push(handle.spawn(run_partition(
+                self.shared.clone(),
+                i,
+                start,
+                epoch,
+                tx.clone(),
+            )));
         }
+        drop((tasks, tx));
+        for _ in 0..self.shared.parts.len() {
+            match rx.recv_timeout(SUBSCRIBE_TIMEOUT) {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => return Err(e),
+                Err(_) => return Err(Error::Timeout(SUBSCRIBE_TIMEOUT)),
+            }
+        }
+        Ok(())
     }
 
     pub fn name(&self) -> &str {
@@ -274,8 +295,7 @@ impl Consumer {
                 p.conn.send_oneway(&Request::Unsubscribe { stream });
             }
         }
-        self.start(pos, epoch);
-        Ok(())
+        self.start(pos, epoch)
     }
 
     /// Runs the MPI-stream style loop: `on_start` once, `on_event` for every
@@ -287,11 +307,8 @@ impl Consumer {
         on_end: impl FnOnce(),
     ) -> Result<()> {
         on_start();
-        loop {
-            match self.pull().wait()? {
-                Next::Event(e) => on_event(e)?,
-                Next::EndOfStream => break,
-            }
+        while let Next::Event(e) = self.pull().wait()? {
+            on_event(e)?;
         }
         on_end();
         Ok(())
@@ -367,9 +384,23 @@ impl Shared {
     }
 }
 
-async fn run_partition(shared: Arc<Shared>, slot: usize, start: StartPos, epoch: u64) {
-    if let Err(e) = stream_partition(&shared, slot, start, epoch).await {
-        shared.deliver(epoch, Item::Failed(e));
+async fn run_partition(
+    shared: Arc<Shared>,
+    slot: usize,
+    start: StartPos,
+    epoch: u64,
+    started: Started,
+) {
+    let mut started = Some(started);
+    if let Err(e) = stream_partition(&shared, slot, start, epoch, &mut started).await {
+        match started.take() {
+            Some(tx) => {
+                let _ = tx.send(Err(e));
+            }
+            None => {
+                shared.deliver(epoch, Item::Failed(e));
+            }
+        }
     }
 }
 
@@ -378,6 +409,7 @@ async fn stream_partition(
     slot: usize,
     start: StartPos,
     epoch: u64,
+    started: &mut Option<Started>,
 ) -> Result<()> {
     let sub = &shared.parts[slot];
     let stream = NEXT_STREAM.fetch_add(1, Ordering::Relaxed);
@@ -395,6 +427,9 @@ async fn stream_partition(
         Response::Subscribed { start_offset } => start_offset,
         other => return Err(unexpected(other)),
     };
+    if let Some(tx) = started.take() {
+        let _ = tx.send(Ok(()));
+    }
     while let Some(push) = rx.recv().await {
         match push {
             Push::Events {

@@ -29,3 +29,4 @@ pub use strom_policy::MetadataInput;
 pub use strom_proto::{
     Durability, ErrorCode, PartitionType, Selection, StartPos, TopicInfo, TopicSpec,
 };
+pub use topic::Topic;

@@ -18,6 +18,7 @@ use bytes::Bytes;
 use parking_lot::{Condvar, Mutex};
 use strom_policy::{MetadataInput, TopicPolicy};
 use strom_proto::{BatchBuilder, Request, Response};
+use tokio::sync::mpsc;
 
 use crate::conn::ClientConn;
 use crate::driver::unexpected;
@@ -43,7 +44,8 @@ pub struct ProducerOptions {
     pub max_batches: usize,
     /// Longest a partial `Count`/`Bytes` batch waits before it is sent.
     pub linger: Duration,
-    /// Hard cap on one batch in bytes (the adaptive mode's ceiling).
+    /// Hard cap on one batch in bytes (the adaptive mode's ceiling, and
+    /// the largest single event). Keep it below the server's max frame.
     pub max_batch_bytes: u64,
 }
 
@@ -53,7 +55,7 @@ impl Default for ProducerOptions {
             batch: BatchSize::Adaptive,
             max_batches: 2,
             linger: Duration::from_millis(5),
-            max_batch_bytes: 16 << 20,
+            max_batch_bytes: 64 << 20,
         }
     }
 }
@@ -171,9 +173,10 @@ struct QueueState {
 
 struct PartQueue {
     partition: u32,
-    conn: Arc<ClientConn>,
     state: Mutex<QueueState>,
     cond: Condvar,
+    /// Batches to send, in seal order, to this partition's sender task.
+    outbox: mpsc::UnboundedSender<Sealed>,
 }
 
 struct Inner {
@@ -217,13 +220,13 @@ impl Producer {
             }
             Ok((id, conns))
         })?;
-        let parts = conns
-            .into_iter()
-            .enumerate()
-            .map(|(p, conn)| {
+        let mut receivers = Vec::new();
+        let parts = (0..conns.len())
+            .map(|p| {
+                let (outbox, rx) = mpsc::unbounded_channel();
+                receivers.push(rx);
                 Arc::new(PartQueue {
                     partition: p as u32,
-                    conn,
                     state: Mutex::new(QueueState {
                         builder: BatchBuilder::new(),
                         data: Vec::new(),
@@ -234,9 +237,10 @@ impl Producer {
                         error: None,
                     }),
                     cond: Condvar::new(),
+                    outbox,
                 })
             })
-            .collect();
+            .collect::<Vec<_>>();
         let inner = Arc::new(Inner {
             topic,
             id,
@@ -245,6 +249,10 @@ impl Producer {
             parts,
             closed: AtomicBool::new(false),
         });
+        for ((q, rx), conn) in inner.parts.iter().zip(receivers).zip(conns) {
+            let handle = &inner.topic.driver.inner.handle;
+            handle.spawn(send_loop(Arc::downgrade(&inner), q.clone(), conn, rx));
+        }
         if inner.opts.batch != BatchSize::Adaptive {
             let weak = Arc::downgrade(&inner);
             inner.topic.driver.inner.handle.spawn(linger_loop(weak));
@@ -276,6 +284,16 @@ impl Producer {
         let n = self.inner.parts.len() as u32;
         let (p, meta) = self.inner.policy.prepare(metadata.into(), partition, n)?;
         let data = data.into();
+        let size = meta.len() as u64 + descriptor.len() as u64 + data.len() + 16;
+        if size > self.inner.opts.max_batch_bytes {
+            return Err(Error::coded(
+                strom_proto::ErrorCode::BATCH_TOO_LARGE,
+                format!(
+                    "an event of {size} bytes exceeds max_batch_bytes ({}); raise it (and the server's max_frame_bytes) or split the data",
+                    self.inner.opts.max_batch_bytes
+                ),
+            ));
+        }
         let q = &self.inner.parts[p as usize];
         let inner = &self.inner;
         let mut st = q.state.lock();
@@ -287,7 +305,8 @@ impl Producer {
                 BatchSize::Count(c) => st.builder.count() >= c.max(1),
                 BatchSize::Bytes(b) => st.bytes >= b,
                 BatchSize::Adaptive => false,
-            } || st.bytes >= inner.opts.max_batch_bytes
+            } || (!st.builder.is_empty()
+                && st.bytes + size > inner.opts.max_batch_bytes)
                 || st.builder.count() == u32::MAX;
             if !full {
                 break;
@@ -301,7 +320,7 @@ impl Producer {
         }
         let index = st.builder.count();
         st.builder.push(&meta, descriptor, data.len());
-        st.bytes += meta.len() as u64 + data.len() + 16;
+        st.bytes += size;
         st.data.extend(data.0.into_iter().filter(|b| !b.is_empty()));
         let fut = PushFuture {
             slot: st.slot.clone(),
@@ -403,32 +422,58 @@ impl Inner {
                 return;
             };
             st.in_flight += 1;
-            let (inner, q) = (self.clone(), q.clone());
-            self.topic.driver.inner.handle.spawn(async move {
-                let req = Request::Produce {
-                    topic: inner.topic.name().to_string(),
-                    partition: q.partition,
-                    count: b.count,
-                    meta: b.meta,
-                };
-                let result = match q.conn.call(&req, b.data).await {
-                    Ok(Response::Produced {
-                        base_offset, count, ..
-                    }) if count == b.count => Ok(BatchAck { base_offset }),
-                    Ok(other) => Err(unexpected(other)),
-                    Err(e) => Err(e),
-                };
-                let mut st = q.state.lock();
-                if let Err(e) = &result {
-                    st.error.get_or_insert_with(|| e.shared());
-                }
-                b.slot.complete(result);
+            if let Err(mpsc::error::SendError(b)) = q.outbox.send(b) {
                 st.in_flight -= 1;
-                inner.dispatch(&q, &mut st);
-                drop(st);
-                q.cond.notify_all();
-            });
+                b.slot.complete(Err(Error::Closed("producer")));
+            }
         }
+    }
+}
+
+/// Writes a partition's batches to its server in seal order, and settles
+/// each batch's futures when its response arrives (several in flight).
+async fn send_loop(
+    weak: Weak<Inner>,
+    q: Arc<PartQueue>,
+    conn: Arc<ClientConn>,
+    mut rx: mpsc::UnboundedReceiver<Sealed>,
+) {
+    while let Some(b) = rx.recv().await {
+        let Some(inner) = weak.upgrade() else { return };
+        let req = Request::Produce {
+            topic: inner.topic.name().to_string(),
+            partition: q.partition,
+            count: b.count,
+            meta: b.meta,
+        };
+        let sent = conn.send(&req, b.data, Vec::new(), Vec::new()).await;
+        let (q, slot, count) = (q.clone(), b.slot, b.count);
+        tokio::spawn(async move {
+            let result = match sent {
+                Ok(waiter) => match waiter.wait().await {
+                    Ok((
+                        Response::Produced {
+                            base_offset,
+                            count: c,
+                            ..
+                        },
+                        _,
+                    )) if c == count => Ok(BatchAck { base_offset }),
+                    Ok((other, _)) => Err(unexpected(other)),
+                    Err(e) => Err(e),
+                },
+                Err(e) => Err(e),
+            };
+            let mut st = q.state.lock();
+            if let Err(e) = &result {
+                st.error.get_or_insert_with(|| e.shared());
+            }
+            slot.complete(result);
+            st.in_flight -= 1;
+            inner.dispatch(&q, &mut st);
+            drop(st);
+            q.cond.notify_all();
+        });
     }
 }
 

@@ -50,6 +50,7 @@ codes! {
     DISK_FULL = 304, "disk full";
     BATCH_TOO_LARGE = 305, "batch exceeds the size limit";
     INVALID_STORAGE_CONFIG = 307, "invalid storage configuration";
+    STORAGE_INVALID_ARGUMENT = 308, "storage rejected an argument (empty batch, name too long)";
     INVALID_METADATA = 400, "metadata rejected by the topic's validator";
     BAD_POLICY_SPEC = 401, "bad validator, selector or serializer specification";
     SELECTION_FAILED = 402, "the partition selector could not choose a partition";

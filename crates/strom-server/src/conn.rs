@@ -227,6 +227,7 @@ impl Session {
             } => match self.partition(&topic, partition) {
                 Ok(p) => {
                     let writer = self.writer.clone();
+                    let max_frame = self.state.config.max_frame_bytes;
                     tokio::spawn(async move {
                         let read = tokio::task::spawn_blocking(move || {
                             let mut out = Vec::new();
@@ -238,8 +239,19 @@ impl Session {
                         .await;
                         let frame = match read {
                             Ok(Ok(bulk)) => {
-                                let total = bulk.iter().map(|b| b.len() as u64).sum();
-                                OutFrame::response(id, &Response::Data { total }).with_bulk(bulk)
+                                let total: u64 = bulk.iter().map(|b| b.len() as u64).sum();
+                                if total + 64 > max_frame as u64 {
+                                    let msg = format!(
+                                        "{total} bytes requested in one fetch exceed the maximum frame of {max_frame} bytes; fetch fewer ranges at a time"
+                                    );
+                                    OutFrame::response(
+                                        id,
+                                        &Response::error(ErrorCode::FRAME_TOO_LARGE, msg),
+                                    )
+                                } else {
+                                    OutFrame::response(id, &Response::Data { total })
+                                        .with_bulk(bulk)
+                                }
                             }
                             Ok(Err(e)) => {
                                 OutFrame::response(id, &Response::error(e.code(), e.to_string()))
@@ -262,13 +274,21 @@ impl Session {
                 offset,
             } => match self.partition(&topic, partition) {
                 Ok(p) => {
-                    let r =
-                        tokio::task::spawn_blocking(move || p.offsets.commit(&consumer, offset))
-                            .await;
-                    match r {
-                        Ok(r) => r.map(|_| Response::Done).map_err(ServerError::from),
-                        Err(e) => Err(ServerError::coded(ErrorCode::INTERNAL, e.to_string())),
-                    }
+                    // The fdatasync runs off the connection's read loop.
+                    let writer = self.writer.clone();
+                    tokio::spawn(async move {
+                        let r = tokio::task::spawn_blocking(move || {
+                            p.offsets.commit(&consumer, offset)
+                        })
+                        .await;
+                        let resp = match r {
+                            Ok(Ok(())) => Response::Done,
+                            Ok(Err(e)) => Response::error(ErrorCode(e.code()), e.to_string()),
+                            Err(e) => Response::error(ErrorCode::INTERNAL, e.to_string()),
+                        };
+                        let _ = writer.send(OutFrame::response(id, &resp)).await;
+                    });
+                    return;
                 }
                 Err(e) => Err(e),
             },

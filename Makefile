@@ -1,0 +1,38 @@
+# Strom: two commands do everything.
+#   make run   - set up, build (release) and run the demo on an embedded server
+#   make test  - set up, build and run every test (plus fmt and clippy checks)
+# Everything is cached inside the repository (target/); nothing outside it.
+
+SHELL := /bin/bash
+CARGO ?= cargo
+export CARGO_TERM_COLOR ?= never
+
+.PHONY: all setup build build-release run test lint fmt clean
+
+all: build
+
+# Tools the build and tests need. Idempotent, no prompts, works as root.
+setup:
+	@./scripts/setup.sh
+
+build: setup
+	$(CARGO) build --workspace --all-targets
+
+build-release: setup
+	$(CARGO) build --release -p strom-cli
+
+run: build-release
+	./target/release/strom demo
+
+lint: setup
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+test: setup lint
+	$(CARGO) test --workspace --no-fail-fast
+
+fmt:
+	$(CARGO) fmt --all
+
+clean:
+	$(CARGO) clean
