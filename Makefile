@@ -7,7 +7,12 @@ SHELL := /bin/bash
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: all setup build build-release run test lint fmt clean
+.PHONY: all setup build build-release run test test-rust lint fmt clean
+
+# Each mk/*.mk adds its own setup/build/test steps by appending to these.
+EXTRA_BUILD :=
+EXTRA_TEST :=
+-include mk/*.mk
 
 all: build
 
@@ -17,6 +22,7 @@ setup:
 
 build: setup
 	$(CARGO) build --workspace --all-targets
+	@for t in $(EXTRA_BUILD); do $(MAKE) --no-print-directory $$t || exit 1; done
 
 build-release: setup
 	$(CARGO) build --release -p strom-cli
@@ -28,8 +34,12 @@ lint: setup
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
-test: setup lint
+test-rust: setup
 	$(CARGO) test --workspace --no-fail-fast
+
+# Rust tests first, then every extra suite; all must pass.
+test: setup lint test-rust
+	@for t in $(EXTRA_TEST); do $(MAKE) --no-print-directory $$t || exit 1; done
 
 fmt:
 	$(CARGO) fmt --all
