@@ -2,10 +2,12 @@
 //! diagnostics and logs go to stderr, so piped output stays clean.
 
 mod bench;
+mod cluster;
 mod consume;
 mod demo;
 mod produce;
 mod server;
+mod status;
 mod topic;
 
 use std::path::PathBuf;
@@ -33,6 +35,11 @@ struct Cli {
 enum Command {
     /// Run a server process.
     Server(server::ServerArgs),
+    /// Start or stop a local group of server processes.
+    #[command(subcommand)]
+    Cluster(cluster::ClusterCmd),
+    /// Show members, topics, offsets and consumer lag.
+    Status(status::StatusArgs),
     /// Create, list, describe, complete or delete topics.
     #[command(subcommand)]
     Topic(topic::TopicCmd),
@@ -66,6 +73,8 @@ fn main() {
             init_logging("warn");
             match other {
                 Command::Topic(c) => topic::run(c, cli.group_file),
+                Command::Cluster(c) => cluster::run(c, cli.group_file),
+                Command::Status(a) => status::run(a, cli.group_file),
                 Command::Produce(a) => produce::run(a, cli.group_file),
                 Command::Consume(a) => consume::run(a, cli.group_file),
                 Command::Demo(a) => demo::run(a),

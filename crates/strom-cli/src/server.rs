@@ -18,6 +18,9 @@ pub struct ServerArgs {
     /// Address to listen on; port 0 picks a free port.
     #[arg(long)]
     listen: Option<String>,
+    /// Join the running group of this group file as a new member.
+    #[arg(long)]
+    join: Option<PathBuf>,
 }
 
 pub fn run(args: ServerArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> {
@@ -33,6 +36,9 @@ pub fn run(args: ServerArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> 
     }
     if group_file.is_some() {
         config.group_file = group_file;
+    }
+    if args.join.is_some() {
+        config.join = args.join;
     }
     config.validate().map_err(anyhow::Error::msg)?;
     let rt = tokio::runtime::Builder::new_multi_thread()

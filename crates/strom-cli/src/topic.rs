@@ -25,6 +25,15 @@ pub enum TopicCmd {
     Complete { name: String },
     /// Delete a topic and its data.
     Delete { name: String },
+    /// Add partitions to a topic; running producers and consumers pick them up.
+    AddPartitions {
+        name: String,
+        #[arg(long)]
+        count: u32,
+        /// Place the new partitions on this member (default: round-robin).
+        #[arg(long)]
+        server: Option<u32>,
+    },
 }
 
 #[derive(Args)]
@@ -56,6 +65,9 @@ pub struct CreateArgs {
     retention_ms: Option<u64>,
     #[arg(long)]
     segment_bytes: Option<u64>,
+    /// Place every partition on this member (default: round-robin over live members).
+    #[arg(long)]
+    server: Option<u32>,
 }
 
 pub fn run(cmd: TopicCmd, group_file: Option<PathBuf>) -> anyhow::Result<()> {
@@ -82,7 +94,7 @@ pub fn run(cmd: TopicCmd, group_file: Option<PathBuf>) -> anyhow::Result<()> {
                 segment_bytes: a.segment_bytes,
                 ..TopicSpec::new(a.name, a.partitions)
             };
-            let t = d.create_topic(spec)?;
+            let t = d.create_topic_on(spec, a.server)?;
             eprintln!(
                 "created topic '{}' with {} partitions",
                 t.name(),
@@ -120,7 +132,10 @@ pub fn run(cmd: TopicCmd, group_file: Option<PathBuf>) -> anyhow::Result<()> {
             let info = d.describe(&name)?;
             let mut consumers = Vec::new();
             for p in &info.partitions {
-                consumers.push(d.consumer_offsets(&name, p.id)?);
+                consumers.push(
+                    d.consumer_offsets_at(&p.addr, &name, p.id)
+                        .unwrap_or_default(),
+                );
             }
             let v = info_json(&info, Some(&consumers));
             if json {
@@ -132,6 +147,17 @@ pub fn run(cmd: TopicCmd, group_file: Option<PathBuf>) -> anyhow::Result<()> {
         TopicCmd::Complete { name } => {
             d.open_topic(&name)?.complete()?;
             eprintln!("topic '{name}' completed");
+        }
+        TopicCmd::AddPartitions {
+            name,
+            count,
+            server,
+        } => {
+            let info = d.add_partitions(&name, count, server)?;
+            eprintln!(
+                "topic '{name}' now has {} partitions",
+                info.partitions.len()
+            );
         }
         TopicCmd::Delete { name } => {
             d.delete_topic(&name)?;

@@ -1,9 +1,9 @@
-//! The consumer: one subscription stream per partition, driven by tasks on
-//! the driver's runtime. Each task receives metadata batches pushed ahead of
-//! demand, runs the data selector and broker for the whole batch, fetches
-//! the selected bytes of the batch with one request straight into the
-//! broker's buffers, and queues the events. `pull` takes from that queue and
-//! returns credit to the server in chunks, which bounds the prefetch.
+//! The consumer: named, over some or all partitions of a topic. One
+//! subscription task per partition (see `subscription.rs`) queues events
+//! whose selected data already landed in the broker's buffers; `pull` takes
+//! from that queue and returns credit to the server in chunks, which bounds
+//! the prefetch. A partition whose server is unreachable reports one error
+//! and keeps retrying, while the other partitions carry on.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -11,28 +11,23 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, RwLock};
 use strom_policy::TopicPolicy;
-use strom_proto::{BatchView, ErrorCode, Push, Request, Response, Selection, StartPos};
+use strom_proto::{Request, Selection, StartPos};
 use tokio::task::JoinHandle;
 
 use crate::conn::ClientConn;
-use crate::data::{
-    plan_fill, DataBroker, DataBuffer, DataDescriptor, DataSelector, EventMeta, VecBroker,
-};
-use crate::driver::unexpected;
+use crate::data::{DataBroker, DataSelector, VecBroker};
 use crate::error::{Error, Result};
-use crate::event::{Event, PartitionAcks};
+use crate::event::{Event, Owner, PartitionAcks};
+use crate::subscription::{refresh_loop, run_partition};
 use crate::topic::Topic;
 
-static NEXT_STREAM: AtomicU64 = AtomicU64::new(1);
 const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(30);
-
-type Started = std::sync::mpsc::Sender<Result<()>>;
 
 #[derive(Clone)]
 pub struct ConsumerOptions {
-    /// Partitions to read; `None` means all.
+    /// Partitions to read; `None` means all, including ones added later.
     pub partitions: Option<Vec<u32>>,
     /// Events per partition the server may push ahead of demand.
     pub prefetch: u32,
@@ -60,42 +55,102 @@ pub enum Next {
     EndOfStream,
 }
 
-enum Item {
+pub(crate) enum Item {
     Events(u32, VecDeque<Event>),
     End(u32),
     Failed(Error),
 }
 
-struct Queue {
-    items: VecDeque<(u64, Item)>,
-    epoch: u64,
-    ended: Vec<bool>,
+pub(crate) struct Queue {
+    items: VecDeque<Item>,
+    pub epoch: u64,
+    pub ended: Vec<bool>,
     /// Events taken per partition since credit was last returned.
-    taken: Vec<u32>,
+    pub taken: Vec<u32>,
     wakers: Vec<Waker>,
 }
 
-struct PartSub {
-    partition: u32,
-    conn: Arc<ClientConn>,
-    acks: Arc<PartitionAcks>,
-    stream: AtomicU64,
+/// One subscribed partition.
+pub(crate) struct PartSub {
+    pub partition: u32,
+    pub owner: Arc<Mutex<Owner>>,
+    /// The connection the current subscription runs on.
+    pub conn: Mutex<Option<Arc<ClientConn>>>,
+    pub acks: Arc<PartitionAcks>,
+    pub stream: AtomicU64,
 }
 
-struct Shared {
-    topic: String,
-    name: String,
-    policy: Arc<TopicPolicy>,
-    opts: ConsumerOptions,
-    parts: Vec<PartSub>,
-    queue: Mutex<Queue>,
+impl PartSub {
+    pub fn new(topic: &Topic, name: &str, partition: u32, member: u32, addr: String) -> Arc<Self> {
+        let owner = Arc::new(Mutex::new(Owner { member, addr }));
+        Arc::new(PartSub {
+            partition,
+            acks: PartitionAcks::new(topic, partition, name.into(), owner.clone()),
+            owner,
+            conn: Mutex::new(None),
+            stream: AtomicU64::new(0),
+        })
+    }
+
+    /// Stops the current subscription, if any (best effort).
+    fn unsubscribe(&self) {
+        let stream = self.stream.swap(0, Ordering::AcqRel);
+        if let (true, Some(conn)) = (stream != 0, self.conn.lock().take()) {
+            conn.close_stream(stream);
+            conn.send_oneway(&Request::Unsubscribe { stream });
+        }
+    }
+}
+
+pub(crate) struct Shared {
+    pub topic: Topic,
+    pub name: String,
+    pub policy: Arc<TopicPolicy>,
+    pub opts: ConsumerOptions,
+    /// Grows when partitions are added (if the consumer follows all).
+    pub parts: RwLock<Vec<Arc<PartSub>>>,
+    pub tasks: Mutex<Vec<JoinHandle<()>>>,
+    pub queue: Mutex<Queue>,
     cond: Condvar,
 }
 
+impl Shared {
+    pub fn part(&self, slot: usize) -> Arc<PartSub> {
+        self.parts.read()[slot].clone()
+    }
+
+    /// Queues an item unless a seek started a new epoch meanwhile.
+    pub fn deliver(&self, epoch: u64, item: Item) -> bool {
+        let mut q = self.queue.lock();
+        if q.epoch != epoch {
+            return false;
+        }
+        q.items.push_back(item);
+        let wakers = std::mem::take(&mut q.wakers);
+        drop(q);
+        self.cond.notify_all();
+        wakers.into_iter().for_each(Waker::wake);
+        true
+    }
+
+    pub fn epoch(&self) -> u64 {
+        self.queue.lock().epoch
+    }
+
+    /// Adds a partition slot; returns its index and the current epoch.
+    pub fn add_part(&self, sub: Arc<PartSub>) -> (usize, u64) {
+        let mut parts = self.parts.write();
+        parts.push(sub);
+        let mut q = self.queue.lock();
+        q.ended.push(false);
+        q.taken.push(0);
+        (parts.len() - 1, q.epoch)
+    }
+}
+
 pub struct Consumer {
-    topic: Topic,
     shared: Arc<Shared>,
-    tasks: Mutex<Vec<JoinHandle<()>>>,
+    refresher: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl Consumer {
@@ -106,56 +161,33 @@ impl Consumer {
             ));
         }
         let info = topic.info();
-        let all: Vec<u32> = (0..info.partitions.len() as u32).collect();
-        let partitions = opts.partitions.clone().unwrap_or(all);
+        let follow_new = opts.partitions.is_none();
+        let partitions = opts
+            .partitions
+            .clone()
+            .unwrap_or_else(|| (0..info.partitions.len() as u32).collect());
+        let mut parts = Vec::new();
         for &p in &partitions {
-            if p as usize >= info.partitions.len() {
-                return Err(Error::InvalidArgument(format!(
+            let pi = info.partitions.get(p as usize).ok_or_else(|| {
+                Error::InvalidArgument(format!(
                     "topic '{}' has {} partitions; {p} does not exist",
                     topic.name(),
                     info.partitions.len()
-                )));
-            }
+                ))
+            })?;
+            parts.push(PartSub::new(&topic, name, p, pi.member, pi.addr.clone()));
         }
-        let d = topic.driver.clone();
-        let addrs: Vec<String> = partitions
-            .iter()
-            .map(|&p| info.partitions[p as usize].addr.clone())
-            .collect();
-        let conns = topic.driver.block_on(async move {
-            let mut v = Vec::new();
-            for a in &addrs {
-                v.push(d.conn(a).await?);
-            }
-            Ok::<_, Error>(v)
-        })?;
-        let handle = topic.driver.inner.handle.clone();
-        let parts = partitions
-            .iter()
-            .zip(conns)
-            .map(|(&partition, conn)| PartSub {
-                partition,
-                acks: PartitionAcks::new(
-                    topic.name().into(),
-                    partition,
-                    name.into(),
-                    conn.clone(),
-                    handle.clone(),
-                ),
-                conn,
-                stream: AtomicU64::new(0),
-            })
-            .collect::<Vec<_>>();
         let n = parts.len();
         let shared = Arc::new(Shared {
-            topic: topic.name().into(),
             name: name.into(),
             policy: Arc::new(topic.policy()?),
+            topic,
             opts: ConsumerOptions {
                 prefetch: opts.prefetch.max(2),
                 ..opts
             },
-            parts,
+            parts: RwLock::new(parts),
+            tasks: Mutex::new(Vec::new()),
             queue: Mutex::new(Queue {
                 items: VecDeque::new(),
                 epoch: 0,
@@ -166,31 +198,34 @@ impl Consumer {
             cond: Condvar::new(),
         });
         let c = Consumer {
-            topic,
             shared,
-            tasks: Mutex::new(Vec::new()),
+            refresher: Mutex::new(None),
         };
         c.start(c.shared.opts.start, 0)?;
+        if follow_new {
+            let refresh = refresh_loop(Arc::downgrade(&c.shared));
+            *c.refresher.lock() = Some(c.handle().spawn(refresh));
+        }
         Ok(c)
     }
 
+    fn handle(&self) -> &tokio::runtime::Handle {
+        &self.shared.topic.driver.inner.handle
+    }
+
     /// Subscribes every partition at `start` and waits until the servers
-    /// confirmed where each subscription begins.
+    /// confirmed where each subscription begins (or a partition's server
+    /// turned out to be unreachable, which it keeps retrying).
     fn start(&self, start: StartPos, epoch: u64) -> Result<()> {
-        let handle = &self.topic.driver.inner.handle;
         let (tx, rx) = std::sync::mpsc::channel();
-        let mut tasks = self.tasks.lock();
-        for i in 0..self.shared.parts.len() {
-            tasks.push(handle.spawn(run_partition(
-                self.shared.clone(),
-                i,
-                start,
-                epoch,
-                tx.clone(),
-            )));
+        let n = self.shared.parts.read().len();
+        let mut tasks = self.shared.tasks.lock();
+        for i in 0..n {
+            let task = run_partition(self.shared.clone(), i, start, epoch, Some(tx.clone()));
+            tasks.push(self.handle().spawn(task));
         }
         drop((tasks, tx));
-        for _ in 0..self.shared.parts.len() {
+        for _ in 0..n {
             match rx.recv_timeout(SUBSCRIBE_TIMEOUT) {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => return Err(e),
@@ -205,7 +240,7 @@ impl Consumer {
     }
 
     pub fn topic(&self) -> &Topic {
-        &self.topic
+        &self.shared.topic
     }
 
     /// Waits for the next event or the end of the stream.
@@ -224,8 +259,7 @@ impl Consumer {
             if q.ended.iter().all(|e| *e) {
                 return Some(Ok(Next::EndOfStream));
             }
-            let (_, item) = q.items.front_mut()?;
-            match item {
+            match q.items.front_mut()? {
                 Item::Events(slot, events) => {
                     let slot = *slot as usize;
                     let Some(ev) = events.pop_front() else {
@@ -238,14 +272,18 @@ impl Consumer {
                     q.taken[slot] += 1;
                     if q.taken[slot] >= self.shared.opts.prefetch / 2 {
                         let events = std::mem::take(&mut q.taken[slot]);
-                        let p = &self.shared.parts[slot];
+                        let p = self.shared.part(slot);
                         let stream = p.stream.load(Ordering::Acquire);
-                        p.conn.send_oneway(&Request::Credit { stream, events });
+                        let conn = p.conn.lock().clone();
+                        if let Some(conn) = conn {
+                            conn.send_oneway(&Request::Credit { stream, events });
+                        }
                     }
                     return Some(Ok(Next::Event(ev)));
                 }
                 Item::End(slot) => {
-                    q.ended[*slot as usize] = true;
+                    let slot = *slot as usize;
+                    q.ended[slot] = true;
                     q.items.pop_front();
                 }
                 Item::Failed(e) => {
@@ -274,12 +312,19 @@ impl Consumer {
         }
     }
 
+    fn stop_partitions(&self) {
+        for t in self.shared.tasks.lock().drain(..) {
+            t.abort();
+        }
+        for p in self.shared.parts.read().iter() {
+            p.unsubscribe();
+        }
+    }
+
     /// Moves every partition to `pos` (offset, timestamp, beginning, end,
     /// or back to the committed offsets). Queued events are dropped.
     pub fn seek(&self, pos: StartPos) -> Result<()> {
-        for t in self.tasks.lock().drain(..) {
-            t.abort();
-        }
+        self.stop_partitions();
         let epoch = {
             let mut q = self.shared.queue.lock();
             q.epoch += 1;
@@ -288,13 +333,6 @@ impl Consumer {
             q.taken.iter_mut().for_each(|t| *t = 0);
             q.epoch
         };
-        for p in &self.shared.parts {
-            let stream = p.stream.swap(0, Ordering::AcqRel);
-            if stream != 0 {
-                p.conn.close_stream(stream);
-                p.conn.send_oneway(&Request::Unsubscribe { stream });
-            }
-        }
         self.start(pos, epoch)
     }
 
@@ -328,16 +366,10 @@ impl Iterator for &Consumer {
 
 impl Drop for Consumer {
     fn drop(&mut self) {
-        for t in self.tasks.lock().drain(..) {
-            t.abort();
+        if let Some(r) = self.refresher.lock().take() {
+            r.abort();
         }
-        for p in &self.shared.parts {
-            let stream = p.stream.swap(0, Ordering::AcqRel);
-            if stream != 0 {
-                p.conn.close_stream(stream);
-                p.conn.send_oneway(&Request::Unsubscribe { stream });
-            }
-        }
+        self.stop_partitions();
     }
 }
 
@@ -366,176 +398,4 @@ impl std::future::Future for PullFuture<'_> {
             }
         }
     }
-}
-
-impl Shared {
-    /// Queues an item unless a seek started a new epoch meanwhile.
-    fn deliver(&self, epoch: u64, item: Item) -> bool {
-        let mut q = self.queue.lock();
-        if q.epoch != epoch {
-            return false;
-        }
-        q.items.push_back((epoch, item));
-        let wakers = std::mem::take(&mut q.wakers);
-        drop(q);
-        self.cond.notify_all();
-        wakers.into_iter().for_each(Waker::wake);
-        true
-    }
-}
-
-async fn run_partition(
-    shared: Arc<Shared>,
-    slot: usize,
-    start: StartPos,
-    epoch: u64,
-    started: Started,
-) {
-    let mut started = Some(started);
-    if let Err(e) = stream_partition(&shared, slot, start, epoch, &mut started).await {
-        match started.take() {
-            Some(tx) => {
-                let _ = tx.send(Err(e));
-            }
-            None => {
-                shared.deliver(epoch, Item::Failed(e));
-            }
-        }
-    }
-}
-
-async fn stream_partition(
-    shared: &Arc<Shared>,
-    slot: usize,
-    start: StartPos,
-    epoch: u64,
-    started: &mut Option<Started>,
-) -> Result<()> {
-    let sub = &shared.parts[slot];
-    let stream = NEXT_STREAM.fetch_add(1, Ordering::Relaxed);
-    let mut rx = sub.conn.open_stream(stream);
-    sub.stream.store(stream, Ordering::Release);
-    let req = Request::Subscribe {
-        stream,
-        topic: shared.topic.clone(),
-        partition: sub.partition,
-        consumer: shared.name.clone(),
-        start,
-        prefetch: shared.opts.prefetch,
-    };
-    let mut pos = match sub.conn.call(&req, Vec::new()).await? {
-        Response::Subscribed { start_offset } => start_offset,
-        other => return Err(unexpected(other)),
-    };
-    if let Some(tx) = started.take() {
-        let _ = tx.send(Ok(()));
-    }
-    while let Some(push) = rx.recv().await {
-        match push {
-            Push::Events {
-                base_offset,
-                count,
-                timestamp_us,
-                meta,
-                ..
-            } => {
-                let events =
-                    fetch_batch(shared, slot, pos, base_offset, timestamp_us, meta).await?;
-                pos = pos.max(base_offset + count as u64);
-                if !events.is_empty() && !shared.deliver(epoch, Item::Events(slot as u32, events)) {
-                    return Ok(());
-                }
-            }
-            Push::EndOfStream { .. } => {
-                shared.deliver(epoch, Item::End(slot as u32));
-                return Ok(());
-            }
-            Push::StreamError { code, message } => return Err(Error::Coded { code, message }),
-        }
-    }
-    Err(Error::coded(
-        ErrorCode::CONNECTION_CLOSED,
-        format!(
-            "lost the connection to server {} serving {}/{}",
-            sub.conn.addr, shared.topic, sub.partition
-        ),
-    ))
-}
-
-/// Turns one pushed batch into events: selection and buffers per event,
-/// then one data request for the whole batch.
-async fn fetch_batch(
-    shared: &Arc<Shared>,
-    slot: usize,
-    pos: u64,
-    base: u64,
-    timestamp_us: u64,
-    meta: bytes::Bytes,
-) -> Result<VecDeque<Event>> {
-    let sub = &shared.parts[slot];
-    let view = BatchView::parse(meta)?;
-    let mut events = VecDeque::with_capacity(view.count() as usize);
-    let mut ranges = Vec::new();
-    let mut buffers: Vec<Box<dyn DataBuffer>> = Vec::new();
-    let mut plan = Vec::new();
-    let mut owned = Vec::with_capacity(view.count() as usize);
-    for (i, e) in view.iter().enumerate() {
-        let offset = base + i as u64;
-        if offset < pos {
-            continue;
-        }
-        let em = EventMeta::new(
-            sub.partition,
-            offset,
-            timestamp_us,
-            e.metadata,
-            shared.policy.clone(),
-        );
-        let mut fetched = 0;
-        let first = buffers.len();
-        if e.data_len > 0 {
-            let desc = DataDescriptor {
-                size: e.data_len,
-                descriptor: e.descriptor.clone(),
-            };
-            let sel = shared.opts.selector.select(&em, &desc);
-            let rs = sel.resolve(e.data_len).map_err(Error::Selector)?;
-            fetched = rs.iter().map(|r| r.1).sum();
-            if fetched > 0 {
-                let bufs = shared
-                    .opts
-                    .broker
-                    .buffers(&em, &sel, fetched)
-                    .map_err(Error::Broker)?;
-                plan_fill(&bufs, first, fetched, &mut plan)?;
-                buffers.extend(bufs);
-                ranges.extend(rs.iter().map(|&(o, l)| (e.data_pos + o, l)));
-            }
-        }
-        owned.push(buffers.len() - first);
-        events.push_back(Event {
-            meta: em,
-            data_size: e.data_len,
-            fetched,
-            buffers: Vec::new(),
-            descriptor: e.descriptor,
-            acks: sub.acks.clone(),
-        });
-    }
-    if !ranges.is_empty() {
-        let req = Request::FetchData {
-            topic: shared.topic.clone(),
-            partition: sub.partition,
-            items: vec![(base, ranges)],
-        };
-        let (resp, filled) = sub.conn.call_into(&req, Vec::new(), buffers, plan).await?;
-        if !matches!(resp, Response::Data { .. }) {
-            return Err(unexpected(resp));
-        }
-        let mut filled = filled.into_iter();
-        for (ev, n) in events.iter_mut().zip(owned) {
-            ev.buffers = filled.by_ref().take(n).collect();
-        }
-    }
-    Ok(events)
 }

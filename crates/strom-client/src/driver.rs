@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 use strom_net::TcpTransport;
-use strom_proto::{ErrorCode, GroupFile, Request, Response, TopicInfo, TopicSpec};
+use strom_proto::{ErrorCode, GroupFile, MemberInfo, Request, Response, TopicInfo, TopicSpec};
 use tokio::runtime::{Handle, Runtime};
 
 use crate::conn::ClientConn;
@@ -173,8 +173,15 @@ impl Driver {
         self.block_on(async move { d.master_call(req).await })
     }
 
+    /// Creates a topic; its partitions are spread over the group's live members.
     pub fn create_topic(&self, spec: TopicSpec) -> Result<Topic> {
-        match self.admin(Request::CreateTopic { spec })? {
+        self.create_topic_on(spec, None)
+    }
+
+    /// Creates a topic with every partition on one member (`Some(id)`), or
+    /// spread round-robin (`None`).
+    pub fn create_topic_on(&self, spec: TopicSpec, member: Option<u32>) -> Result<Topic> {
+        match self.admin(Request::CreateTopic { spec, member })? {
             Response::Topic(info) => Topic::new(self.clone(), info),
             other => Err(unexpected(other)),
         }
@@ -185,7 +192,10 @@ impl Driver {
     }
 
     pub fn describe(&self, name: &str) -> Result<TopicInfo> {
-        match self.admin(Request::DescribeTopic { name: name.into() })? {
+        match self.admin(Request::DescribeTopic {
+            name: name.into(),
+            offsets: true,
+        })? {
             Response::Topic(info) => Ok(info),
             other => Err(unexpected(other)),
         }
@@ -203,16 +213,59 @@ impl Driver {
             .map(|_| ())
     }
 
-    /// Committed offsets of every consumer name on one partition.
-    pub fn consumer_offsets(&self, topic: &str, partition: u32) -> Result<Vec<(String, u64)>> {
+    /// Adds `count` partitions to a topic (on `member`, or round-robin).
+    /// Running producers and consumers pick them up within a second.
+    pub fn add_partitions(
+        &self,
+        topic: &str,
+        count: u32,
+        member: Option<u32>,
+    ) -> Result<TopicInfo> {
+        let req = Request::AddPartitions {
+            topic: topic.into(),
+            count,
+            member,
+        };
+        match self.admin(req)? {
+            Response::Topic(info) => Ok(info),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// The group's members, with whether each is alive (heartbeats).
+    pub fn members(&self) -> Result<Vec<MemberInfo>> {
+        match self.admin(Request::Members)? {
+            Response::Members(m) => Ok(m),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Committed offsets of every consumer name on one partition, asked of
+    /// the server at `addr` that hosts it.
+    pub fn consumer_offsets_at(
+        &self,
+        addr: &str,
+        topic: &str,
+        partition: u32,
+    ) -> Result<Vec<(String, u64)>> {
         let req = Request::Offsets {
             topic: topic.into(),
             partition,
         };
-        match self.admin(req)? {
+        let (d, addr) = (self.clone(), addr.to_string());
+        match self.block_on(async move { d.conn(&addr).await?.call(&req, Vec::new()).await })? {
             Response::Offsets(o) => Ok(o),
             other => Err(unexpected(other)),
         }
+    }
+
+    /// Committed offsets of every consumer name on one partition.
+    pub fn consumer_offsets(&self, topic: &str, partition: u32) -> Result<Vec<(String, u64)>> {
+        let info = self.describe(topic)?;
+        let p = info.partitions.get(partition as usize).ok_or_else(|| {
+            Error::InvalidArgument(format!("topic '{topic}' has no partition {partition}"))
+        })?;
+        self.consumer_offsets_at(&p.addr, topic, partition)
     }
 }
 

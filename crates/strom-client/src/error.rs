@@ -57,6 +57,14 @@ impl Error {
         }
     }
 
+    /// The message without the `[CODE (n)]` suffix that `Display` adds.
+    pub fn message(&self) -> String {
+        match self {
+            Error::Coded { message, .. } => message.clone(),
+            e => e.to_string(),
+        }
+    }
+
     /// A copy that keeps the code and message (errors shared by many futures).
     pub(crate) fn shared(&self) -> Error {
         match self {

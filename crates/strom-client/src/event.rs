@@ -14,9 +14,9 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 use strom_proto::{ErrorCode, Request};
 
-use crate::conn::ClientConn;
 use crate::data::{DataBuffer, EventMeta};
 use crate::error::{Error, Result};
+use crate::topic::Topic;
 
 /// One consumed event: metadata, the fetched part of its data, and its ack.
 pub struct Event {
@@ -99,31 +99,29 @@ struct AckState {
     wakers: Vec<Waker>,
 }
 
+/// The member owning a partition and its address; follows restarts.
+pub(crate) struct Owner {
+    pub member: u32,
+    pub addr: String,
+}
+
 /// Commit bookkeeping of one partition for one consumer name.
 pub(crate) struct PartitionAcks {
-    topic: String,
+    topic: Topic,
     partition: u32,
     name: String,
-    conn: Arc<ClientConn>,
-    handle: tokio::runtime::Handle,
+    owner: Arc<Mutex<Owner>>,
     state: Mutex<AckState>,
     cond: Condvar,
 }
 
 impl PartitionAcks {
-    pub fn new(
-        topic: String,
-        partition: u32,
-        name: String,
-        conn: Arc<ClientConn>,
-        handle: tokio::runtime::Handle,
-    ) -> Arc<Self> {
+    pub fn new(topic: &Topic, partition: u32, name: String, owner: Arc<Mutex<Owner>>) -> Arc<Self> {
         Arc::new(PartitionAcks {
-            topic,
+            topic: topic.clone(),
             partition,
             name,
-            conn,
-            handle,
+            owner,
             state: Mutex::new(AckState {
                 wanted: 0,
                 committed: 0,
@@ -140,7 +138,11 @@ impl PartitionAcks {
         st.wanted = st.wanted.max(next);
         if !st.in_flight && st.committed < st.wanted {
             st.in_flight = true;
-            self.handle.spawn(self.clone().commit_loop());
+            self.topic
+                .driver
+                .inner
+                .handle
+                .spawn(self.clone().commit_loop());
         }
         AckFuture {
             acks: self.clone(),
@@ -159,12 +161,16 @@ impl PartitionAcks {
                 st.wanted
             };
             let req = Request::Commit {
-                topic: self.topic.clone(),
+                topic: self.topic.name().to_string(),
                 partition: self.partition,
                 consumer: self.name.clone(),
                 offset: target,
             };
-            let r = self.conn.call(&req, Vec::new()).await;
+            let addr = self.owner.lock().addr.clone();
+            let r = match self.topic.driver.conn(&addr).await {
+                Ok(conn) => conn.call(&req, Vec::new()).await,
+                Err(e) => Err(e),
+            };
             let mut st = self.state.lock();
             match r {
                 Ok(_) => st.committed = st.committed.max(target),

@@ -17,6 +17,7 @@ mod error;
 mod event;
 mod producer;
 mod slot;
+mod subscription;
 mod topic;
 
 pub use consumer::{Consumer, ConsumerOptions, Next, PullFuture};
@@ -27,6 +28,7 @@ pub use event::{AckFuture, Event};
 pub use producer::{BatchSize, Data, EventId, Producer, ProducerOptions, PushFuture};
 pub use strom_policy::MetadataInput;
 pub use strom_proto::{
-    Durability, ErrorCode, PartitionType, Selection, StartPos, TopicInfo, TopicSpec,
+    Durability, ErrorCode, MemberInfo, PartitionInfo, PartitionType, Selection, StartPos,
+    TopicInfo, TopicSpec,
 };
 pub use topic::Topic;

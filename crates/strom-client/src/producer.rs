@@ -15,12 +15,11 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, RwLock};
 use strom_policy::{MetadataInput, TopicPolicy};
-use strom_proto::{BatchBuilder, Request, Response};
+use strom_proto::{BatchBuilder, PartitionInfo, Request, Response};
 use tokio::sync::mpsc;
 
-use crate::conn::ClientConn;
 use crate::driver::unexpected;
 use crate::error::{Error, Result};
 use crate::slot::Slot;
@@ -173,6 +172,8 @@ struct QueueState {
 
 struct PartQueue {
     partition: u32,
+    /// The member owning the partition and its address (refreshed).
+    owner: Mutex<(u32, String)>,
     state: Mutex<QueueState>,
     cond: Condvar,
     /// Batches to send, in seal order, to this partition's sender task.
@@ -184,7 +185,8 @@ struct Inner {
     id: u64,
     policy: TopicPolicy,
     opts: ProducerOptions,
-    parts: Vec<Arc<PartQueue>>,
+    /// Grows when partitions are added to the topic.
+    parts: RwLock<Vec<Arc<PartQueue>>>,
     closed: AtomicBool,
 }
 
@@ -205,54 +207,30 @@ impl Producer {
         let info = topic.info();
         let d = topic.driver.clone();
         let name = topic.name().to_string();
-        let addrs: Vec<String> = info.partitions.iter().map(|p| p.addr.clone()).collect();
-        let (id, conns) = topic.driver.block_on(async move {
-            let id = match d
+        let id = topic.driver.block_on(async move {
+            match d
                 .master_call(Request::RegisterProducer { topic: name })
                 .await?
             {
-                Response::Producer { id } => id,
-                other => return Err(unexpected(other)),
-            };
-            let mut conns = Vec::new();
-            for a in &addrs {
-                conns.push(d.conn(a).await?);
+                Response::Producer { id } => Ok(id),
+                other => Err(unexpected(other)),
             }
-            Ok((id, conns))
         })?;
-        let mut receivers = Vec::new();
-        let parts = (0..conns.len())
-            .map(|p| {
-                let (outbox, rx) = mpsc::unbounded_channel();
-                receivers.push(rx);
-                Arc::new(PartQueue {
-                    partition: p as u32,
-                    state: Mutex::new(QueueState {
-                        builder: BatchBuilder::new(),
-                        data: Vec::new(),
-                        bytes: 0,
-                        slot: Arc::new(Slot::new()),
-                        sealed: VecDeque::new(),
-                        in_flight: 0,
-                        error: None,
-                    }),
-                    cond: Condvar::new(),
-                    outbox,
-                })
-            })
-            .collect::<Vec<_>>();
         let inner = Arc::new(Inner {
             topic,
             id,
             policy,
             opts,
-            parts,
+            parts: RwLock::new(Vec::new()),
             closed: AtomicBool::new(false),
         });
-        for ((q, rx), conn) in inner.parts.iter().zip(receivers).zip(conns) {
-            let handle = &inner.topic.driver.inner.handle;
-            handle.spawn(send_loop(Arc::downgrade(&inner), q.clone(), conn, rx));
-        }
+        inner.add_partitions(&info.partitions);
+        inner
+            .topic
+            .driver
+            .inner
+            .handle
+            .spawn(refresh_loop(Arc::downgrade(&inner)));
         if inner.opts.batch != BatchSize::Adaptive {
             let weak = Arc::downgrade(&inner);
             inner.topic.driver.inner.handle.spawn(linger_loop(weak));
@@ -281,7 +259,8 @@ impl Producer {
         if self.inner.closed.load(Ordering::Acquire) {
             return Err(Error::Closed("producer"));
         }
-        let n = self.inner.parts.len() as u32;
+        let parts = self.inner.parts.read();
+        let n = parts.len() as u32;
         let (p, meta) = self.inner.policy.prepare(metadata.into(), partition, n)?;
         let data = data.into();
         let size = meta.len() as u64 + descriptor.len() as u64 + data.len() + 16;
@@ -294,13 +273,12 @@ impl Producer {
                 ),
             ));
         }
-        let q = &self.inner.parts[p as usize];
+        let q = parts[p as usize].clone();
+        drop(parts);
+        let q = &q;
         let inner = &self.inner;
         let mut st = q.state.lock();
         loop {
-            if let Some(e) = &st.error {
-                return Err(e.shared());
-            }
             let full = match inner.opts.batch {
                 BatchSize::Count(c) => st.builder.count() >= c.max(1),
                 BatchSize::Bytes(b) => st.bytes >= b,
@@ -337,7 +315,8 @@ impl Producer {
     /// Returns the first error any batch met since the last flush.
     pub fn flush(&self) -> Result<()> {
         let mut first = None;
-        for q in &self.inner.parts {
+        let parts = self.inner.parts.read().clone();
+        for q in &parts {
             let mut st = q.state.lock();
             while !st.builder.is_empty() {
                 if st.sealed.is_empty() {
@@ -411,6 +390,32 @@ fn seal(st: &mut QueueState) {
 }
 
 impl Inner {
+    /// Adds queues (and sender tasks) for the partitions not known yet.
+    fn add_partitions(self: &Arc<Self>, infos: &[PartitionInfo]) {
+        let mut parts = self.parts.write();
+        for info in infos.iter().skip(parts.len()) {
+            let (outbox, rx) = mpsc::unbounded_channel();
+            let q = Arc::new(PartQueue {
+                partition: parts.len() as u32,
+                owner: Mutex::new((info.member, info.addr.clone())),
+                state: Mutex::new(QueueState {
+                    builder: BatchBuilder::new(),
+                    data: Vec::new(),
+                    bytes: 0,
+                    slot: Arc::new(Slot::new()),
+                    sealed: VecDeque::new(),
+                    in_flight: 0,
+                    error: None,
+                }),
+                cond: Condvar::new(),
+                outbox,
+            });
+            let handle = &self.topic.driver.inner.handle;
+            handle.spawn(send_loop(Arc::downgrade(self), q.clone(), rx));
+            parts.push(q);
+        }
+    }
+
     /// Sends sealed batches (and, in adaptive mode, the open one) while
     /// in-flight slots are free.
     fn dispatch(self: &Arc<Self>, q: &Arc<PartQueue>, st: &mut QueueState) {
@@ -432,12 +437,7 @@ impl Inner {
 
 /// Writes a partition's batches to its server in seal order, and settles
 /// each batch's futures when its response arrives (several in flight).
-async fn send_loop(
-    weak: Weak<Inner>,
-    q: Arc<PartQueue>,
-    conn: Arc<ClientConn>,
-    mut rx: mpsc::UnboundedReceiver<Sealed>,
-) {
+async fn send_loop(weak: Weak<Inner>, q: Arc<PartQueue>, mut rx: mpsc::UnboundedReceiver<Sealed>) {
     while let Some(b) = rx.recv().await {
         let Some(inner) = weak.upgrade() else { return };
         let req = Request::Produce {
@@ -446,7 +446,16 @@ async fn send_loop(
             count: b.count,
             meta: b.meta,
         };
-        let sent = conn.send(&req, b.data, Vec::new(), Vec::new()).await;
+        let (member, addr) = q.owner.lock().clone();
+        let sent = match inner.topic.driver.conn(&addr).await {
+            Ok(conn) => conn.send(&req, b.data, Vec::new(), Vec::new()).await,
+            Err(e) => Err(e),
+        };
+        let where_ = format!(
+            "partition {} of topic '{}' on member {member} ({addr})",
+            q.partition,
+            inner.topic.name()
+        );
         let (q, slot, count) = (q.clone(), b.slot, b.count);
         tokio::spawn(async move {
             let result = match sent {
@@ -463,7 +472,8 @@ async fn send_loop(
                     Err(e) => Err(e),
                 },
                 Err(e) => Err(e),
-            };
+            }
+            .map_err(|e| Error::coded(e.code(), format!("{where_}: {}", e.message())));
             let mut st = q.state.lock();
             if let Err(e) = &result {
                 st.error.get_or_insert_with(|| e.shared());
@@ -477,6 +487,28 @@ async fn send_loop(
     }
 }
 
+/// Picks up partitions added to the topic while the producer runs.
+async fn refresh_loop(weak: Weak<Inner>) {
+    loop {
+        tokio::time::sleep(crate::topic::REFRESH).await;
+        let Some(inner) = weak.upgrade() else { return };
+        let Ok(info) = inner.topic.refresh().await else {
+            continue;
+        };
+        // Follow owners that moved (a member restarted on a new address).
+        for (q, p) in inner.parts.read().iter().zip(&info.partitions) {
+            let mut owner = q.owner.lock();
+            if owner.1 != p.addr {
+                *owner = (p.member, p.addr.clone());
+            }
+        }
+        if info.partitions.len() > inner.parts.read().len() {
+            tracing::info!(topic = %inner.topic.name(), partitions = info.partitions.len(), "producer picked up new partitions");
+            inner.add_partitions(&info.partitions);
+        }
+    }
+}
+
 /// Sends partial `Count`/`Bytes` batches that waited `linger`.
 async fn linger_loop(weak: Weak<Inner>) {
     loop {
@@ -486,7 +518,8 @@ async fn linger_loop(weak: Weak<Inner>) {
         };
         tokio::time::sleep(every).await;
         let Some(inner) = weak.upgrade() else { return };
-        for q in &inner.parts {
+        let parts = inner.parts.read().clone();
+        for q in &parts {
             let mut st = q.state.lock();
             if st.sealed.is_empty() && !st.builder.is_empty() {
                 seal(&mut st);

@@ -2,6 +2,10 @@
 //! policies, and the factories for producers and consumers.
 
 use std::sync::Arc;
+use std::time::Duration;
+
+/// How often producers and consumers look for added partitions.
+pub(crate) const REFRESH: Duration = Duration::from_secs(1);
 
 use parking_lot::RwLock;
 use strom_policy::TopicPolicy;
@@ -42,6 +46,22 @@ impl Topic {
         let info = self.driver.describe(&self.name)?;
         *self.info.write() = info.clone();
         Ok(info)
+    }
+
+    /// Fetches the description from the registry master (async, for the
+    /// background tasks that follow partition additions).
+    pub(crate) async fn refresh(&self) -> Result<TopicInfo> {
+        let req = Request::DescribeTopic {
+            name: self.name.to_string(),
+            offsets: false,
+        };
+        match self.driver.master_call(req).await? {
+            strom_proto::Response::Topic(info) => {
+                *self.info.write() = info.clone();
+                Ok(info)
+            }
+            other => Err(crate::driver::unexpected(other)),
+        }
     }
 
     pub fn partitions(&self) -> u32 {

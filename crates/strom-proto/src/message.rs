@@ -10,7 +10,7 @@ use bytes::{Bytes, BytesMut};
 
 use crate::codec::{Reader, Wire};
 use crate::error::{ErrorCode, ProtoError};
-use crate::topic::{GroupMember, StartPos, TopicInfo, TopicSpec};
+use crate::topic::{GroupMember, MemberInfo, PartitionInfo, StartPos, TopicInfo, TopicSpec};
 
 /// A byte range `(position, length)`.
 pub type Range = (u64, u64);
@@ -24,11 +24,16 @@ pub enum Request {
     Hello {
         client: String,
     },
+    /// Creates a topic; `member` places every partition on one member,
+    /// otherwise partitions are spread round-robin over live members.
     CreateTopic {
         spec: TopicSpec,
+        member: Option<u32>,
     },
+    /// `offsets: false` skips asking each owner for its partitions' offsets.
     DescribeTopic {
         name: String,
+        offsets: bool,
     },
     ListTopics,
     DeleteTopic {
@@ -89,6 +94,44 @@ pub enum Request {
         topic: String,
         partition: u32,
     },
+    /// A server joins the group (`member` is its previous id after a restart).
+    Join {
+        member: Option<u32>,
+        addr: String,
+    },
+    /// A member tells the master it is alive (and where).
+    Heartbeat {
+        member: u32,
+        addr: String,
+    },
+    /// Master → member: host these partitions of a topic (idempotent).
+    HostPartitions {
+        topic_id: u64,
+        spec: TopicSpec,
+        partitions: Vec<u32>,
+        sealed: bool,
+    },
+    /// Master → member: the topic's stream ended; seal local partitions.
+    SealPartitions {
+        topic: String,
+    },
+    /// Master → member: the topic was deleted; drop local partitions.
+    DropPartitions {
+        topic: String,
+    },
+    /// Adds `count` partitions to a topic (on `member`, or round-robin).
+    AddPartitions {
+        topic: String,
+        count: u32,
+        member: Option<u32>,
+    },
+    /// The group's members and whether each is alive.
+    Members,
+    /// Offsets of partitions hosted by the receiving server.
+    PartitionStats {
+        topic: String,
+        partitions: Vec<u32>,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -121,6 +164,12 @@ pub enum Response {
         total: u64,
     },
     Offsets(Vec<(String, u64)>),
+    Joined {
+        member: u32,
+        members: Vec<MemberInfo>,
+    },
+    Members(Vec<MemberInfo>),
+    Stats(Vec<PartitionInfo>),
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -193,8 +242,8 @@ macro_rules! messages {
 
 messages!(Request {
     1 => Hello { client },
-    2 => CreateTopic { spec },
-    3 => DescribeTopic { name },
+    2 => CreateTopic { spec, member },
+    3 => DescribeTopic { name, offsets },
     4 => ListTopics,
     5 => DeleteTopic { name },
     6 => CompleteTopic { name },
@@ -207,6 +256,14 @@ messages!(Request {
     13 => FetchData { topic, partition, items },
     14 => Commit { topic, partition, consumer, offset },
     15 => Offsets { topic, partition },
+    16 => Join { member, addr },
+    17 => Heartbeat { member, addr },
+    18 => HostPartitions { topic_id, spec, partitions, sealed },
+    19 => SealPartitions { topic },
+    20 => DropPartitions { topic },
+    21 => AddPartitions { topic, count, member },
+    22 => Members,
+    23 => PartitionStats { topic, partitions },
 });
 
 messages!(Response {
@@ -220,6 +277,9 @@ messages!(Response {
     8 => Subscribed { start_offset },
     9 => Data { total },
     10 => Offsets(offsets),
+    11 => Joined { member, members },
+    12 => Members(members),
+    13 => Stats(stats),
 });
 
 messages!(Push {
@@ -240,7 +300,7 @@ impl Response {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::topic::TopicState;
+    use crate::topic::{MemberInfo, TopicState};
 
     fn round_trip_req(m: Request) {
         let mut b = BytesMut::new();
@@ -253,7 +313,15 @@ mod tests {
         round_trip_req(Request::Hello { client: "x".into() });
         round_trip_req(Request::CreateTopic {
             spec: TopicSpec::new("t", 3),
+            member: Some(2),
         });
+        round_trip_req(Request::HostPartitions {
+            topic_id: 4,
+            spec: TopicSpec::new("t", 3),
+            partitions: vec![0, 2],
+            sealed: false,
+        });
+        round_trip_req(Request::Members);
         round_trip_req(Request::ListTopics);
         round_trip_req(Request::Produce {
             topic: "t".into(),
@@ -287,6 +355,12 @@ mod tests {
             Response::Topic(info),
             Response::error(ErrorCode::TOPIC_NOT_FOUND, "no"),
             Response::Offsets(vec![("a".into(), 3)]),
+            Response::Members(vec![MemberInfo {
+                id: 1,
+                addr: "h:1".into(),
+                alive: true,
+                last_seen_ms: 5,
+            }]),
             Response::Done,
         ] {
             let mut b = BytesMut::new();

@@ -280,3 +280,21 @@ pub struct GroupFile {
     /// Id of the member holding the topic registry.
     pub master: u32,
 }
+
+/// A group member as the registry master sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct MemberInfo {
+    pub id: u32,
+    pub addr: String,
+    /// Heard from within the heartbeat timeout (the master is always alive).
+    pub alive: bool,
+    /// Milliseconds since the master last heard from it.
+    pub last_seen_ms: u64,
+}
+wire_struct!(MemberInfo {
+    id,
+    addr,
+    alive,
+    last_seen_ms
+});

@@ -14,6 +14,14 @@ pub struct ServerConfig {
     pub listen: String,
     /// Where to write the group file clients bootstrap from.
     pub group_file: Option<PathBuf>,
+    /// Join the running group described by this group file as a new member.
+    pub join: Option<PathBuf>,
+    /// Rank and size in a launcher's job (default: from the environment:
+    /// STROM_RANK/SIZE, OMPI_COMM_WORLD_RANK/SIZE, PMI_RANK/SIZE, SLURM_PROCID/NTASKS).
+    pub rank: Option<u32>,
+    pub size: Option<u32>,
+    /// Milliseconds between a member's heartbeats to the master.
+    pub heartbeat_ms: u64,
     /// Largest frame accepted or sent, in bytes.
     pub max_frame_bytes: u32,
     /// Largest batch (metadata + data) a producer may send, in bytes.
@@ -34,6 +42,10 @@ impl Default for ServerConfig {
             data_dir: PathBuf::from("strom-data"),
             listen: "127.0.0.1:0".into(),
             group_file: None,
+            join: None,
+            rank: None,
+            size: None,
+            heartbeat_ms: 1000,
             max_frame_bytes: strom_proto::DEFAULT_MAX_FRAME,
             max_batch_bytes: strom_proto::DEFAULT_MAX_FRAME as u64,
             max_prefetch_events: 1 << 16,
@@ -61,6 +73,16 @@ impl ServerConfig {
         }
         if self.max_prefetch_events == 0 {
             return Err("max_prefetch_events must be at least 1".into());
+        }
+        if let (Some(r), Some(s)) = (self.rank, self.size) {
+            if r >= s {
+                return Err(format!("rank {r} must be below size {s}"));
+            }
+        }
+        if self.index_interval_bytes == 0 || self.max_batch_bytes == 0 || self.heartbeat_ms == 0 {
+            return Err(
+                "index_interval_bytes, max_batch_bytes and heartbeat_ms must be positive".into(),
+            );
         }
         if self.segment_bytes < 4096 {
             return Err("segment_bytes must be at least 4096".into());

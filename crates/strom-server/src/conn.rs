@@ -115,7 +115,7 @@ impl Session {
         if let Some(p) = self.partitions.get(&key).filter(|p| !p.is_deleted()) {
             return Ok(p.clone());
         }
-        let p = self.state.registry.partition(topic, partition)?;
+        let p = self.state.host.get(topic, partition)?;
         self.partitions.insert(key, p.clone());
         Ok(p)
     }
@@ -137,42 +137,91 @@ impl Session {
     }
 
     async fn dispatch(&mut self, id: u64, req: Request, bulk: Vec<bytes::Bytes>) {
-        let reg = &self.state.registry;
+        let st = self.state.clone();
         let result = match req {
             Request::Hello { .. } => Ok(Response::Hello {
-                member: self.state.member,
-                master: self.state.member,
-                members: self.state.members(),
+                member: st.member(),
+                master: 0,
+                members: match &st.registry {
+                    Some(r) => r
+                        .members()
+                        .await
+                        .into_iter()
+                        .map(|m| strom_proto::GroupMember {
+                            id: m.id,
+                            addr: m.addr,
+                        })
+                        .collect(),
+                    None => st.members_brief(),
+                },
             }),
-            Request::CreateTopic { spec } => reg.create(spec).map(Response::Topic),
-            Request::DescribeTopic { name } => {
-                reg.get(&name).map(|t| Response::Topic(reg.info(&t)))
-            }
-            Request::ListTopics => Ok(Response::Topics(reg.list())),
-            Request::DeleteTopic { name } => reg.delete(&name).map(|_| Response::Done),
-            Request::CompleteTopic { name } => match reg.complete(&name) {
-                Ok(t) => {
-                    for p in &t.partitions {
-                        p.seal().await;
-                    }
-                    Ok(Response::Done)
-                }
+            Request::CreateTopic { spec, member } => match st.registry() {
+                Ok(r) => r.create(&st, spec, member).await.map(Response::Topic),
                 Err(e) => Err(e),
             },
-            Request::RegisterProducer { topic } => reg
-                .register_producer(&topic)
-                .map(|id| Response::Producer { id }),
-            Request::CloseProducer { topic, producer } => {
-                match reg.close_producer(&topic, producer) {
-                    Ok(ended) => {
-                        for p in ended.iter().flat_map(|t| t.partitions.iter()) {
-                            p.seal().await;
-                        }
-                        Ok(Response::Done)
-                    }
+            Request::DescribeTopic { name, offsets } => match st.registry() {
+                Ok(r) => r.describe(&st, &name, offsets).await.map(Response::Topic),
+                Err(e) => Err(e),
+            },
+            Request::ListTopics => match st.registry() {
+                Ok(r) => Ok(Response::Topics(r.list(&st).await)),
+                Err(e) => Err(e),
+            },
+            Request::DeleteTopic { name } => match st.registry() {
+                Ok(r) => r.delete(&st, &name).await.map(|_| Response::Done),
+                Err(e) => Err(e),
+            },
+            Request::CompleteTopic { name } => match st.registry() {
+                Ok(r) => r.complete(&st, &name).await.map(|_| Response::Done),
+                Err(e) => Err(e),
+            },
+            Request::RegisterProducer { topic } => match st.registry() {
+                Ok(r) => r
+                    .register_producer(&st, &topic)
+                    .await
+                    .map(|id| Response::Producer { id }),
+                Err(e) => Err(e),
+            },
+            Request::CloseProducer { topic, producer } => match st.registry() {
+                Ok(r) => r
+                    .close_producer(&st, &topic, producer)
+                    .await
+                    .map(|_| Response::Done),
+                Err(e) => Err(e),
+            },
+            Request::AddPartitions {
+                topic,
+                count,
+                member,
+            } => match st.registry() {
+                Ok(r) => r
+                    .add_partitions(&st, &topic, count, member)
+                    .await
+                    .map(Response::Topic),
+                Err(e) => Err(e),
+            },
+            Request::Join { member, addr } => match st.registry() {
+                Ok(r) => match r.join(&st, member, addr).await {
+                    Ok(member) => Ok(Response::Joined {
+                        member,
+                        members: r.members().await,
+                    }),
                     Err(e) => Err(e),
-                }
-            }
+                },
+                Err(e) => Err(e),
+            },
+            Request::Heartbeat { member, addr } => match st.registry() {
+                Ok(r) => r.heartbeat(member, addr).await.map(|_| Response::Done),
+                Err(e) => Err(e),
+            },
+            Request::Members => match st.registry() {
+                Ok(r) => Ok(Response::Members(r.members().await)),
+                Err(e) => Err(e),
+            },
+            req @ (Request::HostPartitions { .. }
+            | Request::SealPartitions { .. }
+            | Request::DropPartitions { .. }
+            | Request::PartitionStats { .. }) => st.local_call(req).await,
             Request::Produce {
                 topic,
                 partition,

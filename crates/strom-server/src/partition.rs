@@ -155,6 +155,16 @@ impl PartitionManager {
         }
     }
 
+    /// [`seal`](Self::seal) for callers outside the async runtime.
+    pub fn seal_blocking(&self) {
+        let (tx, rx) = oneshot::channel();
+        if self.send(WriterMsg::Seal(tx)).is_ok() {
+            let _ = rx.blocking_recv();
+        } else {
+            self.sealed.send_replace(true);
+        }
+    }
+
     pub fn watch_visible(&self) -> watch::Receiver<u64> {
         self.visible.subscribe()
     }

@@ -1,97 +1,106 @@
-//! The topic registry (master database): topics, their specs and policies,
-//! partition placement, and end-of-stream bookkeeping (registered and closed
-//! producers). It persists to `registry.json` in the data directory, rewritten
-//! atomically after every change; restart loads it and reopens every
-//! partition through the same code path as a fresh start.
+//! The topic registry (master database), held by member 0 of a group:
+//! topics with their specs and policies, where each partition lives,
+//! end-of-stream bookkeeping (registered and closed producers), and the
+//! group's members with their last heartbeat. It persists to
+//! `registry.json`, rewritten atomically after every change. Control-plane
+//! operations are serialized by one async lock; the data path never takes it.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
-use strom_proto::{ErrorCode, PartitionInfo, TopicInfo, TopicSpec, TopicState};
+use strom_proto::{
+    ErrorCode, GroupFile, GroupMember, MemberInfo, PartitionInfo, Request, Response, TopicInfo,
+    TopicSpec, TopicState,
+};
+use tokio::sync::Mutex;
 
-use crate::config::ServerConfig;
 use crate::error::ServerError;
-use crate::group::write_atomic;
-use crate::partition::PartitionManager;
+use crate::group::{write_atomic, write_group_file};
+use crate::host::check_topic_name;
+use crate::server::State;
 
 const MAX_PARTITIONS: u32 = 65_536;
-
-#[derive(Serialize, Deserialize, Default)]
-struct Persisted {
-    next_topic_id: u64,
-    topics: Vec<PersistedTopic>,
-}
+/// A member not heard from for this long is reported dead.
+pub const HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(3);
 
 #[derive(Serialize, Deserialize, Clone)]
-struct PersistedTopic {
+struct TopicMeta {
     id: u64,
     spec: TopicSpec,
+    /// Member id owning each partition.
+    placement: Vec<u32>,
     /// producer id -> closed
     producers: BTreeMap<u64, bool>,
     next_producer: u64,
     completed: bool,
 }
 
-pub struct Topic {
-    meta: Mutex<PersistedTopic>,
-    pub partitions: Vec<Arc<PartitionManager>>,
-}
-
-impl Topic {
-    pub fn spec(&self) -> TopicSpec {
-        self.meta.lock().spec.clone()
-    }
-
-    fn state(meta: &PersistedTopic) -> TopicState {
-        let closed = meta.producers.values().filter(|c| **c).count() as u32;
-        let open = meta.producers.len() as u32 - closed;
+impl TopicMeta {
+    fn state(&self) -> TopicState {
+        let closed = self.producers.values().filter(|c| **c).count() as u32;
+        let open = self.producers.len() as u32 - closed;
         TopicState {
             open_producers: open,
             closed_producers: closed,
-            ended: meta.completed || (open == 0 && closed > 0),
+            ended: self.completed || (open == 0 && closed > 0),
         }
     }
+
+    /// Member -> partitions it owns.
+    fn by_member(&self) -> BTreeMap<u32, Vec<u32>> {
+        let mut m: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
+        for (p, member) in self.placement.iter().enumerate() {
+            m.entry(*member).or_default().push(p as u32);
+        }
+        m
+    }
+}
+
+#[derive(Serialize, Deserialize, Default)]
+struct Persisted {
+    next_topic_id: u64,
+    topics: Vec<TopicMeta>,
+    members: Vec<GroupMember>,
+}
+
+struct Member {
+    addr: String,
+    last_seen: Instant,
+}
+
+struct RegState {
+    next_topic_id: u64,
+    topics: BTreeMap<String, TopicMeta>,
+    members: BTreeMap<u32, Member>,
 }
 
 pub struct Registry {
     file: PathBuf,
-    topics_dir: PathBuf,
-    config: ServerConfig,
-    member: u32,
-    addr: String,
-    inner: Mutex<(u64, BTreeMap<String, Arc<Topic>>)>,
+    group_file: Option<PathBuf>,
+    /// Members expected before the group file is first written (launcher size).
+    expected: u32,
+    state: Mutex<RegState>,
 }
 
-/// Topic names become directory names: keep them to a safe alphabet.
-pub fn check_topic_name(name: &str) -> Result<(), ServerError> {
-    let ok = !name.is_empty()
-        && name.len() <= 200
-        && name != "."
-        && name != ".."
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
-    if ok {
-        Ok(())
-    } else {
-        Err(ServerError::coded(
-            ErrorCode::INVALID_TOPIC_SPEC,
-            format!("invalid topic name '{name}': use 1-200 characters from [A-Za-z0-9._-]"),
-        ))
-    }
+fn not_found(name: &str) -> ServerError {
+    ServerError::coded(
+        ErrorCode::TOPIC_NOT_FOUND,
+        format!("no topic named '{name}'"),
+    )
 }
 
 impl Registry {
-    pub fn open(config: &ServerConfig, member: u32, addr: String) -> Result<Self, ServerError> {
-        let file = config.data_dir.join("registry.json");
-        let topics_dir = config.data_dir.join("topics");
-        std::fs::create_dir_all(&topics_dir)
-            .map_err(|e| ServerError::io(format!("creating {}", topics_dir.display()), e))?;
-        let persisted: Persisted = match std::fs::read(&file) {
-            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
+    pub fn open(
+        data_dir: &std::path::Path,
+        group_file: Option<PathBuf>,
+        expected: u32,
+        addr: &str,
+    ) -> Result<Self, ServerError> {
+        let file = data_dir.join("registry.json");
+        let p: Persisted = match std::fs::read(&file) {
+            Ok(b) => serde_json::from_slice(&b).map_err(|e| {
                 ServerError::coded(
                     ErrorCode::CORRUPT,
                     format!("registry {} is not valid: {e}", file.display()),
@@ -100,55 +109,259 @@ impl Registry {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Persisted::default(),
             Err(e) => return Err(ServerError::io(format!("reading {}", file.display()), e)),
         };
-        let reg = Registry {
-            file,
-            topics_dir,
-            config: config.clone(),
-            member,
-            addr,
-            inner: Mutex::new((persisted.next_topic_id, BTreeMap::new())),
-        };
-        for t in persisted.topics {
-            let topic = reg.open_topic(t)?;
-            let name = topic.spec().name;
-            reg.inner.lock().1.insert(name, topic);
-        }
-        Ok(reg)
-    }
-
-    fn topic_dir(&self, id: u64, name: &str) -> PathBuf {
-        self.topics_dir.join(format!("{name}.{id}"))
-    }
-
-    fn open_topic(&self, meta: PersistedTopic) -> Result<Arc<Topic>, ServerError> {
-        let dir = self.topic_dir(meta.id, &meta.spec.name);
-        let ended = Topic::state(&meta).ended;
-        let partitions = (0..meta.spec.partitions)
-            .map(|p| {
-                PartitionManager::open(&meta.spec, p, &dir.join(p.to_string()), &self.config, ended)
+        let now = Instant::now();
+        let mut members: BTreeMap<u32, Member> = p
+            .members
+            .into_iter()
+            .map(|m| {
+                // Known members count as dead until they heartbeat again.
+                let seen = now.checked_sub(HEARTBEAT_TIMEOUT * 2).unwrap_or(now);
+                (
+                    m.id,
+                    Member {
+                        addr: m.addr,
+                        last_seen: seen,
+                    },
+                )
             })
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(Arc::new(Topic {
-            meta: Mutex::new(meta),
-            partitions,
-        }))
+            .collect();
+        members.insert(
+            0,
+            Member {
+                addr: addr.to_string(),
+                last_seen: now,
+            },
+        );
+        Ok(Registry {
+            file,
+            group_file,
+            expected: expected.max(1),
+            state: Mutex::new(RegState {
+                next_topic_id: p.next_topic_id,
+                topics: p
+                    .topics
+                    .into_iter()
+                    .map(|t| (t.spec.name.clone(), t))
+                    .collect(),
+                members,
+            }),
+        })
     }
 
-    fn persist(
-        &self,
-        topics: &BTreeMap<String, Arc<Topic>>,
-        next_topic_id: u64,
-    ) -> Result<(), ServerError> {
+    fn persist(&self, st: &RegState) -> Result<(), ServerError> {
         let p = Persisted {
-            next_topic_id,
-            topics: topics.values().map(|t| t.meta.lock().clone()).collect(),
+            next_topic_id: st.next_topic_id,
+            topics: st.topics.values().cloned().collect(),
+            members: st
+                .members
+                .iter()
+                .map(|(id, m)| GroupMember {
+                    id: *id,
+                    addr: m.addr.clone(),
+                })
+                .collect(),
         };
         let bytes = serde_json::to_vec_pretty(&p)
             .map_err(|e| ServerError::io("encoding the registry", std::io::Error::other(e)))?;
         write_atomic(&self.file, &bytes)
     }
 
-    pub fn create(&self, spec: TopicSpec) -> Result<TopicInfo, ServerError> {
+    /// Writes the group file once the expected members have all joined.
+    fn publish_group(&self, st: &RegState) {
+        let Some(path) = &self.group_file else { return };
+        if (st.members.len() as u32) < self.expected {
+            return;
+        }
+        let g = GroupFile {
+            members: st
+                .members
+                .iter()
+                .map(|(id, m)| GroupMember {
+                    id: *id,
+                    addr: m.addr.clone(),
+                })
+                .collect(),
+            master: 0,
+        };
+        if let Err(e) = write_group_file(path, &g) {
+            tracing::error!(path = %path.display(), error = %e, "cannot write the group file");
+        }
+    }
+
+    pub async fn publish_initial(&self) {
+        let st = self.state.lock().await;
+        self.publish_group(&st);
+    }
+
+    fn alive(id: u32, m: &Member) -> bool {
+        id == 0 || m.last_seen.elapsed() < HEARTBEAT_TIMEOUT
+    }
+
+    pub async fn members(&self) -> Vec<MemberInfo> {
+        let st = self.state.lock().await;
+        st.members
+            .iter()
+            .map(|(id, m)| MemberInfo {
+                id: *id,
+                addr: m.addr.clone(),
+                alive: Self::alive(*id, m),
+                last_seen_ms: if *id == 0 {
+                    0
+                } else {
+                    m.last_seen.elapsed().as_millis() as u64
+                },
+            })
+            .collect()
+    }
+
+    /// Admits a member (or a restarted one under its old id); returns its id.
+    pub async fn join(
+        &self,
+        st_: &State,
+        want: Option<u32>,
+        addr: String,
+    ) -> Result<u32, ServerError> {
+        let mut st = self.state.lock().await;
+        let id = match want {
+            Some(0) => {
+                return Err(ServerError::coded(
+                    ErrorCode::INVALID_ARGUMENT,
+                    "member id 0 is the registry master; a joining server cannot take it",
+                ))
+            }
+            Some(id) => id,
+            None => st.members.keys().max().map_or(1, |m| m + 1),
+        };
+        st.members.insert(
+            id,
+            Member {
+                addr: addr.clone(),
+                last_seen: Instant::now(),
+            },
+        );
+        self.persist(&st)?;
+        self.publish_group(&st);
+        tracing::info!(member = id, addr = %addr, "member joined");
+        // Re-send what the member should host (a restarted member may have
+        // missed a seal or a new partition while it was down).
+        let work: Vec<Request> = st
+            .topics
+            .values()
+            .filter_map(|t| {
+                let parts = t.by_member().remove(&id)?;
+                Some(Request::HostPartitions {
+                    topic_id: t.id,
+                    spec: t.spec.clone(),
+                    partitions: parts,
+                    sealed: t.state().ended,
+                })
+            })
+            .collect();
+        drop(st);
+        let state = st_.clone_arc();
+        tokio::spawn(async move {
+            for req in work {
+                if let Err(e) = state.member_call(id, &addr, req).await {
+                    tracing::warn!(member = id, error = %e, "re-hosting partitions on a rejoined member failed");
+                }
+            }
+        });
+        Ok(id)
+    }
+
+    pub async fn heartbeat(&self, member: u32, addr: String) -> Result<(), ServerError> {
+        let mut st = self.state.lock().await;
+        let Some(m) = st.members.get_mut(&member) else {
+            return Err(ServerError::coded(
+                ErrorCode::INVALID_ARGUMENT,
+                format!("member {member} is not part of this group; join first"),
+            ));
+        };
+        m.last_seen = Instant::now();
+        if m.addr != addr {
+            m.addr = addr;
+            self.persist(&st)?;
+            self.publish_group(&st);
+        }
+        Ok(())
+    }
+
+    fn addr_of(st: &RegState, member: u32) -> String {
+        st.members
+            .get(&member)
+            .map(|m| m.addr.clone())
+            .unwrap_or_default()
+    }
+
+    /// Chooses owners for `count` new partitions starting at index `first`.
+    fn place(
+        st: &RegState,
+        count: u32,
+        first: u64,
+        member: Option<u32>,
+    ) -> Result<Vec<u32>, ServerError> {
+        if let Some(m) = member {
+            match st.members.get(&m) {
+                Some(x) if Self::alive(m, x) => return Ok(vec![m; count as usize]),
+                Some(_) => {
+                    return Err(ServerError::coded(
+                        ErrorCode::CONNECTION_FAILED,
+                        format!("member {m} is not alive; cannot place partitions on it"),
+                    ))
+                }
+                None => {
+                    return Err(ServerError::coded(
+                        ErrorCode::INVALID_ARGUMENT,
+                        format!("there is no member {m} in this group"),
+                    ))
+                }
+            }
+        }
+        let alive: Vec<u32> = st
+            .members
+            .iter()
+            .filter(|(id, m)| Self::alive(**id, m))
+            .map(|(id, _)| *id)
+            .collect();
+        Ok((0..count as u64)
+            .map(|i| alive[((first + i) % alive.len() as u64) as usize])
+            .collect())
+    }
+
+    /// Asks each owner to host its partitions; undoes nothing on failure
+    /// (hosting is idempotent and dropped with the topic).
+    async fn host_on_members(
+        &self,
+        state: &State,
+        st: &RegState,
+        meta: &TopicMeta,
+        only: impl Fn(u32) -> bool,
+    ) -> Result<(), ServerError> {
+        for (member, parts) in meta.by_member() {
+            let parts: Vec<u32> = parts.into_iter().filter(|p| only(*p)).collect();
+            if parts.is_empty() {
+                continue;
+            }
+            let req = Request::HostPartitions {
+                topic_id: meta.id,
+                spec: meta.spec.clone(),
+                partitions: parts,
+                sealed: meta.state().ended,
+            };
+            state
+                .member_call(member, &Self::addr_of(st, member), req)
+                .await
+                .map_err(|e| ServerError::coded(e.code(), format!("member {member}: {e}")))?;
+        }
+        Ok(())
+    }
+
+    pub async fn create(
+        &self,
+        state: &State,
+        spec: TopicSpec,
+        member: Option<u32>,
+    ) -> Result<TopicInfo, ServerError> {
         check_topic_name(&spec.name)?;
         if spec.partitions == 0 || spec.partitions > MAX_PARTITIONS {
             return Err(ServerError::coded(
@@ -159,6 +372,12 @@ impl Registry {
                 ),
             ));
         }
+        if spec.segment_bytes.is_some_and(|s| s < 4096) {
+            return Err(ServerError::coded(
+                ErrorCode::INVALID_TOPIC_SPEC,
+                "segment_bytes must be at least 4096",
+            ));
+        }
         strom_policy::TopicPolicy::new(
             &spec.validator,
             spec.schema.as_deref(),
@@ -166,138 +385,160 @@ impl Registry {
             &spec.serializer,
         )
         .map_err(|e| ServerError::coded(ErrorCode::BAD_POLICY_SPEC, e.to_string()))?;
-        let mut inner = self.inner.lock();
-        if inner.1.contains_key(&spec.name) {
+        let mut st = self.state.lock().await;
+        if st.topics.contains_key(&spec.name) {
             return Err(ServerError::coded(
                 ErrorCode::TOPIC_EXISTS,
                 format!("topic '{}' already exists", spec.name),
             ));
         }
-        let id = inner.0;
-        let topic = self.open_topic(PersistedTopic {
+        let id = st.next_topic_id;
+        let meta = TopicMeta {
             id,
-            spec: spec.clone(),
+            placement: Self::place(&st, spec.partitions, id, member)?,
+            spec,
             producers: BTreeMap::new(),
             next_producer: 1,
             completed: false,
-        })?;
-        inner.0 += 1;
-        inner.1.insert(spec.name.clone(), topic.clone());
-        if let Err(e) = self.persist(&inner.1, inner.0) {
-            inner.1.remove(&spec.name);
+        };
+        st.next_topic_id += 1;
+        if let Err(e) = self.host_on_members(state, &st, &meta, |_| true).await {
+            for m in meta.by_member().keys() {
+                let req = Request::DropPartitions {
+                    topic: meta.spec.name.clone(),
+                };
+                let _ = state.member_call(*m, &Self::addr_of(&st, *m), req).await;
+            }
             return Err(e);
         }
-        tracing::info!(topic = %spec.name, partitions = spec.partitions, "topic created");
-        Ok(self.info(&topic))
+        st.topics.insert(meta.spec.name.clone(), meta.clone());
+        self.persist(&st)?;
+        tracing::info!(topic = %meta.spec.name, partitions = meta.spec.partitions, "topic created");
+        let info = self.info(state, &st, &meta, true).await;
+        Ok(info)
     }
 
-    pub fn get(&self, name: &str) -> Result<Arc<Topic>, ServerError> {
-        self.inner.lock().1.get(name).cloned().ok_or_else(|| {
-            ServerError::coded(
-                ErrorCode::TOPIC_NOT_FOUND,
-                format!("no topic named '{name}'"),
-            )
-        })
-    }
-
-    pub fn partition(
+    /// The topic's description, with offsets fetched from each owner.
+    async fn info(
         &self,
-        topic: &str,
-        partition: u32,
-    ) -> Result<Arc<PartitionManager>, ServerError> {
-        let t = self.get(topic)?;
-        t.partitions
-            .get(partition as usize)
-            .cloned()
-            .ok_or_else(|| {
-                ServerError::coded(
-                    ErrorCode::PARTITION_NOT_FOUND,
-                    format!(
-                        "topic '{topic}' has {} partitions; {partition} does not exist",
-                        t.partitions.len()
-                    ),
-                )
+        state: &State,
+        st: &RegState,
+        meta: &TopicMeta,
+        offsets: bool,
+    ) -> TopicInfo {
+        let mut partitions: Vec<PartitionInfo> = meta
+            .placement
+            .iter()
+            .enumerate()
+            .map(|(p, m)| PartitionInfo {
+                id: p as u32,
+                member: *m,
+                addr: Self::addr_of(st, *m),
+                first_offset: 0,
+                next_offset: 0,
             })
-    }
-
-    pub fn info(&self, t: &Topic) -> TopicInfo {
-        let meta = t.meta.lock();
+            .collect();
+        for (member, parts) in meta.by_member().into_iter().filter(|_| offsets) {
+            let req = Request::PartitionStats {
+                topic: meta.spec.name.clone(),
+                partitions: parts,
+            };
+            match state
+                .member_call(member, &Self::addr_of(st, member), req)
+                .await
+            {
+                Ok(Response::Stats(stats)) => {
+                    for s in stats {
+                        if let Some(p) = partitions.get_mut(s.id as usize) {
+                            p.first_offset = s.first_offset;
+                            p.next_offset = s.next_offset;
+                        }
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => tracing::debug!(member, error = %e, "no partition stats from member"),
+            }
+        }
         TopicInfo {
             spec: meta.spec.clone(),
-            partitions: t
-                .partitions
-                .iter()
-                .map(|p| PartitionInfo {
-                    id: p.id,
-                    member: self.member,
-                    addr: self.addr.clone(),
-                    first_offset: p.log.first_offset(),
-                    next_offset: p.log.next_offset(),
-                })
-                .collect(),
-            state: Topic::state(&meta),
+            partitions,
+            state: meta.state(),
         }
     }
 
-    pub fn list(&self) -> Vec<TopicInfo> {
-        let topics: Vec<_> = self.inner.lock().1.values().cloned().collect();
-        topics.iter().map(|t| self.info(t)).collect()
+    pub async fn describe(
+        &self,
+        state: &State,
+        name: &str,
+        offsets: bool,
+    ) -> Result<TopicInfo, ServerError> {
+        let st = self.state.lock().await;
+        let meta = st.topics.get(name).ok_or_else(|| not_found(name))?;
+        Ok(self.info(state, &st, meta, offsets).await)
     }
 
-    pub fn delete(&self, name: &str) -> Result<(), ServerError> {
-        let mut inner = self.inner.lock();
-        let topic = inner.1.remove(name).ok_or_else(|| {
-            ServerError::coded(
-                ErrorCode::TOPIC_NOT_FOUND,
-                format!("no topic named '{name}'"),
-            )
-        })?;
-        self.persist(&inner.1, inner.0)?;
-        drop(inner);
-        for p in &topic.partitions {
-            p.mark_deleted();
+    pub async fn list(&self, state: &State) -> Vec<TopicInfo> {
+        let st = self.state.lock().await;
+        let mut out = Vec::new();
+        for meta in st.topics.values() {
+            out.push(self.info(state, &st, meta, true).await);
         }
-        let dir = self.topic_dir(topic.meta.lock().id, name);
-        if let Err(e) = std::fs::remove_dir_all(&dir) {
-            if e.kind() != std::io::ErrorKind::NotFound {
-                tracing::warn!(dir = %dir.display(), error = %e, "could not remove a deleted topic's files");
+        out
+    }
+
+    pub async fn delete(&self, state: &State, name: &str) -> Result<(), ServerError> {
+        let mut st = self.state.lock().await;
+        let meta = st.topics.remove(name).ok_or_else(|| not_found(name))?;
+        if let Err(e) = self.persist(&st) {
+            st.topics.insert(name.to_string(), meta);
+            return Err(e);
+        }
+        for m in meta.by_member().keys() {
+            let req = Request::DropPartitions {
+                topic: name.to_string(),
+            };
+            if let Err(e) = state.member_call(*m, &Self::addr_of(&st, *m), req).await {
+                tracing::warn!(member = m, topic = %name, error = %e, "member could not drop a deleted topic's partitions");
             }
         }
         tracing::info!(topic = %name, "topic deleted");
         Ok(())
     }
 
-    /// Applies a change to a topic's stream bookkeeping, persists it, and
-    /// returns whether the stream has now ended.
-    fn update<T>(
+    /// Applies a change to a topic, persists it, and seals every partition
+    /// if the stream has just ended.
+    async fn update<T>(
         &self,
+        state: &State,
         name: &str,
-        f: impl FnOnce(&mut PersistedTopic) -> Result<T, ServerError>,
-    ) -> Result<(T, bool, Arc<Topic>), ServerError> {
-        let inner = self.inner.lock();
-        let topic = inner.1.get(name).cloned().ok_or_else(|| {
-            ServerError::coded(
-                ErrorCode::TOPIC_NOT_FOUND,
-                format!("no topic named '{name}'"),
-            )
-        })?;
-        let (out, ended) = {
-            let mut meta = topic.meta.lock();
-            let before = meta.clone();
-            let out = f(&mut meta)?;
-            let ended = Topic::state(&meta).ended;
-            drop(meta);
-            if let Err(e) = self.persist(&inner.1, inner.0) {
-                *topic.meta.lock() = before;
-                return Err(e);
+        f: impl FnOnce(&mut TopicMeta) -> Result<T, ServerError>,
+    ) -> Result<T, ServerError> {
+        let mut st = self.state.lock().await;
+        let meta = st.topics.get_mut(name).ok_or_else(|| not_found(name))?;
+        let before = meta.clone();
+        let out = f(meta)?;
+        let ended_now = !before.state().ended && meta.state().ended;
+        let meta = meta.clone();
+        if let Err(e) = self.persist(&st) {
+            st.topics.insert(name.to_string(), before);
+            return Err(e);
+        }
+        if ended_now {
+            for m in meta.by_member().keys() {
+                let req = Request::SealPartitions {
+                    topic: name.to_string(),
+                };
+                if let Err(e) = state.member_call(*m, &Self::addr_of(&st, *m), req).await {
+                    // The member re-seals when it rejoins (see `join`).
+                    tracing::warn!(member = m, topic = %name, error = %e, "could not seal partitions on a member");
+                }
             }
-            (out, ended)
-        };
-        Ok((out, ended, topic))
+        }
+        Ok(out)
     }
 
-    fn check_open(meta: &PersistedTopic) -> Result<(), ServerError> {
-        if Topic::state(meta).ended {
+    fn check_open(meta: &TopicMeta) -> Result<(), ServerError> {
+        if meta.state().ended {
             return Err(ServerError::coded(
                 ErrorCode::TOPIC_CLOSED,
                 format!(
@@ -309,25 +550,24 @@ impl Registry {
         Ok(())
     }
 
-    pub fn register_producer(&self, topic: &str) -> Result<u64, ServerError> {
-        Ok(self
-            .update(topic, |m| {
-                Self::check_open(m)?;
-                let id = m.next_producer;
-                m.next_producer += 1;
-                m.producers.insert(id, false);
-                Ok(id)
-            })?
-            .0)
+    pub async fn register_producer(&self, state: &State, topic: &str) -> Result<u64, ServerError> {
+        self.update(state, topic, |m| {
+            Self::check_open(m)?;
+            let id = m.next_producer;
+            m.next_producer += 1;
+            m.producers.insert(id, false);
+            Ok(id)
+        })
+        .await
     }
 
-    /// Closes a producer's part of the stream; returns the topic if it ended.
-    pub fn close_producer(
+    pub async fn close_producer(
         &self,
+        state: &State,
         topic: &str,
         producer: u64,
-    ) -> Result<Option<Arc<Topic>>, ServerError> {
-        let (_, ended, t) = self.update(topic, |m| match m.producers.get_mut(&producer) {
+    ) -> Result<(), ServerError> {
+        self.update(state, topic, |m| match m.producers.get_mut(&producer) {
             Some(closed) => {
                 *closed = true;
                 Ok(())
@@ -336,45 +576,47 @@ impl Registry {
                 ErrorCode::PRODUCER_NOT_FOUND,
                 format!("topic '{topic}' has no producer {producer}"),
             )),
-        })?;
-        Ok(ended.then_some(t))
+        })
+        .await
     }
 
-    pub fn complete(&self, topic: &str) -> Result<Arc<Topic>, ServerError> {
-        Ok(self
-            .update(topic, |m| {
-                m.completed = true;
-                Ok(())
-            })?
-            .2)
+    pub async fn complete(&self, state: &State, topic: &str) -> Result<(), ServerError> {
+        self.update(state, topic, |m| {
+            m.completed = true;
+            Ok(())
+        })
+        .await
     }
 
-    pub fn shutdown(&self) {
-        let topics: Vec<_> = self.inner.lock().1.values().cloned().collect();
-        for t in topics {
-            for p in &t.partitions {
-                p.shutdown();
-            }
+    pub async fn add_partitions(
+        &self,
+        state: &State,
+        topic: &str,
+        count: u32,
+        member: Option<u32>,
+    ) -> Result<TopicInfo, ServerError> {
+        let mut st = self.state.lock().await;
+        let meta = st
+            .topics
+            .get(topic)
+            .ok_or_else(|| not_found(topic))?
+            .clone();
+        Self::check_open(&meta)?;
+        let old = meta.spec.partitions;
+        if count == 0 || old as u64 + count as u64 > MAX_PARTITIONS as u64 {
+            return Err(ServerError::coded(
+                ErrorCode::INVALID_ARGUMENT,
+                format!("cannot add {count} partitions to a topic of {old} (the limit is {MAX_PARTITIONS})"),
+            ));
         }
-    }
-}
-
-impl Registry {
-    /// Applies every partition's retention policy.
-    pub fn enforce_retention(&self, now_us: u64) {
-        let topics: Vec<_> = self.inner.lock().1.values().cloned().collect();
-        for t in topics {
-            for p in &t.partitions {
-                match p.log.enforce_retention(now_us) {
-                    Ok(0) => {}
-                    Ok(n) => {
-                        tracing::info!(topic = %p.topic, partition = p.id, segments = n, "retention dropped segments")
-                    }
-                    Err(e) => {
-                        tracing::warn!(topic = %p.topic, partition = p.id, error = %e, "retention failed")
-                    }
-                }
-            }
-        }
+        let mut new = meta.clone();
+        new.placement
+            .extend(Self::place(&st, count, meta.id + old as u64, member)?);
+        new.spec.partitions = old + count;
+        self.host_on_members(state, &st, &new, |p| p >= old).await?;
+        st.topics.insert(topic.to_string(), new.clone());
+        self.persist(&st)?;
+        tracing::info!(topic = %topic, added = count, "partitions added");
+        Ok(self.info(state, &st, &new, true).await)
     }
 }

@@ -1,35 +1,155 @@
-//! Server lifecycle: bind, write the group file, accept connections, run
+//! Server lifecycle: decide this process's role in its group, bind, reopen
+//! hosted partitions, publish addresses, accept connections, heartbeat, run
 //! retention, and shut down cleanly (stop accepting, finish queued appends,
 //! sync every partition).
 
-use std::sync::Arc;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use strom_net::{TcpTransport, Transport};
-use strom_proto::{GroupFile, GroupMember};
+use strom_proto::{ErrorCode, GroupMember, Request, Response};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::config::ServerConfig;
 use crate::conn;
 use crate::error::ServerError;
-use crate::group::write_group_file;
+use crate::group::{read_group_file, write_atomic};
+use crate::host::Host;
+use crate::launch::{rank_from_env, rendezvous_file};
+use crate::peers::Peers;
 use crate::registry::Registry;
+
+/// How this process finds the master, if it is not the master itself.
+enum Role {
+    Master {
+        expected: u32,
+    },
+    Member {
+        want: Option<u32>,
+        master: MasterSource,
+    },
+}
+
+#[derive(Clone)]
+enum MasterSource {
+    GroupFile(PathBuf),
+    Rendezvous(PathBuf),
+}
+
+impl MasterSource {
+    fn resolve(&self) -> Result<String, String> {
+        match self {
+            MasterSource::GroupFile(p) => {
+                let g = read_group_file(p)?;
+                g.members
+                    .iter()
+                    .find(|m| m.id == g.master)
+                    .map(|m| m.addr.clone())
+                    .ok_or_else(|| format!("group file {} names no master", p.display()))
+            }
+            MasterSource::Rendezvous(p) => std::fs::read_to_string(p)
+                .map(|s| s.trim().to_string())
+                .map_err(|e| format!("waiting for rank 0 to write {}: {e}", p.display())),
+        }
+    }
+}
 
 /// State shared by every connection of one server process.
 pub struct State {
     pub config: ServerConfig,
-    pub registry: Registry,
-    pub member: u32,
+    pub host: Host,
+    pub registry: Option<Registry>,
+    pub peers: Peers,
     pub addr: String,
+    member: AtomicU32,
+    me: Weak<State>,
 }
 
 impl State {
-    pub fn members(&self) -> Vec<GroupMember> {
+    /// This server's member id (`u32::MAX` until it has joined).
+    pub fn member(&self) -> u32 {
+        self.member.load(Ordering::Acquire)
+    }
+
+    pub fn clone_arc(&self) -> Arc<State> {
+        self.me.upgrade().expect("state is alive while used")
+    }
+
+    pub fn registry(&self) -> Result<&Registry, ServerError> {
+        self.registry.as_ref().ok_or_else(|| {
+            ServerError::coded(
+                ErrorCode::NOT_MASTER,
+                format!(
+                    "server {} is member {}, not the registry master; send registry requests to member 0 (see the group file)",
+                    self.addr,
+                    self.member()
+                ),
+            )
+        })
+    }
+
+    pub fn members_brief(&self) -> Vec<GroupMember> {
         vec![GroupMember {
-            id: self.member,
+            id: self.member(),
             addr: self.addr.clone(),
         }]
+    }
+
+    /// Runs a member-directed request here or on the member at `addr`.
+    pub async fn member_call(
+        &self,
+        member: u32,
+        addr: &str,
+        req: Request,
+    ) -> Result<Response, ServerError> {
+        if member == self.member() {
+            self.local_call(req).await
+        } else {
+            self.peers.call(addr, &req).await
+        }
+    }
+
+    /// Requests the master sends to members about the partitions they host.
+    pub async fn local_call(&self, req: Request) -> Result<Response, ServerError> {
+        match req {
+            Request::HostPartitions {
+                topic_id,
+                spec,
+                partitions,
+                sealed,
+            } => {
+                let me = self.clone_arc();
+                tokio::task::spawn_blocking(move || {
+                    me.host.host(topic_id, &spec, &partitions, sealed)
+                })
+                .await
+                .map_err(|e| ServerError::coded(ErrorCode::INTERNAL, e.to_string()))??;
+                Ok(Response::Done)
+            }
+            Request::SealPartitions { topic } => {
+                self.host.seal(&topic).await.map(|_| Response::Done)
+            }
+            Request::DropPartitions { topic } => {
+                let me = self.clone_arc();
+                tokio::task::spawn_blocking(move || me.host.drop_topic(&topic))
+                    .await
+                    .map_err(|e| ServerError::coded(ErrorCode::INTERNAL, e.to_string()))??;
+                Ok(Response::Done)
+            }
+            Request::PartitionStats { topic, partitions } => Ok(Response::Stats(self.host.stats(
+                &topic,
+                &partitions,
+                self.member(),
+                &self.addr,
+            ))),
+            other => Err(ServerError::coded(
+                ErrorCode::UNKNOWN_OPCODE,
+                format!("not a member request: opcode {}", other.opcode()),
+            )),
+        }
     }
 }
 
@@ -43,13 +163,52 @@ pub struct ServerHandle {
     tasks: Vec<JoinHandle<()>>,
 }
 
+fn role(config: &ServerConfig) -> Result<(Role, Option<u32>), ServerError> {
+    let bad = |m: String| ServerError::coded(ErrorCode::INVALID_ARGUMENT, m);
+    if let Some(join) = &config.join {
+        return Ok((
+            Role::Member {
+                want: None,
+                master: MasterSource::GroupFile(join.clone()),
+            },
+            None,
+        ));
+    }
+    let launched = match (config.rank, config.size) {
+        (Some(r), Some(s)) => Some((r, s)),
+        (None, None) => rank_from_env(),
+        _ => return Err(bad("give both rank and size, or neither".into())),
+    };
+    match launched {
+        Some((rank, size)) if size > 1 => {
+            let group = config.group_file.clone().ok_or_else(|| {
+                bad(format!("rank {rank} of {size}: a launched group needs --group-file on a shared file system"))
+            })?;
+            let role = if rank == 0 {
+                Role::Master { expected: size }
+            } else {
+                Role::Member {
+                    want: Some(rank),
+                    master: MasterSource::Rendezvous(rendezvous_file(&group)),
+                }
+            };
+            Ok((role, Some(rank)))
+        }
+        _ => Ok((Role::Master { expected: 1 }, None)),
+    }
+}
+
 impl Server {
-    /// Binds, recovers every partition, writes the group file and starts
-    /// serving. Must run inside a multi-threaded tokio runtime.
-    pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
+    /// Binds, reopens every hosted partition, takes its place in the group
+    /// and starts serving. Must run inside a multi-threaded tokio runtime.
+    pub async fn start(mut config: ServerConfig) -> Result<ServerHandle, ServerError> {
         config
             .validate()
-            .map_err(|e| ServerError::coded(strom_proto::ErrorCode::INVALID_ARGUMENT, e))?;
+            .map_err(|e| ServerError::coded(ErrorCode::INVALID_ARGUMENT, e))?;
+        let (role, rank) = role(&config)?;
+        if let Some(r) = rank {
+            config.data_dir = config.data_dir.join(format!("rank-{r}"));
+        }
         std::fs::create_dir_all(&config.data_dir).map_err(|e| {
             ServerError::io(
                 format!("creating data dir {}", config.data_dir.display()),
@@ -61,29 +220,31 @@ impl Server {
         };
         let mut listener = transport.listen(&config.listen).await?;
         let addr = listener.local_addr();
-        let registry = {
-            let (config, addr) = (config.clone(), addr.clone());
-            tokio::task::spawn_blocking(move || Registry::open(&config, 0, addr))
+        let host = {
+            let config = config.clone();
+            tokio::task::spawn_blocking(move || Host::open(&config))
                 .await
-                .map_err(|e| {
-                    ServerError::coded(strom_proto::ErrorCode::INTERNAL, e.to_string())
-                })??
+                .map_err(|e| ServerError::coded(ErrorCode::INTERNAL, e.to_string()))??
         };
-        let state = Arc::new(State {
+        let registry = match &role {
+            Role::Master { expected } => Some(Registry::open(
+                &config.data_dir,
+                config.group_file.clone(),
+                *expected,
+                &addr,
+            )?),
+            Role::Member { .. } => None,
+        };
+        let initial_member = if registry.is_some() { 0 } else { u32::MAX };
+        let state = Arc::new_cyclic(|me| State {
             config,
+            host,
             registry,
-            member: 0,
+            peers: Peers::default(),
             addr: addr.clone(),
+            member: AtomicU32::new(initial_member),
+            me: me.clone(),
         });
-        if let Some(path) = &state.config.group_file {
-            write_group_file(
-                path,
-                &GroupFile {
-                    members: state.members(),
-                    master: 0,
-                },
-            )?;
-        }
         let (stop, mut stopped) = watch::channel(false);
         let accept_state = state.clone();
         let accept = tokio::spawn(async move {
@@ -100,26 +261,107 @@ impl Server {
                 }
             }
         });
-        let retention_state = state.clone();
-        let mut stopped = stop.subscribe();
-        let retention = tokio::spawn(async move {
-            let every = Duration::from_millis(retention_state.config.retention_check_ms.max(10));
-            loop {
-                tokio::select! {
-                    _ = tokio::time::sleep(every) => {}
-                    _ = stopped.changed() => break,
+        let mut tasks = vec![accept, spawn_retention(state.clone(), stop.subscribe())];
+        match role {
+            Role::Master { expected } => {
+                if let (true, Some(g)) = (expected > 1, &state.config.group_file) {
+                    write_atomic(&rendezvous_file(g), addr.as_bytes())?;
                 }
-                let s = retention_state.clone();
-                let _ = tokio::task::spawn_blocking(move || s.registry.enforce_retention(now_us()))
-                    .await;
+                if let Some(reg) = &state.registry {
+                    reg.publish_initial().await;
+                }
             }
-        });
-        tracing::info!(addr = %addr, data_dir = %state.config.data_dir.display(), "strom server listening");
-        Ok(ServerHandle {
-            state,
-            stop,
-            tasks: vec![accept, retention],
-        })
+            Role::Member { want, master } => {
+                tasks.push(tokio::spawn(membership(
+                    state.clone(),
+                    want,
+                    master,
+                    stop.subscribe(),
+                )));
+            }
+        }
+        tracing::info!(addr = %addr, data_dir = %state.config.data_dir.display(), master = state.registry.is_some(), "strom server listening");
+        Ok(ServerHandle { state, stop, tasks })
+    }
+}
+
+fn spawn_retention(state: Arc<State>, mut stopped: watch::Receiver<bool>) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let every = Duration::from_millis(state.config.retention_check_ms.max(10));
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(every) => {}
+                _ = stopped.changed() => break,
+            }
+            let s = state.clone();
+            let _ = tokio::task::spawn_blocking(move || s.host.enforce_retention(now_us())).await;
+        }
+    })
+}
+
+/// A member's life in the group: join the master (under its previous id
+/// after a restart), then heartbeat; rejoin whenever the master is lost.
+async fn membership(
+    state: Arc<State>,
+    want: Option<u32>,
+    source: MasterSource,
+    mut stopped: watch::Receiver<bool>,
+) {
+    let id_file = state.config.data_dir.join("member-id");
+    let mut want = want.or_else(|| std::fs::read_to_string(&id_file).ok()?.trim().parse().ok());
+    let every = Duration::from_millis(state.config.heartbeat_ms);
+    let mut joined: Option<(u32, String)> = None;
+    loop {
+        let result = match &joined {
+            None => join_once(&state, want, &source).await.map(|(id, master)| {
+                if want != Some(id) {
+                    let _ = write_atomic(&id_file, id.to_string().as_bytes());
+                }
+                want = Some(id);
+                state.member.store(id, Ordering::Release);
+                joined = Some((id, master));
+            }),
+            Some((id, master)) => {
+                let req = Request::Heartbeat {
+                    member: *id,
+                    addr: state.addr.clone(),
+                };
+                state
+                    .peers
+                    .call(master, &req)
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| e.to_string())
+            }
+        };
+        if let Err(e) = result {
+            tracing::warn!(error = %e, "cannot reach the registry master; retrying");
+            joined = None;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(every) => {}
+            _ = stopped.changed() => return,
+        }
+    }
+}
+
+async fn join_once(
+    state: &State,
+    want: Option<u32>,
+    source: &MasterSource,
+) -> Result<(u32, String), String> {
+    let master = source.resolve()?;
+    let req = Request::Join {
+        member: want,
+        addr: state.addr.clone(),
+    };
+    match state.peers.call(&master, &req).await {
+        Ok(Response::Joined { member, .. }) => {
+            tracing::info!(member, master = %master, "joined the group");
+            Ok((member, master))
+        }
+        Ok(other) => Err(format!("unexpected answer to join: {other:?}")),
+        Err(e) => Err(e.to_string()),
     }
 }
 
@@ -136,6 +378,11 @@ impl ServerHandle {
         &self.state.addr
     }
 
+    /// This server's member id in its group (0 for the master).
+    pub fn member(&self) -> u32 {
+        self.state.member()
+    }
+
     /// Stops accepting, finishes queued appends and syncs every partition.
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
@@ -143,7 +390,7 @@ impl ServerHandle {
             let _ = t.await;
         }
         let state = self.state.clone();
-        let _ = tokio::task::spawn_blocking(move || state.registry.shutdown()).await;
+        let _ = tokio::task::spawn_blocking(move || state.host.shutdown()).await;
         tracing::info!(addr = %self.state.addr, "strom server stopped");
     }
 }

@@ -1,0 +1,267 @@
+//! One partition's subscription, as a task on the driver's runtime: it
+//! subscribes at the owner, receives metadata batches pushed ahead of
+//! demand, runs the data selector and broker for a whole batch, fetches the
+//! batch's selected bytes with one request straight into the broker's
+//! buffers, and queues the events. When the owner is unreachable it reports
+//! one error naming the member and partition, then retries (following the
+//! owner to a new address) and resumes exactly where it stopped.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use strom_proto::{BatchView, ErrorCode, Push, Request, Response, StartPos};
+
+use crate::consumer::{Item, PartSub, Shared};
+use crate::data::{plan_fill, DataBuffer, DataDescriptor, EventMeta};
+use crate::driver::unexpected;
+use crate::error::{Error, Result};
+use crate::event::Event;
+
+static NEXT_STREAM: AtomicU64 = AtomicU64::new(1);
+const RETRY: Duration = Duration::from_secs(1);
+
+type Started = std::sync::mpsc::Sender<Result<()>>;
+
+fn is_unreachable(e: &Error) -> bool {
+    matches!(
+        e.code(),
+        ErrorCode::CONNECTION_FAILED | ErrorCode::CONNECTION_CLOSED
+    )
+}
+
+pub(crate) async fn run_partition(
+    shared: Arc<Shared>,
+    slot: usize,
+    start: StartPos,
+    epoch: u64,
+    mut started: Option<Started>,
+) {
+    let sub = shared.part(slot);
+    // Next offset to deliver, once known: where a retry resumes.
+    let mut resume: Option<u64> = None;
+    let mut reported = false;
+    loop {
+        let from = resume.map_or(start, StartPos::Offset);
+        let result =
+            subscribe_and_stream(&shared, &sub, slot, from, epoch, &mut started, &mut resume).await;
+        let e = match result {
+            Ok(()) => return,
+            Err(e) => e,
+        };
+        let (member, addr) = {
+            let o = sub.owner.lock();
+            (o.member, o.addr.clone())
+        };
+        let e = Error::coded(
+            e.code(),
+            format!(
+                "partition {} of topic '{}' on member {member} ({addr}): {}",
+                sub.partition,
+                shared.name_topic(),
+                e.message()
+            ),
+        );
+        let retry = is_unreachable(&e);
+        if let Some(tx) = started.take() {
+            if !retry {
+                let _ = tx.send(Err(e));
+                return;
+            }
+            let _ = tx.send(Ok(()));
+        }
+        if !retry {
+            shared.deliver(epoch, Item::Failed(e));
+            return;
+        }
+        if !reported {
+            tracing::warn!(error = %e, "partition unreachable; retrying");
+            reported = shared.deliver(epoch, Item::Failed(e));
+        }
+        tokio::time::sleep(RETRY).await;
+        if shared.epoch() != epoch {
+            return;
+        }
+        if let Ok(info) = shared.topic.refresh().await {
+            if let Some(p) = info.partitions.get(sub.partition as usize) {
+                let mut o = sub.owner.lock();
+                o.member = p.member;
+                o.addr = p.addr.clone();
+            }
+        }
+    }
+}
+
+impl Shared {
+    fn name_topic(&self) -> &str {
+        self.topic.name()
+    }
+}
+
+async fn subscribe_and_stream(
+    shared: &Arc<Shared>,
+    sub: &Arc<PartSub>,
+    slot: usize,
+    start: StartPos,
+    epoch: u64,
+    started: &mut Option<Started>,
+    resume: &mut Option<u64>,
+) -> Result<()> {
+    let addr = sub.owner.lock().addr.clone();
+    let conn = shared.topic.driver.conn(&addr).await?;
+    let stream = NEXT_STREAM.fetch_add(1, Ordering::Relaxed);
+    let mut rx = conn.open_stream(stream);
+    *sub.conn.lock() = Some(conn.clone());
+    sub.stream.store(stream, Ordering::Release);
+    let req = Request::Subscribe {
+        stream,
+        topic: shared.topic.name().to_string(),
+        partition: sub.partition,
+        consumer: shared.name.clone(),
+        start,
+        prefetch: shared.opts.prefetch,
+    };
+    let mut pos = match conn.call(&req, Vec::new()).await? {
+        Response::Subscribed { start_offset } => start_offset,
+        other => return Err(unexpected(other)),
+    };
+    *resume = Some(pos);
+    if let Some(tx) = started.take() {
+        let _ = tx.send(Ok(()));
+    }
+    while let Some(push) = rx.recv().await {
+        match push {
+            Push::Events {
+                base_offset,
+                count,
+                timestamp_us,
+                meta,
+                ..
+            } => {
+                let events = fetch_batch(shared, sub, pos, base_offset, timestamp_us, meta).await?;
+                pos = pos.max(base_offset + count as u64);
+                if !events.is_empty() && !shared.deliver(epoch, Item::Events(slot as u32, events)) {
+                    return Ok(());
+                }
+                *resume = Some(pos);
+            }
+            Push::EndOfStream { .. } => {
+                shared.deliver(epoch, Item::End(slot as u32));
+                return Ok(());
+            }
+            Push::StreamError { code, message } => return Err(Error::Coded { code, message }),
+        }
+    }
+    Err(Error::coded(
+        ErrorCode::CONNECTION_CLOSED,
+        "the connection to the server was lost",
+    ))
+}
+
+/// Turns one pushed batch into events: selection and buffers per event,
+/// then one data request for the whole batch.
+async fn fetch_batch(
+    shared: &Arc<Shared>,
+    sub: &Arc<PartSub>,
+    pos: u64,
+    base: u64,
+    timestamp_us: u64,
+    meta: bytes::Bytes,
+) -> Result<VecDeque<Event>> {
+    let view = BatchView::parse(meta)?;
+    let mut events = VecDeque::with_capacity(view.count() as usize);
+    let mut ranges = Vec::new();
+    let mut buffers: Vec<Box<dyn DataBuffer>> = Vec::new();
+    let mut plan = Vec::new();
+    let mut owned = Vec::with_capacity(view.count() as usize);
+    for (i, e) in view.iter().enumerate() {
+        let offset = base + i as u64;
+        if offset < pos {
+            continue;
+        }
+        let em = EventMeta::new(
+            sub.partition,
+            offset,
+            timestamp_us,
+            e.metadata,
+            shared.policy.clone(),
+        );
+        let mut fetched = 0;
+        let first = buffers.len();
+        if e.data_len > 0 {
+            let desc = DataDescriptor {
+                size: e.data_len,
+                descriptor: e.descriptor.clone(),
+            };
+            let sel = shared.opts.selector.select(&em, &desc);
+            let rs = sel.resolve(e.data_len).map_err(Error::Selector)?;
+            fetched = rs.iter().map(|r| r.1).sum();
+            if fetched > 0 {
+                let bufs = shared
+                    .opts
+                    .broker
+                    .buffers(&em, &sel, fetched)
+                    .map_err(Error::Broker)?;
+                plan_fill(&bufs, first, fetched, &mut plan)?;
+                buffers.extend(bufs);
+                ranges.extend(rs.iter().map(|&(o, l)| (e.data_pos + o, l)));
+            }
+        }
+        owned.push(buffers.len() - first);
+        events.push_back(Event {
+            meta: em,
+            data_size: e.data_len,
+            fetched,
+            buffers: Vec::new(),
+            descriptor: e.descriptor,
+            acks: sub.acks.clone(),
+        });
+    }
+    if !ranges.is_empty() {
+        let req = Request::FetchData {
+            topic: shared.topic.name().to_string(),
+            partition: sub.partition,
+            items: vec![(base, ranges)],
+        };
+        let conn = sub.conn.lock().clone().ok_or_else(|| {
+            Error::coded(
+                ErrorCode::CONNECTION_CLOSED,
+                "the subscription has no connection",
+            )
+        })?;
+        let (resp, filled) = conn.call_into(&req, Vec::new(), buffers, plan).await?;
+        if !matches!(resp, Response::Data { .. }) {
+            return Err(unexpected(resp));
+        }
+        let mut filled = filled.into_iter();
+        for (ev, n) in events.iter_mut().zip(owned) {
+            ev.buffers = filled.by_ref().take(n).collect();
+        }
+    }
+    Ok(events)
+}
+
+/// Subscribes to partitions added to the topic after the consumer started.
+pub(crate) async fn refresh_loop(weak: Weak<Shared>) {
+    loop {
+        tokio::time::sleep(crate::topic::REFRESH).await;
+        let Some(shared) = weak.upgrade() else { return };
+        let known = shared.parts.read().len();
+        let Ok(info) = shared.topic.refresh().await else {
+            continue;
+        };
+        for p in info.partitions.iter().skip(known) {
+            let sub = PartSub::new(&shared.topic, &shared.name, p.id, p.member, p.addr.clone());
+            let (slot, epoch) = shared.add_part(sub);
+            let start = match shared.opts.start {
+                StartPos::End => StartPos::End,
+                _ => StartPos::Committed,
+            };
+            let task = run_partition(shared.clone(), slot, start, epoch, None);
+            let handle = shared.topic.driver.inner.handle.clone();
+            shared.tasks.lock().push(handle.spawn(task));
+            tracing::info!(topic = %shared.topic.name(), partition = p.id, "consumer picked up a new partition");
+        }
+    }
+}

@@ -1,0 +1,282 @@
+//! The partitions this server hosts, whichever member holds the registry.
+//!
+//! The master tells a member to host partitions of a topic (`host`), to seal
+//! them at end of stream (`seal`) and to drop them when the topic is deleted.
+//! The set persists in `hosted.json` so a restarted member reopens its
+//! partitions, through the same code path as a fresh start, before it serves.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+use strom_proto::{ErrorCode, PartitionInfo, TopicSpec};
+
+use crate::config::ServerConfig;
+use crate::error::ServerError;
+use crate::group::write_atomic;
+use crate::partition::PartitionManager;
+
+#[derive(Serialize, Deserialize, Clone)]
+struct HostedRecord {
+    id: u64,
+    spec: TopicSpec,
+    partitions: Vec<u32>,
+    sealed: bool,
+}
+
+struct Hosted {
+    record: HostedRecord,
+    partitions: BTreeMap<u32, Arc<PartitionManager>>,
+}
+
+pub struct Host {
+    file: PathBuf,
+    topics_dir: PathBuf,
+    config: ServerConfig,
+    topics: Mutex<HashMap<String, Hosted>>,
+}
+
+/// Topic names become directory names: keep them to a safe alphabet.
+pub fn check_topic_name(name: &str) -> Result<(), ServerError> {
+    let ok = !name.is_empty()
+        && name.len() <= 200
+        && name != "."
+        && name != ".."
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(ServerError::coded(
+            ErrorCode::INVALID_TOPIC_SPEC,
+            format!("invalid topic name '{name}': use 1-200 characters from [A-Za-z0-9._-]"),
+        ))
+    }
+}
+
+impl Host {
+    pub fn open(config: &ServerConfig) -> Result<Self, ServerError> {
+        let file = config.data_dir.join("hosted.json");
+        let topics_dir = config.data_dir.join("topics");
+        std::fs::create_dir_all(&topics_dir)
+            .map_err(|e| ServerError::io(format!("creating {}", topics_dir.display()), e))?;
+        let records: Vec<HostedRecord> = match std::fs::read(&file) {
+            Ok(b) => serde_json::from_slice(&b).map_err(|e| {
+                ServerError::coded(
+                    ErrorCode::CORRUPT,
+                    format!("{} is not valid: {e}", file.display()),
+                )
+            })?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(ServerError::io(format!("reading {}", file.display()), e)),
+        };
+        let host = Host {
+            file,
+            topics_dir,
+            config: config.clone(),
+            topics: Mutex::new(HashMap::new()),
+        };
+        for r in records {
+            let partitions = host.open_partitions(&r, &r.partitions)?;
+            host.topics.lock().insert(
+                r.spec.name.clone(),
+                Hosted {
+                    record: r,
+                    partitions,
+                },
+            );
+        }
+        Ok(host)
+    }
+
+    fn open_partitions(
+        &self,
+        r: &HostedRecord,
+        ids: &[u32],
+    ) -> Result<BTreeMap<u32, Arc<PartitionManager>>, ServerError> {
+        let dir = self.topics_dir.join(format!("{}.{}", r.spec.name, r.id));
+        ids.iter()
+            .map(|&p| {
+                let pm = PartitionManager::open(
+                    &r.spec,
+                    p,
+                    &dir.join(p.to_string()),
+                    &self.config,
+                    r.sealed,
+                )?;
+                Ok((p, pm))
+            })
+            .collect()
+    }
+
+    fn persist(&self, topics: &HashMap<String, Hosted>) -> Result<(), ServerError> {
+        let records: Vec<&HostedRecord> = topics.values().map(|h| &h.record).collect();
+        let bytes = serde_json::to_vec_pretty(&records)
+            .map_err(|e| ServerError::io("encoding hosted.json", std::io::Error::other(e)))?;
+        write_atomic(&self.file, &bytes)
+    }
+
+    /// Hosts (creating or reopening) these partitions; idempotent.
+    pub fn host(
+        &self,
+        topic_id: u64,
+        spec: &TopicSpec,
+        partitions: &[u32],
+        sealed: bool,
+    ) -> Result<(), ServerError> {
+        check_topic_name(&spec.name)?;
+        let mut topics = self.topics.lock();
+        if let Some(h) = topics.get(&spec.name) {
+            if h.record.id != topic_id {
+                // A topic of that name was deleted and created again.
+                let old = topics.remove(&spec.name).expect("present");
+                self.remove_files(old);
+            }
+        }
+        let entry = topics.entry(spec.name.clone()).or_insert_with(|| Hosted {
+            record: HostedRecord {
+                id: topic_id,
+                spec: spec.clone(),
+                partitions: Vec::new(),
+                sealed,
+            },
+            partitions: BTreeMap::new(),
+        });
+        entry.record.spec = spec.clone();
+        let new: Vec<u32> = partitions
+            .iter()
+            .copied()
+            .filter(|p| !entry.partitions.contains_key(p))
+            .collect();
+        let opened = self.open_partitions(&entry.record, &new)?;
+        entry.partitions.extend(opened);
+        entry.record.partitions = entry.partitions.keys().copied().collect();
+        let seal_now = sealed && !entry.record.sealed;
+        entry.record.sealed |= sealed;
+        let to_seal: Vec<_> = if seal_now {
+            entry.partitions.values().cloned().collect()
+        } else {
+            Vec::new()
+        };
+        self.persist(&topics)?;
+        drop(topics);
+        for p in to_seal {
+            p.seal_blocking();
+        }
+        Ok(())
+    }
+
+    pub fn get(&self, topic: &str, partition: u32) -> Result<Arc<PartitionManager>, ServerError> {
+        let topics = self.topics.lock();
+        let h = topics.get(topic).ok_or_else(|| {
+            ServerError::coded(
+                ErrorCode::TOPIC_NOT_FOUND,
+                format!("this server hosts no partition of topic '{topic}'"),
+            )
+        })?;
+        h.partitions.get(&partition).cloned().ok_or_else(|| {
+            ServerError::coded(
+                ErrorCode::PARTITION_NOT_FOUND,
+                format!("this server does not host partition {partition} of topic '{topic}'"),
+            )
+        })
+    }
+
+    /// Ends the stream on every local partition of the topic.
+    pub async fn seal(&self, topic: &str) -> Result<(), ServerError> {
+        let parts: Vec<_> = {
+            let mut topics = self.topics.lock();
+            let Some(h) = topics.get_mut(topic) else {
+                return Ok(());
+            };
+            h.record.sealed = true;
+            let parts = h.partitions.values().cloned().collect();
+            self.persist(&topics)?;
+            parts
+        };
+        for p in parts {
+            p.seal().await;
+        }
+        Ok(())
+    }
+
+    pub fn drop_topic(&self, topic: &str) -> Result<(), ServerError> {
+        let mut topics = self.topics.lock();
+        if let Some(h) = topics.remove(topic) {
+            self.persist(&topics)?;
+            drop(topics);
+            self.remove_files(h);
+        }
+        Ok(())
+    }
+
+    fn remove_files(&self, h: Hosted) {
+        for p in h.partitions.values() {
+            p.mark_deleted();
+        }
+        let dir = self
+            .topics_dir
+            .join(format!("{}.{}", h.record.spec.name, h.record.id));
+        if let Err(e) = std::fs::remove_dir_all(&dir) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                tracing::warn!(dir = %dir.display(), error = %e, "could not remove a deleted topic's files");
+            }
+        }
+    }
+
+    /// Offsets of the listed local partitions (unknown ones are skipped).
+    pub fn stats(
+        &self,
+        topic: &str,
+        partitions: &[u32],
+        member: u32,
+        addr: &str,
+    ) -> Vec<PartitionInfo> {
+        let topics = self.topics.lock();
+        let Some(h) = topics.get(topic) else {
+            return Vec::new();
+        };
+        partitions
+            .iter()
+            .filter_map(|p| h.partitions.get(p))
+            .map(|p| PartitionInfo {
+                id: p.id,
+                member,
+                addr: addr.to_string(),
+                first_offset: p.log.first_offset(),
+                next_offset: p.log.next_offset(),
+            })
+            .collect()
+    }
+
+    fn all(&self) -> Vec<Arc<PartitionManager>> {
+        self.topics
+            .lock()
+            .values()
+            .flat_map(|h| h.partitions.values().cloned())
+            .collect()
+    }
+
+    pub fn enforce_retention(&self, now_us: u64) {
+        for p in self.all() {
+            match p.log.enforce_retention(now_us) {
+                Ok(0) => {}
+                Ok(n) => {
+                    tracing::info!(topic = %p.topic, partition = p.id, segments = n, "retention dropped segments")
+                }
+                Err(e) => {
+                    tracing::warn!(topic = %p.topic, partition = p.id, error = %e, "retention failed")
+                }
+            }
+        }
+    }
+
+    pub fn shutdown(&self) {
+        for p in self.all() {
+            p.shutdown();
+        }
+    }
+}
