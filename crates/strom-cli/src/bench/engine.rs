@@ -1,0 +1,382 @@
+//! Runs a benchmark: splits the work into producer and consumer jobs, opens
+//! every worker first, releases them together, and aggregates. Workers run
+//! as threads, or with `--procs` as child `strom bench` processes that get
+//! their job as JSON, report `ready`, wait for `go` on stdin, and print
+//! their outcome as one JSON line.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::atomic::AtomicU64;
+use std::sync::Barrier;
+use std::time::Instant;
+
+use anyhow::Context;
+use serde_json::{json, Value};
+
+use super::sys::Progress;
+use super::workload::{now_us, parts_of, per_partition, share};
+use super::{Config, ConsumeJob, Mode, Outcome, ProduceJob, Target};
+
+/// Aggregate of one timed phase.
+pub struct Result {
+    pub events: u64,
+    pub bytes: u64,
+    pub seconds: f64,
+    pub lats_us: Vec<u64>,
+}
+
+fn produce_jobs(cfg: &Config, events: u64, warmup: u64, stamp: bool) -> Vec<ProduceJob> {
+    let k = cfg.args.producers;
+    (0..k)
+        .map(|i| ProduceJob {
+            partitions: parts_of(i, k, cfg.args.partitions),
+            events: share(events, i as u64, k as u64),
+            warmup: share(warmup, i as u64, k as u64),
+            stamp,
+        })
+        .collect()
+}
+
+fn consume_jobs(cfg: &Config, per_part: &[u64], name: &str, latency: bool) -> Vec<ConsumeJob> {
+    let c = cfg.consumers();
+    (0..c)
+        .map(|i| {
+            let partitions = parts_of(i, c, cfg.args.partitions);
+            ConsumeJob {
+                expect: partitions.iter().map(|&p| per_part[p as usize]).collect(),
+                partitions,
+                name: name.to_string(),
+                latency,
+            }
+        })
+        .collect()
+}
+
+pub fn run(cfg: &Config, target: &dyn Target) -> anyhow::Result<Result> {
+    let a = &cfg.args;
+    let bytes_per_event = (cfg.payload.meta.len() + cfg.payload.data.len()) as u64;
+    match a.mode {
+        Mode::Produce => {
+            if a.warmup > 0 {
+                let jobs = produce_jobs(cfg, a.warmup, 0, false);
+                run_threads(cfg, target, &jobs, &[], None)?;
+            }
+            let jobs = produce_jobs(cfg, a.events, 0, false);
+            let mut r = run_any(cfg, target, &jobs, &[], a.events)?;
+            r.events = a.events;
+            r.bytes = a.events * bytes_per_event;
+            Ok(r)
+        }
+        Mode::Consume => {
+            let expect = per_partition(a.events, a.producers, a.partitions);
+            let stored = target.stored(cfg)?;
+            let fill: Vec<ProduceJob> = expect
+                .iter()
+                .zip(&stored)
+                .enumerate()
+                .filter(|(_, (e, s))| e > s)
+                .map(|(p, (e, s))| ProduceJob {
+                    partitions: vec![p as u32],
+                    events: e - s,
+                    warmup: 0,
+                    stamp: false,
+                })
+                .collect();
+            if !fill.is_empty() {
+                run_threads(cfg, target, &fill, &[], None)?;
+            }
+            if a.warmup > 0 {
+                let warm = per_partition(a.warmup.min(a.events), a.producers, a.partitions);
+                let name = format!("bench-warmup-{}", now_us());
+                run_threads(cfg, target, &[], &consume_jobs(cfg, &warm, &name, false), None)?;
+            }
+            let name = format!("bench-consumer-{}", now_us());
+            run_any(cfg, target, &[], &consume_jobs(cfg, &expect, &name, false), a.events)
+        }
+        Mode::E2e => {
+            let expect = per_partition(a.events + a.warmup, a.producers, a.partitions);
+            let name = format!("bench-e2e-{}", now_us());
+            let consumers = consume_jobs(cfg, &expect, &name, true);
+            let producers = produce_jobs(cfg, a.events + a.warmup, a.warmup, true);
+            run_any(cfg, target, &producers, &consumers, a.events)
+        }
+    }
+}
+
+fn run_any(
+    cfg: &Config,
+    target: &dyn Target,
+    producers: &[ProduceJob],
+    consumers: &[ConsumeJob],
+    total: u64,
+) -> anyhow::Result<Result> {
+    if cfg.args.procs {
+        run_procs(cfg, target, producers, consumers)
+    } else {
+        run_threads(cfg, target, producers, consumers, Some(total))
+    }
+}
+
+/// Opens every worker, starts them together and sums their outcomes. With
+/// consumers present, only consumer outcomes count (they saw the delivery).
+fn run_threads(
+    cfg: &Config,
+    target: &dyn Target,
+    producers: &[ProduceJob],
+    consumers: &[ConsumeJob],
+    progress_total: Option<u64>,
+) -> anyhow::Result<Result> {
+    let mut workers = Vec::new();
+    for job in consumers {
+        workers.push((true, target.consumer(cfg, job)?));
+    }
+    for job in producers {
+        workers.push((false, target.producer(cfg, job)?));
+    }
+    let label = cfg.args.mode.name();
+    let progress = Progress::new(
+        progress_total.unwrap_or(0),
+        label,
+        progress_total.is_some() && !cfg.args.json,
+    );
+    let barrier = Barrier::new(workers.len());
+    let count_consumers = !consumers.is_empty();
+    let results = std::thread::scope(|s| {
+        let handles: Vec<_> = workers
+            .into_iter()
+            .map(|(is_consumer, mut w)| {
+                let (barrier, done) = (&barrier, &*progress.done);
+                // Progress counts the events that matter: delivered ones when
+                // consumers run, produced ones otherwise.
+                let scratch = AtomicU64::new(0);
+                s.spawn(move || {
+                    barrier.wait();
+                    let start = Instant::now();
+                    let counter = if is_consumer == count_consumers {
+                        done
+                    } else {
+                        &scratch
+                    };
+                    let out = w.run(counter);
+                    (is_consumer, start, Instant::now(), out)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().map_err(|_| anyhow::anyhow!("a bench worker panicked")))
+            .collect::<Vec<_>>()
+    });
+    let mut agg = Result {
+        events: 0,
+        bytes: 0,
+        seconds: 0.0,
+        lats_us: Vec::new(),
+    };
+    let (mut first, mut last) = (None::<Instant>, None::<Instant>);
+    for r in results {
+        let (is_consumer, start, end, out) = r?;
+        let out = out?;
+        first = Some(first.map_or(start, |f| f.min(start)));
+        last = Some(last.map_or(end, |l| l.max(end)));
+        if is_consumer == count_consumers {
+            agg.events += out.events;
+            agg.bytes += out.bytes;
+            agg.lats_us.extend(out.lats_us);
+        }
+    }
+    if let (Some(f), Some(l)) = (first, last) {
+        agg.seconds = (l - f).as_secs_f64();
+    }
+    Ok(agg)
+}
+
+fn job_json(role: &str, p: Option<&ProduceJob>, c: Option<&ConsumeJob>) -> String {
+    match (p, c) {
+        (Some(p), _) => json!({
+            "role": role, "partitions": p.partitions, "events": p.events,
+            "warmup": p.warmup, "stamp": p.stamp,
+        }),
+        (_, Some(c)) => json!({
+            "role": role, "partitions": c.partitions, "expect": c.expect,
+            "name": c.name, "latency": c.latency,
+        }),
+        _ => Value::Null,
+    }
+    .to_string()
+}
+
+fn child_args(cfg: &Config, target: &dyn Target, job: String) -> Vec<String> {
+    let a = &cfg.args;
+    let mut v: Vec<String> = vec!["bench".into(), a.mode.name().into()];
+    let mut flag = |k: &str, val: String| {
+        v.push(format!("--{k}"));
+        v.push(val);
+    };
+    flag("target", target.child_target());
+    flag("topic", cfg.topic.clone());
+    flag("events", a.events.to_string());
+    flag("metadata-size", a.metadata_size.to_string());
+    flag("data-size", a.data_size.to_string());
+    flag("batch", a.batch.clone());
+    flag("partitions", a.partitions.to_string());
+    flag("producers", a.producers.to_string());
+    flag("consumers", a.consumers.to_string());
+    flag("partition-type", a.partition_type.clone());
+    flag("durability", a.durability.clone());
+    flag("selectivity", a.selectivity.to_string());
+    flag("rate", a.rate.to_string());
+    flag("worker-job", job);
+    v
+}
+
+struct ChildProc {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    is_consumer: bool,
+}
+
+fn read_json_line(c: &mut ChildProc) -> anyhow::Result<Value> {
+    let mut line = String::new();
+    c.stdout.read_line(&mut line)?;
+    if line.is_empty() {
+        let status = c.child.wait()?;
+        anyhow::bail!("bench worker process exited early ({status})");
+    }
+    serde_json::from_str(&line).with_context(|| format!("bad line from a bench worker: {line}"))
+}
+
+/// Runs every job as a child process of this same binary; time is from the
+/// earliest worker start to the latest worker end (wall clock, one host).
+fn run_procs(
+    cfg: &Config,
+    target: &dyn Target,
+    producers: &[ProduceJob],
+    consumers: &[ConsumeJob],
+) -> anyhow::Result<Result> {
+    let exe = std::env::current_exe().context("cannot find the strom binary to re-execute")?;
+    let mut jobs: Vec<(bool, String)> = consumers
+        .iter()
+        .map(|c| (true, job_json("consume", None, Some(c))))
+        .collect();
+    jobs.extend(
+        producers
+            .iter()
+            .map(|p| (false, job_json("produce", Some(p), None))),
+    );
+    let mut children = Vec::new();
+    for (is_consumer, job) in jobs {
+        let mut child = Command::new(&exe)
+            .args(child_args(cfg, target, job))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .with_context(|| format!("cannot start {}", exe.display()))?;
+        let (stdin, stdout) = match (child.stdin.take(), child.stdout.take()) {
+            (Some(i), Some(o)) => (i, BufReader::new(o)),
+            _ => anyhow::bail!("bench worker has no stdin/stdout pipe"),
+        };
+        children.push(ChildProc {
+            child,
+            stdin,
+            stdout,
+            is_consumer,
+        });
+    }
+    for c in &mut children {
+        let v = read_json_line(c)?;
+        if v["ready"] != true {
+            anyhow::bail!("bench worker did not report ready: {v}");
+        }
+    }
+    for c in &mut children {
+        c.stdin.write_all(b"go\n")?;
+        c.stdin.flush()?;
+    }
+    let count_consumers = !consumers.is_empty();
+    let mut agg = Result {
+        events: 0,
+        bytes: 0,
+        seconds: 0.0,
+        lats_us: Vec::new(),
+    };
+    let (mut first, mut last) = (u64::MAX, 0u64);
+    for c in &mut children {
+        let v = read_json_line(c)?;
+        if let Some(e) = v["error"].as_str() {
+            anyhow::bail!("bench worker failed: {e}");
+        }
+        first = first.min(v["start_us"].as_u64().unwrap_or(u64::MAX));
+        last = last.max(v["end_us"].as_u64().unwrap_or(0));
+        if c.is_consumer == count_consumers {
+            agg.events += v["events"].as_u64().unwrap_or(0);
+            agg.bytes += v["bytes"].as_u64().unwrap_or(0);
+            if let Some(l) = v["lats_us"].as_array() {
+                agg.lats_us.extend(l.iter().filter_map(Value::as_u64));
+            }
+        }
+        let status = c.child.wait()?;
+        if !status.success() {
+            anyhow::bail!("bench worker exited with {status}");
+        }
+    }
+    agg.seconds = last.saturating_sub(first) as f64 / 1e6;
+    Ok(agg)
+}
+
+fn u32s(v: &Value) -> Vec<u32> {
+    v.as_array()
+        .map(|a| a.iter().filter_map(|x| x.as_u64()).map(|x| x as u32).collect())
+        .unwrap_or_default()
+}
+
+/// The child side of `--procs`: one worker, driven through stdin/stdout.
+pub fn run_child(cfg: &Config, target: &dyn Target, job: &str) -> anyhow::Result<()> {
+    let j: Value = serde_json::from_str(job).context("bad --worker-job")?;
+    let mut worker = match j["role"].as_str() {
+        Some("produce") => target.producer(
+            cfg,
+            &ProduceJob {
+                partitions: u32s(&j["partitions"]),
+                events: j["events"].as_u64().unwrap_or(0),
+                warmup: j["warmup"].as_u64().unwrap_or(0),
+                stamp: j["stamp"].as_bool().unwrap_or(false),
+            },
+        )?,
+        Some("consume") => target.consumer(
+            cfg,
+            &ConsumeJob {
+                partitions: u32s(&j["partitions"]),
+                expect: j["expect"]
+                    .as_array()
+                    .map(|a| a.iter().filter_map(Value::as_u64).collect())
+                    .unwrap_or_default(),
+                name: j["name"].as_str().unwrap_or("bench").to_string(),
+                latency: j["latency"].as_bool().unwrap_or(false),
+            },
+        )?,
+        _ => anyhow::bail!("bad --worker-job role: {job}"),
+    };
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{}", json!({"ready": true}))?;
+    out.flush()?;
+    let mut go = String::new();
+    std::io::stdin().read_line(&mut go)?;
+    let start = now_us();
+    let r = worker.run(&AtomicU64::new(0));
+    let end = now_us();
+    let line = match r {
+        Ok(Outcome {
+            events,
+            bytes,
+            lats_us,
+        }) => json!({
+            "events": events, "bytes": bytes, "start_us": start, "end_us": end, "lats_us": lats_us,
+        }),
+        Err(e) => json!({"error": format!("{e:#}")}),
+    };
+    writeln!(out, "{line}")?;
+    out.flush()?;
+    Ok(())
+}

@@ -1,0 +1,331 @@
+//! `strom bench`: produce, consume and end-to-end benchmarks that print
+//! numbers (a human summary, or one JSON object with `--json`), with the
+//! same workload against Strom, Kafka (librdkafka) or Redis Streams. Timing
+//! is never asserted anywhere; tests only run tiny smoke versions.
+//!
+//! Layout: [`workload`] defines events and how work is split; each target
+//! module implements [`Target`]; [`engine`] runs workers as threads or as
+//! child processes (`--procs`) and aggregates; this file parses options and
+//! prints results.
+
+mod engine;
+#[cfg(feature = "peers")]
+mod kafka;
+#[cfg(feature = "peers")]
+mod redis;
+mod strom;
+mod sys;
+mod workload;
+
+use std::path::PathBuf;
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+use strom_client::{BatchSize, Durability, PartitionType};
+
+#[derive(Clone, Copy, ValueEnum, PartialEq, Eq, Debug)]
+pub enum Mode {
+    Produce,
+    Consume,
+    E2e,
+}
+
+impl Mode {
+    fn name(self) -> &'static str {
+        match self {
+            Mode::Produce => "produce",
+            Mode::Consume => "consume",
+            Mode::E2e => "e2e",
+        }
+    }
+}
+
+#[derive(Args, Clone)]
+pub struct BenchArgs {
+    #[arg(value_enum)]
+    mode: Mode,
+    /// strom://GROUP_FILE, strom://HOST:PORT, kafka://HOST:PORT or
+    /// redis://HOST:PORT; omit for an embedded Strom server in a temp dir.
+    #[arg(long)]
+    target: Option<String>,
+    #[arg(long, default_value_t = 100_000)]
+    events: u64,
+    /// Bytes of metadata per event (at least 35).
+    #[arg(long, default_value_t = 100)]
+    metadata_size: usize,
+    /// Bytes of data per event (0 = metadata only).
+    #[arg(long, default_value_t = 0)]
+    data_size: usize,
+    /// Events per batch, or "adaptive" (send whatever is ready).
+    #[arg(long, default_value = "adaptive")]
+    batch: String,
+    #[arg(long, default_value_t = 1)]
+    partitions: u32,
+    /// Producer workers; each writes round-robin over its own partitions.
+    #[arg(long, default_value_t = 1)]
+    producers: u32,
+    /// Consumer workers (at most one per partition).
+    #[arg(long, default_value_t = 1)]
+    consumers: u32,
+    /// Run producers and consumers as child processes instead of threads.
+    #[arg(long)]
+    procs: bool,
+    /// memory | file (Strom only).
+    #[arg(long, default_value = "file")]
+    partition_type: String,
+    /// always | never | interval:<ms> (Kafka: flush.messages=1 / flush.ms;
+    /// Redis: set by the server's AOF configuration).
+    #[arg(long, default_value = "never")]
+    durability: String,
+    /// Fraction of each data part a consumer fetches (Strom only).
+    #[arg(long, default_value_t = 1.0)]
+    selectivity: f64,
+    /// Events produced (and, in e2e, delivered) before measuring.
+    #[arg(long, default_value_t = 0)]
+    warmup: u64,
+    /// e2e: events per second offered in total (0 = as fast as possible).
+    #[arg(long, default_value_t = 0)]
+    rate: u64,
+    /// Topic (Kafka topic, Redis stream prefix) to use; consume mode reads
+    /// what a produce run left in it.
+    #[arg(long)]
+    topic: Option<String>,
+    /// Print one JSON object instead of a human summary.
+    #[arg(long)]
+    json: bool,
+    /// Internal: run one worker of a `--procs` run (JSON job description).
+    #[arg(long, hide = true)]
+    worker_job: Option<String>,
+}
+
+/// Validated options shared by every target and worker.
+pub struct Config {
+    pub args: BenchArgs,
+    pub payload: workload::Payload,
+    pub batch: BatchSize,
+    pub partition_type: PartitionType,
+    pub durability: Durability,
+    pub topic: String,
+}
+
+impl Config {
+    fn new(args: BenchArgs) -> anyhow::Result<Config> {
+        let batch = match args.batch.as_str() {
+            "adaptive" => BatchSize::Adaptive,
+            n => BatchSize::Count(
+                n.parse()
+                    .ok()
+                    .filter(|&c| c > 0)
+                    .ok_or_else(|| anyhow::anyhow!("--batch takes a count > 0 or 'adaptive'"))?,
+            ),
+        };
+        if args.partitions == 0 || args.producers == 0 || args.consumers == 0 {
+            anyhow::bail!("--partitions, --producers and --consumers must be at least 1");
+        }
+        if !(0.0..=1.0).contains(&args.selectivity) {
+            anyhow::bail!("--selectivity is a fraction between 0 and 1");
+        }
+        let topic = args
+            .topic
+            .clone()
+            .unwrap_or_else(|| format!("bench-{}-{}", std::process::id(), workload::now_us()));
+        Ok(Config {
+            payload: workload::Payload::new(args.metadata_size, args.data_size)?,
+            batch,
+            partition_type: PartitionType::parse(&args.partition_type)
+                .map_err(anyhow::Error::msg)?,
+            durability: Durability::parse(&args.durability).map_err(anyhow::Error::msg)?,
+            topic,
+            args,
+        })
+    }
+
+    /// Consumers actually used: at most one per partition.
+    pub fn consumers(&self) -> u32 {
+        self.args.consumers.min(self.args.partitions)
+    }
+
+    /// Bytes of data a consumer selects from each event.
+    pub fn selected_len(&self) -> u64 {
+        (self.args.data_size as f64 * self.args.selectivity) as u64
+    }
+
+    /// Pause between a producer's events to reach `--rate` in total.
+    pub fn interval(&self) -> Option<Duration> {
+        (self.args.rate > 0)
+            .then(|| Duration::from_secs_f64(self.args.producers as f64 / self.args.rate as f64))
+    }
+}
+
+/// What one producer worker does.
+#[derive(Clone, Debug)]
+pub struct ProduceJob {
+    pub partitions: Vec<u32>,
+    /// Events to push, round-robin over `partitions`.
+    pub events: u64,
+    /// How many of the first `events` are warm-up (never stamped, never timed).
+    pub warmup: u64,
+    /// Write the send time into each event after the warm-up (e2e).
+    pub stamp: bool,
+}
+
+/// What one consumer worker does: read `expect[i]` events of `partitions[i]`
+/// from the beginning.
+#[derive(Clone, Debug)]
+pub struct ConsumeJob {
+    pub partitions: Vec<u32>,
+    pub expect: Vec<u64>,
+    /// Consumer (group) name.
+    pub name: String,
+    /// Record push-to-delivery latency of stamped events (e2e).
+    pub latency: bool,
+}
+
+/// What a worker did. A consumer counts only stamped (timed) events in
+/// e2e mode, and every event otherwise.
+#[derive(Default, Debug)]
+pub struct Outcome {
+    pub events: u64,
+    pub bytes: u64,
+    pub lats_us: Vec<u64>,
+}
+
+/// A worker, opened (connected, subscribed) and ready to run.
+pub trait Worker: Send {
+    fn run(&mut self, progress: &AtomicU64) -> anyhow::Result<Outcome>;
+}
+
+/// A system under test. Opening a worker does all setup, so that timing
+/// starts when every worker is ready.
+pub trait Target: Send + Sync {
+    /// Creates the topic if needed (not in child workers).
+    fn prepare(&mut self, cfg: &Config) -> anyhow::Result<()>;
+    /// Events stored per partition now.
+    fn stored(&self, cfg: &Config) -> anyhow::Result<Vec<u64>>;
+    fn producer(&self, cfg: &Config, job: &ProduceJob) -> anyhow::Result<Box<dyn Worker + '_>>;
+    fn consumer(&self, cfg: &Config, job: &ConsumeJob) -> anyhow::Result<Box<dyn Worker + '_>>;
+    /// How child processes reach the same system (`--target` value).
+    fn child_target(&self) -> String;
+    /// The local server process, for its memory, if there is one.
+    fn server_pid(&self) -> Option<u32>;
+}
+
+const PEERS_HINT: &str = "this strom binary was built without the `peers` feature; rebuild with \
+     `cargo build --release -p strom-cli --features peers` (needs cmake and libcurl4-openssl-dev)";
+
+fn open_target(spec: Option<&str>, group_file: Option<PathBuf>) -> anyhow::Result<Box<dyn Target>> {
+    let spec = spec.unwrap_or("embedded");
+    if spec == "embedded" {
+        return Ok(Box::new(strom::StromTarget::embedded()?));
+    }
+    if let Some(rest) = spec.strip_prefix("strom://") {
+        return Ok(Box::new(strom::StromTarget::connect(rest, group_file)?));
+    }
+    if let Some(_addr) = spec.strip_prefix("kafka://") {
+        #[cfg(feature = "peers")]
+        return Ok(Box::new(kafka::KafkaTarget::new(_addr)?));
+        #[cfg(not(feature = "peers"))]
+        anyhow::bail!("--target kafka://: {PEERS_HINT}");
+    }
+    if let Some(_addr) = spec.strip_prefix("redis://") {
+        #[cfg(feature = "peers")]
+        return Ok(Box::new(redis::RedisTarget::new(_addr)?));
+        #[cfg(not(feature = "peers"))]
+        anyhow::bail!("--target redis://: {PEERS_HINT}");
+    }
+    anyhow::bail!(
+        "unsupported target '{spec}': use strom://GROUP_FILE, strom://HOST:PORT, kafka://HOST:PORT or redis://HOST:PORT"
+    )
+}
+
+pub fn run(args: BenchArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> {
+    let worker_job = args.worker_job.clone();
+    let target_spec = args.target.clone();
+    let mut target = open_target(target_spec.as_deref(), group_file)?;
+    let cfg = Config::new(args)?;
+    if let Some(job) = worker_job {
+        return engine::run_child(&cfg, target.as_ref(), &job);
+    }
+    target.prepare(&cfg)?;
+    let rss = target.server_pid().map(sys::RssSampler::start);
+    let result = engine::run(&cfg, target.as_ref())?;
+    let memory = rss.map(|s| (s.pid, s.finish()));
+    report(&cfg, target_spec.as_deref(), result, memory);
+    drop(target);
+    Ok(())
+}
+
+type Memory = (u32, (u64, Option<u64>));
+
+fn report(cfg: &Config, target: Option<&str>, r: engine::Result, memory: Option<Memory>) {
+    let a = &cfg.args;
+    let mut lats = r.lats_us;
+    lats.sort_unstable();
+    let eps = r.events as f64 / r.seconds;
+    let mbps = r.bytes as f64 / r.seconds / 1e6;
+    let mut out = serde_json::json!({
+        "target": target.unwrap_or("strom://embedded"),
+        "mode": a.mode.name(),
+        "events": r.events,
+        "bytes": r.bytes,
+        "seconds": r.seconds,
+        "events_per_s": eps,
+        "mb_per_s": mbps,
+        "metadata_size": a.metadata_size,
+        "data_size": a.data_size,
+        "partitions": a.partitions,
+        "producers": a.producers,
+        "consumers": cfg.consumers(),
+        "procs": a.procs,
+        "partition_type": a.partition_type,
+        "durability": a.durability,
+        "batch": a.batch,
+        "selectivity": a.selectivity,
+        "warmup": a.warmup,
+        "rate": a.rate,
+        "topic": cfg.topic,
+    });
+    if a.mode == Mode::E2e {
+        out["p50_us"] = workload::percentile(&lats, 0.5).into();
+        out["p99_us"] = workload::percentile(&lats, 0.99).into();
+        out["p999_us"] = workload::percentile(&lats, 0.999).into();
+        out["max_us"] = lats.last().copied().unwrap_or(0).into();
+        out["latency_samples"] = lats.len().into();
+    }
+    if let Some((pid, (max_kib, hwm))) = memory {
+        out["server_pid"] = pid.into();
+        out["server_rss_max_mb"] = (max_kib as f64 / 1024.0).into();
+        if let Some(h) = hwm {
+            out["server_rss_hwm_mb"] = (h as f64 / 1024.0).into();
+        }
+    }
+    if a.json {
+        println!("{out}");
+        return;
+    }
+    println!(
+        "{} {}: {} events, {} bytes in {:.3} s = {:.0} events/s, {:.1} MB/s",
+        out["target"].as_str().unwrap_or(""),
+        a.mode.name(),
+        r.events,
+        r.bytes,
+        r.seconds,
+        eps,
+        mbps
+    );
+    if a.mode == Mode::E2e {
+        println!(
+            "latency push->delivery: p50 {} us, p99 {} us, p99.9 {} us, max {} us ({} samples)",
+            out["p50_us"], out["p99_us"], out["p999_us"], out["max_us"], out["latency_samples"]
+        );
+    }
+    if let Some((pid, (max_kib, hwm))) = memory {
+        println!(
+            "server pid {pid}: RSS max {:.1} MiB during the run{}",
+            max_kib as f64 / 1024.0,
+            hwm.map(|h| format!(", peak (VmHWM) {:.1} MiB", h as f64 / 1024.0))
+                .unwrap_or_default()
+        );
+    }
+}

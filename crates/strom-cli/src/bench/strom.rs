@@ -1,0 +1,225 @@
+//! The Strom target: an embedded server (default) or a running group,
+//! driven through the ordinary client API. Metadata and data travel on
+//! their own paths; a consumer fetches the `--selectivity` part of the data.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use strom_client::{
+    ConsumerOptions, Driver, ErrorCode, Next, Producer, ProducerOptions, Selection, StartPos,
+    Topic, TopicSpec,
+};
+
+use super::sys::pid_listening_on;
+use super::workload::{now_us, read_stamp, stamp, Pacer};
+use super::{Config, ConsumeJob, Outcome, ProduceJob, Target, Worker};
+
+pub struct StromTarget {
+    driver: Driver,
+    topic: Option<Topic>,
+    embedded: bool,
+    _tmp: Option<tempfile::TempDir>,
+}
+
+impl StromTarget {
+    pub fn embedded() -> anyhow::Result<StromTarget> {
+        let tmp = tempfile::tempdir()?;
+        Ok(StromTarget {
+            driver: Driver::embedded(tmp.path())?,
+            topic: None,
+            embedded: true,
+            _tmp: Some(tmp),
+        })
+    }
+
+    /// `rest` is a group file path or HOST:PORT; empty means the
+    /// `--group-file` / `STROM_GROUP_FILE` one.
+    pub fn connect(rest: &str, group_file: Option<PathBuf>) -> anyhow::Result<StromTarget> {
+        let driver = if rest.is_empty() {
+            crate::connect(group_file)?
+        } else if rest.parse::<std::net::SocketAddr>().is_ok() {
+            Driver::connect_addr(rest)?
+        } else {
+            Driver::connect(rest)?
+        };
+        Ok(StromTarget {
+            driver,
+            topic: None,
+            embedded: false,
+            _tmp: None,
+        })
+    }
+
+    fn topic(&self, cfg: &Config) -> anyhow::Result<Topic> {
+        match &self.topic {
+            Some(t) => Ok(t.clone()),
+            None => Ok(self.driver.open_topic(&cfg.topic)?),
+        }
+    }
+}
+
+impl Target for StromTarget {
+    fn prepare(&mut self, cfg: &Config) -> anyhow::Result<()> {
+        let topic = match self.driver.open_topic(&cfg.topic) {
+            Ok(t) => t,
+            Err(e) if e.code() == ErrorCode::TOPIC_NOT_FOUND => {
+                self.driver.create_topic(TopicSpec {
+                    partition_type: cfg.partition_type,
+                    durability: cfg.durability,
+                    ..TopicSpec::new(&cfg.topic, cfg.args.partitions)
+                })?
+            }
+            Err(e) => return Err(e.into()),
+        };
+        if topic.partitions() != cfg.args.partitions {
+            anyhow::bail!(
+                "topic '{}' has {} partitions, not --partitions {}",
+                cfg.topic,
+                topic.partitions(),
+                cfg.args.partitions
+            );
+        }
+        self.topic = Some(topic);
+        Ok(())
+    }
+
+    fn stored(&self, cfg: &Config) -> anyhow::Result<Vec<u64>> {
+        let info = self.topic(cfg)?.describe()?;
+        Ok(info
+            .partitions
+            .iter()
+            .map(|p| p.next_offset - p.first_offset)
+            .collect())
+    }
+
+    fn producer(&self, cfg: &Config, job: &ProduceJob) -> anyhow::Result<Box<dyn Worker + '_>> {
+        let producer = self.topic(cfg)?.producer_with(ProducerOptions {
+            batch: cfg.batch,
+            ..Default::default()
+        })?;
+        Ok(Box::new(StromProducer {
+            producer,
+            job: job.clone(),
+            meta: cfg.payload.meta.clone(),
+            data: cfg.payload.data.clone(),
+            pacer: Pacer::new(cfg.interval()),
+        }))
+    }
+
+    fn consumer(&self, cfg: &Config, job: &ConsumeJob) -> anyhow::Result<Box<dyn Worker + '_>> {
+        let sel = cfg.selected_len();
+        let selection = match sel {
+            0 => Selection::None,
+            n if n >= cfg.args.data_size as u64 => Selection::All,
+            n => Selection::Range { offset: 0, len: n },
+        };
+        let consumer = self.topic(cfg)?.consumer_with(
+            &job.name,
+            ConsumerOptions {
+                partitions: Some(job.partitions.clone()),
+                start: StartPos::Beginning,
+                selector: Arc::new(selection),
+                ..Default::default()
+            },
+        )?;
+        Ok(Box::new(StromConsumer {
+            consumer,
+            job: job.clone(),
+        }))
+    }
+
+    fn child_target(&self) -> String {
+        format!("strom://{}", self.driver.master_addr())
+    }
+
+    fn server_pid(&self) -> Option<u32> {
+        if self.embedded {
+            return Some(std::process::id());
+        }
+        let port = self.driver.master_addr().rsplit(':').next()?.parse().ok()?;
+        pid_listening_on(port)
+    }
+}
+
+struct StromProducer {
+    producer: Producer,
+    job: ProduceJob,
+    meta: Bytes,
+    data: Bytes,
+    pacer: Pacer,
+}
+
+impl Worker for StromProducer {
+    fn run(&mut self, progress: &AtomicU64) -> anyhow::Result<Outcome> {
+        let parts = &self.job.partitions;
+        let mut stamped = self.meta.to_vec();
+        for i in 0..self.job.events {
+            self.pacer.wait(i);
+            let meta = if self.job.stamp && i >= self.job.warmup {
+                stamp(&mut stamped, now_us());
+                Bytes::copy_from_slice(&stamped)
+            } else {
+                self.meta.clone()
+            };
+            let p = parts[(i % parts.len() as u64) as usize];
+            self.producer
+                .push_with(meta, self.data.clone(), Some(p), &[])?;
+            if i % 1024 == 1023 {
+                progress.fetch_add(1024, Ordering::Relaxed);
+            }
+        }
+        self.producer.flush()?;
+        progress.fetch_add(self.job.events % 1024, Ordering::Relaxed);
+        Ok(Outcome {
+            events: self.job.events,
+            ..Default::default()
+        })
+    }
+}
+
+struct StromConsumer {
+    consumer: strom_client::Consumer,
+    job: ConsumeJob,
+}
+
+impl Worker for StromConsumer {
+    fn run(&mut self, progress: &AtomicU64) -> anyhow::Result<Outcome> {
+        let mut left: Vec<u64> = self.job.expect.clone();
+        let mut remaining: u64 = left.iter().sum();
+        let mut out = Outcome::default();
+        while remaining > 0 {
+            let ev = match self.consumer.pull_timeout(Duration::from_millis(500)) {
+                Ok(Next::Event(ev)) => ev,
+                Ok(Next::EndOfStream) => anyhow::bail!(
+                    "end of stream with {remaining} events still expected on partitions {:?}",
+                    self.job.partitions
+                ),
+                Err(e) if e.code() == ErrorCode::TIMEOUT => continue,
+                Err(e) => return Err(e.into()),
+            };
+            let meta = ev.meta();
+            let Some(slot) = self.job.partitions.iter().position(|&p| p == meta.partition) else {
+                continue;
+            };
+            if left[slot] == 0 {
+                continue;
+            }
+            left[slot] -= 1;
+            remaining -= 1;
+            let bytes = meta.raw().len() as u64 + ev.fetched_len();
+            if self.job.latency {
+                match read_stamp(meta.raw()) {
+                    Some(t) if t > 0 => out.lats_us.push(now_us().saturating_sub(t)),
+                    _ => continue,
+                }
+            }
+            out.events += 1;
+            out.bytes += bytes;
+            progress.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(out)
+    }
+}
