@@ -30,5 +30,6 @@ fi
 rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt clippy >/dev/null 2>&1 || true
 
 if have apt-get && have dpkg; then
-  apt_install build-essential pkg-config
+  # openmpi-bin: the mpirun launcher test (no MPI library is linked).
+  apt_install build-essential pkg-config openmpi-bin
 fi

@@ -56,8 +56,10 @@ enum Command {
 fn init_logging(default: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("STROM_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    use std::io::IsTerminal;
     tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr)
         .init();
 }

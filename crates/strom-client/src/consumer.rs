@@ -160,7 +160,7 @@ impl Consumer {
                 "a consumer needs a non-empty name".into(),
             ));
         }
-        let info = topic.info();
+        let info = topic.refresh_blocking()?;
         let follow_new = opts.partitions.is_none();
         let partitions = opts
             .partitions

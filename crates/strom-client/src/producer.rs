@@ -203,8 +203,8 @@ impl Producer {
                 "max_batches must be at least 1".into(),
             ));
         }
+        let info = topic.refresh_blocking()?;
         let policy = topic.policy()?;
-        let info = topic.info();
         let d = topic.driver.clone();
         let name = topic.name().to_string();
         let id = topic.driver.block_on(async move {

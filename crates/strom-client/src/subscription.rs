@@ -64,6 +64,10 @@ pub(crate) async fn run_partition(
             ),
         );
         let retry = is_unreachable(&e);
+        // The owner may have moved (restarted elsewhere): follow it first.
+        if retry && refresh_owner(&shared, &sub).await {
+            continue;
+        }
         if let Some(tx) = started.take() {
             if !retry {
                 let _ = tx.send(Err(e));
@@ -83,14 +87,23 @@ pub(crate) async fn run_partition(
         if shared.epoch() != epoch {
             return;
         }
-        if let Ok(info) = shared.topic.refresh().await {
-            if let Some(p) = info.partitions.get(sub.partition as usize) {
-                let mut o = sub.owner.lock();
-                o.member = p.member;
-                o.addr = p.addr.clone();
-            }
-        }
+        refresh_owner(&shared, &sub).await;
     }
+}
+
+/// Re-reads where the partition lives; true if its owner's address changed.
+async fn refresh_owner(shared: &Shared, sub: &PartSub) -> bool {
+    let Ok(info) = shared.topic.refresh().await else {
+        return false;
+    };
+    let Some(p) = info.partitions.get(sub.partition as usize) else {
+        return false;
+    };
+    let mut o = sub.owner.lock();
+    let moved = o.addr != p.addr;
+    o.member = p.member;
+    o.addr = p.addr.clone();
+    moved
 }
 
 impl Shared {

@@ -79,6 +79,13 @@ impl Topic {
         )?)
     }
 
+    /// Refreshes partition placement (blocking) before a producer or
+    /// consumer is built on it.
+    pub(crate) fn refresh_blocking(&self) -> Result<TopicInfo> {
+        let t = self.clone();
+        self.driver.block_on(async move { t.refresh().await })
+    }
+
     pub fn producer(&self) -> Result<Producer> {
         Producer::new(self.clone(), ProducerOptions::default())
     }
