@@ -386,3 +386,57 @@ fn added_partitions_reach_running_producer_and_consumer() {
         "consumer saw {partitions:?}"
     );
 }
+
+#[test]
+fn known_partitions_keep_working_while_the_registry_master_is_down() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut ranks, d) = group(dir.path(), 3);
+    let topic = d.create_topic(TopicSpec::new("orphan", 3)).unwrap();
+    let info = topic.info();
+    let others: Vec<u32> = info
+        .partitions
+        .iter()
+        .filter(|p| p.member != 0)
+        .map(|p| p.id)
+        .collect();
+    assert_eq!(others.len(), 2);
+    let producer = topic.producer().unwrap();
+    let consumer = topic
+        .consumer_with(
+            "c",
+            ConsumerOptions {
+                partitions: Some(others.clone()),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    ranks[0].kill9();
+    for &p in &others {
+        for i in 0..20 {
+            producer
+                .push_with(format!("{{\"i\":{i}}}"), vec![p as u8; 10], Some(p), &[])
+                .unwrap()
+                .wait()
+                .expect("partitions on live members accept events without the master");
+        }
+    }
+    for _ in 0..40 {
+        match consumer
+            .pull_timeout(WAIT)
+            .expect("consuming without the master")
+        {
+            Next::Event(ev) => assert_eq!(ev.data(), &[ev.partition as u8; 10][..]),
+            Next::EndOfStream => panic!("unexpected end of stream"),
+        }
+    }
+    let err = match d.create_topic(TopicSpec::new("new", 1)) {
+        Err(e) => e,
+        Ok(_) => panic!("topic creation must fail while the master is down"),
+    };
+    assert_eq!(
+        err.code(),
+        strom_client::ErrorCode::CONNECTION_FAILED,
+        "{err}"
+    );
+    assert!(err.to_string().contains("cannot connect"), "{err}");
+}
