@@ -438,5 +438,5 @@ fn known_partitions_keep_working_while_the_registry_master_is_down() {
         strom_client::ErrorCode::CONNECTION_FAILED,
         "{err}"
     );
-    assert!(err.to_string().contains("cannot connect"), "{err}");
+    assert!(err.to_string().contains("registry master is unreachable"), "{err}");
 }

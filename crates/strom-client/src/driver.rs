@@ -162,10 +162,16 @@ impl Driver {
     }
 
     pub(crate) async fn master_call(&self, req: Request) -> Result<Response> {
-        self.conn(&self.inner.master)
-            .await?
-            .call(&req, Vec::new())
-            .await
+        let conn = self.conn(&self.inner.master).await.map_err(|e| {
+            Error::coded(
+                e.code(),
+                format!(
+                    "the registry master is unreachable ({}); topic administration waits for it, partitions already known keep working",
+                    e.message()
+                ),
+            )
+        })?;
+        conn.call(&req, Vec::new()).await
     }
 
     fn admin(&self, req: Request) -> Result<Response> {
