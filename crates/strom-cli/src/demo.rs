@@ -73,21 +73,16 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
     let t1 = Instant::now();
     let (mut n, mut bytes, mut bad) = (0u64, 0u64, 0u64);
     let mut last_ack = Vec::new();
-    loop {
-        match consumer.pull().wait()? {
-            Next::Event(ev) => {
-                let v = ev.json()?;
-                let variant = v["variant"].as_u64().unwrap_or(99) as usize;
-                if payload.get(variant).map(|p| &p[..]) != Some(ev.data()) {
-                    bad += 1;
-                }
-                bytes += ev.data().len() as u64;
-                n += 1;
-                if n % 1000 == 0 {
-                    last_ack.push(ev.ack());
-                }
-            }
-            Next::EndOfStream => break,
+    while let Next::Event(ev) = consumer.pull().wait()? {
+        let v = ev.json()?;
+        let variant = v["variant"].as_u64().unwrap_or(99) as usize;
+        if payload.get(variant).map(|p| &p[..]) != Some(ev.data()) {
+            bad += 1;
+        }
+        bytes += ev.data().len() as u64;
+        n += 1;
+        if n % 1000 == 0 {
+            last_ack.push(ev.ack());
         }
     }
     for a in last_ack {
