@@ -1,0 +1,38 @@
+# Python package `strom` (python/): a PyO3 + maturin extension plus pure-Python
+# helpers, installed into a repository-local venv (python/.venv).
+#   make python-setup  - create the venv and install maturin, numpy, pytest (once)
+#   make python-build  - build the extension (release) into the venv
+#   make python-test   - run the Python suite and the tomography example test
+
+PY_DIR := python
+PY_VENV := $(PY_DIR)/.venv
+PY := $(PY_VENV)/bin/python
+PY_PKGS := maturin numpy pytest pytest-timeout
+# One shared target directory, so the Strom crates are not compiled twice.
+PY_TARGET := $(CURDIR)/target
+
+.PHONY: python-setup python-build python-test python-bench
+
+python-setup: $(PY_VENV)/.strom-setup
+
+$(PY_VENV)/.strom-setup: mk/python.mk
+	@test -x $(PY) || python3 -m venv $(PY_VENV)
+	@$(PY) -c 'import maturin, numpy, pytest, pytest_timeout' 2>/dev/null || \
+		$(PY) -m pip install --quiet --no-cache-dir --disable-pip-version-check $(PY_PKGS)
+	@touch $@
+
+python-build: python-setup
+	cd $(PY_DIR) && CARGO_TARGET_DIR=$(PY_TARGET) VIRTUAL_ENV=$(CURDIR)/$(PY_VENV) \
+		PATH=$(CURDIR)/$(PY_VENV)/bin:$$PATH maturin develop --release --quiet
+
+# The Python tests start `target/debug/strom` for the multi-process cases.
+python-test: python-build
+	@test -x target/debug/strom || $(CARGO) build -p strom-cli
+	STROM_BIN=$(CURDIR)/target/debug/strom $(PY) -m pytest -q -p no:cacheprovider \
+		--timeout=300 $(PY_DIR)/tests examples/tomography
+
+python-bench: python-build
+	$(PY) -m strom.bench
+
+EXTRA_BUILD += python-build
+EXTRA_TEST += python-test

@@ -1,0 +1,166 @@
+//! Pieces shared by every class: fork detection, releasing Python buffers
+//! without ever taking the GIL on Strom's network threads, and waiting with
+//! the GIL released while still reacting to Ctrl-C.
+
+use std::mem::ManuallyDrop;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use pyo3::buffer::PyUntypedBuffer;
+use pyo3::prelude::*;
+
+use crate::errors;
+
+/// A value tied to the process that made it. Strom's runtime threads do not
+/// survive `fork()`: in a child, `get` raises `ForkError`, and the value is
+/// leaked instead of dropped (dropping would wait on threads that are gone).
+pub struct ForkSafe<T: Send> {
+    value: ManuallyDrop<T>,
+    pid: u32,
+    what: &'static str,
+}
+
+impl<T: Send> ForkSafe<T> {
+    pub fn new(value: T, what: &'static str) -> Self {
+        ForkSafe {
+            value: ManuallyDrop::new(value),
+            pid: std::process::id(),
+            what,
+        }
+    }
+
+    pub fn get(&self, py: Python<'_>) -> PyResult<&T> {
+        if std::process::id() != self.pid {
+            return Err(errors::forked(py, self.what, self.pid));
+        }
+        Ok(&self.value)
+    }
+
+    pub fn same_process(&self) -> bool {
+        std::process::id() == self.pid
+    }
+}
+
+impl<T: Send> Drop for ForkSafe<T> {
+    fn drop(&mut self) {
+        if std::process::id() != self.pid {
+            return;
+        }
+        // SAFETY: dropped exactly once, here.
+        let value = unsafe { ManuallyDrop::take(&mut self.value) };
+        // Dropping a producer flushes, dropping a driver stops its runtime:
+        // never hold the GIL while Strom waits.
+        // If Python is finalizing, the closure (and the value) is dropped as is.
+        let _ = Python::try_attach(|py| py.detach(move || drop(value)));
+    }
+}
+
+/// Python objects whose buffers were lent to Strom and are no longer
+/// needed. They are released by the next call that holds the GIL, so
+/// Strom's network threads never wait for the GIL.
+static PENDING: Mutex<Vec<Held>> = Mutex::new(Vec::new());
+static ANY_PENDING: AtomicBool = AtomicBool::new(false);
+
+/// Held only so that dropping it releases the export or the reference.
+#[allow(dead_code)]
+pub enum Held {
+    Buffer(PyUntypedBuffer),
+    Object(Py<PyAny>),
+}
+
+/// Owns a Python object (or a buffer export of it) on Strom's behalf;
+/// dropping it from any thread defers the release to a GIL holder.
+pub struct Lent {
+    held: Option<Held>,
+    ptr: *const u8,
+    len: usize,
+}
+
+// SAFETY: the pointer is into memory the held export keeps alive and
+// unchanged (the owner exports it to us); the export itself is Send.
+unsafe impl Send for Lent {}
+unsafe impl Sync for Lent {}
+
+impl Lent {
+    /// # Safety
+    /// `ptr..ptr+len` must stay valid while `held` is alive.
+    pub unsafe fn new(held: Held, ptr: *const u8, len: usize) -> Self {
+        Lent {
+            held: Some(held),
+            ptr,
+            len,
+        }
+    }
+
+    pub fn as_mut_ptr(&self) -> *mut u8 {
+        self.ptr as *mut u8
+    }
+}
+
+impl AsRef<[u8]> for Lent {
+    fn as_ref(&self) -> &[u8] {
+        if self.len == 0 {
+            return &[];
+        }
+        // SAFETY: see `new`.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
+
+impl Drop for Lent {
+    fn drop(&mut self) {
+        if let Some(h) = self.held.take() {
+            PENDING.lock().push(h);
+            ANY_PENDING.store(true, Ordering::Release);
+        }
+    }
+}
+
+/// Releases lent buffers whose Strom use ended. Cheap when there are none.
+pub fn release_pending(_py: Python<'_>) {
+    if !ANY_PENDING.load(Ordering::Acquire) {
+        return;
+    }
+    let done = {
+        let mut p = PENDING.lock();
+        ANY_PENDING.store(false, Ordering::Release);
+        std::mem::take(&mut *p)
+    };
+    // Dropped while attached: PyBuffer_Release / decref run right here.
+    drop(done);
+}
+
+/// How long one GIL-free wait lasts before checking for signals (Ctrl-C).
+pub const SLICE: Duration = Duration::from_millis(100);
+
+/// Repeats `step(slice)` with the GIL released until it returns `Some`,
+/// the timeout passes (`None`), or a signal handler raises.
+pub fn wait_loop<T: Send>(
+    py: Python<'_>,
+    timeout: Option<f64>,
+    mut step: impl FnMut(Duration) -> Option<T> + Send,
+) -> PyResult<Option<T>> {
+    let deadline = match timeout {
+        Some(t) if t.is_finite() && t >= 0.0 => Some(Instant::now() + Duration::from_secs_f64(t)),
+        Some(t) if t < 0.0 || t.is_nan() => {
+            return Err(errors::invalid(py, format!("timeout must be >= 0, not {t}")))
+        }
+        _ => None,
+    };
+    loop {
+        let slice = match deadline {
+            Some(d) => d.saturating_duration_since(Instant::now()).min(SLICE),
+            None => SLICE,
+        };
+        if let Some(v) = py.detach(|| step(slice)) {
+            return Ok(Some(v));
+        }
+        py.check_signals()?;
+        if let Some(d) = deadline {
+            if Instant::now() >= d {
+                return Ok(None);
+            }
+        }
+    }
+}

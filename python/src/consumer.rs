@@ -1,0 +1,279 @@
+//! `Consumer`: pull (blocking with the GIL released, or awaitable),
+//! iteration, `async for`, `process` callbacks and `seek`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use pyo3::exceptions::{PyStopAsyncIteration, PyTypeError};
+use pyo3::prelude::*;
+use pyo3::types::{PyString, PyTuple};
+use strom_client::{Consumer, Error, ErrorCode, Event, Next, StartPos};
+
+use crate::aio;
+use crate::common::{release_pending, wait_loop, ForkSafe};
+use crate::errors;
+use crate::event::PyEvent;
+use crate::select::Layouts;
+
+/// What turns client events and errors into Python objects; shared with
+/// the asyncio helper thread.
+#[derive(Clone)]
+pub struct Ctx {
+    pub layouts: Option<Layouts>,
+    /// The exception a Python selector or broker raised, if any.
+    pub failure: Arc<Mutex<Option<PyErr>>>,
+}
+
+impl Ctx {
+    fn event(&self, ev: Event) -> PyEvent {
+        let selected = self
+            .layouts
+            .as_ref()
+            .and_then(|m| m.lock().remove(&(ev.partition, ev.offset)));
+        PyEvent::new(ev, selected)
+    }
+
+    fn error(&self, py: Python<'_>, e: &Error) -> PyErr {
+        let cause = match e.code() {
+            ErrorCode::DATA_SELECTOR | ErrorCode::DATA_BROKER => self.failure.lock().take(),
+            _ => None,
+        };
+        errors::to_py_caused(py, e, cause)
+    }
+}
+
+/// Parses a start or seek position: `"committed"`, `"beginning"`,
+/// `"end"`, an offset (int), `("offset", n)` or `("timestamp", µs)`.
+pub fn start_pos(py: Python<'_>, pos: &Bound<'_, PyAny>) -> PyResult<StartPos> {
+    if let Ok(s) = pos.cast::<PyString>() {
+        return match s.to_str()? {
+            "committed" => Ok(StartPos::Committed),
+            "beginning" => Ok(StartPos::Beginning),
+            "end" => Ok(StartPos::End),
+            other => Err(errors::invalid(
+                py,
+                format!("unknown position '{other}'; use 'committed', 'beginning', 'end', an offset or ('timestamp', microseconds)"),
+            )),
+        };
+    }
+    if let Ok(o) = pos.extract::<u64>() {
+        return Ok(StartPos::Offset(o));
+    }
+    if let Ok(t) = pos.cast::<PyTuple>() {
+        if let Ok((kind, v)) = t.extract::<(String, u64)>() {
+            match kind.as_str() {
+                "timestamp" => return Ok(StartPos::Timestamp(v)),
+                "offset" => return Ok(StartPos::Offset(v)),
+                _ => {}
+            }
+        }
+    }
+    Err(PyTypeError::new_err(
+        "a position is 'committed', 'beginning', 'end', an offset (int), ('offset', n) or ('timestamp', microseconds)",
+    ))
+}
+
+/// A named consumer of a topic. Made by `Topic.consumer(...)`. Iterate it
+/// (`for event in consumer`, `async for event in consumer`) until the end
+/// of the stream, call `pull()`, or drive it with `process(...)`.
+#[pyclass(module = "strom._strom", name = "Consumer", frozen)]
+pub struct PyConsumer {
+    pub inner: Mutex<Option<ForkSafe<Arc<Consumer>>>>,
+    pub ctx: Ctx,
+}
+
+impl PyConsumer {
+    fn consumer(&self, py: Python<'_>) -> PyResult<Arc<Consumer>> {
+        match &*self.inner.lock() {
+            Some(c) => Ok(c.get(py)?.clone()),
+            None => Err(errors::coded_named(
+                py,
+                "StromError",
+                ErrorCode::SHUTTING_DOWN,
+                "the consumer is closed",
+            )),
+        }
+    }
+
+    /// The next item, or `None` when `timeout` passed.
+    fn next(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<Next>> {
+        release_pending(py);
+        let c = self.consumer(py)?;
+        // Fast path: an event already queued is taken without releasing the GIL.
+        match c.pull_timeout(Duration::ZERO) {
+            Err(Error::Timeout(_)) => {}
+            Ok(n) => return Ok(Some(n)),
+            Err(e) => return Err(self.ctx.error(py, &e)),
+        }
+        let r = wait_loop(py, timeout, move |slice| match c.pull_timeout(slice) {
+            Err(Error::Timeout(_)) => None,
+            r => Some(r),
+        })?;
+        match r {
+            None => Ok(None),
+            Some(Ok(n)) => Ok(Some(n)),
+            Some(Err(e)) => Err(self.ctx.error(py, &e)),
+        }
+    }
+
+    fn pull_event(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<PyEvent>> {
+        match self.next(py, timeout)? {
+            Some(Next::Event(e)) => Ok(Some(self.ctx.event(e))),
+            Some(Next::EndOfStream) => Ok(None),
+            None => Err(errors::to_py(
+                py,
+                &Error::Timeout(Duration::from_secs_f64(timeout.unwrap_or(0.0))),
+            )),
+        }
+    }
+
+    /// An awaitable of the next item; `end` says what the end of stream becomes.
+    fn next_async<'py>(
+        &self,
+        py: Python<'py>,
+        timeout: Option<f64>,
+        end_raises: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let c = self.consumer(py)?;
+        let ctx = self.ctx.clone();
+        let end = move |py: Python<'_>| -> aio::Outcome {
+            if end_raises {
+                Err(PyStopAsyncIteration::new_err(()))
+            } else {
+                Ok(py.None())
+            }
+        };
+        match c.pull_timeout(Duration::ZERO) {
+            Err(Error::Timeout(_)) => {}
+            Ok(Next::Event(e)) => {
+                return aio::ready(py, Ok(Py::new(py, ctx.event(e))?.into_any()));
+            }
+            Ok(Next::EndOfStream) => {
+                if end_raises {
+                    return Err(PyStopAsyncIteration::new_err(()));
+                }
+                return aio::ready(py, Ok(py.None()));
+            }
+            Err(e) => return Err(ctx.error(py, &e)),
+        }
+        let limit = timeout.map(Duration::from_secs_f64);
+        aio::await_on(
+            py,
+            async move {
+                match limit {
+                    None => Some(c.pull().await),
+                    Some(t) => tokio::time::timeout(t, c.pull()).await.ok(),
+                }
+            },
+            move |py, r| match r {
+                Some(Ok(Next::Event(e))) => Ok(Py::new(py, ctx.event(e))?.into_any()),
+                Some(Ok(Next::EndOfStream)) => end(py),
+                Some(Err(e)) => Err(ctx.error(py, &e)),
+                None => Err(errors::to_py(
+                    py,
+                    &Error::Timeout(limit.unwrap_or_default()),
+                )),
+            },
+        )
+    }
+}
+
+#[pymethods]
+impl PyConsumer {
+    /// Waits (GIL released) for the next event and returns it, or `None`
+    /// at the end of the stream. Raises `strom.TimeoutError` after
+    /// `timeout` seconds.
+    #[pyo3(signature = (timeout=None))]
+    fn pull(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<PyEvent>> {
+        self.pull_event(py, timeout)
+    }
+
+    /// Awaitable `pull`: resolves to the next event, or `None` at the end of
+    /// the stream, without blocking the event loop.
+    #[pyo3(signature = (timeout=None))]
+    fn pull_async<'py>(&self, py: Python<'py>, timeout: Option<f64>) -> PyResult<Bound<'py, PyAny>> {
+        self.next_async(py, timeout, false)
+    }
+
+    fn __iter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
+        slf
+    }
+
+    fn __next__(&self, py: Python<'_>) -> PyResult<Option<PyEvent>> {
+        self.pull_event(py, None)
+    }
+
+    fn __aiter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
+        slf
+    }
+
+    fn __anext__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        self.next_async(py, None, true)
+    }
+
+    /// Runs the MPI-stream style loop: `on_start()` once, `on_event(event)`
+    /// for every event in order until the end of the stream, then
+    /// `on_end()` once. An exception from a callback stops the loop and
+    /// propagates.
+    #[pyo3(signature = (on_event, on_start=None, on_end=None))]
+    fn process(
+        &self,
+        py: Python<'_>,
+        on_event: &Bound<'_, PyAny>,
+        on_start: Option<&Bound<'_, PyAny>>,
+        on_end: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        if let Some(f) = on_start {
+            f.call0()?;
+        }
+        while let Some(ev) = self.pull_event(py, None)? {
+            on_event.call1((ev,))?;
+        }
+        if let Some(f) = on_end {
+            f.call0()?;
+        }
+        Ok(())
+    }
+
+    /// Moves every partition to `position`: `"beginning"`, `"end"`,
+    /// `"committed"` (after the name's last ack), an offset (int), or
+    /// `("timestamp", µs)`. Queued events are dropped.
+    fn seek(&self, py: Python<'_>, position: &Bound<'_, PyAny>) -> PyResult<()> {
+        let pos = start_pos(py, position)?;
+        let c = self.consumer(py)?;
+        let r = py.detach(|| c.seek(pos));
+        if let Some(l) = &self.ctx.layouts {
+            l.lock().clear();
+        }
+        r.map_err(|e| self.ctx.error(py, &e))
+    }
+
+    /// The consumer's name (acks are kept per name).
+    #[getter]
+    fn name(&self, py: Python<'_>) -> PyResult<String> {
+        Ok(self.consumer(py)?.name().to_string())
+    }
+
+    /// The topic's name.
+    #[getter]
+    fn topic(&self, py: Python<'_>) -> PyResult<String> {
+        Ok(self.consumer(py)?.topic().name().to_string())
+    }
+
+    /// Ends the subscriptions. Acks already made are kept.
+    fn close(&self, py: Python<'_>) {
+        let c = self.inner.lock().take();
+        py.detach(|| drop(c));
+    }
+
+    fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_args))]
+    fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, PyTuple>) -> bool {
+        self.close(py);
+        false
+    }
+}

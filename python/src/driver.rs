@@ -1,0 +1,389 @@
+//! `Driver` and `Topic`: connecting (or embedding a server), topic
+//! administration, and the factories for producers and consumers.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList, PyString};
+use strom_client::{
+    BatchSize, ConsumerOptions, DataBroker, DataSelector, Driver, Durability, PartitionType,
+    ProducerOptions, Selection, Topic, TopicInfo, TopicSpec, VecBroker,
+};
+
+use crate::common::{release_pending, ForkSafe};
+use crate::consumer::{start_pos, Ctx, PyConsumer};
+use crate::errors::{self, IntoPy};
+use crate::producer::PyProducer;
+use crate::select::{ConsumerSelector, PyBroker, PySelection, SelectorKind};
+
+/// A topic description as a dict.
+fn info_dict<'py>(py: Python<'py>, info: &TopicInfo) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    let s = &info.spec;
+    d.set_item("name", &s.name)?;
+    d.set_item("type", s.partition_type.as_str())?;
+    d.set_item("durability", s.durability.to_string())?;
+    d.set_item("validator", &s.validator)?;
+    d.set_item("schema", &s.schema)?;
+    d.set_item("selector", &s.selector)?;
+    d.set_item("serializer", &s.serializer)?;
+    d.set_item("retention_bytes", s.retention_bytes)?;
+    d.set_item("retention_ms", s.retention_ms)?;
+    d.set_item("segment_bytes", s.segment_bytes)?;
+    let parts = PyList::empty(py);
+    for p in &info.partitions {
+        let pd = PyDict::new(py);
+        pd.set_item("id", p.id)?;
+        pd.set_item("member", p.member)?;
+        pd.set_item("addr", &p.addr)?;
+        pd.set_item("first_offset", p.first_offset)?;
+        pd.set_item("next_offset", p.next_offset)?;
+        parts.append(pd)?;
+    }
+    d.set_item("partitions", parts)?;
+    let st = PyDict::new(py);
+    st.set_item("open_producers", info.state.open_producers)?;
+    st.set_item("closed_producers", info.state.closed_producers)?;
+    st.set_item("ended", info.state.ended)?;
+    d.set_item("state", st)?;
+    Ok(d)
+}
+
+/// A handle on a Strom deployment: `Driver.connect(group_file)` or
+/// `Driver.embedded(path)` (a server inside this process). Network progress
+/// runs on the driver's own threads, whatever Python is doing.
+///
+/// Strom's threads do not survive `fork()`: create the driver in the
+/// process that uses it (a forked child raises `strom.ForkError`).
+#[pyclass(module = "strom._strom", name = "Driver", frozen)]
+pub struct PyDriver {
+    inner: ForkSafe<Driver>,
+}
+
+fn topic_obj(t: Topic) -> PyTopic {
+    PyTopic {
+        inner: ForkSafe::new(t, "Topic"),
+    }
+}
+
+#[pymethods]
+impl PyDriver {
+    /// Connects to the group described by `group_file` (written by
+    /// `strom server --group-file`), or to `host:port` given as `address`.
+    #[staticmethod]
+    #[pyo3(signature = (group_file=None, *, address=None))]
+    fn connect(py: Python<'_>, group_file: Option<std::path::PathBuf>, address: Option<String>) -> PyResult<Self> {
+        let d = match (group_file, address) {
+            (Some(g), None) => py.detach(|| Driver::connect(g)),
+            (None, Some(a)) => py.detach(|| Driver::connect_addr(&a)),
+            _ => return Err(errors::invalid(py, "give either a group file or address=")),
+        }
+        .py(py)?;
+        Ok(PyDriver {
+            inner: ForkSafe::new(d, "Driver"),
+        })
+    }
+
+    /// Starts a server inside this process with its data under `path`, and
+    /// connects to it. Nothing else needs to run.
+    #[staticmethod]
+    fn embedded(py: Python<'_>, path: std::path::PathBuf) -> PyResult<Self> {
+        let d = py.detach(|| Driver::embedded(path)).py(py)?;
+        Ok(PyDriver {
+            inner: ForkSafe::new(d, "Driver"),
+        })
+    }
+
+    /// `host:port` of the server holding the topic registry.
+    #[getter]
+    fn address(&self, py: Python<'_>) -> PyResult<String> {
+        Ok(self.inner.get(py)?.master_addr().to_string())
+    }
+
+    /// Creates a topic and returns it.
+    ///
+    /// `type`: `"file"` (persistent, default) or `"memory"`; `durability`:
+    /// `"never"`, `"always"` or `"interval:<ms>"`; `validator`: `"none"`,
+    /// `"json"` or `"json-schema"` (with `schema`, a dict or JSON text);
+    /// `selector`: `"round-robin"`, `"hash:<field>"` or `"explicit"`;
+    /// `serializer`: `"json"` or `"binary"` (needs `schema`).
+    #[pyo3(signature = (name, partitions=1, r#type="file", durability="never", validator="none",
+        schema=None, selector="round-robin", serializer="json", retention_bytes=None,
+        retention_ms=None, segment_bytes=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn create_topic(
+        &self,
+        py: Python<'_>,
+        name: &str,
+        partitions: u32,
+        r#type: &str,
+        durability: &str,
+        validator: &str,
+        schema: Option<&Bound<'_, PyAny>>,
+        selector: &str,
+        serializer: &str,
+        retention_bytes: Option<u64>,
+        retention_ms: Option<u64>,
+        segment_bytes: Option<u64>,
+    ) -> PyResult<PyTopic> {
+        let d = self.inner.get(py)?;
+        let mut spec = TopicSpec::new(name, partitions);
+        spec.partition_type = PartitionType::parse(r#type).map_err(|e| errors::invalid(py, e))?;
+        spec.durability = Durability::parse(durability).map_err(|e| errors::invalid(py, e))?;
+        spec.validator = validator.into();
+        spec.schema = match schema {
+            None => None,
+            Some(s) if s.is_none() => None,
+            Some(s) => match s.cast::<PyString>() {
+                Ok(t) => Some(t.to_str()?.to_string()),
+                Err(_) => {
+                    let mut out = Vec::new();
+                    crate::json::write(s, &mut out)?;
+                    Some(String::from_utf8_lossy(&out).into_owned())
+                }
+            },
+        };
+        spec.selector = selector.into();
+        spec.serializer = serializer.into();
+        spec.retention_bytes = retention_bytes;
+        spec.retention_ms = retention_ms;
+        spec.segment_bytes = segment_bytes;
+        let t = py.detach(|| d.create_topic(spec)).py(py)?;
+        Ok(topic_obj(t))
+    }
+
+    /// Opens an existing topic.
+    fn open_topic(&self, py: Python<'_>, name: &str) -> PyResult<PyTopic> {
+        let d = self.inner.get(py)?;
+        let t = py.detach(|| d.open_topic(name)).py(py)?;
+        Ok(topic_obj(t))
+    }
+
+    /// Describes a topic: spec, partitions (with offsets) and stream state, as a dict.
+    fn describe<'py>(&self, py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyDict>> {
+        let d = self.inner.get(py)?;
+        let info = py.detach(|| d.describe(name)).py(py)?;
+        info_dict(py, &info)
+    }
+
+    /// Every topic, as a list of dicts (see `describe`).
+    fn list_topics<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let d = self.inner.get(py)?;
+        let all = py.detach(|| d.list_topics()).py(py)?;
+        let l = PyList::empty(py);
+        for t in &all {
+            l.append(info_dict(py, t)?)?;
+        }
+        Ok(l)
+    }
+
+    /// Deletes a topic and its data.
+    fn delete_topic(&self, py: Python<'_>, name: &str) -> PyResult<()> {
+        let d = self.inner.get(py)?;
+        py.detach(|| d.delete_topic(name)).py(py)
+    }
+
+    /// Committed offsets of every consumer name on one partition: `{name: offset}`.
+    fn consumer_offsets<'py>(&self, py: Python<'py>, topic: &str, partition: u32) -> PyResult<Bound<'py, PyDict>> {
+        let d = self.inner.get(py)?;
+        let o = py.detach(|| d.consumer_offsets(topic, partition)).py(py)?;
+        let out = PyDict::new(py);
+        for (k, v) in o {
+            out.set_item(k, v)?;
+        }
+        Ok(out)
+    }
+}
+
+/// A topic: makes producers and consumers. Get one from
+/// `Driver.create_topic` or `Driver.open_topic`.
+#[pyclass(module = "strom._strom", name = "Topic", frozen)]
+pub struct PyTopic {
+    pub inner: ForkSafe<Topic>,
+}
+
+#[pymethods]
+impl PyTopic {
+    /// The topic's name.
+    #[getter]
+    fn name(&self, py: Python<'_>) -> PyResult<String> {
+        Ok(self.inner.get(py)?.name().to_string())
+    }
+
+    /// Number of partitions.
+    #[getter]
+    fn partitions(&self, py: Python<'_>) -> PyResult<u32> {
+        Ok(self.inner.get(py)?.partitions())
+    }
+
+    /// Fetches a fresh description (offsets, stream state) as a dict.
+    fn describe<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let t = self.inner.get(py)?;
+        let info = py.detach(|| t.describe()).py(py)?;
+        info_dict(py, &info)
+    }
+
+    /// Ends the stream explicitly: consumers see the end of stream after
+    /// every event written before, and pushing fails from now on.
+    fn complete(&self, py: Python<'_>) -> PyResult<()> {
+        let t = self.inner.get(py)?;
+        py.detach(|| t.complete()).py(py)
+    }
+
+    /// A new producer. `batch`: `"adaptive"` (default: send whatever is
+    /// ready whenever an in-flight slot frees), or a number of events per
+    /// batch; `batch_bytes`: send once this many bytes are batched;
+    /// `max_batches`: batches in flight per partition (backpressure past
+    /// that); `linger`: seconds a partial count/bytes batch waits;
+    /// `max_batch_bytes`: cap on one batch (and one event).
+    #[pyo3(signature = (batch=None, batch_bytes=None, max_batches=2, linger=0.005, max_batch_bytes=None))]
+    fn producer(
+        &self,
+        py: Python<'_>,
+        batch: Option<&Bound<'_, PyAny>>,
+        batch_bytes: Option<u64>,
+        max_batches: usize,
+        linger: f64,
+        max_batch_bytes: Option<u64>,
+    ) -> PyResult<PyProducer> {
+        release_pending(py);
+        let t = self.inner.get(py)?;
+        let mut opts = ProducerOptions {
+            max_batches,
+            linger: Duration::from_secs_f64(linger.max(0.0)),
+            ..Default::default()
+        };
+        if let Some(b) = max_batch_bytes {
+            opts.max_batch_bytes = b;
+        }
+        opts.batch = match (batch, batch_bytes) {
+            (_, Some(b)) => BatchSize::Bytes(b),
+            (None, None) => BatchSize::Adaptive,
+            (Some(b), None) if b.is_none() => BatchSize::Adaptive,
+            (Some(b), None) => match b.extract::<String>() {
+                Ok(s) if s == "adaptive" => BatchSize::Adaptive,
+                Ok(s) => return Err(errors::invalid(py, format!("unknown batch mode '{s}'; use 'adaptive' or a count"))),
+                Err(_) => BatchSize::Count(b.extract()?),
+            },
+        };
+        let p = py.detach(|| t.producer_with(opts)).py(py)?;
+        Ok(PyProducer {
+            inner: ForkSafe::new(p, "Producer"),
+        })
+    }
+
+    /// A consumer named `name`. Acks are kept per name: a consumer that
+    /// restarts under the same name resumes after its last ack.
+    ///
+    /// `partitions`: list of partitions to read (default all);
+    /// `data_selector`: a `strom.select` selection (run in Rust), or a
+    /// callable `f(metadata, info) -> selection` where `info` has `size`,
+    /// `descriptor` and, for arrays, `dtype`, `shape`, `order`;
+    /// `data_broker`: a callable `f(metadata, length)` returning a writable
+    /// buffer (or a list of them) for the selected bytes; `start`:
+    /// `"committed"` (default), `"beginning"`, `"end"`, an offset, or
+    /// `("timestamp", µs)`; `prefetch`: events per partition the server
+    /// may send ahead of demand.
+    #[pyo3(signature = (name, partitions=None, data_selector=None, data_broker=None, start=None, prefetch=4096))]
+    #[allow(clippy::too_many_arguments)]
+    fn consumer(
+        &self,
+        py: Python<'_>,
+        name: &str,
+        partitions: Option<Vec<u32>>,
+        data_selector: Option<&Bound<'_, PyAny>>,
+        data_broker: Option<&Bound<'_, PyAny>>,
+        start: Option<&Bound<'_, PyAny>>,
+        prefetch: u32,
+    ) -> PyResult<PyConsumer> {
+        release_pending(py);
+        let t = self.inner.get(py)?;
+        let failure = Arc::new(Mutex::new(None));
+        let mut layouts = None;
+        let selector: Arc<dyn DataSelector> = match data_selector {
+            None => Arc::new(Selection::All),
+            Some(s) if s.is_none() => Arc::new(Selection::All),
+            Some(s) => {
+                let kind = match s.cast::<PySelection>() {
+                    Ok(sel) => match &sel.get().sel {
+                        crate::select::Sel::Fixed(f) => {
+                            // A fixed selection needs no adapter at all.
+                            let f = f.clone();
+                            return self.finish(py, t, name, partitions, Arc::new(f), data_broker, start, prefetch, failure, None);
+                        }
+                        other => SelectorKind::Builtin(other.clone()),
+                    },
+                    Err(_) if s.is_callable() => SelectorKind::Python(s.clone().unbind()),
+                    Err(_) => {
+                        return Err(pyo3::exceptions::PyTypeError::new_err(
+                            "data_selector must be a strom.select selection or a callable",
+                        ))
+                    }
+                };
+                let cs = ConsumerSelector {
+                    kind,
+                    layouts: Default::default(),
+                    error: failure.clone(),
+                };
+                if cs.tracks_layouts() {
+                    layouts = Some(cs.layouts.clone());
+                }
+                Arc::new(cs)
+            }
+        };
+        self.finish(py, t, name, partitions, selector, data_broker, start, prefetch, failure, layouts)
+    }
+}
+
+impl PyTopic {
+    #[allow(clippy::too_many_arguments)]
+    fn finish(
+        &self,
+        py: Python<'_>,
+        t: &Topic,
+        name: &str,
+        partitions: Option<Vec<u32>>,
+        selector: Arc<dyn DataSelector>,
+        data_broker: Option<&Bound<'_, PyAny>>,
+        start: Option<&Bound<'_, PyAny>>,
+        prefetch: u32,
+        failure: Arc<Mutex<Option<PyErr>>>,
+        layouts: Option<crate::select::Layouts>,
+    ) -> PyResult<PyConsumer> {
+        let broker: Arc<dyn DataBroker> = match data_broker {
+            Some(b) if !b.is_none() => {
+                if !b.is_callable() {
+                    return Err(pyo3::exceptions::PyTypeError::new_err(
+                        "data_broker must be a callable f(metadata, length) -> buffer(s)",
+                    ));
+                }
+                Arc::new(PyBroker {
+                    f: b.clone().unbind(),
+                    error: failure.clone(),
+                })
+            }
+            _ => Arc::new(VecBroker),
+        };
+        let start = match start {
+            Some(s) if !s.is_none() => start_pos(py, s)?,
+            _ => strom_client::StartPos::Committed,
+        };
+        let opts = ConsumerOptions {
+            partitions,
+            prefetch,
+            start,
+            selector,
+            broker,
+        };
+        let c = py.detach(|| t.consumer_with(name, opts)).py(py)?;
+        Ok(PyConsumer {
+            inner: Mutex::new(Some(ForkSafe::new(Arc::new(c), "Consumer"))),
+            ctx: Ctx {
+                layouts,
+                failure,
+            },
+        })
+    }
+}

@@ -1,0 +1,318 @@
+//! `Event`, its data buffer and `AckFuture`. The data a consumer receives
+//! lands in a Rust buffer; `Event.data` exposes it without copying, as a
+//! memoryview, or as a numpy array when the producer pushed an array (the
+//! dtype, shape and order come from the event's descriptor, or from the
+//! array selection that fetched a sub-array).
+
+use std::ffi::c_int;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use pyo3::exceptions::PyBufferError;
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyBytes, PyList, PyMemoryView, PyTuple};
+use pyo3::ffi;
+use strom_client::{AckFuture, Error, Event};
+
+use crate::aio;
+use crate::common::{release_pending, wait_loop};
+use crate::errors;
+use crate::layout::Layout;
+use crate::select::PyDest;
+
+/// Received bytes, owned by Rust and exposed through the buffer protocol
+/// (writable, one-dimensional, format `B`). `Event.data` wraps it in a
+/// memoryview or a numpy array without copying.
+#[pyclass(module = "strom._strom", name = "Buffer", frozen)]
+pub struct PyDataBuffer {
+    data: Vec<u8>,
+}
+
+#[pymethods]
+impl PyDataBuffer {
+    /// Address of the first byte (to check zero-copy views).
+    #[getter]
+    fn address(&self) -> usize {
+        self.data.as_ptr() as usize
+    }
+
+    fn __len__(&self) -> usize {
+        self.data.len()
+    }
+
+    unsafe fn __getbuffer__(slf: Bound<'_, Self>, view: *mut ffi::Py_buffer, flags: c_int) -> PyResult<()> {
+        if view.is_null() {
+            return Err(PyBufferError::new_err("view is null"));
+        }
+        let (ptr, len) = {
+            let b = slf.get();
+            (b.data.as_ptr(), b.data.len())
+        };
+        // SAFETY: `view` is a valid Py_buffer handed to us by Python; the
+        // memory stays alive and in place while `obj` (a strong reference to
+        // this object) is held by the view.
+        unsafe {
+            (*view).obj = slf.into_any().into_ptr();
+            (*view).buf = ptr as *mut std::ffi::c_void;
+            (*view).len = len as isize;
+            (*view).readonly = 0;
+            (*view).itemsize = 1;
+            (*view).format = if flags & ffi::PyBUF_FORMAT == ffi::PyBUF_FORMAT {
+                c"B".as_ptr() as *mut _
+            } else {
+                std::ptr::null_mut()
+            };
+            (*view).ndim = 1;
+            (*view).shape = if flags & ffi::PyBUF_ND == ffi::PyBUF_ND {
+                &mut (*view).len
+            } else {
+                std::ptr::null_mut()
+            };
+            (*view).strides = if flags & ffi::PyBUF_STRIDES == ffi::PyBUF_STRIDES {
+                &mut (*view).itemsize
+            } else {
+                std::ptr::null_mut()
+            };
+            (*view).suboffsets = std::ptr::null_mut();
+            (*view).internal = std::ptr::null_mut();
+        }
+        Ok(())
+    }
+
+    unsafe fn __releasebuffer__(&self, _view: *mut ffi::Py_buffer) {}
+}
+
+static NUMPY: PyOnceLock<Option<Py<PyModule>>> = PyOnceLock::new();
+
+fn numpy(py: Python<'_>) -> Option<&Bound<'_, PyModule>> {
+    NUMPY
+        .get_or_init(py, || PyModule::import(py, "numpy").ok().map(Bound::unbind))
+        .as_ref()
+        .map(|m| m.bind(py))
+}
+
+/// A numpy array of `layout` over `buffer`, without copying.
+fn as_array<'py>(py: Python<'py>, buffer: &Bound<'py, PyAny>, layout: &Layout) -> PyResult<Option<Bound<'py, PyAny>>> {
+    let Some(np) = numpy(py) else { return Ok(None) };
+    let flat = np.call_method1("frombuffer", (buffer, layout.dtype.as_str()))?;
+    let shape = PyTuple::new(py, &layout.shape)?;
+    let kw = pyo3::types::PyDict::new(py);
+    kw.set_item("order", layout.order.to_string())?;
+    Ok(Some(flat.call_method("reshape", (shape,), Some(&kw))?))
+}
+
+/// One consumed event: `metadata`, `data`, `offset`, `partition`,
+/// `timestamp` (µs since the UNIX epoch, assigned by the server), and
+/// `ack()`.
+#[pyclass(module = "strom._strom", name = "Event", frozen)]
+pub struct PyEvent {
+    ev: Mutex<Event>,
+    /// Layout of the fetched bytes when an array selection chose them.
+    selected: Option<Layout>,
+    meta: PyOnceLock<Py<PyAny>>,
+    data: PyOnceLock<Py<PyAny>>,
+    /// The partition the event belongs to.
+    #[pyo3(get)]
+    partition: u32,
+    /// The event's offset in its partition.
+    #[pyo3(get)]
+    offset: u64,
+    /// Server timestamp, microseconds since the UNIX epoch.
+    #[pyo3(get)]
+    timestamp: u64,
+    /// Size of the event's whole data part on the server, in bytes.
+    #[pyo3(get)]
+    data_size: u64,
+    /// Bytes fetched (the selected part of the data).
+    #[pyo3(get)]
+    fetched_size: u64,
+}
+
+impl PyEvent {
+    pub fn new(ev: Event, selected: Option<Layout>) -> Self {
+        PyEvent {
+            partition: ev.partition,
+            offset: ev.offset,
+            timestamp: ev.timestamp_us,
+            data_size: ev.data_size(),
+            fetched_size: ev.fetched_len(),
+            ev: Mutex::new(ev),
+            selected,
+            meta: PyOnceLock::new(),
+            data: PyOnceLock::new(),
+        }
+    }
+
+    /// The layout the fetched bytes have, if they form an array.
+    fn layout(&self) -> Option<Layout> {
+        if let Some(l) = &self.selected {
+            return Some(l.clone());
+        }
+        if self.fetched_size != self.data_size {
+            return None;
+        }
+        let ev = self.ev.lock();
+        Layout::parse(ev.descriptor()).filter(|l| l.nbytes() == Some(self.data_size))
+    }
+
+    fn build_data(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let bufs = self.ev.lock().take_buffers();
+        let layout = self.layout();
+        let mut objs: Vec<Bound<'_, PyAny>> = Vec::with_capacity(bufs.len());
+        let mut ours = true;
+        for b in bufs {
+            let any = b.into_any();
+            match any.downcast::<Vec<u8>>() {
+                Ok(v) => objs.push(Bound::new(py, PyDataBuffer { data: *v })?.into_any()),
+                Err(any) => match any.downcast::<PyDest>() {
+                    Ok(mut d) => {
+                        ours = false;
+                        match d.object.take() {
+                            Some(o) => objs.push(o.into_bound(py)),
+                            None => objs.push(py.None().into_bound(py)),
+                        }
+                    }
+                    Err(_) => objs.push(py.None().into_bound(py)),
+                },
+            }
+        }
+        if !ours {
+            // The application's own buffers, as its broker returned them.
+            return Ok(match objs.len() {
+                1 => objs.pop().map(Bound::unbind).unwrap_or_else(|| py.None()),
+                _ => PyList::new(py, objs)?.into_any().unbind(),
+            });
+        }
+        let one = match objs.len() {
+            0 => PyBytes::new(py, b"").into_any(),
+            1 => objs.pop().unwrap_or_else(|| py.None().into_bound(py)),
+            _ => {
+                let views = objs
+                    .iter()
+                    .map(PyMemoryView::from)
+                    .collect::<PyResult<Vec<_>>>()?;
+                return Ok(PyList::new(py, views)?.into_any().unbind());
+            }
+        };
+        if let Some(l) = layout {
+            if let Some(a) = as_array(py, &one, &l)? {
+                return Ok(a.unbind());
+            }
+        }
+        Ok(PyMemoryView::from(&one)?.into_any().unbind())
+    }
+}
+
+#[pymethods]
+impl PyEvent {
+    /// The metadata, decoded with the topic's serializer on first access
+    /// (a dict for JSON objects) and cached.
+    #[getter]
+    fn metadata(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        self.meta
+            .get_or_try_init(py, || {
+                let ev = self.ev.lock();
+                match ev.json() {
+                    Ok(v) => Ok(crate::json::to_py(py, &v)?.unbind()),
+                    Err(e) => Err(errors::to_py(py, &e)),
+                }
+            })
+            .map(|m| m.clone_ref(py))
+    }
+
+    /// The metadata bytes as stored (JSON text with the `json` serializer).
+    #[getter]
+    fn raw_metadata<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        PyBytes::new(py, self.ev.lock().raw())
+    }
+
+    /// The producer's data descriptor (bytes; JSON dtype/shape/order for arrays).
+    #[getter]
+    fn descriptor<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        PyBytes::new(py, self.ev.lock().descriptor())
+    }
+
+    /// The fetched data, without copying: a numpy array when the producer
+    /// pushed one (of the selected region, for an array selection), else a
+    /// writable memoryview; the broker's own object(s) with a Python data
+    /// broker; a list of memoryviews for several buffers; empty when nothing
+    /// was fetched.
+    #[getter]
+    fn data(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        self.data
+            .get_or_try_init(py, || self.build_data(py))
+            .map(|d| d.clone_ref(py))
+    }
+
+    /// Marks this event (and every earlier one of its partition) consumed
+    /// for the consumer's name. Persisted on the server in the background;
+    /// the returned `AckFuture` resolves once it is.
+    fn ack(&self) -> PyAckFuture {
+        PyAckFuture {
+            fut: Arc::new(Mutex::new(self.ev.lock().ack())),
+        }
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "<Event partition={} offset={} timestamp={} data_size={}>",
+            self.partition, self.offset, self.timestamp, self.data_size
+        )
+    }
+}
+
+/// Resolves once an ack is persisted on the server: `wait(timeout=None)`,
+/// `done()`, or `await` it.
+#[pyclass(module = "strom._strom", name = "AckFuture", frozen)]
+pub struct PyAckFuture {
+    fut: Arc<Mutex<AckFuture>>,
+}
+
+#[pymethods]
+impl PyAckFuture {
+    /// Waits (GIL released) until the ack is persisted.
+    #[pyo3(signature = (timeout=None))]
+    fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<()> {
+        release_pending(py);
+        let fut = self.fut.clone();
+        let r = wait_loop(py, timeout, move |slice| match fut.lock().wait_timeout(Some(slice)) {
+            Err(Error::Timeout(_)) => None,
+            r => Some(r),
+        })?;
+        match r {
+            Some(r) => r.map_err(|e| errors::to_py(py, &e)),
+            None => Err(errors::to_py(
+                py,
+                &Error::Timeout(std::time::Duration::from_secs_f64(timeout.unwrap_or(0.0))),
+            )),
+        }
+    }
+
+    /// True once the ack is persisted (or failed).
+    fn done(&self) -> bool {
+        !matches!(
+            self.fut.lock().wait_timeout(Some(std::time::Duration::ZERO)),
+            Err(Error::Timeout(_))
+        )
+    }
+
+    fn __await__(slf: Bound<'_, Self>) -> PyResult<Bound<'_, PyAny>> {
+        let py = slf.py();
+        let fut = slf.get().fut.clone();
+        aio::await_on(
+            py,
+            async move {
+                std::future::poll_fn(|cx| {
+                    let mut g = fut.lock();
+                    std::future::Future::poll(std::pin::Pin::new(&mut *g), cx)
+                })
+                .await
+            },
+            |py, r: strom_client::Result<()>| match r {
+                Ok(()) => Ok(py.None()),
+                Err(e) => Err(errors::to_py(py, &e)),
+            },
+        )
+    }
+}

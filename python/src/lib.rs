@@ -1,0 +1,39 @@
+//! The native part of Strom's Python package (`strom._strom`): PyO3
+//! classes over the Rust client. Network progress and batching run on the
+//! client's own threads; every call that waits or copies releases the GIL;
+//! built-in data selectors run in Rust without the GIL; data moves between
+//! Python buffers and the network without copies. The pure-Python package
+//! `strom` re-exports these classes. This crate depends on the client
+//! crates only, never on the server outside embedded mode.
+
+use pyo3::prelude::*;
+
+mod aio;
+mod bench;
+mod common;
+mod consumer;
+mod driver;
+mod errors;
+mod event;
+mod json;
+mod layout;
+mod producer;
+mod select;
+
+#[pymodule]
+fn _strom(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<driver::PyDriver>()?;
+    m.add_class::<driver::PyTopic>()?;
+    m.add_class::<producer::PyProducer>()?;
+    m.add_class::<producer::PyPushFuture>()?;
+    m.add_class::<producer::PyEventId>()?;
+    m.add_class::<consumer::PyConsumer>()?;
+    m.add_class::<event::PyEvent>()?;
+    m.add_class::<event::PyAckFuture>()?;
+    m.add_class::<event::PyDataBuffer>()?;
+    m.add_class::<select::PySelection>()?;
+    m.add_function(wrap_pyfunction!(bench::rust_consume, m)?)?;
+    m.add_function(wrap_pyfunction!(bench::rust_push, m)?)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

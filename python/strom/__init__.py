@@ -1,0 +1,79 @@
+"""Strom: persistent event streaming for HPC workflows.
+
+A :class:`Driver` connects to a group of Strom servers (``Driver.connect``)
+or runs one inside this process (``Driver.embedded``). Topics make
+producers, which batch in the background and return futures, and named
+consumers, which receive metadata ahead of demand and fetch only the
+selected part of each event's data (see :mod:`strom.select`).
+
+Network progress runs on Strom's own threads, so a Python program that is
+busy computing never stalls delivery; every call that waits releases the
+GIL. Data moves between Python buffers (bytes, numpy arrays, ...) and the
+network without copies.
+
+Example::
+
+    import strom
+    driver = strom.Driver.embedded("./data")
+    topic = driver.create_topic("sim", partitions=2)
+    with topic.producer() as p:
+        p.push({"step": 1}, b"payload")
+    for event in topic.consumer("analysis"):
+        print(event.metadata, bytes(event.data))
+        event.ack()
+"""
+
+from __future__ import annotations
+
+from . import errors, select
+from ._strom import (
+    AckFuture,
+    Buffer,
+    Consumer,
+    Driver,
+    Event,
+    EventId,
+    Producer,
+    PushFuture,
+    Selection,
+    Topic,
+    __version__,
+)
+from .errors import (
+    ConnectionError,
+    DataError,
+    ForkError,
+    InvalidArgument,
+    InvalidMetadata,
+    StromError,
+    TimeoutError,
+    TopicClosed,
+    TopicExists,
+    TopicNotFound,
+)
+
+__all__ = [
+    "AckFuture",
+    "Buffer",
+    "Consumer",
+    "ConnectionError",
+    "DataError",
+    "Driver",
+    "Event",
+    "EventId",
+    "ForkError",
+    "InvalidArgument",
+    "InvalidMetadata",
+    "Producer",
+    "PushFuture",
+    "Selection",
+    "StromError",
+    "TimeoutError",
+    "Topic",
+    "TopicClosed",
+    "TopicExists",
+    "TopicNotFound",
+    "__version__",
+    "errors",
+    "select",
+]

@@ -1,0 +1,88 @@
+"""Strom exceptions.
+
+Every error raised by Strom is a :class:`StromError` carrying the stable
+numeric ``code`` shared by the Rust, C and Python interfaces, and its name
+``code_name`` (for example ``400`` / ``"INVALID_METADATA"``). Codes are listed
+in ``docs/protocol.md``; a retired code is never reused.
+"""
+
+from __future__ import annotations
+
+import builtins
+
+__all__ = [
+    "StromError",
+    "TimeoutError",
+    "TopicNotFound",
+    "TopicExists",
+    "TopicClosed",
+    "InvalidMetadata",
+    "InvalidArgument",
+    "ConnectionError",
+    "DataError",
+    "ForkError",
+]
+
+
+class StromError(Exception):
+    """Base class of every Strom error.
+
+    Attributes:
+        code: the stable numeric error code (``int``).
+        code_name: the code's name, such as ``"TOPIC_NOT_FOUND"``.
+    """
+
+    code: int = 1
+    code_name: str = "INTERNAL"
+
+    def __init__(self, message: str, code: int | None = None, code_name: str | None = None):
+        super().__init__(message)
+        if code is not None:
+            self.code = code
+        if code_name is not None:
+            self.code_name = code_name
+
+    def __str__(self) -> str:
+        return f"{self.args[0]} [{self.code_name} ({self.code})]"
+
+
+class TimeoutError(StromError, builtins.TimeoutError):  # noqa: A001 - mirrors the builtin
+    """A wait ran out of time (code 502, ``TIMEOUT``). Also a builtin ``TimeoutError``."""
+
+
+class TopicNotFound(StromError, LookupError):
+    """No topic with that name (code 200)."""
+
+
+class TopicExists(StromError):
+    """A topic with that name already exists (code 201)."""
+
+
+class TopicClosed(StromError):
+    """The topic's stream has ended; nothing more can be produced (code 204)."""
+
+
+class InvalidMetadata(StromError, ValueError):
+    """Metadata rejected by the topic's validator (code 400)."""
+
+
+class InvalidArgument(StromError, ValueError):
+    """An argument is invalid (code 504)."""
+
+
+class ConnectionError(StromError, builtins.ConnectionError):  # noqa: A001
+    """Could not connect to a server, or the connection was lost (codes 500, 501)."""
+
+
+class DataError(StromError):
+    """A data selector or broker failed (codes 600, 601); ``__cause__`` holds
+    the exception a Python selector or broker raised, if any."""
+
+
+class ForkError(StromError, RuntimeError):
+    """A Strom object made before ``fork()`` was used in the child process.
+
+    Strom's background threads do not survive ``fork()``: create the
+    ``Driver`` in the child after forking, or use the ``spawn`` /
+    ``forkserver`` start methods.
+    """
