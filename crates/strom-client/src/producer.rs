@@ -43,8 +43,12 @@ pub struct ProducerOptions {
     pub max_batches: usize,
     /// Longest a partial `Count`/`Bytes` batch waits before it is sent.
     pub linger: Duration,
-    /// Hard cap on one batch in bytes (the adaptive mode's ceiling, and
-    /// the largest single event). Keep it below the server's max frame.
+    /// Bytes at which an `Adaptive` or `Count` batch is sent even if more
+    /// events are ready: large enough to amortize per-batch costs, small
+    /// enough to keep batches pipelined. A larger single event goes alone.
+    pub batch_bytes: u64,
+    /// The largest batch, and so the largest single event, in bytes. Keep
+    /// it below the server's `max_frame_bytes`.
     pub max_batch_bytes: u64,
 }
 
@@ -54,6 +58,7 @@ impl Default for ProducerOptions {
             batch: BatchSize::Adaptive,
             max_batches: 2,
             linger: Duration::from_millis(5),
+            batch_bytes: 256 << 10,
             max_batch_bytes: 64 << 20,
         }
     }
@@ -188,6 +193,8 @@ struct Inner {
     /// Grows when partitions are added to the topic.
     parts: RwLock<Vec<Arc<PartQueue>>>,
     closed: AtomicBool,
+    /// Bytes at which a batch is sent even if the mode would keep filling it.
+    batch_target: u64,
 }
 
 /// Pushes events to a topic. Dropping a producer flushes it but does not
@@ -216,6 +223,10 @@ impl Producer {
                 other => Err(unexpected(other)),
             }
         })?;
+        let batch_target = match opts.batch {
+            BatchSize::Bytes(b) => b.min(opts.max_batch_bytes),
+            _ => opts.batch_bytes.min(opts.max_batch_bytes),
+        };
         let inner = Arc::new(Inner {
             topic,
             id,
@@ -223,6 +234,7 @@ impl Producer {
             opts,
             parts: RwLock::new(Vec::new()),
             closed: AtomicBool::new(false),
+            batch_target,
         });
         inner.add_partitions(&info.partitions);
         inner
@@ -283,8 +295,7 @@ impl Producer {
                 BatchSize::Count(c) => st.builder.count() >= c.max(1),
                 BatchSize::Bytes(b) => st.bytes >= b,
                 BatchSize::Adaptive => false,
-            } || (!st.builder.is_empty()
-                && st.bytes + size > inner.opts.max_batch_bytes)
+            } || (!st.builder.is_empty() && st.bytes + size > inner.batch_target)
                 || st.builder.count() == u32::MAX;
             if !full {
                 break;

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use strom_net::{spawn_writer, Conn, NetError, OutFrame, WriterHandle};
-use strom_proto::{ErrorCode, FrameKind, Request, Response, StartPos};
+use strom_proto::{BatchView, ErrorCode, FrameKind, ProtoError, Request, Response, StartPos};
 use tokio::task::JoinHandle;
 
 use crate::error::ServerError;
@@ -62,14 +62,20 @@ pub async fn serve(conn: Conn, state: Arc<State>) {
                 break;
             }
         };
-        let bulk = if let Request::Produce { .. } = req {
-            match reader.read_bulk().await {
+        let bulk = if let Request::Produce { count, meta, .. } = &req {
+            let bulk = match reader.read_bulk().await {
                 Ok(b) => b,
                 Err(e) => {
                     s.reject(header.id, &e).await;
                     break;
                 }
+            };
+            // A batch whose table disagrees with what was sent is a malformed frame.
+            if let Err(e) = check_batch(*count, meta, &bulk) {
+                s.reject(header.id, &NetError::Proto(e)).await;
+                break;
             }
+            bulk
         } else {
             if reader.pending_bulk() > 0 {
                 let e = NetError::BulkMismatch {
@@ -87,6 +93,23 @@ pub async fn serve(conn: Conn, state: Arc<State>) {
         task.abort();
     }
     tracing::debug!(peer = %peer, "connection closed");
+}
+
+/// Checks a Produce's batch table against its count and bulk payload.
+fn check_batch(count: u32, meta: &bytes::Bytes, bulk: &[bytes::Bytes]) -> Result<(), ProtoError> {
+    let view = BatchView::parse(meta.clone())?;
+    let data_len: u64 = bulk.iter().map(|b| b.len() as u64).sum();
+    if count == 0 || view.count() != count || view.data_len() != data_len {
+        return Err(ProtoError::Invalid {
+            what: "produce batch",
+            detail: format!(
+                "header says {count} events, the table {} events and {} data bytes, {data_len} data bytes were sent",
+                view.count(),
+                view.data_len()
+            ),
+        });
+    }
+    Ok(())
 }
 
 impl Session {
