@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use pyo3::buffer::PyUntypedBuffer;
+use pyo3::ffi;
 use pyo3::prelude::*;
 
 use crate::errors;
@@ -56,6 +56,47 @@ impl<T: Send> Drop for ForkSafe<T> {
     }
 }
 
+/// A contiguous buffer export (`PyObject_GetBuffer`) of a Python object:
+/// keeps the object alive and its memory in place until released.
+pub struct Export(Box<ffi::Py_buffer>);
+
+// SAFETY: the export is only released with the GIL held (see `Drop`); the
+// memory it describes may be read or written from any thread meanwhile.
+unsafe impl Send for Export {}
+unsafe impl Sync for Export {}
+
+impl Export {
+    /// Exports `obj`'s memory, which must be contiguous (C or Fortran
+    /// order) and, if `writable`, writable.
+    pub fn get(obj: &Bound<'_, PyAny>, writable: bool) -> PyResult<Export> {
+        let mut view: Box<std::mem::MaybeUninit<ffi::Py_buffer>> = Box::new_uninit();
+        let flags = ffi::PyBUF_ANY_CONTIGUOUS | if writable { ffi::PyBUF_WRITABLE } else { 0 };
+        // SAFETY: `view` is valid writable memory for one Py_buffer.
+        let rc = unsafe { ffi::PyObject_GetBuffer(obj.as_ptr(), view.as_mut_ptr(), flags) };
+        if rc != 0 {
+            return Err(PyErr::fetch(obj.py()));
+        }
+        // SAFETY: initialized by a successful PyObject_GetBuffer.
+        Ok(Export(unsafe { view.assume_init() }))
+    }
+
+    pub fn ptr(&self) -> *mut u8 {
+        self.0.buf as *mut u8
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len.max(0) as usize
+    }
+}
+
+impl Drop for Export {
+    fn drop(&mut self) {
+        // Attached already (release_pending or an error path): no wait.
+        let view = &mut *self.0;
+        let _ = Python::try_attach(|_| unsafe { ffi::PyBuffer_Release(view) });
+    }
+}
+
 /// Python objects whose buffers were lent to Strom and are no longer
 /// needed. They are released by the next call that holds the GIL, so
 /// Strom's network threads never wait for the GIL.
@@ -65,7 +106,7 @@ static ANY_PENDING: AtomicBool = AtomicBool::new(false);
 /// Held only so that dropping it releases the export or the reference.
 #[allow(dead_code)]
 pub enum Held {
-    Buffer(PyUntypedBuffer),
+    Buffer(Export),
     Object(Py<PyAny>),
 }
 

@@ -185,7 +185,7 @@ impl PyEvent {
             });
         }
         let one = match objs.len() {
-            0 => PyBytes::new(py, b"").into_any(),
+            0 => Bound::new(py, PyDataBuffer { data: Vec::new() })?.into_any(),
             1 => objs.pop().unwrap_or_else(|| py.None().into_bound(py)),
             _ => {
                 let views = objs

@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use parking_lot::Mutex;
-use pyo3::buffer::PyUntypedBuffer;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -16,7 +15,7 @@ use pyo3::types::{PyByteArray, PyBytes, PyList, PyString, PyTuple, PyType};
 use strom_client::{Data, Error, EventId, MetadataInput, Producer, PushFuture};
 
 use crate::aio;
-use crate::common::{release_pending, wait_loop, ForkSafe, Held, Lent};
+use crate::common::{release_pending, wait_loop, Export, ForkSafe, Held, Lent};
 use crate::errors::{self, IntoPy};
 use crate::json;
 use crate::layout::{itemsize, Layout};
@@ -209,19 +208,23 @@ fn segment(obj: &Bound<'_, PyAny>) -> PyResult<Bytes> {
         let lent = unsafe { Lent::new(Held::Object(b.clone().into_any().unbind()), ptr, len) };
         return Ok(Bytes::from_owner(lent));
     }
-    let buf = PyUntypedBuffer::get(obj).map_err(|_| {
-        PyTypeError::new_err(format!(
-            "event data must be bytes-like (bytes, bytearray, memoryview, numpy array or any \
-             buffer-protocol object), or a list of them; got {}",
-            obj.get_type().name().map(|n| n.to_string()).unwrap_or_default()
-        ))
-    })?;
-    if !buf.is_c_contiguous() && !buf.is_fortran_contiguous() {
-        return Err(PyValueError::new_err(
-            "event data must be contiguous in memory; copy it first (bytes(x) or numpy.ascontiguousarray(x))",
-        ));
-    }
-    let (ptr, len) = (buf.buf_ptr() as *const u8, buf.len_bytes());
+    let buf = match Export::get(obj, false) {
+        Ok(b) => b,
+        Err(e) if e.is_instance_of::<pyo3::exceptions::PyBufferError>(obj.py()) => {
+            return Err(PyValueError::new_err(format!(
+                "event data must be contiguous in memory; copy it first (bytes(x) or \
+                 numpy.ascontiguousarray(x)): {e}"
+            )))
+        }
+        Err(_) => {
+            return Err(PyTypeError::new_err(format!(
+                "event data must be bytes-like (bytes, bytearray, memoryview, numpy array or any \
+                 buffer-protocol object), or a list of them; got {}",
+                obj.get_type().name().map(|n| n.to_string()).unwrap_or_default()
+            )))
+        }
+    };
+    let (ptr, len) = (buf.ptr() as *const u8, buf.len());
     if len == 0 {
         return Ok(Bytes::new());
     }

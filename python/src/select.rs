@@ -13,7 +13,7 @@ use pyo3::types::{PyDict, PyEllipsis, PyList, PySlice, PyTuple};
 use serde_json::Value;
 use strom_client::{DataBroker, DataBuffer, DataDescriptor, DataSelector, EventMeta, Selection};
 
-use crate::common::{Held, Lent};
+use crate::common::{Export, Held, Lent};
 use crate::json;
 use crate::layout::{self, Index, Layout};
 
@@ -416,19 +416,12 @@ pub struct PyBroker {
 }
 
 fn dest(obj: &Bound<'_, PyAny>) -> PyResult<Box<dyn DataBuffer>> {
-    let buf = pyo3::buffer::PyUntypedBuffer::get(obj)?;
-    if buf.readonly() {
-        return Err(PyValueError::new_err(format!(
-            "a data broker must return writable buffers; {} is read-only",
-            obj.get_type().name()?
-        )));
-    }
-    if !buf.is_c_contiguous() && !buf.is_fortran_contiguous() {
-        return Err(PyValueError::new_err(
-            "a data broker must return contiguous buffers",
-        ));
-    }
-    let (ptr, len) = (buf.buf_ptr() as *const u8, buf.len_bytes());
+    let buf = Export::get(obj, true).map_err(|e| {
+        PyValueError::new_err(format!(
+            "a data broker must return writable, contiguous buffers: {e}"
+        ))
+    })?;
+    let (ptr, len) = (buf.ptr() as *const u8, buf.len());
     // SAFETY: the export keeps the memory alive and in place.
     let lent = unsafe { Lent::new(Held::Buffer(buf), ptr, len) };
     Ok(Box::new(PyDest {
