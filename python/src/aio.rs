@@ -70,8 +70,8 @@ fn settle(py: Python<'_>, event_loop: &Bound<'_, PyAny>, fut: &Bound<'_, PyAny>,
     Ok(())
 }
 
-/// An awaitable (the iterator of `fut.__await__()`) that resolves with
-/// `make(output)` once `work` finishes on the helper thread.
+/// An asyncio future that resolves with `make(output)` once `work`
+/// finishes on the helper thread.
 pub fn await_on<'py, F, M>(py: Python<'py>, work: F, make: M) -> PyResult<Bound<'py, PyAny>>
 where
     F: Future + Send + 'static,
@@ -79,28 +79,58 @@ where
     M: FnOnce(Python<'_>, F::Output) -> Outcome + Send + 'static,
 {
     let (event_loop, fut) = new_future(py)?;
-    let awaitable = fut.call_method0("__await__")?;
-    let (l, f) = (event_loop.unbind(), fut.unbind());
+    let (l, f) = (event_loop.clone().unbind(), fut.clone().unbind());
     let rt = runtime().map_err(|e| pyo3::exceptions::PyRuntimeError::new_err(e.to_string()))?;
-    rt.spawn(async move {
+    let task = rt.spawn(async move {
         let out = work.await;
         Python::attach(|py| {
             let outcome = make(py, out);
-            if let Err(e) = settle(py, l.bind(py), f.bind(py), outcome) {
-                // The loop was closed meanwhile: nobody is waiting.
-                e.write_unraisable(py, None);
+            let closed = l
+                .bind(py)
+                .call_method0("is_closed")
+                .and_then(|c| c.extract::<bool>())
+                .unwrap_or(true);
+            // A closed loop has nobody waiting on it any more.
+            if !closed {
+                if let Err(e) = settle(py, l.bind(py), f.bind(py), outcome) {
+                    e.write_unraisable(py, None);
+                }
             }
         });
     });
-    Ok(awaitable)
+    // Cancelling the asyncio future (asyncio.wait_for, task.cancel()) stops
+    // the work, so a cancelled pull takes no event from the queue.
+    fut.call_method1(
+        "add_done_callback",
+        (Canceller {
+            task: task.abort_handle(),
+        },),
+    )?;
+    Ok(fut)
 }
 
-/// An awaitable that is already resolved.
+/// Done-callback of an asyncio future: aborts its Rust task if cancelled.
+#[pyclass(module = "strom._strom", frozen)]
+struct Canceller {
+    task: tokio::task::AbortHandle,
+}
+
+#[pymethods]
+impl Canceller {
+    fn __call__(&self, fut: &Bound<'_, PyAny>) -> PyResult<()> {
+        if fut.call_method0("cancelled")?.extract::<bool>()? {
+            self.task.abort();
+        }
+        Ok(())
+    }
+}
+
+/// An asyncio future that is already resolved.
 pub fn ready<'py>(py: Python<'py>, outcome: Outcome) -> PyResult<Bound<'py, PyAny>> {
     let (_, fut) = new_future(py)?;
     match outcome {
         Ok(v) => fut.call_method1("set_result", (v,))?,
         Err(e) => fut.call_method1("set_exception", (e.into_value(py),))?,
     };
-    fut.call_method0("__await__")
+    Ok(fut)
 }

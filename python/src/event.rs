@@ -300,7 +300,7 @@ impl PyAckFuture {
     fn __await__(slf: Bound<'_, Self>) -> PyResult<Bound<'_, PyAny>> {
         let py = slf.py();
         let fut = slf.get().fut.clone();
-        aio::await_on(
+        let fut = aio::await_on(
             py,
             async move {
                 std::future::poll_fn(|cx| {
@@ -313,6 +313,7 @@ impl PyAckFuture {
                 Ok(()) => Ok(py.None()),
                 Err(e) => Err(errors::to_py(py, &e)),
             },
-        )
+        )?;
+        fut.call_method0("__await__")
     }
 }

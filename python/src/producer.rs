@@ -125,11 +125,11 @@ impl PyPushFuture {
         let this = slf.get();
         if let Some(r) = this.outcome.get(py) {
             let outcome = Self::answer(py, r).and_then(|id| Ok(Py::new(py, id)?.into_any()));
-            return aio::ready(py, outcome);
+            return aio::ready(py, outcome)?.call_method0("__await__");
         }
         let fut = this.fut.clone();
         let me = slf.clone().unbind();
-        aio::await_on(
+        let fut = aio::await_on(
             py,
             async move {
                 std::future::poll_fn(|cx| {
@@ -142,7 +142,8 @@ impl PyPushFuture {
                 let settled = me.get().settle(py, r);
                 Self::answer(py, settled).and_then(|id| Ok(Py::new(py, id)?.into_any()))
             },
-        )
+        )?;
+        fut.call_method0("__await__")
     }
 
     fn __repr__(&self, py: Python<'_>) -> String {
