@@ -88,10 +88,22 @@ pub fn run(cfg: &Config, target: &dyn Target) -> anyhow::Result<Result> {
             if a.warmup > 0 {
                 let warm = per_partition(a.warmup.min(a.events), a.producers, a.partitions);
                 let name = format!("bench-warmup-{}", now_us());
-                run_threads(cfg, target, &[], &consume_jobs(cfg, &warm, &name, false), None)?;
+                run_threads(
+                    cfg,
+                    target,
+                    &[],
+                    &consume_jobs(cfg, &warm, &name, false),
+                    None,
+                )?;
             }
             let name = format!("bench-consumer-{}", now_us());
-            run_any(cfg, target, &[], &consume_jobs(cfg, &expect, &name, false), a.events)
+            run_any(
+                cfg,
+                target,
+                &[],
+                &consume_jobs(cfg, &expect, &name, false),
+                a.events,
+            )
         }
         Mode::E2e => {
             let expect = per_partition(a.events + a.warmup, a.producers, a.partitions);
@@ -164,7 +176,10 @@ fn run_threads(
             .collect();
         handles
             .into_iter()
-            .map(|h| h.join().map_err(|_| anyhow::anyhow!("a bench worker panicked")))
+            .map(|h| {
+                h.join()
+                    .map_err(|_| anyhow::anyhow!("a bench worker panicked"))
+            })
             .collect::<Vec<_>>()
     });
     let mut agg = Result {
@@ -327,7 +342,12 @@ fn run_procs(
 
 fn u32s(v: &Value) -> Vec<u32> {
     v.as_array()
-        .map(|a| a.iter().filter_map(|x| x.as_u64()).map(|x| x as u32).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(|x| x.as_u64())
+                .map(|x| x as u32)
+                .collect()
+        })
         .unwrap_or_default()
 }
 

@@ -211,6 +211,7 @@ pub trait Target: Send + Sync {
     fn server_pid(&self) -> Option<u32>;
 }
 
+#[cfg(not(feature = "peers"))]
 const PEERS_HINT: &str = "this strom binary was built without the `peers` feature; rebuild with \
      `cargo build --release -p strom-cli --features peers` (needs cmake and libcurl4-openssl-dev)";
 

@@ -201,7 +201,12 @@ impl Worker for StromConsumer {
                 Err(e) => return Err(e.into()),
             };
             let meta = ev.meta();
-            let Some(slot) = self.job.partitions.iter().position(|&p| p == meta.partition) else {
+            let Some(slot) = self
+                .job
+                .partitions
+                .iter()
+                .position(|&p| p == meta.partition)
+            else {
                 continue;
             };
             if left[slot] == 0 {

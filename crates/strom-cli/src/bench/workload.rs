@@ -44,6 +44,7 @@ impl Payload {
 
     /// Metadata followed by data in one buffer: the record value for
     /// targets that have no separate data path (Kafka, Redis).
+    #[cfg_attr(not(feature = "peers"), allow(dead_code))]
     pub fn joined(&self) -> Vec<u8> {
         let mut v = Vec::with_capacity(self.meta.len() + self.data.len());
         v.extend_from_slice(&self.meta);
@@ -120,6 +121,7 @@ impl Pacer {
         }
     }
 
+    #[cfg_attr(not(feature = "peers"), allow(dead_code))]
     pub fn is_paced(&self) -> bool {
         self.interval.is_some()
     }

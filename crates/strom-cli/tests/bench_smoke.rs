@@ -1,0 +1,171 @@
+//! `strom bench` as a smoke test, so the benchmark can never silently rot:
+//! tiny runs of every mode against an embedded server, checking that the
+//! JSON parses and that its counts match what was produced. No timing is
+//! ever asserted.
+
+use std::process::Command;
+
+use serde_json::Value;
+
+fn bench(args: &[&str]) -> Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_strom"))
+        .arg("bench")
+        .args(args)
+        .arg("--json")
+        .output()
+        .expect("run strom bench");
+    assert!(
+        out.status.success(),
+        "strom bench {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).expect("utf-8 output");
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "expected one JSON object, got: {text}");
+    serde_json::from_str(lines[0]).expect("bench output is JSON")
+}
+
+fn check_counts(v: &Value, mode: &str, events: u64, event_bytes: u64) {
+    assert_eq!(v["mode"], mode);
+    assert_eq!(v["target"], "strom://embedded");
+    assert_eq!(v["events"].as_u64(), Some(events), "{v}");
+    assert_eq!(v["bytes"].as_u64(), Some(events * event_bytes), "{v}");
+    for key in ["seconds", "events_per_s", "mb_per_s"] {
+        assert!(v[key].as_f64().is_some(), "{key} missing in {v}");
+    }
+}
+
+#[test]
+fn produce_reports_every_event_and_byte() {
+    let v = bench(&[
+        "produce",
+        "--events",
+        "300",
+        "--metadata-size",
+        "64",
+        "--data-size",
+        "100",
+        "--partitions",
+        "2",
+        "--producers",
+        "2",
+    ]);
+    check_counts(&v, "produce", 300, 164);
+}
+
+#[test]
+fn produce_metadata_only_counts_metadata_bytes() {
+    let v = bench(&[
+        "produce",
+        "--events",
+        "200",
+        "--metadata-size",
+        "256",
+        "--batch",
+        "16",
+    ]);
+    check_counts(&v, "produce", 200, 256);
+}
+
+#[test]
+fn consume_reads_back_what_was_produced() {
+    let v = bench(&[
+        "consume",
+        "--events",
+        "250",
+        "--metadata-size",
+        "80",
+        "--data-size",
+        "40",
+        "--partitions",
+        "3",
+        "--consumers",
+        "2",
+        "--partition-type",
+        "memory",
+    ]);
+    check_counts(&v, "consume", 250, 120);
+}
+
+#[test]
+fn consume_with_selectivity_counts_only_selected_data() {
+    let v = bench(&[
+        "consume",
+        "--events",
+        "100",
+        "--metadata-size",
+        "60",
+        "--data-size",
+        "200",
+        "--selectivity",
+        "0.25",
+    ]);
+    check_counts(&v, "consume", 100, 60 + 50);
+}
+
+#[test]
+fn e2e_delivers_every_event_with_latencies() {
+    let v = bench(&[
+        "e2e",
+        "--events",
+        "200",
+        "--metadata-size",
+        "64",
+        "--data-size",
+        "32",
+        "--rate",
+        "5000",
+        "--warmup",
+        "20",
+    ]);
+    check_counts(&v, "e2e", 200, 96);
+    assert_eq!(v["latency_samples"].as_u64(), Some(200), "{v}");
+    assert!(
+        v["p50_us"].as_u64().is_some() && v["p99_us"].as_u64().is_some(),
+        "{v}"
+    );
+}
+
+#[test]
+fn procs_workers_aggregate_their_counts() {
+    let v = bench(&[
+        "produce",
+        "--events",
+        "200",
+        "--metadata-size",
+        "64",
+        "--partitions",
+        "2",
+        "--producers",
+        "2",
+        "--procs",
+    ]);
+    check_counts(&v, "produce", 200, 64);
+    let v = bench(&[
+        "e2e",
+        "--events",
+        "100",
+        "--metadata-size",
+        "64",
+        "--partitions",
+        "2",
+        "--producers",
+        "2",
+        "--consumers",
+        "2",
+        "--procs",
+    ]);
+    check_counts(&v, "e2e", 100, 64);
+}
+
+#[cfg(not(feature = "peers"))]
+#[test]
+fn peer_targets_without_the_feature_say_how_to_build_it() {
+    let out = Command::new(env!("CARGO_BIN_EXE_strom"))
+        .args(["bench", "produce", "--target", "kafka://127.0.0.1:9"])
+        .output()
+        .expect("run strom bench");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--features peers"), "{err}");
+}
