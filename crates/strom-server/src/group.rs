@@ -25,6 +25,33 @@ pub fn read_group_file(path: &Path) -> Result<GroupFile, String> {
     Ok(g)
 }
 
+/// Reads a JSON state file; a missing file is the default (a fresh start).
+pub(crate) fn read_json_or_default<T: serde::de::DeserializeOwned + Default>(
+    path: &Path,
+) -> Result<T, ServerError> {
+    match std::fs::read(path) {
+        Ok(b) => serde_json::from_slice(&b).map_err(|e| {
+            ServerError::coded(
+                strom_proto::ErrorCode::CORRUPT,
+                format!("{} is not valid: {e}", path.display()),
+            )
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(T::default()),
+        Err(e) => Err(ServerError::io(format!("reading {}", path.display()), e)),
+    }
+}
+
+/// Encodes `value` as JSON and replaces `path` with it atomically and durably.
+pub(crate) fn write_json<T: serde::Serialize>(path: &Path, value: &T) -> Result<(), ServerError> {
+    let bytes = serde_json::to_vec_pretty(value).map_err(|e| {
+        ServerError::io(
+            format!("encoding {}", path.display()),
+            std::io::Error::other(e),
+        )
+    })?;
+    write_atomic(path, &bytes)
+}
+
 /// Replaces `path` with `bytes` atomically and durably.
 pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), ServerError> {
     let ctx = |what: &str| format!("{what} {}", path.display());

@@ -15,7 +15,7 @@ use strom_proto::{ErrorCode, PartitionInfo, TopicSpec};
 
 use crate::config::ServerConfig;
 use crate::error::ServerError;
-use crate::group::write_atomic;
+use crate::group::{read_json_or_default, write_json};
 use crate::partition::PartitionManager;
 
 #[derive(Serialize, Deserialize, Clone)]
@@ -63,16 +63,7 @@ impl Host {
         let topics_dir = config.data_dir.join("topics");
         std::fs::create_dir_all(&topics_dir)
             .map_err(|e| ServerError::io(format!("creating {}", topics_dir.display()), e))?;
-        let records: Vec<HostedRecord> = match std::fs::read(&file) {
-            Ok(b) => serde_json::from_slice(&b).map_err(|e| {
-                ServerError::coded(
-                    ErrorCode::CORRUPT,
-                    format!("{} is not valid: {e}", file.display()),
-                )
-            })?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-            Err(e) => return Err(ServerError::io(format!("reading {}", file.display()), e)),
-        };
+        let records: Vec<HostedRecord> = read_json_or_default(&file)?;
         let host = Host {
             file,
             topics_dir,
@@ -114,9 +105,7 @@ impl Host {
 
     fn persist(&self, topics: &HashMap<String, Hosted>) -> Result<(), ServerError> {
         let records: Vec<&HostedRecord> = topics.values().map(|h| &h.record).collect();
-        let bytes = serde_json::to_vec_pretty(&records)
-            .map_err(|e| ServerError::io("encoding hosted.json", std::io::Error::other(e)))?;
-        write_atomic(&self.file, &bytes)
+        write_json(&self.file, &records)
     }
 
     /// Hosts (creating or reopening) these partitions; idempotent.

@@ -17,7 +17,7 @@ use strom_proto::{
 use tokio::sync::Mutex;
 
 use crate::error::ServerError;
-use crate::group::{write_atomic, write_group_file};
+use crate::group::{read_json_or_default, write_group_file, write_json};
 use crate::host::check_topic_name;
 use crate::server::State;
 
@@ -99,16 +99,7 @@ impl Registry {
         addr: &str,
     ) -> Result<Self, ServerError> {
         let file = data_dir.join("registry.json");
-        let p: Persisted = match std::fs::read(&file) {
-            Ok(b) => serde_json::from_slice(&b).map_err(|e| {
-                ServerError::coded(
-                    ErrorCode::CORRUPT,
-                    format!("registry {} is not valid: {e}", file.display()),
-                )
-            })?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Persisted::default(),
-            Err(e) => return Err(ServerError::io(format!("reading {}", file.display()), e)),
-        };
+        let p: Persisted = read_json_or_default(&file)?;
         let now = Instant::now();
         let mut members: BTreeMap<u32, Member> = p
             .members
@@ -148,22 +139,23 @@ impl Registry {
         })
     }
 
+    fn group_members(st: &RegState) -> Vec<GroupMember> {
+        st.members
+            .iter()
+            .map(|(id, m)| GroupMember {
+                id: *id,
+                addr: m.addr.clone(),
+            })
+            .collect()
+    }
+
     fn persist(&self, st: &RegState) -> Result<(), ServerError> {
         let p = Persisted {
             next_topic_id: st.next_topic_id,
             topics: st.topics.values().cloned().collect(),
-            members: st
-                .members
-                .iter()
-                .map(|(id, m)| GroupMember {
-                    id: *id,
-                    addr: m.addr.clone(),
-                })
-                .collect(),
+            members: Self::group_members(st),
         };
-        let bytes = serde_json::to_vec_pretty(&p)
-            .map_err(|e| ServerError::io("encoding the registry", std::io::Error::other(e)))?;
-        write_atomic(&self.file, &bytes)
+        write_json(&self.file, &p)
     }
 
     /// Writes the group file once the expected members have all joined.
@@ -173,14 +165,7 @@ impl Registry {
             return;
         }
         let g = GroupFile {
-            members: st
-                .members
-                .iter()
-                .map(|(id, m)| GroupMember {
-                    id: *id,
-                    addr: m.addr.clone(),
-                })
-                .collect(),
+            members: Self::group_members(st),
             master: 0,
         };
         if let Err(e) = write_group_file(path, &g) {
