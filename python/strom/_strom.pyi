@@ -1,0 +1,222 @@
+"""Type stubs of the native module ``strom._strom`` (re-exported by ``strom``)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator, Sequence
+from typing import Any, Literal, Optional, Union
+
+__version__: str
+
+Metadata = Union[dict[str, Any], list[Any], str, bytes, bytearray]
+Position = Union[Literal["committed", "beginning", "end"], int, tuple[Literal["offset", "timestamp"], int]]
+SelectorResult = Union["Selection", None, bool, tuple[int, int], list[tuple[int, int]]]
+DataSelectorArg = Union["Selection", Callable[[Any, dict[str, Any]], SelectorResult], None]
+DataBrokerArg = Optional[Callable[[Any, int], Any]]
+
+class EventId:
+    """Where an acknowledged event was stored; unpacks as ``(partition, offset)``."""
+
+    partition: int
+    offset: int
+    def __init__(self, partition: int, offset: int) -> None: ...
+    def __len__(self) -> int: ...
+    def __getitem__(self, i: int) -> int: ...
+
+class PushFuture:
+    """Future of a pushed event; resolves to its ``EventId`` once acknowledged."""
+
+    def wait(self, timeout: Optional[float] = None) -> EventId:
+        """Waits (GIL released) and returns the ``EventId``; raises on failure or timeout."""
+    def result(self, timeout: Optional[float] = None) -> EventId:
+        """Same as ``wait``."""
+    def done(self) -> bool:
+        """True once stored or failed."""
+    def __await__(self) -> Generator[Any, None, EventId]: ...
+
+class AckFuture:
+    """Resolves once an ack is persisted on the server."""
+
+    def wait(self, timeout: Optional[float] = None) -> None:
+        """Waits (GIL released) until the ack is persisted."""
+    def done(self) -> bool:
+        """True once persisted (or failed)."""
+    def __await__(self) -> Generator[Any, None, None]: ...
+
+class Buffer:
+    """Received bytes owned by Strom, exposed through the buffer protocol."""
+
+    @property
+    def address(self) -> int:
+        """Address of the first byte."""
+    def __len__(self) -> int: ...
+    def __buffer__(self, flags: int, /) -> memoryview: ...
+
+class Event:
+    """One consumed event."""
+
+    partition: int
+    offset: int
+    timestamp: int
+    """Server timestamp, microseconds since the UNIX epoch."""
+    data_size: int
+    """Size of the whole data part on the server."""
+    fetched_size: int
+    """Bytes fetched (the selected part)."""
+    @property
+    def metadata(self) -> Any:
+        """Decoded metadata (a dict for JSON objects), decoded once and cached."""
+    @property
+    def raw_metadata(self) -> bytes:
+        """Metadata bytes as stored."""
+    @property
+    def descriptor(self) -> bytes:
+        """The producer's data descriptor (JSON dtype/shape/order for arrays)."""
+    @property
+    def data(self) -> Any:
+        """The fetched data without copying: a numpy array for array payloads,
+        else a memoryview; the broker's own objects with a Python broker."""
+    def ack(self) -> AckFuture:
+        """Commits this event (and every earlier one of its partition) for the consumer's name."""
+
+class Producer:
+    """Pushes events; a context manager that closes on exit."""
+
+    @property
+    def topic(self) -> str: ...
+    def push(
+        self,
+        metadata: Metadata,
+        data: Any = None,
+        partition: Optional[int] = None,
+        descriptor: Optional[bytes] = None,
+    ) -> PushFuture:
+        """Queues an event (zero-copy data) and returns its future."""
+    def flush(self) -> None:
+        """Sends everything pending and waits for the acknowledgements."""
+    def close(self) -> None:
+        """Flushes, then ends this producer's part of the stream."""
+    def __enter__(self) -> Producer: ...
+    def __exit__(self, *args: Any) -> bool: ...
+
+class Consumer(Iterator[Event], AsyncIterator[Event]):
+    """A named consumer; iterate it (sync or async) until the end of the stream."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def topic(self) -> str: ...
+    def pull(self, timeout: Optional[float] = None) -> Optional[Event]:
+        """Next event, or None at the end of the stream; raises strom.TimeoutError."""
+    def pull_async(self, timeout: Optional[float] = None) -> Awaitable[Optional[Event]]:
+        """Awaitable pull: next event or None at the end of the stream."""
+    def process(
+        self,
+        on_event: Callable[[Event], Any],
+        on_start: Optional[Callable[[], Any]] = None,
+        on_end: Optional[Callable[[], Any]] = None,
+    ) -> None:
+        """on_start once, on_event per event until the end of the stream, on_end once."""
+    def seek(self, position: Position) -> None:
+        """Moves every partition to a position; queued events are dropped."""
+    def close(self) -> None:
+        """Ends the subscriptions."""
+    def __iter__(self) -> Consumer: ...
+    def __next__(self) -> Event: ...
+    def __aiter__(self) -> Consumer: ...
+    def __anext__(self) -> Awaitable[Event]: ...
+    def __enter__(self) -> Consumer: ...
+    def __exit__(self, *args: Any) -> bool: ...
+
+class Topic:
+    """A topic: makes producers and consumers."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def partitions(self) -> int: ...
+    def describe(self) -> dict[str, Any]:
+        """Fresh description: spec, partitions with offsets, stream state."""
+    def complete(self) -> None:
+        """Ends the stream explicitly."""
+    def producer(
+        self,
+        batch: Union[Literal["adaptive"], int, None] = None,
+        batch_bytes: Optional[int] = None,
+        max_batches: int = 2,
+        linger: float = 0.005,
+        max_batch_bytes: Optional[int] = None,
+    ) -> Producer:
+        """A new producer."""
+    def consumer(
+        self,
+        name: str,
+        partitions: Optional[Sequence[int]] = None,
+        data_selector: DataSelectorArg = None,
+        data_broker: DataBrokerArg = None,
+        start: Optional[Position] = None,
+        prefetch: int = 4096,
+    ) -> Consumer:
+        """A consumer named ``name``; resumes after the name's last ack by default."""
+
+class Driver:
+    """A handle on a Strom deployment."""
+
+    @staticmethod
+    def connect(group_file: Union[str, os.PathLike[str], None] = None, *, address: Optional[str] = None) -> Driver:
+        """Connects to the group of a group file, or to ``host:port``."""
+    @staticmethod
+    def embedded(path: Union[str, os.PathLike[str]]) -> Driver:
+        """Starts a server inside this process with its data under ``path``."""
+    @property
+    def address(self) -> str:
+        """host:port of the server holding the topic registry."""
+    def create_topic(
+        self,
+        name: str,
+        partitions: int = 1,
+        type: Literal["file", "memory"] = "file",
+        durability: str = "never",
+        validator: Literal["none", "json", "json-schema"] = "none",
+        schema: Union[str, dict[str, Any], None] = None,
+        selector: str = "round-robin",
+        serializer: Literal["json", "binary"] = "json",
+        retention_bytes: Optional[int] = None,
+        retention_ms: Optional[int] = None,
+        segment_bytes: Optional[int] = None,
+    ) -> Topic:
+        """Creates a topic."""
+    def open_topic(self, name: str) -> Topic:
+        """Opens an existing topic."""
+    def describe(self, name: str) -> dict[str, Any]:
+        """Describes a topic."""
+    def list_topics(self) -> list[dict[str, Any]]:
+        """Every topic's description."""
+    def delete_topic(self, name: str) -> None:
+        """Deletes a topic and its data."""
+    def consumer_offsets(self, topic: str, partition: int) -> dict[str, int]:
+        """Committed offsets of every consumer name on one partition."""
+
+class Selection:
+    """A data selection (see ``strom.select``)."""
+
+    @staticmethod
+    def all() -> Selection: ...
+    @staticmethod
+    def none() -> Selection: ...
+    @staticmethod
+    def range(offset: int, length: int) -> Selection: ...
+    @staticmethod
+    def strided(offset: int, block: int, stride: int, count: int) -> Selection: ...
+    @staticmethod
+    def ranges(ranges: Sequence[tuple[int, int]]) -> Selection: ...
+    @staticmethod
+    def where_(field: str, op: str, value: Any, then: Optional[Selection] = None) -> Selection: ...
+    @staticmethod
+    def array(index: Any) -> Selection: ...
+
+def rust_consume(topic: Topic, name: str, count: int) -> tuple[int, int, float]:
+    """Benchmark baseline: consume with the Rust client; (events, bytes, seconds)."""
+
+def rust_push(topic: Topic, metadata: str, count: int) -> list[int]:
+    """Benchmark baseline: per-call push times (ns) of the Rust client."""

@@ -1,0 +1,48 @@
+"""The package's surface: every public class, function and method has a
+docstring, and the type stubs name every class the extension exports."""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+
+import strom
+import strom.select
+
+
+def public_members(obj):
+    for name, member in inspect.getmembers(obj):
+        if not name.startswith("_"):
+            yield name, member
+
+
+def test_every_public_class_and_method_has_a_docstring():
+    missing = []
+    for name in strom.__all__:
+        obj = getattr(strom, name)
+        if inspect.ismodule(obj):
+            continue
+        if not (obj.__doc__ or "").strip():
+            missing.append(name)
+        if inspect.isclass(obj) and not issubclass(obj, BaseException):
+            for mname, member in public_members(obj):
+                if not (getattr(member, "__doc__", None) or "").strip():
+                    missing.append(f"{name}.{mname}")
+    for name in strom.select.__all__:
+        if not (getattr(strom.select, name).__doc__ or "").strip():
+            missing.append(f"select.{name}")
+    assert not missing, f"no docstring: {missing}"
+
+
+def test_type_stubs_cover_every_exported_class():
+    stub = (Path(strom.__file__).parent / "_strom.pyi").read_text()
+    for name in ("Driver", "Topic", "Producer", "PushFuture", "EventId", "Consumer", "Event", "AckFuture", "Buffer", "Selection"):
+        assert f"class {name}" in stub, name
+    assert (Path(strom.__file__).parent / "py.typed").exists()
+
+
+def test_errors_carry_stable_codes():
+    e = strom.errors.TopicNotFound("x", 200, "TOPIC_NOT_FOUND")
+    assert isinstance(e, strom.StromError) and isinstance(e, LookupError)
+    assert (e.code, e.code_name) == (200, "TOPIC_NOT_FOUND")
+    assert issubclass(strom.TimeoutError, TimeoutError)
