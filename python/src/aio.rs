@@ -54,14 +54,21 @@ static ASYNCIO: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
 
 /// A new asyncio future on the running loop, and the loop.
 pub fn new_future(py: Python<'_>) -> PyResult<(Bound<'_, PyAny>, Bound<'_, PyAny>)> {
-    let asyncio = ASYNCIO.get_or_try_init(py, || PyModule::import(py, "asyncio").map(Bound::unbind))?;
+    let asyncio =
+        ASYNCIO.get_or_try_init(py, || PyModule::import(py, "asyncio").map(Bound::unbind))?;
     let event_loop = asyncio.bind(py).call_method0("get_running_loop")?;
     let fut = event_loop.call_method0("create_future")?;
     Ok((event_loop, fut))
 }
 
-fn settle(py: Python<'_>, event_loop: &Bound<'_, PyAny>, fut: &Bound<'_, PyAny>, outcome: Outcome) -> PyResult<()> {
-    let complete = COMPLETE.get_or_try_init(py, || wrap_pyfunction!(_complete, py).map(Bound::unbind))?;
+fn settle(
+    py: Python<'_>,
+    event_loop: &Bound<'_, PyAny>,
+    fut: &Bound<'_, PyAny>,
+    outcome: Outcome,
+) -> PyResult<()> {
+    let complete =
+        COMPLETE.get_or_try_init(py, || wrap_pyfunction!(_complete, py).map(Bound::unbind))?;
     let (ok, value) = match outcome {
         Ok(v) => (true, v.into_bound(py)),
         Err(e) => (false, e.into_value(py).into_bound(py).into_any()),

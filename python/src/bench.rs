@@ -14,7 +14,12 @@ use crate::errors::IntoPy;
 /// from the beginning with the Rust client under consumer name `name`;
 /// returns `(events, data_bytes, seconds)`.
 #[pyfunction]
-pub fn rust_consume(py: Python<'_>, topic: &PyTopic, name: &str, count: u64) -> PyResult<(u64, u64, f64)> {
+pub fn rust_consume(
+    py: Python<'_>,
+    topic: &PyTopic,
+    name: &str,
+    count: u64,
+) -> PyResult<(u64, u64, f64)> {
     let t = topic.inner.get(py)?;
     py.detach(|| {
         let c = t.consumer_with(
@@ -43,7 +48,12 @@ pub fn rust_consume(py: Python<'_>, topic: &PyTopic, name: &str, count: u64) -> 
 /// Pushes `count` events with `metadata` (JSON text) and no data from
 /// Rust, timing each call; returns the per-call times in nanoseconds.
 #[pyfunction]
-pub fn rust_push(py: Python<'_>, topic: &PyTopic, metadata: &str, count: u64) -> PyResult<Vec<u64>> {
+pub fn rust_push(
+    py: Python<'_>,
+    topic: &PyTopic,
+    metadata: &str,
+    count: u64,
+) -> PyResult<Vec<u64>> {
     let t = topic.inner.get(py)?;
     let meta = bytes::Bytes::copy_from_slice(metadata.as_bytes());
     py.detach(|| {

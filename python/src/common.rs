@@ -185,7 +185,10 @@ pub fn wait_loop<T: Send>(
     let deadline = match timeout {
         Some(t) if t.is_finite() && t >= 0.0 => Some(Instant::now() + Duration::from_secs_f64(t)),
         Some(t) if t < 0.0 || t.is_nan() => {
-            return Err(errors::invalid(py, format!("timeout must be >= 0, not {t}")))
+            return Err(errors::invalid(
+                py,
+                format!("timeout must be >= 0, not {t}"),
+            ))
         }
         _ => None,
     };

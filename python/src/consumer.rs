@@ -192,7 +192,11 @@ impl PyConsumer {
     /// Awaitable `pull`: resolves to the next event, or `None` at the end of
     /// the stream, without blocking the event loop.
     #[pyo3(signature = (timeout=None))]
-    fn pull_async<'py>(&self, py: Python<'py>, timeout: Option<f64>) -> PyResult<Bound<'py, PyAny>> {
+    fn pull_async<'py>(
+        &self,
+        py: Python<'py>,
+        timeout: Option<f64>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         self.next_async(py, timeout, false)
     }
 

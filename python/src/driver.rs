@@ -74,7 +74,11 @@ impl PyDriver {
     /// `strom server --group-file`), or to `host:port` given as `address`.
     #[staticmethod]
     #[pyo3(signature = (group_file=None, *, address=None))]
-    fn connect(py: Python<'_>, group_file: Option<std::path::PathBuf>, address: Option<String>) -> PyResult<Self> {
+    fn connect(
+        py: Python<'_>,
+        group_file: Option<std::path::PathBuf>,
+        address: Option<String>,
+    ) -> PyResult<Self> {
         let d = match (group_file, address) {
             (Some(g), None) => py.detach(|| Driver::connect(g)),
             (None, Some(a)) => py.detach(|| Driver::connect_addr(&a)),
@@ -186,7 +190,12 @@ impl PyDriver {
     }
 
     /// Committed offsets of every consumer name on one partition: `{name: offset}`.
-    fn consumer_offsets<'py>(&self, py: Python<'py>, topic: &str, partition: u32) -> PyResult<Bound<'py, PyDict>> {
+    fn consumer_offsets<'py>(
+        &self,
+        py: Python<'py>,
+        topic: &str,
+        partition: u32,
+    ) -> PyResult<Bound<'py, PyDict>> {
         let d = self.inner.get(py)?;
         let o = py.detach(|| d.consumer_offsets(topic, partition)).py(py)?;
         let out = PyDict::new(py);
@@ -264,7 +273,12 @@ impl PyTopic {
             (Some(b), None) if b.is_none() => BatchSize::Adaptive,
             (Some(b), None) => match b.extract::<String>() {
                 Ok(s) if s == "adaptive" => BatchSize::Adaptive,
-                Ok(s) => return Err(errors::invalid(py, format!("unknown batch mode '{s}'; use 'adaptive' or a count"))),
+                Ok(s) => {
+                    return Err(errors::invalid(
+                        py,
+                        format!("unknown batch mode '{s}'; use 'adaptive' or a count"),
+                    ))
+                }
                 Err(_) => BatchSize::Count(b.extract()?),
             },
         };
@@ -311,7 +325,18 @@ impl PyTopic {
                         crate::select::Sel::Fixed(f) => {
                             // A fixed selection needs no adapter at all.
                             let f = f.clone();
-                            return self.finish(py, t, name, partitions, Arc::new(f), data_broker, start, prefetch, failure, None);
+                            return self.finish(
+                                py,
+                                t,
+                                name,
+                                partitions,
+                                Arc::new(f),
+                                data_broker,
+                                start,
+                                prefetch,
+                                failure,
+                                None,
+                            );
                         }
                         other => SelectorKind::Builtin(other.clone()),
                     },
@@ -333,7 +358,18 @@ impl PyTopic {
                 Arc::new(cs)
             }
         };
-        self.finish(py, t, name, partitions, selector, data_broker, start, prefetch, failure, layouts)
+        self.finish(
+            py,
+            t,
+            name,
+            partitions,
+            selector,
+            data_broker,
+            start,
+            prefetch,
+            failure,
+            layouts,
+        )
     }
 }
 
@@ -380,10 +416,7 @@ impl PyTopic {
         let c = py.detach(|| t.consumer_with(name, opts)).py(py)?;
         Ok(PyConsumer {
             inner: Mutex::new(Some(ForkSafe::new(Arc::new(c), "Consumer"))),
-            ctx: Ctx {
-                layouts,
-                failure,
-            },
+            ctx: Ctx { layouts, failure },
         })
     }
 }

@@ -9,10 +9,10 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 use pyo3::exceptions::PyBufferError;
+use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyList, PyMemoryView, PyTuple};
-use pyo3::ffi;
 use strom_client::{AckFuture, Error, Event};
 
 use crate::aio;
@@ -41,7 +41,11 @@ impl PyDataBuffer {
         self.data.len()
     }
 
-    unsafe fn __getbuffer__(slf: Bound<'_, Self>, view: *mut ffi::Py_buffer, flags: c_int) -> PyResult<()> {
+    unsafe fn __getbuffer__(
+        slf: Bound<'_, Self>,
+        view: *mut ffi::Py_buffer,
+        flags: c_int,
+    ) -> PyResult<()> {
         if view.is_null() {
             return Err(PyBufferError::new_err("view is null"));
         }
@@ -93,7 +97,11 @@ fn numpy(py: Python<'_>) -> Option<&Bound<'_, PyModule>> {
 }
 
 /// A numpy array of `layout` over `buffer`, without copying.
-fn as_array<'py>(py: Python<'py>, buffer: &Bound<'py, PyAny>, layout: &Layout) -> PyResult<Option<Bound<'py, PyAny>>> {
+fn as_array<'py>(
+    py: Python<'py>,
+    buffer: &Bound<'py, PyAny>,
+    layout: &Layout,
+) -> PyResult<Option<Bound<'py, PyAny>>> {
     let Some(np) = numpy(py) else { return Ok(None) };
     let flat = np.call_method1("frombuffer", (buffer, layout.dtype.as_str()))?;
     let shape = PyTuple::new(py, &layout.shape)?;
@@ -276,9 +284,11 @@ impl PyAckFuture {
     fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<()> {
         release_pending(py);
         let fut = self.fut.clone();
-        let r = wait_loop(py, timeout, move |slice| match fut.lock().wait_timeout(Some(slice)) {
-            Err(Error::Timeout(_)) => None,
-            r => Some(r),
+        let r = wait_loop(py, timeout, move |slice| {
+            match fut.lock().wait_timeout(Some(slice)) {
+                Err(Error::Timeout(_)) => None,
+                r => Some(r),
+            }
         })?;
         match r {
             Some(r) => r.map_err(|e| errors::to_py(py, &e)),
@@ -292,7 +302,9 @@ impl PyAckFuture {
     /// True once the ack is persisted (or failed).
     fn done(&self) -> bool {
         !matches!(
-            self.fut.lock().wait_timeout(Some(std::time::Duration::ZERO)),
+            self.fut
+                .lock()
+                .wait_timeout(Some(std::time::Duration::ZERO)),
             Err(Error::Timeout(_))
         )
     }

@@ -193,11 +193,7 @@ pub fn select(layout: &Layout, index: &[Index]) -> Result<(Vec<(u64, u64)>, Layo
     }
     let out = Layout {
         dtype: layout.dtype.clone(),
-        shape: dims
-            .iter()
-            .filter(|x| x.3)
-            .map(|x| x.2 as u64)
-            .collect(),
+        shape: dims.iter().filter(|x| x.3).map(|x| x.2 as u64).collect(),
         order: layout.order,
     };
     if dims.iter().any(|x| x.2 == 0) {

@@ -46,11 +46,16 @@ impl PyEventId {
         match i {
             0 | -2 => Ok(self.partition.into_pyobject(py)?.into_any().unbind()),
             1 | -1 => Ok(self.offset.into_pyobject(py)?.into_any().unbind()),
-            _ => Err(pyo3::exceptions::PyIndexError::new_err("EventId has 2 items")),
+            _ => Err(pyo3::exceptions::PyIndexError::new_err(
+                "EventId has 2 items",
+            )),
         }
     }
     fn __repr__(&self) -> String {
-        format!("EventId(partition={}, offset={})", self.partition, self.offset)
+        format!(
+            "EventId(partition={}, offset={})",
+            self.partition, self.offset
+        )
     }
 }
 
@@ -209,22 +214,23 @@ fn segment(obj: &Bound<'_, PyAny>) -> PyResult<Bytes> {
         let lent = unsafe { Lent::new(Held::Object(b.clone().into_any().unbind()), ptr, len) };
         return Ok(Bytes::from_owner(lent));
     }
-    let buf = match Export::get(obj, false) {
-        Ok(b) => b,
-        Err(e) if e.is_instance_of::<pyo3::exceptions::PyBufferError>(obj.py()) => {
-            return Err(PyValueError::new_err(format!(
-                "event data must be contiguous in memory; copy it first (bytes(x) or \
+    let buf =
+        match Export::get(obj, false) {
+            Ok(b) => b,
+            Err(e) if e.is_instance_of::<pyo3::exceptions::PyBufferError>(obj.py()) => {
+                return Err(PyValueError::new_err(format!(
+                    "event data must be contiguous in memory; copy it first (bytes(x) or \
                  numpy.ascontiguousarray(x)): {e}"
-            )))
-        }
-        Err(_) => {
-            return Err(PyTypeError::new_err(format!(
+                )))
+            }
+            Err(_) => {
+                return Err(PyTypeError::new_err(format!(
                 "event data must be bytes-like (bytes, bytearray, memoryview, numpy array or any \
                  buffer-protocol object), or a list of them; got {}",
                 obj.get_type().name().map(|n| n.to_string()).unwrap_or_default()
             )))
-        }
-    };
+            }
+        };
     let (ptr, len) = (buf.ptr() as *const u8, buf.len());
     if len == 0 {
         return Ok(Bytes::new());
@@ -235,16 +241,25 @@ fn segment(obj: &Bound<'_, PyAny>) -> PyResult<Bytes> {
 }
 
 /// Event data and, for a numpy array, its descriptor.
-fn event_data(py: Python<'_>, data: Option<&Bound<'_, PyAny>>) -> PyResult<(Data, Option<Vec<u8>>)> {
+fn event_data(
+    py: Python<'_>,
+    data: Option<&Bound<'_, PyAny>>,
+) -> PyResult<(Data, Option<Vec<u8>>)> {
     let Some(obj) = data.filter(|d| !d.is_none()) else {
         return Ok((Data::none(), None));
     };
     if let Ok(l) = obj.cast::<PyList>() {
-        let segs = l.iter().map(|o| segment(&o)).collect::<PyResult<Vec<_>>>()?;
+        let segs = l
+            .iter()
+            .map(|o| segment(&o))
+            .collect::<PyResult<Vec<_>>>()?;
         return Ok((Data(segs), None));
     }
     if let Ok(t) = obj.cast::<PyTuple>() {
-        let segs = t.iter().map(|o| segment(&o)).collect::<PyResult<Vec<_>>>()?;
+        let segs = t
+            .iter()
+            .map(|o| segment(&o))
+            .collect::<PyResult<Vec<_>>>()?;
         return Ok((Data(segs), None));
     }
     if let Some(nd) = ndarray(py) {
@@ -259,7 +274,9 @@ fn event_data(py: Python<'_>, data: Option<&Bound<'_, PyAny>>) -> PyResult<(Data
 /// Metadata as the client library takes it: JSON text.
 fn metadata(obj: &Bound<'_, PyAny>) -> PyResult<MetadataInput> {
     if let Ok(s) = obj.cast::<PyString>() {
-        return Ok(MetadataInput::Json(Bytes::copy_from_slice(s.to_str()?.as_bytes())));
+        return Ok(MetadataInput::Json(Bytes::copy_from_slice(
+            s.to_str()?.as_bytes(),
+        )));
     }
     if let Ok(b) = obj.cast::<PyBytes>() {
         return Ok(MetadataInput::Json(Bytes::copy_from_slice(b.as_bytes())));

@@ -44,7 +44,10 @@ pub enum Sel {
 fn compare(a: &Value, op: Op, b: &Value) -> bool {
     use std::cmp::Ordering as O;
     let ord = match (a, b) {
-        (Value::Number(x), Value::Number(y)) => x.as_f64().zip(y.as_f64()).and_then(|(x, y)| x.partial_cmp(&y)),
+        (Value::Number(x), Value::Number(y)) => x
+            .as_f64()
+            .zip(y.as_f64())
+            .and_then(|(x, y)| x.partial_cmp(&y)),
         (Value::String(x), Value::String(y)) => Some(x.cmp(y)),
         (Value::Bool(x), Value::Bool(y)) => Some(x.cmp(y)),
         _ => None,
@@ -244,7 +247,12 @@ impl PySelection {
     /// fetch nothing otherwise, or when the field is missing.
     #[staticmethod]
     #[pyo3(name = "where_", signature = (field, op, value, then=None))]
-    fn where_(field: &str, op: &str, value: &Bound<'_, PyAny>, then: Option<PyRef<'_, PySelection>>) -> PyResult<Self> {
+    fn where_(
+        field: &str,
+        op: &str,
+        value: &Bound<'_, PyAny>,
+        then: Option<PyRef<'_, PySelection>>,
+    ) -> PyResult<Self> {
         let pointer = if field.starts_with('/') {
             field.to_string()
         } else {
@@ -266,7 +274,10 @@ impl PySelection {
     #[staticmethod]
     fn array(index: &Bound<'_, PyAny>) -> PyResult<Self> {
         let items = match index.cast::<PyTuple>() {
-            Ok(t) => t.iter().map(|i| index_item(&i)).collect::<PyResult<Vec<_>>>()?,
+            Ok(t) => t
+                .iter()
+                .map(|i| index_item(&i))
+                .collect::<PyResult<Vec<_>>>()?,
             Err(_) => vec![index_item(index)?],
         };
         Ok(PySelection {
@@ -304,7 +315,12 @@ impl ConsumerSelector {
         }
     }
 
-    fn call_python(&self, f: &Py<PyAny>, meta: &EventMeta, data: &DataDescriptor) -> PyResult<Picked> {
+    fn call_python(
+        &self,
+        f: &Py<PyAny>,
+        meta: &EventMeta,
+        data: &DataDescriptor,
+    ) -> PyResult<Picked> {
         Python::attach(|py| {
             let m = meta_object(py, meta)?;
             let d = descriptor_dict(py, data)?;
@@ -371,10 +387,16 @@ pub fn meta_object<'py>(py: Python<'py>, meta: &EventMeta) -> PyResult<Bound<'py
 }
 
 /// `{"size": n, "descriptor": bytes}` plus `dtype`, `shape`, `order` for arrays.
-pub fn descriptor_dict<'py>(py: Python<'py>, data: &DataDescriptor) -> PyResult<Bound<'py, PyDict>> {
+pub fn descriptor_dict<'py>(
+    py: Python<'py>,
+    data: &DataDescriptor,
+) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
     d.set_item("size", data.size)?;
-    d.set_item("descriptor", pyo3::types::PyBytes::new(py, &data.descriptor))?;
+    d.set_item(
+        "descriptor",
+        pyo3::types::PyBytes::new(py, &data.descriptor),
+    )?;
     if let Some(l) = Layout::parse(&data.descriptor) {
         d.set_item("dtype", &l.dtype)?;
         d.set_item("shape", PyTuple::new(py, &l.shape)?)?;
