@@ -46,7 +46,9 @@ pub struct ProducerOptions {
     /// Bytes at which an `Adaptive` or `Count` batch is sent even if more
     /// events are ready: large enough to amortize per-batch costs, small
     /// enough to keep batches pipelined. A larger single event goes alone.
-    pub batch_bytes: u64,
+    /// `None` picks 256 KiB, or 4 MiB on `always` topics, where every batch
+    /// waits for an fdatasync and bigger batches amortize it.
+    pub batch_bytes: Option<u64>,
     /// The largest batch, and so the largest single event, in bytes. Keep
     /// it below the server's `max_frame_bytes`.
     pub max_batch_bytes: u64,
@@ -58,7 +60,7 @@ impl Default for ProducerOptions {
             batch: BatchSize::Adaptive,
             max_batches: 2,
             linger: Duration::from_millis(5),
-            batch_bytes: 256 << 10,
+            batch_bytes: None,
             max_batch_bytes: 64 << 20,
         }
     }
@@ -223,10 +225,15 @@ impl Producer {
                 other => Err(unexpected(other)),
             }
         })?;
-        let batch_target = match opts.batch {
-            BatchSize::Bytes(b) => b.min(opts.max_batch_bytes),
-            _ => opts.batch_bytes.min(opts.max_batch_bytes),
+        let auto_target = match info.spec.durability {
+            strom_proto::Durability::Always => 4 << 20,
+            _ => 256 << 10,
         };
+        let batch_target = match opts.batch {
+            BatchSize::Bytes(b) => b,
+            _ => opts.batch_bytes.unwrap_or(auto_target),
+        }
+        .min(opts.max_batch_bytes);
         let inner = Arc::new(Inner {
             topic,
             id,
