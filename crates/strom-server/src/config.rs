@@ -34,6 +34,9 @@ pub struct ServerConfig {
     pub index_interval_bytes: u32,
     /// How often retention runs, in milliseconds.
     pub retention_check_ms: u64,
+    /// Size bound of a `memory` partition whose topic sets no
+    /// `retention_bytes`: the oldest batches are dropped past it.
+    pub memory_retention_bytes: u64,
 }
 
 impl Default for ServerConfig {
@@ -52,6 +55,7 @@ impl Default for ServerConfig {
             segment_bytes: 1 << 30,
             index_interval_bytes: 4096,
             retention_check_ms: 10_000,
+            memory_retention_bytes: 512 << 20,
         }
     }
 }

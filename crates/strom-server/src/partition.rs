@@ -48,6 +48,8 @@ pub struct PartitionManager {
     visible: watch::Sender<u64>,
     sealed: watch::Sender<bool>,
     deleted: AtomicBool,
+    /// Apply retention after every append (memory partitions).
+    retain_on_append: bool,
     stop: Arc<AtomicBool>,
     threads: Mutex<Vec<JoinHandle<()>>>,
 }
@@ -64,7 +66,13 @@ impl PartitionManager {
         let log_config = LogConfig {
             segment_bytes: spec.segment_bytes.unwrap_or(config.segment_bytes),
             index_interval_bytes: config.index_interval_bytes,
-            retention_bytes: spec.retention_bytes,
+            // Memory partitions are bounded by default: oldest batches go first.
+            retention_bytes: match spec.partition_type {
+                PartitionType::Memory => {
+                    spec.retention_bytes.or(Some(config.memory_retention_bytes))
+                }
+                PartitionType::File => spec.retention_bytes,
+            },
             retention_ms: spec.retention_ms,
             max_batch_bytes: config.max_batch_bytes,
         };
@@ -88,6 +96,7 @@ impl PartitionManager {
             offsets,
             tx: Mutex::new(Some(tx)),
             deleted: AtomicBool::new(false),
+            retain_on_append: spec.partition_type == PartitionType::Memory,
             stop: Arc::new(AtomicBool::new(false)),
             threads: Mutex::new(Vec::new()),
         });
@@ -258,7 +267,11 @@ impl PartitionManager {
                 ),
             ));
         }
-        Ok(self.log.append(AppendBatch { count, meta, data })?)
+        let appended = self.log.append(AppendBatch { count, meta, data })?;
+        if self.retain_on_append {
+            self.log.enforce_retention(appended.timestamp_us)?;
+        }
+        Ok(appended)
     }
 
     /// Group commit: one fdatasync covers every batch waiting at that moment.
