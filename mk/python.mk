@@ -16,7 +16,8 @@ PY_TARGET := $(CURDIR)/target
 python-setup: $(PY_VENV)/.strom-setup
 
 $(PY_VENV)/.strom-setup: mk/python.mk
-	@test -x $(PY) || python3 -m venv $(PY_VENV)
+	@test -x $(PY) || python3 -m venv $(PY_VENV) || { \
+		apt-get install -y -qq python3-venv >/dev/null && python3 -m venv $(PY_VENV); }
 	@$(PY) -c 'import maturin, numpy, pytest, pytest_timeout' 2>/dev/null || \
 		$(PY) -m pip install --quiet --no-cache-dir --disable-pip-version-check $(PY_PKGS)
 	@touch $@
@@ -25,9 +26,13 @@ python-build: python-setup
 	cd $(PY_DIR) && CARGO_TARGET_DIR=$(PY_TARGET) VIRTUAL_ENV=$(CURDIR)/$(PY_VENV) \
 		PATH=$(CURDIR)/$(PY_VENV)/bin:$$PATH maturin develop --release --quiet
 
-# The Python tests start `target/debug/strom` for the multi-process cases.
+# The binding's own Rust unit tests, then the Python suite and the
+# tomography example, which start `target/debug/strom` for the
+# multi-process cases. pytest exits non-zero on failures and when it
+# collects no test.
 python-test: python-build
 	@test -x target/debug/strom || $(CARGO) build -p strom-cli
+	cd $(PY_DIR) && CARGO_TARGET_DIR=$(PY_TARGET) $(CARGO) test --release --lib --quiet
 	STROM_BIN=$(CURDIR)/target/debug/strom $(PY) -m pytest -q -p no:cacheprovider \
 		--timeout=300 $(PY_DIR)/tests examples/tomography
 
