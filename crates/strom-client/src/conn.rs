@@ -24,8 +24,32 @@ pub(crate) type FillPlan = Vec<(usize, usize, usize)>;
 
 type Buffers = Vec<Box<dyn DataBuffer>>;
 
+/// Runs on the connection's reader task with a request's outcome.
+pub(crate) type Callback = Box<dyn FnOnce(Result<(Response, Buffers)>) + Send>;
+
+/// How a response reaches whoever sent the request.
+enum Completion {
+    Channel(oneshot::Sender<Result<(Response, Buffers)>>),
+    Callback(Callback),
+}
+
+impl Completion {
+    fn complete(self, r: Result<(Response, Buffers)>) {
+        let r = match r {
+            Ok((Response::Error { code, message }, _)) => Err(Error::Coded { code, message }),
+            r => r,
+        };
+        match self {
+            Completion::Channel(tx) => {
+                let _ = tx.send(r);
+            }
+            Completion::Callback(f) => f(r),
+        }
+    }
+}
+
 struct Pending {
-    tx: oneshot::Sender<Result<(Response, Buffers)>>,
+    done: Completion,
     buffers: Buffers,
     plan: FillPlan,
 }
@@ -40,7 +64,6 @@ impl ResponseWaiter {
     /// Waits for the response; an error response becomes `Err`.
     pub async fn wait(self) -> Result<(Response, Buffers)> {
         match self.rx.await {
-            Ok(Ok((Response::Error { code, message }, _))) => Err(Error::Coded { code, message }),
             Ok(r) => r,
             Err(_) => Err(Error::coded(
                 ErrorCode::CONNECTION_CLOSED,
@@ -116,9 +139,14 @@ impl ClientConn {
     ) -> Result<ResponseWaiter> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
-        self.pending
-            .lock()
-            .insert(id, Pending { tx, buffers, plan });
+        self.pending.lock().insert(
+            id,
+            Pending {
+                done: Completion::Channel(tx),
+                buffers,
+                plan,
+            },
+        );
         if self.is_dead()
             || self
                 .writer
@@ -133,6 +161,80 @@ impl ClientConn {
             rx,
             addr: self.addr.clone(),
         })
+    }
+
+    /// Sends a request (waiting for room in the connection's queue, which
+    /// keeps one caller's requests in order); `done` runs on the reader task
+    /// with the outcome, or here if the connection is already lost.
+    pub async fn send_with(&self, req: &Request, bulk: Vec<Bytes>, done: Callback) {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        self.pending.lock().insert(
+            id,
+            Pending {
+                done: Completion::Callback(done),
+                buffers: Vec::new(),
+                plan: Vec::new(),
+            },
+        );
+        let lost = self.is_dead()
+            || self
+                .writer
+                .send(OutFrame::request(id, req).with_bulk(bulk))
+                .await
+                .is_err();
+        if lost {
+            if let Some(p) = self.pending.lock().remove(&id) {
+                p.done.complete(Err(self.closed_error()));
+            }
+        }
+    }
+
+    /// Queues a request from any thread without waiting; `done` runs on the
+    /// reader task with the outcome (also when the connection is lost).
+    /// Hands `done` back if the connection is dead or its queue is full, so
+    /// the caller can fall back to [`send`](Self::send).
+    pub fn try_send_with(
+        &self,
+        req: &Request,
+        bulk: Vec<Bytes>,
+        done: Callback,
+    ) -> Result<(), (Vec<Bytes>, Callback)> {
+        if self.is_dead() {
+            return Err((bulk, done));
+        }
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        self.pending.lock().insert(
+            id,
+            Pending {
+                done: Completion::Callback(done),
+                buffers: Vec::new(),
+                plan: Vec::new(),
+            },
+        );
+        if self.is_dead() {
+            // Lost meanwhile: if fail_all has not taken it, hand it back.
+            return match self.pending.lock().remove(&id) {
+                Some(Pending {
+                    done: Completion::Callback(done),
+                    ..
+                }) => Err((bulk, done)),
+                _ => Ok(()),
+            };
+        }
+        match self
+            .writer
+            .try_send_frame(OutFrame::request(id, req).with_bulk(bulk))
+        {
+            Ok(()) => Ok(()),
+            Err(frame) => match self.pending.lock().remove(&id) {
+                Some(Pending {
+                    done: Completion::Callback(done),
+                    ..
+                }) => Err((frame.bulk, done)),
+                // The reader already failed it (connection lost meanwhile).
+                _ => Ok(()),
+            },
+        }
     }
 
     /// Sends a request that gets no response (id 0), without waiting.
@@ -158,7 +260,7 @@ impl ClientConn {
         self.dead.store(true, Ordering::Release);
         let pending: Vec<_> = self.pending.lock().drain().collect();
         for (_, p) in pending {
-            let _ = p.tx.send(Err(Error::coded(
+            p.done.complete(Err(Error::coded(
                 ErrorCode::CONNECTION_CLOSED,
                 format!("connection to server {} was lost: {why}", self.addr),
             )));
@@ -198,7 +300,7 @@ async fn read_one(conn: &ClientConn, reader: &mut FrameReader<BoxRead>) -> Resul
                         announced: reader.pending_bulk(),
                         expected: planned,
                     };
-                    let _ = p.tx.send(Err(Error::coded(e.code(), e.to_string())));
+                    p.done.complete(Err(Error::coded(e.code(), e.to_string())));
                     return Err(e);
                 }
                 for &(idx, start, len) in &p.plan {
@@ -206,7 +308,7 @@ async fn read_one(conn: &ClientConn, reader: &mut FrameReader<BoxRead>) -> Resul
                     reader.read_bulk_into(&mut buf[start..start + len]).await?;
                 }
             }
-            let _ = p.tx.send(Ok((resp, p.buffers)));
+            p.done.complete(Ok((resp, p.buffers)));
         }
         FrameKind::Push => {
             let push = Push::decode(h.opcode, &body)?;

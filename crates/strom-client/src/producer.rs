@@ -9,7 +9,7 @@
 //! when idle.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -20,6 +20,7 @@ use strom_policy::{MetadataInput, TopicPolicy};
 use strom_proto::{BatchBuilder, PartitionInfo, Request, Response};
 use tokio::sync::mpsc;
 
+use crate::conn::{Callback, ClientConn};
 use crate::driver::unexpected;
 use crate::error::{Error, Result};
 use crate::slot::Slot;
@@ -181,6 +182,11 @@ struct PartQueue {
     partition: u32,
     /// The member owning the partition and its address (refreshed).
     owner: Mutex<(u32, String)>,
+    /// The owner's connection once the sender task opened it.
+    conn: Mutex<Option<Arc<ClientConn>>>,
+    /// Batches handed to the sender task and not yet written: while any
+    /// are, later batches queue behind them to keep their order.
+    queued: AtomicUsize,
     state: Mutex<QueueState>,
     cond: Condvar,
     /// Batches to send, in seal order, to this partition's sender task.
@@ -416,6 +422,8 @@ impl Inner {
             let q = Arc::new(PartQueue {
                 partition: parts.len() as u32,
                 owner: Mutex::new((info.member, info.addr.clone())),
+                conn: Mutex::new(None),
+                queued: AtomicUsize::new(0),
                 state: Mutex::new(QueueState {
                     builder: BatchBuilder::new(),
                     data: Vec::new(),
@@ -445,53 +453,77 @@ impl Inner {
                 return;
             };
             st.in_flight += 1;
-            if let Err(mpsc::error::SendError(b)) = q.outbox.send(b) {
+            if let Some(b) = self.send_batch(q, b) {
+                // The sender task is gone: the driver is shutting down.
                 st.in_flight -= 1;
-                b.slot.complete(Err(Error::Closed("producer")));
+                b.slot.complete(Err(Error::Closed("driver")));
             }
         }
     }
-}
 
-/// Writes a partition's batches to its server in seal order, and settles
-/// each batch's futures when its response arrives (several in flight).
-async fn send_loop(weak: Weak<Inner>, q: Arc<PartQueue>, mut rx: mpsc::UnboundedReceiver<Sealed>) {
-    while let Some(b) = rx.recv().await {
-        let Some(inner) = weak.upgrade() else { return };
-        let req = Request::Produce {
-            topic: inner.topic.name().to_string(),
+    fn produce_request(&self, q: &PartQueue, b: &Sealed) -> Request {
+        Request::Produce {
+            topic: self.topic.name().to_string(),
             partition: q.partition,
             count: b.count,
-            meta: b.meta,
-        };
-        let (member, addr) = q.owner.lock().clone();
-        let sent = match inner.topic.driver.conn(&addr).await {
-            Ok(conn) => conn.send(&req, b.data, Vec::new(), Vec::new()).await,
-            Err(e) => Err(e),
-        };
-        let where_ = format!(
-            "partition {} of topic '{}' on member {member} ({addr})",
-            q.partition,
-            inner.topic.name()
-        );
-        let (q, slot, count) = (q.clone(), b.slot, b.count);
-        tokio::spawn(async move {
-            let result = match sent {
-                Ok(waiter) => match waiter.wait().await {
-                    Ok((
-                        Response::Produced {
-                            base_offset,
-                            count: c,
-                            ..
-                        },
-                        _,
-                    )) if c == count => Ok(BatchAck { base_offset }),
-                    Ok((other, _)) => Err(unexpected(other)),
-                    Err(e) => Err(e),
-                },
-                Err(e) => Err(e),
+            meta: b.meta.clone(),
+        }
+    }
+
+    /// Writes the batch straight to the owner's connection when nothing is
+    /// queued ahead of it; otherwise hands it to the partition's sender task.
+    /// Called with the partition's state locked; returns the batch if it
+    /// could not be sent at all.
+    fn send_batch(self: &Arc<Self>, q: &Arc<PartQueue>, mut b: Sealed) -> Option<Sealed> {
+        if q.queued.load(Ordering::Acquire) == 0 {
+            let conn = q.conn.lock().clone().filter(|c| !c.is_dead());
+            if let Some(conn) = conn {
+                let req = self.produce_request(q, &b);
+                let done = self.completion(q, &b);
+                match conn.try_send_with(&req, b.data, done) {
+                    Ok(()) => return None,
+                    Err((data, _unused)) => b.data = data,
+                }
             }
-            .map_err(|e| Error::coded(e.code(), format!("{where_}: {}", e.message())));
+        }
+        q.queued.fetch_add(1, Ordering::AcqRel);
+        match q.outbox.send(b) {
+            Ok(()) => None,
+            Err(mpsc::error::SendError(b)) => {
+                q.queued.fetch_sub(1, Ordering::AcqRel);
+                Some(b)
+            }
+        }
+    }
+
+    /// What runs when a batch's response (or failure) arrives: settle its
+    /// futures, free the in-flight slot and send what waits.
+    fn completion(self: &Arc<Self>, q: &Arc<PartQueue>, b: &Sealed) -> Callback {
+        let (inner, q, slot, count) = (self.clone(), q.clone(), b.slot.clone(), b.count);
+        Box::new(move |r| {
+            let result = match r {
+                Ok((
+                    Response::Produced {
+                        base_offset,
+                        count: c,
+                        ..
+                    },
+                    _,
+                )) if c == count => Ok(BatchAck { base_offset }),
+                Ok((other, _)) => Err(unexpected(other)),
+                Err(e) => {
+                    let (member, addr) = q.owner.lock().clone();
+                    Err(Error::coded(
+                        e.code(),
+                        format!(
+                            "partition {} of topic '{}' on member {member} ({addr}): {}",
+                            q.partition,
+                            inner.topic.name(),
+                            e.message()
+                        ),
+                    ))
+                }
+            };
             let mut st = q.state.lock();
             if let Err(e) = &result {
                 st.error.get_or_insert_with(|| e.shared());
@@ -501,7 +533,26 @@ async fn send_loop(weak: Weak<Inner>, q: Arc<PartQueue>, mut rx: mpsc::Unbounded
             inner.dispatch(&q, &mut st);
             drop(st);
             q.cond.notify_all();
-        });
+        })
+    }
+}
+
+/// Writes the batches handed to it in order, opening (and reopening) the
+/// owner's connection; responses settle through each batch's completion.
+async fn send_loop(weak: Weak<Inner>, q: Arc<PartQueue>, mut rx: mpsc::UnboundedReceiver<Sealed>) {
+    while let Some(b) = rx.recv().await {
+        let Some(inner) = weak.upgrade() else { return };
+        let done = inner.completion(&q, &b);
+        let addr = q.owner.lock().1.clone();
+        match inner.topic.driver.conn(&addr).await {
+            Ok(conn) => {
+                *q.conn.lock() = Some(conn.clone());
+                let req = inner.produce_request(&q, &b);
+                conn.send_with(&req, b.data, done).await;
+            }
+            Err(e) => done(Err(e)),
+        }
+        q.queued.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -518,6 +569,7 @@ async fn refresh_loop(weak: Weak<Inner>) {
             let mut owner = q.owner.lock();
             if owner.1 != p.addr {
                 *owner = (p.member, p.addr.clone());
+                *q.conn.lock() = None;
             }
         }
         if info.partitions.len() > inner.parts.read().len() {

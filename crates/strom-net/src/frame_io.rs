@@ -268,6 +268,14 @@ impl WriterHandle {
         self.tx.try_send(f).map_err(|_| NetError::Closed)
     }
 
+    /// Sends without waiting; hands the frame back if the queue is full
+    /// or the writer stopped.
+    pub fn try_send_frame(&self, f: OutFrame) -> Result<(), OutFrame> {
+        self.tx.try_send(f).map_err(|e| match e {
+            mpsc::error::TrySendError::Full(f) | mpsc::error::TrySendError::Closed(f) => f,
+        })
+    }
+
     pub fn is_closed(&self) -> bool {
         self.tx.is_closed()
     }

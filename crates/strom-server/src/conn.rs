@@ -252,22 +252,31 @@ impl Session {
                 meta,
             } => match self.partition(&topic, partition) {
                 Ok(p) => {
-                    let done = p.append(meta, count, bulk);
                     let writer = self.writer.clone();
-                    tokio::spawn(async move {
-                        let resp = match done.await {
-                            Ok(Ok(a)) => Response::Produced {
-                                base_offset: a.base_offset,
-                                count: a.count,
-                                timestamp_us: a.timestamp_us,
-                            },
-                            Ok(Err(e)) => Response::error(e.code(), e.to_string()),
-                            Err(_) => {
-                                Response::error(ErrorCode::SHUTTING_DOWN, "server is shutting down")
+                    let handle = tokio::runtime::Handle::current();
+                    p.append(
+                        meta,
+                        count,
+                        bulk,
+                        Box::new(move |r| {
+                            let resp = match r {
+                                Ok(a) => Response::Produced {
+                                    base_offset: a.base_offset,
+                                    count: a.count,
+                                    timestamp_us: a.timestamp_us,
+                                },
+                                Err(e) => Response::error(e.code(), e.to_string()),
+                            };
+                            // Queue the answer from the writer thread; only a
+                            // full queue needs a task.
+                            if let Err(frame) = writer.try_send_frame(OutFrame::response(id, &resp))
+                            {
+                                handle.spawn(async move {
+                                    let _ = writer.send(frame).await;
+                                });
                             }
-                        };
-                        let _ = writer.send(OutFrame::response(id, &resp)).await;
-                    });
+                        }),
+                    );
                     return;
                 }
                 Err(e) => Err(e),

@@ -27,7 +27,8 @@ use tokio::sync::{oneshot, watch};
 use crate::config::ServerConfig;
 use crate::error::ServerError;
 
-type AppendReply = oneshot::Sender<Result<Appended, ServerError>>;
+/// Called once with the append's outcome, on the writer or syncer thread.
+pub type AppendReply = Box<dyn FnOnce(Result<Appended, ServerError>) + Send>;
 
 enum WriterMsg {
     Append {
@@ -124,13 +125,8 @@ impl PartitionManager {
     }
 
     /// Queues a batch for append; order of calls is the order of offsets.
-    pub fn append(
-        &self,
-        meta: Bytes,
-        count: u32,
-        data: Vec<Bytes>,
-    ) -> oneshot::Receiver<Result<Appended, ServerError>> {
-        let (reply, rx) = oneshot::channel();
+    /// `reply` runs once the batch is appended (and durable, with `always`).
+    pub fn append(&self, meta: Bytes, count: u32, data: Vec<Bytes>, reply: AppendReply) {
         let msg = WriterMsg::Append {
             meta,
             count,
@@ -138,12 +134,11 @@ impl PartitionManager {
             reply,
         };
         if let Err(mpsc::SendError(WriterMsg::Append { reply, .. })) = self.send(msg) {
-            let _ = reply.send(Err(ServerError::coded(
+            reply(Err(ServerError::coded(
                 ErrorCode::SHUTTING_DOWN,
                 format!("partition {}/{} is closed", self.topic, self.id),
             )));
         }
-        rx
     }
 
     fn send(&self, msg: WriterMsg) -> Result<(), mpsc::SendError<WriterMsg>> {
@@ -211,7 +206,7 @@ impl PartitionManager {
                     match (result, &syncer) {
                         (Ok(a), Some(s)) => {
                             if let Err(mpsc::SendError((_, reply))) = s.send((a, reply)) {
-                                let _ = reply.send(Err(ServerError::coded(
+                                reply(Err(ServerError::coded(
                                     ErrorCode::SHUTTING_DOWN,
                                     "partition syncer stopped",
                                 )));
@@ -219,10 +214,10 @@ impl PartitionManager {
                         }
                         (Ok(a), None) => {
                             self.publish(a.base_offset + a.count as u64);
-                            let _ = reply.send(Ok(a));
+                            reply(Ok(a));
                         }
                         (Err(e), _) => {
-                            let _ = reply.send(Err(e));
+                            reply(Err(e));
                         }
                     }
                 }
@@ -295,14 +290,14 @@ impl PartitionManager {
                         .unwrap_or(0);
                     self.publish(next);
                     for (a, reply) in group {
-                        let _ = reply.send(Ok(a));
+                        reply(Ok(a));
                     }
                 }
                 Err(e) => {
                     tracing::error!(topic = %self.topic, partition = self.id, error = %e, "fdatasync failed");
                     let code = ErrorCode(e.code());
                     for (_, reply) in group {
-                        let _ = reply.send(Err(ServerError::coded(code, e.to_string())));
+                        reply(Err(ServerError::coded(code, e.to_string())));
                     }
                 }
             }
