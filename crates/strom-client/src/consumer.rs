@@ -31,6 +31,10 @@ pub struct ConsumerOptions {
     pub partitions: Option<Vec<u32>>,
     /// Events per partition the server may push ahead of demand.
     pub prefetch: u32,
+    /// Bytes of fetched data (all partitions) held for events not pulled
+    /// yet; past it, data fetches wait for `pull`. A single event larger
+    /// than this is still fetched, alone.
+    pub prefetch_bytes: u64,
     /// Where to start; `Committed` resumes after the name's last ack.
     pub start: StartPos,
     pub selector: Arc<dyn DataSelector>,
@@ -42,6 +46,7 @@ impl Default for ConsumerOptions {
         ConsumerOptions {
             partitions: None,
             prefetch: 4096,
+            prefetch_bytes: 256 << 20,
             start: StartPos::Committed,
             selector: Arc::new(Selection::All),
             broker: Arc::new(VecBroker),
@@ -102,6 +107,35 @@ impl PartSub {
     }
 }
 
+/// Fetched data held in the queue, with a wake-up for fetchers waiting on it.
+#[derive(Default)]
+pub(crate) struct DataBudget {
+    held: AtomicU64,
+    freed: tokio::sync::Notify,
+}
+
+impl DataBudget {
+    /// Waits until `want` more bytes fit under `limit` (or nothing is held).
+    pub async fn reserve(&self, want: u64, limit: u64) {
+        loop {
+            let freed = self.freed.notified();
+            let held = self.held.load(Ordering::Acquire);
+            if held == 0 || held + want <= limit {
+                self.held.fetch_add(want, Ordering::AcqRel);
+                return;
+            }
+            freed.await;
+        }
+    }
+
+    pub fn release(&self, n: u64) {
+        if n > 0 {
+            self.held.fetch_sub(n, Ordering::AcqRel);
+            self.freed.notify_waiters();
+        }
+    }
+}
+
 pub(crate) struct Shared {
     pub topic: Topic,
     pub name: String,
@@ -110,6 +144,7 @@ pub(crate) struct Shared {
     /// Grows when partitions are added (if the consumer follows all).
     pub parts: RwLock<Vec<Arc<PartSub>>>,
     pub tasks: Mutex<Vec<JoinHandle<()>>>,
+    pub budget: DataBudget,
     pub queue: Mutex<Queue>,
     cond: Condvar,
 }
@@ -188,6 +223,7 @@ impl Consumer {
             },
             parts: RwLock::new(parts),
             tasks: Mutex::new(Vec::new()),
+            budget: DataBudget::default(),
             queue: Mutex::new(Queue {
                 items: VecDeque::new(),
                 epoch: 0,
@@ -270,6 +306,7 @@ impl Consumer {
                         q.items.pop_front();
                     }
                     q.taken[slot] += 1;
+                    self.shared.budget.release(ev.fetched_len());
                     if q.taken[slot] >= self.shared.opts.prefetch / 2 {
                         let events = std::mem::take(&mut q.taken[slot]);
                         let p = self.shared.part(slot);
@@ -328,6 +365,15 @@ impl Consumer {
         let epoch = {
             let mut q = self.shared.queue.lock();
             q.epoch += 1;
+            let held: u64 = q
+                .items
+                .iter()
+                .map(|i| match i {
+                    Item::Events(_, evs) => evs.iter().map(|e| e.fetched_len()).sum(),
+                    _ => 0,
+                })
+                .sum();
+            self.shared.budget.release(held);
             q.items.clear();
             q.ended.iter_mut().for_each(|e| *e = false);
             q.taken.iter_mut().for_each(|t| *t = 0);

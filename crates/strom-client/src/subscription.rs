@@ -154,7 +154,10 @@ async fn subscribe_and_stream(
             } => {
                 let events = fetch_batch(shared, sub, pos, base_offset, timestamp_us, meta).await?;
                 pos = pos.max(base_offset + count as u64);
+                let held: u64 = events.iter().map(|e| e.fetched_len()).sum();
                 if !events.is_empty() && !shared.deliver(epoch, Item::Events(slot as u32, events)) {
+                    // A seek superseded this subscription; its data is dropped.
+                    shared.budget.release(held);
                     return Ok(());
                 }
                 *resume = Some(pos);
@@ -232,6 +235,11 @@ async fn fetch_batch(
         });
     }
     if !ranges.is_empty() {
+        let want: u64 = ranges.iter().map(|r| r.1).sum();
+        shared
+            .budget
+            .reserve(want, shared.opts.prefetch_bytes)
+            .await;
         let req = Request::FetchData {
             topic: shared.topic.name().to_string(),
             partition: sub.partition,
@@ -243,10 +251,18 @@ async fn fetch_batch(
                 "the subscription has no connection",
             )
         })?;
-        let (resp, filled) = conn.call_into(&req, Vec::new(), buffers, plan).await?;
-        if !matches!(resp, Response::Data { .. }) {
-            return Err(unexpected(resp));
-        }
+        let (resp, filled) = match conn.call_into(&req, Vec::new(), buffers, plan).await {
+            Ok((resp @ Response::Data { .. }, filled)) => (resp, filled),
+            Ok((other, _)) => {
+                shared.budget.release(want);
+                return Err(unexpected(other));
+            }
+            Err(e) => {
+                shared.budget.release(want);
+                return Err(e);
+            }
+        };
+        drop(resp);
         let mut filled = filled.into_iter();
         for (ev, n) in events.iter_mut().zip(owned) {
             ev.buffers = filled.by_ref().take(n).collect();

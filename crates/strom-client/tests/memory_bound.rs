@@ -52,3 +52,33 @@ fn memory_partitions_drop_oldest_batches_past_the_bound() {
         Next::EndOfStream => panic!("expected the oldest retained event"),
     }
 }
+
+#[test]
+fn consumer_data_budget_smaller_than_an_event_still_delivers_everything() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Driver::embedded(dir.path()).unwrap();
+    let t = d.create_topic(TopicSpec::new("big", 2)).unwrap();
+    let p = t.producer().unwrap();
+    for i in 0..40u32 {
+        p.push(format!("{{\"i\":{i}}}"), vec![i as u8; 300 << 10])
+            .unwrap();
+    }
+    p.close().unwrap();
+    let c = t
+        .consumer_with(
+            "small-budget",
+            ConsumerOptions {
+                prefetch_bytes: 100 << 10,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    let mut n = 0;
+    for ev in &c {
+        let ev = ev.unwrap();
+        let i = ev.json().unwrap()["i"].as_u64().unwrap() as u8;
+        assert_eq!(ev.data(), &vec![i; 300 << 10][..]);
+        n += 1;
+    }
+    assert_eq!(n, 40);
+}
