@@ -71,7 +71,8 @@ fn topic_obj(t: Topic) -> PyTopic {
 #[pymethods]
 impl PyDriver {
     /// Connects to the group described by `group_file` (written by
-    /// `strom server --group-file`), or to `host:port` given as `address`.
+    /// `strom server --group-file`; default `$STROM_GROUP_FILE`), or to
+    /// `host:port` given as `address`.
     #[staticmethod]
     #[pyo3(signature = (group_file=None, *, address=None))]
     fn connect(
@@ -79,10 +80,19 @@ impl PyDriver {
         group_file: Option<std::path::PathBuf>,
         address: Option<String>,
     ) -> PyResult<Self> {
+        let group_file = match (&group_file, &address) {
+            (None, None) => std::env::var_os("STROM_GROUP_FILE").map(Into::into),
+            _ => group_file,
+        };
         let d = match (group_file, address) {
             (Some(g), None) => py.detach(|| Driver::connect(g)),
             (None, Some(a)) => py.detach(|| Driver::connect_addr(&a)),
-            _ => return Err(errors::invalid(py, "give either a group file or address=")),
+            _ => {
+                return Err(errors::invalid(
+                    py,
+                    "give either a group file (or set STROM_GROUP_FILE) or address=",
+                ))
+            }
         }
         .py(py)?;
         Ok(PyDriver {
@@ -299,8 +309,9 @@ impl PyTopic {
     /// buffer (or a list of them) for the selected bytes; `start`:
     /// `"committed"` (default), `"beginning"`, `"end"`, an offset, or
     /// `("timestamp", µs)`; `prefetch`: events per partition the server
-    /// may send ahead of demand.
-    #[pyo3(signature = (name, partitions=None, data_selector=None, data_broker=None, start=None, prefetch=4096))]
+    /// may send ahead of demand; `prefetch_bytes`: bytes of fetched data
+    /// held for events not pulled yet (all partitions).
+    #[pyo3(signature = (name, partitions=None, data_selector=None, data_broker=None, start=None, prefetch=4096, prefetch_bytes=None))]
     #[allow(clippy::too_many_arguments)]
     fn consumer(
         &self,
@@ -311,6 +322,7 @@ impl PyTopic {
         data_broker: Option<&Bound<'_, PyAny>>,
         start: Option<&Bound<'_, PyAny>>,
         prefetch: u32,
+        prefetch_bytes: Option<u64>,
     ) -> PyResult<PyConsumer> {
         release_pending(py);
         let t = self.inner.get(py)?;
@@ -333,7 +345,7 @@ impl PyTopic {
                                 Arc::new(f),
                                 data_broker,
                                 start,
-                                prefetch,
+                                (prefetch, prefetch_bytes),
                                 failure,
                                 None,
                             );
@@ -366,7 +378,7 @@ impl PyTopic {
             selector,
             data_broker,
             start,
-            prefetch,
+            (prefetch, prefetch_bytes),
             failure,
             layouts,
         )
@@ -384,7 +396,7 @@ impl PyTopic {
         selector: Arc<dyn DataSelector>,
         data_broker: Option<&Bound<'_, PyAny>>,
         start: Option<&Bound<'_, PyAny>>,
-        prefetch: u32,
+        (prefetch, prefetch_bytes): (u32, Option<u64>),
         failure: Arc<Mutex<Option<PyErr>>>,
         layouts: Option<crate::select::Layouts>,
     ) -> PyResult<PyConsumer> {
@@ -406,13 +418,17 @@ impl PyTopic {
             Some(s) if !s.is_none() => start_pos(py, s)?,
             _ => strom_client::StartPos::Committed,
         };
-        let opts = ConsumerOptions {
+        let mut opts = ConsumerOptions {
             partitions,
             prefetch,
             start,
             selector,
             broker,
+            ..Default::default()
         };
+        if let Some(b) = prefetch_bytes {
+            opts.prefetch_bytes = b;
+        }
         let c = py.detach(|| t.consumer_with(name, opts)).py(py)?;
         Ok(PyConsumer {
             inner: Mutex::new(Some(ForkSafe::new(Arc::new(c), "Consumer"))),

@@ -156,6 +156,7 @@ class Topic:
         data_broker: DataBrokerArg = None,
         start: Optional[Position] = None,
         prefetch: int = 4096,
+        prefetch_bytes: Optional[int] = None,
     ) -> Consumer:
         """A consumer named ``name``; resumes after the name's last ack by default."""
 

@@ -43,7 +43,9 @@ class StromError(Exception):
             self.code_name = code_name
 
     def __str__(self) -> str:
-        return f"{self.args[0]} [{self.code_name} ({self.code})]"
+        message = str(self.args[0]) if self.args else ""
+        suffix = f"[{self.code_name} ({self.code})]"
+        return message if message.endswith(suffix) else f"{message} {suffix}"
 
 
 class TimeoutError(StromError, builtins.TimeoutError):  # noqa: A001 - mirrors the builtin

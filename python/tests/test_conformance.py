@@ -46,10 +46,13 @@ def test_each_producer_keeps_its_order_and_offsets_are_dense(driver, ptype):
     n = 300
     t = driver.create_topic("order", 1, type=ptype)
     failures = []
+    # Registered up front: a stream whose producers have all closed ends,
+    # and an ended topic accepts no new producer.
+    producers = [t.producer() for _ in range(3)]
 
     def produce(k):
         try:
-            p = t.producer()
+            p = producers[k]
             futs = [p.push({"producer": k, "seq": i}, bytes([k]) * (i % 5)) for i in range(n)]
             p.close()
             ids = [f.wait().offset for f in futs]
