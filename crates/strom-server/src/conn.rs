@@ -14,9 +14,12 @@ use strom_proto::{BatchView, ErrorCode, FrameKind, ProtoError, Request, Response
 use tokio::task::JoinHandle;
 
 use crate::error::ServerError;
-use crate::partition::PartitionManager;
+use crate::partition::{AppendReply, PartitionManager};
 use crate::server::State;
 use crate::stream::{self, Credit};
+
+/// Batches with more data than this are appended under `block_in_place`.
+const BLOCKING_APPEND: usize = 256 << 10;
 
 struct Session {
     state: Arc<State>,
@@ -254,29 +257,30 @@ impl Session {
                 Ok(p) => {
                     let writer = self.writer.clone();
                     let handle = tokio::runtime::Handle::current();
-                    p.append(
-                        meta,
-                        count,
-                        bulk,
-                        Box::new(move |r| {
-                            let resp = match r {
-                                Ok(a) => Response::Produced {
-                                    base_offset: a.base_offset,
-                                    count: a.count,
-                                    timestamp_us: a.timestamp_us,
-                                },
-                                Err(e) => Response::error(e.code(), e.to_string()),
-                            };
-                            // Queue the answer from the writer thread; only a
-                            // full queue needs a task.
-                            if let Err(frame) = writer.try_send_frame(OutFrame::response(id, &resp))
-                            {
-                                handle.spawn(async move {
-                                    let _ = writer.send(frame).await;
-                                });
-                            }
-                        }),
-                    );
+                    let big = bulk.iter().map(|b| b.len()).sum::<usize>() > BLOCKING_APPEND;
+                    let reply: AppendReply = Box::new(move |r| {
+                        let resp = match r {
+                            Ok(a) => Response::Produced {
+                                base_offset: a.base_offset,
+                                count: a.count,
+                                timestamp_us: a.timestamp_us,
+                            },
+                            Err(e) => Response::error(e.code(), e.to_string()),
+                        };
+                        // Queue the answer right away; only a full queue needs a task.
+                        if let Err(frame) = writer.try_send_frame(OutFrame::response(id, &resp)) {
+                            handle.spawn(async move {
+                                let _ = writer.send(frame).await;
+                            });
+                        }
+                    });
+                    // Large batches mean long file writes: let the runtime move
+                    // other work off this worker meanwhile.
+                    if big {
+                        tokio::task::block_in_place(|| p.append(meta, count, bulk, reply));
+                    } else {
+                        p.append(meta, count, bulk, reply);
+                    }
                     return;
                 }
                 Err(e) => Err(e),

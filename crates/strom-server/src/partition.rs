@@ -1,14 +1,16 @@
 //! Partition manager: the single owner of one partition.
 //!
-//! A dedicated writer thread appends batches in arrival order and assigns
-//! offsets; nothing else writes, so there is no lock on the hot path beyond
-//! the channel. With `always` durability a syncer thread makes appended
-//! batches durable with group commit: it drains every waiting batch, issues
-//! one fdatasync for all of them, then acknowledges them together, while the
-//! writer keeps appending. With `interval:<ms>` a timer thread syncs in the
+//! Appends run on the connection task that received the batch, under the
+//! partition's own append lock (no global lock; large batches move off the
+//! async workers with `block_in_place`), so the lock order is the offset
+//! order. With `always` durability a syncer thread makes appended batches
+//! durable with group commit: it drains every waiting batch, issues one
+//! fdatasync for all of them, then acknowledges them together, while
+//! appends continue. With `interval:<ms>` a timer thread syncs in the
 //! background. Consumers watch `visible` (the next offset they may read,
 //! which with `always` only covers durable batches) and `sealed` (the
-//! stream has ended).
+//! stream has ended); a subscription that is caught up parks in `waiters`,
+//! and the next visible batch is pushed to it straight from here.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -22,22 +24,20 @@ use strom_proto::{BatchView, Durability, ErrorCode, PartitionType, TopicSpec};
 use strom_storage::{
     AppendBatch, Appended, FileLog, LogConfig, MemoryLog, OffsetStore, PartitionLog,
 };
-use tokio::sync::{oneshot, watch};
+use tokio::sync::watch;
 
 use crate::config::ServerConfig;
 use crate::error::ServerError;
+use crate::stream::Waiters;
 
-/// Called once with the append's outcome, on the writer or syncer thread.
+/// Called once with the append's outcome (on the appending or syncer thread).
 pub type AppendReply = Box<dyn FnOnce(Result<Appended, ServerError>) + Send>;
 
-enum WriterMsg {
-    Append {
-        meta: Bytes,
-        count: u32,
-        data: Vec<Bytes>,
-        reply: AppendReply,
-    },
-    Seal(oneshot::Sender<()>),
+/// An appended batch waiting for its fdatasync.
+struct Unsynced {
+    appended: Appended,
+    meta: Bytes,
+    reply: AppendReply,
 }
 
 pub struct PartitionManager {
@@ -45,9 +45,11 @@ pub struct PartitionManager {
     pub id: u32,
     pub log: Arc<dyn PartitionLog>,
     pub offsets: OffsetStore,
-    tx: Mutex<Option<mpsc::Sender<WriterMsg>>>,
+    /// Serializes appends (and seal) of this partition; `None` once closed.
+    appender: Mutex<Option<Option<mpsc::Sender<Unsynced>>>>,
     visible: watch::Sender<u64>,
     sealed: watch::Sender<bool>,
+    pub waiters: Waiters,
     deleted: AtomicBool,
     /// Apply retention after every append (memory partitions).
     retain_on_append: bool,
@@ -87,15 +89,15 @@ impl PartitionManager {
                 OffsetStore::open(&dir.join("consumer-offsets"))?,
             ),
         };
-        let (tx, rx) = mpsc::channel();
         let pm = Arc::new(PartitionManager {
             topic: spec.name.clone(),
             id,
             visible: watch::Sender::new(log.next_offset()),
             sealed: watch::Sender::new(sealed),
+            waiters: Waiters::default(),
             log,
             offsets,
-            tx: Mutex::new(Some(tx)),
+            appender: Mutex::new(None),
             deleted: AtomicBool::new(false),
             retain_on_append: spec.partition_type == PartitionType::Memory,
             stop: Arc::new(AtomicBool::new(false)),
@@ -104,7 +106,7 @@ impl PartitionManager {
         let mut threads = Vec::new();
         let syncer = match spec.durability {
             Durability::Always => {
-                let (stx, srx) = mpsc::channel::<(Appended, AppendReply)>();
+                let (stx, srx) = mpsc::channel::<Unsynced>();
                 let p = pm.clone();
                 threads.push(spawn(&pm, "sync", move || p.run_syncer(srx))?);
                 Some(stx)
@@ -118,55 +120,69 @@ impl PartitionManager {
             }
             Durability::Never => None,
         };
-        let p = pm.clone();
-        threads.insert(0, spawn(&pm, "writer", move || p.run_writer(rx, syncer))?);
+        *pm.appender.lock() = Some(syncer);
         *pm.threads.lock() = threads;
         Ok(pm)
     }
 
-    /// Queues a batch for append; order of calls is the order of offsets.
-    /// `reply` runs once the batch is appended (and durable, with `always`).
+    /// Appends a batch now; calls order the offsets. `reply` runs once the
+    /// batch is appended (and durable, with `always`). Blocking file I/O:
+    /// call it off the async workers for large batches.
     pub fn append(&self, meta: Bytes, count: u32, data: Vec<Bytes>, reply: AppendReply) {
-        let msg = WriterMsg::Append {
-            meta,
-            count,
-            data,
-            reply,
-        };
-        if let Err(mpsc::SendError(WriterMsg::Append { reply, .. })) = self.send(msg) {
-            reply(Err(ServerError::coded(
+        let appender = self.appender.lock();
+        let Some(syncer) = &*appender else {
+            drop(appender);
+            return reply(Err(ServerError::coded(
                 ErrorCode::SHUTTING_DOWN,
                 format!("partition {}/{} is closed", self.topic, self.id),
             )));
+        };
+        let appended = match self.append_now(&meta, count, &data) {
+            Ok(a) => a,
+            Err(e) => {
+                drop(appender);
+                return reply(Err(e));
+            }
+        };
+        match syncer {
+            Some(s) => {
+                let job = Unsynced {
+                    appended,
+                    meta,
+                    reply,
+                };
+                if let Err(mpsc::SendError(job)) = s.send(job) {
+                    drop(appender);
+                    (job.reply)(Err(ServerError::coded(
+                        ErrorCode::SHUTTING_DOWN,
+                        "partition syncer stopped",
+                    )));
+                }
+            }
+            None => {
+                self.make_visible(&appended, &meta);
+                drop(appender);
+                reply(Ok(appended));
+            }
         }
     }
 
-    fn send(&self, msg: WriterMsg) -> Result<(), mpsc::SendError<WriterMsg>> {
-        match &*self.tx.lock() {
-            Some(tx) => tx.send(msg),
-            None => Err(mpsc::SendError(msg)),
-        }
-    }
-
-    /// Ends the stream: every append queued before this is kept, later ones
-    /// are refused, and consumers get end-of-stream once they caught up.
-    pub async fn seal(&self) {
-        let (tx, rx) = oneshot::channel();
-        if self.send(WriterMsg::Seal(tx)).is_ok() {
-            let _ = rx.await;
-        } else {
-            self.sealed.send_replace(true);
-        }
-    }
-
-    /// [`seal`](Self::seal) for callers outside the async runtime.
+    /// Ends the stream: every append before this is kept, later ones are
+    /// refused, and consumers get end-of-stream once they caught up.
     pub fn seal_blocking(&self) {
-        let (tx, rx) = oneshot::channel();
-        if self.send(WriterMsg::Seal(tx)).is_ok() {
-            let _ = rx.blocking_recv();
-        } else {
-            self.sealed.send_replace(true);
+        let appender = self.appender.lock();
+        if let Err(e) = self.log.sync_all() {
+            tracing::error!(topic = %self.topic, partition = self.id, error = %e, "sync at seal failed");
         }
+        self.publish(self.log.next_offset());
+        self.sealed.send_replace(true);
+        drop(appender);
+        self.waiters.wake_all();
+    }
+
+    pub async fn seal(self: &Arc<Self>) {
+        let me = self.clone();
+        let _ = tokio::task::spawn_blocking(move || me.seal_blocking()).await;
     }
 
     pub fn watch_visible(&self) -> watch::Receiver<u64> {
@@ -175,6 +191,10 @@ impl PartitionManager {
 
     pub fn watch_sealed(&self) -> watch::Receiver<bool> {
         self.sealed.subscribe()
+    }
+
+    pub fn is_sealed(&self) -> bool {
+        *self.sealed.borrow()
     }
 
     pub fn is_deleted(&self) -> bool {
@@ -189,48 +209,11 @@ impl PartitionManager {
         });
     }
 
-    fn run_writer(
-        self: Arc<Self>,
-        rx: mpsc::Receiver<WriterMsg>,
-        syncer: Option<mpsc::Sender<(Appended, AppendReply)>>,
-    ) {
-        for msg in rx {
-            match msg {
-                WriterMsg::Append {
-                    meta,
-                    count,
-                    data,
-                    reply,
-                } => {
-                    let result = self.append_now(&meta, count, &data);
-                    match (result, &syncer) {
-                        (Ok(a), Some(s)) => {
-                            if let Err(mpsc::SendError((_, reply))) = s.send((a, reply)) {
-                                reply(Err(ServerError::coded(
-                                    ErrorCode::SHUTTING_DOWN,
-                                    "partition syncer stopped",
-                                )));
-                            }
-                        }
-                        (Ok(a), None) => {
-                            self.publish(a.base_offset + a.count as u64);
-                            reply(Ok(a));
-                        }
-                        (Err(e), _) => {
-                            reply(Err(e));
-                        }
-                    }
-                }
-                WriterMsg::Seal(done) => {
-                    if let Err(e) = self.log.sync_all() {
-                        tracing::error!(topic = %self.topic, partition = self.id, error = %e, "sync at seal failed");
-                    }
-                    self.publish(self.log.next_offset());
-                    self.sealed.send_replace(true);
-                    let _ = done.send(());
-                }
-            }
-        }
+    /// Lets consumers see a batch: parked subscriptions get it pushed
+    /// directly, the others are woken through `visible`.
+    fn make_visible(&self, a: &Appended, meta: &Bytes) {
+        self.waiters.feed(self.id, a, meta);
+        self.publish(a.base_offset + a.count as u64);
     }
 
     fn append_now(
@@ -239,7 +222,7 @@ impl PartitionManager {
         count: u32,
         data: &[Bytes],
     ) -> Result<Appended, ServerError> {
-        if *self.sealed.borrow() {
+        if self.is_sealed() {
             return Err(ServerError::coded(
                 ErrorCode::TOPIC_CLOSED,
                 format!(
@@ -270,7 +253,7 @@ impl PartitionManager {
     }
 
     /// Group commit: one fdatasync covers every batch waiting at that moment.
-    fn run_syncer(self: Arc<Self>, rx: mpsc::Receiver<(Appended, AppendReply)>) {
+    fn run_syncer(self: Arc<Self>, rx: mpsc::Receiver<Unsynced>) {
         while let Ok(first) = rx.recv() {
             let mut group = vec![first];
             while let Ok(more) = rx.try_recv() {
@@ -278,26 +261,21 @@ impl PartitionManager {
             }
             let token = group
                 .iter()
-                .map(|(a, _)| a.token)
+                .map(|u| u.appended.token)
                 .max()
                 .expect("non-empty group");
             match self.log.sync(token) {
                 Ok(()) => {
-                    let next = group
-                        .iter()
-                        .map(|(a, _)| a.base_offset + a.count as u64)
-                        .max()
-                        .unwrap_or(0);
-                    self.publish(next);
-                    for (a, reply) in group {
-                        reply(Ok(a));
+                    for u in group {
+                        self.make_visible(&u.appended, &u.meta);
+                        (u.reply)(Ok(u.appended));
                     }
                 }
                 Err(e) => {
                     tracing::error!(topic = %self.topic, partition = self.id, error = %e, "fdatasync failed");
                     let code = ErrorCode(e.code());
-                    for (_, reply) in group {
-                        reply(Err(ServerError::coded(code, e.to_string())));
+                    for u in group {
+                        (u.reply)(Err(ServerError::coded(code, e.to_string())));
                     }
                 }
             }
@@ -313,9 +291,9 @@ impl PartitionManager {
         }
     }
 
-    /// Stops the threads after the queued appends are done, and syncs.
+    /// Refuses further appends, lets the syncer finish, and syncs.
     pub fn shutdown(&self) {
-        self.tx.lock().take();
+        self.appender.lock().take();
         self.stop.store(true, Ordering::Release);
         let threads = std::mem::take(&mut *self.threads.lock());
         for t in &threads {
@@ -333,6 +311,7 @@ impl PartitionManager {
         self.deleted.store(true, Ordering::Release);
         self.shutdown();
         // Wake subscriptions so they notice the deletion.
+        self.waiters.wake_all();
         self.visible.send_modify(|_| {});
     }
 }

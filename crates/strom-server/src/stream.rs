@@ -1,12 +1,20 @@
 //! Subscription streams: push a partition's metadata batches to a consumer
 //! ahead of demand, within the credit the consumer granted (bounded
 //! prefetch), then end-of-stream once the partition is sealed and drained.
+//!
+//! A stream that has caught up *parks* in the partition's [`Waiters`]; the
+//! appender then queues the next batch to it directly (no task wake-up on
+//! the latency path) and advances its position. Otherwise the stream task
+//! reads the log itself.
 
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 
+use bytes::Bytes;
+use parking_lot::Mutex;
 use strom_net::{OutFrame, WriterHandle};
 use strom_proto::{ErrorCode, Push};
+use strom_storage::Appended;
 use tokio::sync::Notify;
 
 use crate::partition::PartitionManager;
@@ -33,15 +41,88 @@ impl Credit {
         self.notify.notify_one();
     }
 
+    fn has(&self) -> bool {
+        self.avail.load(Ordering::Acquire) > 0
+    }
+
     async fn wait(&self) {
         loop {
             let notified = self.notify.notified();
-            if self.avail.load(Ordering::Acquire) > 0 {
+            if self.has() {
                 return;
             }
             notified.await;
         }
     }
+}
+
+/// A caught-up stream waiting for the next batch.
+struct Parked {
+    stream: u64,
+    pos: AtomicU64,
+    credit: Arc<Credit>,
+    writer: WriterHandle,
+    wake: Notify,
+}
+
+/// The parked streams of one partition.
+#[derive(Default)]
+pub struct Waiters {
+    parked: Mutex<Vec<Arc<Parked>>>,
+}
+
+impl Waiters {
+    /// Pushes a just-visible batch to every stream parked at its offset,
+    /// and wakes them so they park again (or catch up from the log).
+    pub fn feed(&self, partition: u32, a: &Appended, meta: &Bytes) {
+        let mut parked = self.parked.lock();
+        if parked.is_empty() {
+            return;
+        }
+        parked.retain(|p| {
+            if p.pos.load(Ordering::Acquire) != a.base_offset || !p.credit.has() {
+                return true;
+            }
+            let frame = OutFrame::push(
+                p.stream,
+                &Push::Events {
+                    partition,
+                    base_offset: a.base_offset,
+                    count: a.count,
+                    timestamp_us: a.timestamp_us,
+                    meta: meta.clone(),
+                },
+            );
+            if p.writer.try_send_frame(frame).is_ok() {
+                p.pos
+                    .store(a.base_offset + a.count as u64, Ordering::Release);
+                p.credit.avail.fetch_sub(a.count as i64, Ordering::AcqRel);
+            }
+            p.wake.notify_one();
+            false
+        });
+    }
+
+    pub fn wake_all(&self) {
+        for p in self.parked.lock().drain(..) {
+            p.wake.notify_one();
+        }
+    }
+
+    fn park(&self, p: &Arc<Parked>) {
+        self.parked.lock().push(p.clone());
+    }
+
+    /// Takes the stream out (if the appender has not already), returning
+    /// its position, which a feed may have advanced.
+    fn unpark(&self, p: &Arc<Parked>) -> u64 {
+        self.parked.lock().retain(|x| !Arc::ptr_eq(x, p));
+        p.pos.load(Ordering::Acquire)
+    }
+}
+
+async fn send(writer: &WriterHandle, stream: u64, push: &Push) -> bool {
+    writer.send(OutFrame::push(stream, push)).await.is_ok()
 }
 
 pub async fn run(
@@ -55,15 +136,11 @@ pub async fn run(
     let mut sealed = pm.watch_sealed();
     loop {
         if pm.is_deleted() {
-            let _ = writer
-                .send(OutFrame::push(
-                    stream,
-                    &Push::StreamError {
-                        code: ErrorCode::TOPIC_NOT_FOUND,
-                        message: format!("topic '{}' was deleted", pm.topic),
-                    },
-                ))
-                .await;
+            let push = Push::StreamError {
+                code: ErrorCode::TOPIC_NOT_FOUND,
+                message: format!("topic '{}' was deleted", pm.topic),
+            };
+            send(&writer, stream, &push).await;
             return;
         }
         let vis = *visible.borrow_and_update();
@@ -74,15 +151,11 @@ pub async fn run(
                 Ok(b) => b,
                 Err(e) => {
                     tracing::error!(topic = %pm.topic, partition = pm.id, offset = pos, error = %e, "read for a subscription failed");
-                    let _ = writer
-                        .send(OutFrame::push(
-                            stream,
-                            &Push::StreamError {
-                                code: ErrorCode(e.code()),
-                                message: e.to_string(),
-                            },
-                        ))
-                        .await;
+                    let push = Push::StreamError {
+                        code: ErrorCode(e.code()),
+                        message: e.to_string(),
+                    };
+                    send(&writer, stream, &push).await;
                     return;
                 }
             };
@@ -92,17 +165,14 @@ pub async fn run(
                     break;
                 }
                 let sent = end - pos.max(b.base_offset);
-                let frame = OutFrame::push(
-                    stream,
-                    &Push::Events {
-                        partition: pm.id,
-                        base_offset: b.base_offset,
-                        count: b.count,
-                        timestamp_us: b.timestamp_us,
-                        meta: b.meta,
-                    },
-                );
-                if writer.send(frame).await.is_err() {
+                let push = Push::Events {
+                    partition: pm.id,
+                    base_offset: b.base_offset,
+                    count: b.count,
+                    timestamp_us: b.timestamp_us,
+                    meta: b.meta,
+                };
+                if !send(&writer, stream, &push).await {
                     return;
                 }
                 credit.avail.fetch_sub(sent as i64, Ordering::AcqRel);
@@ -111,20 +181,27 @@ pub async fn run(
             continue;
         }
         if *sealed.borrow_and_update() && pos >= pm.log.next_offset() {
-            let _ = writer
-                .send(OutFrame::push(
-                    stream,
-                    &Push::EndOfStream {
-                        partition: pm.id,
-                        end_offset: pos,
-                    },
-                ))
-                .await;
+            let push = Push::EndOfStream {
+                partition: pm.id,
+                end_offset: pos,
+            };
+            send(&writer, stream, &push).await;
             return;
         }
+        // Caught up: park so the appender can push the next batch directly.
+        let parked = Arc::new(Parked {
+            stream,
+            pos: AtomicU64::new(pos),
+            credit: credit.clone(),
+            writer: writer.clone(),
+            wake: Notify::new(),
+        });
+        pm.waiters.park(&parked);
         tokio::select! {
-            r = visible.changed() => if r.is_err() { return },
-            r = sealed.changed() => if r.is_err() { return },
+            _ = parked.wake.notified() => {}
+            r = visible.changed() => if r.is_err() { pm.waiters.unpark(&parked); return },
+            r = sealed.changed() => if r.is_err() { pm.waiters.unpark(&parked); return },
         }
+        pos = pm.waiters.unpark(&parked);
     }
 }
