@@ -13,7 +13,7 @@ use bytes::Bytes;
 use parking_lot::Mutex;
 use strom_net::{spawn_writer, BoxRead, FrameReader, NetError, OutFrame, Transport, WriterHandle};
 use strom_proto::{ErrorCode, FrameKind, Push, Request, Response};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
 use crate::data::DataBuffer;
 use crate::error::{Error, Result};
@@ -23,6 +23,10 @@ use crate::error::{Error, Result};
 pub(crate) type FillPlan = Vec<(usize, usize, usize)>;
 
 type Buffers = Vec<Box<dyn DataBuffer>>;
+
+/// Receives a stream's pushes, in order, on the connection's reader task.
+/// Dropping it (when the connection dies) tells the stream it is over.
+pub(crate) type StreamHandler = Box<dyn FnMut(Push) + Send>;
 
 /// Runs on the connection's reader task with a request's outcome.
 pub(crate) type Callback = Box<dyn FnOnce(Result<(Response, Buffers)>) + Send>;
@@ -77,7 +81,7 @@ pub(crate) struct ClientConn {
     pub addr: String,
     writer: WriterHandle,
     pending: Mutex<HashMap<u64, Pending>>,
-    streams: Mutex<HashMap<u64, mpsc::UnboundedSender<Push>>>,
+    streams: Mutex<HashMap<u64, StreamHandler>>,
     next_id: AtomicU64,
     dead: AtomicBool,
 }
@@ -242,14 +246,12 @@ impl ClientConn {
         let _ = self.writer.try_send(OutFrame::request(0, req));
     }
 
-    /// Registers a push stream; pushes for `stream` arrive on the receiver,
-    /// which closes when the connection dies.
-    pub fn open_stream(&self, stream: u64) -> mpsc::UnboundedReceiver<Push> {
-        let (tx, rx) = mpsc::unbounded_channel();
+    /// Registers a push stream: `handler` gets its pushes, in order, on
+    /// the reader task, and is dropped when the connection dies.
+    pub fn open_stream(&self, stream: u64, handler: StreamHandler) {
         if !self.is_dead() {
-            self.streams.lock().insert(stream, tx);
+            self.streams.lock().insert(stream, handler);
         }
-        rx
     }
 
     pub fn close_stream(&self, stream: u64) {
@@ -313,8 +315,8 @@ async fn read_one(conn: &ClientConn, reader: &mut FrameReader<BoxRead>) -> Resul
         FrameKind::Push => {
             let push = Push::decode(h.opcode, &body)?;
             reader.skip_bulk().await?;
-            if let Some(tx) = conn.streams.lock().get(&h.id) {
-                let _ = tx.send(push);
+            if let Some(handler) = conn.streams.lock().get_mut(&h.id) {
+                handler(push);
             }
         }
         FrameKind::Request => {

@@ -7,11 +7,12 @@
 //! owner to a new address) and resumes exactly where it stopped.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use strom_proto::{BatchView, ErrorCode, Push, Request, Response, StartPos};
+use tokio::sync::mpsc;
 
 use crate::consumer::{Item, PartSub, Shared};
 use crate::data::{plan_fill, DataBuffer, DataDescriptor, EventMeta};
@@ -112,6 +113,71 @@ impl Shared {
     }
 }
 
+/// State shared by a subscription's task and its push handler.
+struct StreamCtx {
+    shared: Arc<Shared>,
+    sub: Arc<PartSub>,
+    slot: usize,
+    epoch: u64,
+    /// Next offset to deliver.
+    pos: AtomicU64,
+    /// Pushes handed to the task and not handled yet (1 until subscribed).
+    queued: AtomicUsize,
+}
+
+impl StreamCtx {
+    /// Delivers a batch that has no data to fetch right on the reader task
+    /// (one thread hand-off less) when nothing is queued ahead of it.
+    fn try_inline(&self, push: &Push) -> bool {
+        let Push::Events {
+            base_offset,
+            count,
+            timestamp_us,
+            meta,
+            ..
+        } = push
+        else {
+            return false;
+        };
+        if self.queued.load(Ordering::Acquire) != 0 {
+            return false;
+        }
+        let Ok(view) = BatchView::parse(meta.clone()) else {
+            return false;
+        };
+        if view.data_len() != 0 {
+            return false;
+        }
+        let pos = self.pos.load(Ordering::Acquire);
+        let events: VecDeque<Event> = view
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| base_offset + *i as u64 >= pos)
+            .map(|(i, e)| Event {
+                meta: EventMeta::new(
+                    self.sub.partition,
+                    base_offset + i as u64,
+                    *timestamp_us,
+                    e.metadata,
+                    self.shared.policy.clone(),
+                ),
+                data_size: 0,
+                fetched: 0,
+                buffers: Vec::new(),
+                descriptor: e.descriptor,
+                acks: self.sub.acks.clone(),
+            })
+            .collect();
+        self.pos
+            .fetch_max(base_offset + *count as u64, Ordering::AcqRel);
+        if !events.is_empty() {
+            self.shared
+                .deliver(self.epoch, Item::Events(self.slot as u32, events));
+        }
+        true
+    }
+}
+
 async fn subscribe_and_stream(
     shared: &Arc<Shared>,
     sub: &Arc<PartSub>,
@@ -124,7 +190,25 @@ async fn subscribe_and_stream(
     let addr = sub.owner.lock().addr.clone();
     let conn = shared.topic.driver.conn(&addr).await?;
     let stream = NEXT_STREAM.fetch_add(1, Ordering::Relaxed);
-    let mut rx = conn.open_stream(stream);
+    let ctx = Arc::new(StreamCtx {
+        shared: shared.clone(),
+        sub: sub.clone(),
+        slot,
+        epoch,
+        pos: AtomicU64::new(0),
+        queued: AtomicUsize::new(1),
+    });
+    let (tx, mut rx) = mpsc::unbounded_channel::<Push>();
+    let handler_ctx = ctx.clone();
+    conn.open_stream(
+        stream,
+        Box::new(move |push| {
+            if !handler_ctx.try_inline(&push) {
+                handler_ctx.queued.fetch_add(1, Ordering::AcqRel);
+                let _ = tx.send(push);
+            }
+        }),
+    );
     *sub.conn.lock() = Some(conn.clone());
     sub.stream.store(stream, Ordering::Release);
     let req = Request::Subscribe {
@@ -135,14 +219,23 @@ async fn subscribe_and_stream(
         start,
         prefetch: shared.opts.prefetch,
     };
-    let mut pos = match conn.call(&req, Vec::new()).await? {
+    let start_offset = match conn.call(&req, Vec::new()).await? {
         Response::Subscribed { start_offset } => start_offset,
         other => return Err(unexpected(other)),
     };
-    *resume = Some(pos);
+    ctx.pos.store(start_offset, Ordering::Release);
+    ctx.queued.fetch_sub(1, Ordering::AcqRel);
     if let Some(tx) = started.take() {
         let _ = tx.send(Ok(()));
     }
+    let result = stream_loop(&ctx, &mut rx).await;
+    *resume = Some(ctx.pos.load(Ordering::Acquire));
+    result
+}
+
+/// Handles the pushes the handler could not deliver inline, in order.
+async fn stream_loop(ctx: &StreamCtx, rx: &mut mpsc::UnboundedReceiver<Push>) -> Result<()> {
+    let (shared, sub, slot, epoch) = (&ctx.shared, &ctx.sub, ctx.slot, ctx.epoch);
     while let Some(push) = rx.recv().await {
         match push {
             Push::Events {
@@ -152,15 +245,16 @@ async fn subscribe_and_stream(
                 meta,
                 ..
             } => {
+                let pos = ctx.pos.load(Ordering::Acquire);
                 let events = fetch_batch(shared, sub, pos, base_offset, timestamp_us, meta).await?;
-                pos = pos.max(base_offset + count as u64);
+                ctx.pos
+                    .fetch_max(base_offset + count as u64, Ordering::AcqRel);
                 let held: u64 = events.iter().map(|e| e.fetched_len()).sum();
                 if !events.is_empty() && !shared.deliver(epoch, Item::Events(slot as u32, events)) {
                     // A seek superseded this subscription; its data is dropped.
                     shared.budget.release(held);
                     return Ok(());
                 }
-                *resume = Some(pos);
             }
             Push::EndOfStream { .. } => {
                 shared.deliver(epoch, Item::End(slot as u32));
@@ -168,6 +262,7 @@ async fn subscribe_and_stream(
             }
             Push::StreamError { code, message } => return Err(Error::Coded { code, message }),
         }
+        ctx.queued.fetch_sub(1, Ordering::AcqRel);
     }
     Err(Error::coded(
         ErrorCode::CONNECTION_CLOSED,
