@@ -88,11 +88,13 @@ fn each_producer_keeps_its_order_and_offsets_are_dense(pt: PartitionType) {
     const N: u64 = 300;
     let s = Server::start();
     let t = s.driver.create_topic(spec("order", 1, pt)).expect("topic");
+    // Register every producer before any closes: the stream ends when all
+    // registered producers have closed.
+    let producers: Vec<_> = (0..3).map(|_| t.producer().expect("producer")).collect();
     std::thread::scope(|scope| {
-        for k in 0..3u64 {
-            let t = &t;
+        for (k, p) in producers.into_iter().enumerate() {
+            let k = k as u64;
             scope.spawn(move || {
-                let p = t.producer().expect("producer");
                 let futs: Vec<_> = (0..N)
                     .map(|i| {
                         let meta = json!({ "producer": k, "seq": i });
