@@ -233,6 +233,13 @@ impl AckFuture {
 impl std::future::Future for AckFuture {
     type Output = Result<()>;
     fn poll(self: std::pin::Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
+        self.poll_ref(cx)
+    }
+}
+
+impl AckFuture {
+    /// Polls through a shared reference (for bindings).
+    pub fn poll_ref(&self, cx: &mut Context<'_>) -> Poll<Result<()>> {
         let mut st = self.acks.state.lock();
         match self.acks.check(&mut st, self.offset) {
             Some(r) => Poll::Ready(r),

@@ -146,6 +146,12 @@ impl PushFuture {
         self.slot.is_done()
     }
 
+    /// Polls through a shared reference (for bindings that both wait on and
+    /// await the same future).
+    pub fn poll_ref(&self, cx: &mut Context<'_>) -> Poll<Result<EventId>> {
+        self.slot.poll(cx).map(|r| self.id(r))
+    }
+
     fn id(&self, r: Result<BatchAck>) -> Result<EventId> {
         r.map(|a| EventId {
             partition: self.partition,
@@ -157,7 +163,7 @@ impl PushFuture {
 impl std::future::Future for PushFuture {
     type Output = Result<EventId>;
     fn poll(self: std::pin::Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        self.slot.poll(cx).map(|r| self.id(r))
+        self.poll_ref(cx)
     }
 }
 
@@ -383,6 +389,11 @@ impl Producer {
 
     pub fn topic(&self) -> &Topic {
         &self.inner.topic
+    }
+
+    /// This producer's id in the topic's registry (see [`Topic::close_producer`]).
+    pub fn id(&self) -> u64 {
+        self.inner.id
     }
 }
 

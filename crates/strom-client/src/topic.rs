@@ -104,6 +104,19 @@ impl Topic {
         Consumer::new(self.clone(), name, options)
     }
 
+    /// Closes producer `id`'s part of the stream on its behalf, for a
+    /// producer that died without closing (its id is [`Producer::id`]).
+    pub fn close_producer(&self, id: u64) -> Result<()> {
+        let d = self.driver.clone();
+        let req = Request::CloseProducer {
+            topic: self.name.to_string(),
+            producer: id,
+        };
+        self.driver
+            .block_on(async move { d.master_call(req).await })
+            .map(|_| ())
+    }
+
     /// Ends the stream explicitly: consumers get end-of-stream after every
     /// event written before this call, and producing fails from now on.
     pub fn complete(&self) -> Result<()> {
