@@ -89,7 +89,7 @@ pub(crate) struct ClientConn {
 impl ClientConn {
     pub async fn connect(transport: &dyn Transport, addr: &str) -> Result<Arc<Self>> {
         let conn = transport.connect(addr).await?;
-        let writer = spawn_writer(conn.writer, addr.to_string(), |_| {});
+        let writer = spawn_writer(conn.writer, conn.direct, addr.to_string(), |_| {});
         let c = Arc::new(ClientConn {
             addr: addr.to_string(),
             writer,

@@ -7,7 +7,10 @@
 //! [`FrameWriter`] coalesces small frames into one write and writes large bulk
 //! chunks directly from the caller's buffers.
 
+use std::sync::Arc;
+
 use bytes::{Buf, Bytes, BytesMut};
+use parking_lot::Mutex;
 use strom_proto::{FrameHeader, FrameKind, Push, Request, Response, FRAME_HEADER_LEN};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
@@ -232,6 +235,18 @@ impl<W: AsyncWrite + Unpin> FrameWriter<W> {
         Ok(())
     }
 
+    async fn write_item(&mut self, item: &Item) -> Result<(), NetError> {
+        match item {
+            Item::Frame(f) => self.write(f).await,
+            Item::Raw(pieces) => {
+                for p in pieces {
+                    self.buf.extend_from_slice(p);
+                }
+                Ok(())
+            }
+        }
+    }
+
     async fn flush_buf(&mut self) -> Result<(), NetError> {
         if !self.buf.is_empty() {
             self.inner
@@ -252,28 +267,163 @@ impl<W: AsyncWrite + Unpin> FrameWriter<W> {
     }
 }
 
-/// Sends frames to a connection's writer task. Cheap to clone.
+/// A socket that can also be written without waiting, from any thread
+/// (TCP), so an idle connection's frames skip the writer task.
+pub trait DirectWrite: Send + Sync {
+    fn try_write_vectored(&self, bufs: &[std::io::IoSlice<'_>]) -> std::io::Result<usize>;
+}
+
+/// What the writer task writes: a frame, or the rest of a frame a sender
+/// started writing directly.
+enum Item {
+    Frame(OutFrame),
+    Raw(Vec<Bytes>),
+}
+
+/// Frames at most this large, in at most this many pieces, may be written
+/// directly by the sending thread.
+const DIRECT_MAX_BYTES: u64 = 1 << 20;
+const DIRECT_MAX_PIECES: usize = 64;
+
+/// Orders direct writes against the writer task: a sender writes directly
+/// only while nothing is queued for (or being written by) the task.
+struct Gate {
+    queued: Mutex<usize>,
+    direct: Option<Arc<dyn DirectWrite>>,
+    max_frame: u32,
+}
+
+enum Direct {
+    /// Fully written.
+    Done,
+    /// Partly written (or not at all): the bytes still to write.
+    Rest(Vec<Bytes>),
+    /// Not attempted; queue the frame.
+    Skip(OutFrame),
+}
+
+impl Gate {
+    /// Called with `queued` locked and zero.
+    fn write_direct(&self, f: OutFrame) -> Direct {
+        let Some(sock) = &self.direct else {
+            return Direct::Skip(f);
+        };
+        let total = FRAME_HEADER_LEN as u64 + f.body.len() as u64 + f.bulk_len();
+        if total > DIRECT_MAX_BYTES || f.bulk.len() + 2 > DIRECT_MAX_PIECES {
+            return Direct::Skip(f);
+        }
+        let header = match (FrameHeader {
+            kind: f.kind,
+            opcode: f.opcode,
+            id: f.id,
+            body_len: f.body.len() as u32,
+            bulk_len: f.bulk_len(),
+        })
+        .encode(self.max_frame)
+        {
+            Ok(h) => h,
+            Err(_) => return Direct::Skip(f),
+        };
+        let mut pieces = Vec::with_capacity(f.bulk.len() + 2);
+        pieces.push(Bytes::copy_from_slice(&header));
+        pieces.push(f.body.clone());
+        pieces.extend(f.bulk.iter().cloned());
+        let slices: Vec<std::io::IoSlice<'_>> =
+            pieces.iter().map(|p| std::io::IoSlice::new(p)).collect();
+        let mut written = match sock.try_write_vectored(&slices) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => 0,
+            Err(_) => return Direct::Skip(f),
+        };
+        if written as u64 == total {
+            return Direct::Done;
+        }
+        let mut rest = Vec::new();
+        for p in pieces {
+            if written >= p.len() {
+                written -= p.len();
+            } else {
+                rest.push(p.slice(written..));
+                written = 0;
+            }
+        }
+        Direct::Rest(rest)
+    }
+}
+
+/// Sends frames to a connection's writer task (or straight to an idle
+/// socket). Cheap to clone.
 #[derive(Clone)]
 pub struct WriterHandle {
-    tx: mpsc::Sender<OutFrame>,
+    tx: mpsc::Sender<Item>,
+    gate: Arc<Gate>,
 }
 
 impl WriterHandle {
-    pub async fn send(&self, f: OutFrame) -> Result<(), NetError> {
-        self.tx.send(f).await.map_err(|_| NetError::Closed)
+    /// Writes directly if idle, else queues; `Err` gives the frame back if
+    /// the queue is full or the writer stopped.
+    pub fn try_send_frame(&self, f: OutFrame) -> Result<(), OutFrame> {
+        let mut queued = self.gate.queued.lock();
+        let item = if *queued == 0 {
+            match self.gate.write_direct(f) {
+                Direct::Done => return Ok(()),
+                Direct::Rest(r) => Item::Raw(r),
+                Direct::Skip(f) => Item::Frame(f),
+            }
+        } else {
+            Item::Frame(f)
+        };
+        match self.tx.try_send(item) {
+            Ok(()) => {
+                *queued += 1;
+                Ok(())
+            }
+            Err(e) => match e.into_inner() {
+                Item::Frame(f) => Err(f),
+                // Part of it is on the wire: the connection cannot be used
+                // in order any more, so let the writer stop it.
+                Item::Raw(_) => Ok(()),
+            },
+        }
     }
 
     /// Sends without waiting; fails if the queue is full or the writer stopped.
     pub fn try_send(&self, f: OutFrame) -> Result<(), NetError> {
-        self.tx.try_send(f).map_err(|_| NetError::Closed)
+        self.try_send_frame(f).map_err(|_| NetError::Closed)
     }
 
-    /// Sends without waiting; hands the frame back if the queue is full
-    /// or the writer stopped.
-    pub fn try_send_frame(&self, f: OutFrame) -> Result<(), OutFrame> {
-        self.tx.try_send(f).map_err(|e| match e {
-            mpsc::error::TrySendError::Full(f) | mpsc::error::TrySendError::Closed(f) => f,
-        })
+    /// Writes directly if idle, else queues, waiting for room.
+    pub async fn send(&self, f: OutFrame) -> Result<(), NetError> {
+        let item = {
+            let mut queued = self.gate.queued.lock();
+            let f = if *queued == 0 {
+                match self.gate.write_direct(f) {
+                    Direct::Done => return Ok(()),
+                    Direct::Rest(r) => {
+                        // The rest of a half-written frame must be next on
+                        // the wire: queue it before releasing the gate (the
+                        // queue is empty, so there is room).
+                        return match self.tx.try_send(Item::Raw(r)) {
+                            Ok(()) => {
+                                *queued += 1;
+                                Ok(())
+                            }
+                            Err(_) => Err(NetError::Closed),
+                        };
+                    }
+                    Direct::Skip(f) => f,
+                }
+            } else {
+                f
+            };
+            *queued += 1;
+            Item::Frame(f)
+        };
+        if self.tx.send(item).await.is_err() {
+            *self.gate.queued.lock() -= 1;
+            return Err(NetError::Closed);
+        }
+        Ok(())
     }
 
     pub fn is_closed(&self) -> bool {
@@ -282,33 +432,45 @@ impl WriterHandle {
 }
 
 /// Starts a task that writes queued frames, batching whatever is queued into
-/// as few writes as possible. It ends when every handle is dropped or a write
-/// fails (the error is logged and reported through `on_exit`).
+/// as few writes as possible; senders write directly to `direct` (if given)
+/// while nothing is queued. The task ends when every handle is dropped or a
+/// write fails (the error is logged and reported through `on_exit`).
 pub fn spawn_writer<W>(
     mut writer: FrameWriter<W>,
+    direct: Option<Arc<dyn DirectWrite>>,
     peer: String,
     on_exit: impl FnOnce(Option<NetError>) + Send + 'static,
 ) -> WriterHandle
 where
     W: AsyncWrite + Unpin + Send + 'static,
 {
-    let (tx, mut rx) = mpsc::channel::<OutFrame>(1024);
+    let (tx, mut rx) = mpsc::channel::<Item>(1024);
+    let gate = Arc::new(Gate {
+        queued: Mutex::new(0),
+        direct,
+        max_frame: writer.max_frame,
+    });
+    let task_gate = gate.clone();
     tokio::spawn(async move {
         let result: Result<(), NetError> = async {
-            while let Some(f) = rx.recv().await {
-                writer.write(&f).await?;
-                while let Ok(f) = rx.try_recv() {
-                    writer.write(&f).await?;
+            while let Some(item) = rx.recv().await {
+                let mut n = 1;
+                writer.write_item(&item).await?;
+                while let Ok(item) = rx.try_recv() {
+                    writer.write_item(&item).await?;
+                    n += 1;
                 }
                 writer.flush().await?;
+                *task_gate.queued.lock() -= n;
             }
             Ok(())
         }
         .await;
+        rx.close();
         if let Err(e) = &result {
             tracing::debug!(peer = %peer, error = %e, "connection writer stopped");
         }
         on_exit(result.err());
     });
-    WriterHandle { tx }
+    WriterHandle { tx, gate }
 }

@@ -12,7 +12,7 @@ mod frame_io;
 mod tcp;
 
 pub use error::NetError;
-pub use frame_io::{spawn_writer, FrameReader, FrameWriter, OutFrame, WriterHandle};
+pub use frame_io::{spawn_writer, DirectWrite, FrameReader, FrameWriter, OutFrame, WriterHandle};
 pub use tcp::TcpTransport;
 
 use std::future::Future;
@@ -28,6 +28,9 @@ pub type BoxWrite = Box<dyn AsyncWrite + Send + Unpin>;
 pub struct Conn {
     pub reader: FrameReader<BoxRead>,
     pub writer: FrameWriter<BoxWrite>,
+    /// The same socket for senders that write directly while the writer
+    /// task is idle (None: always go through the writer task).
+    pub direct: Option<std::sync::Arc<dyn DirectWrite>>,
     /// The peer's address, for logs and errors.
     pub peer: String,
 }

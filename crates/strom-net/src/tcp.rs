@@ -1,10 +1,57 @@
 //! TCP transport: frames and streamed bulk payloads over a socket, with
 //! Nagle disabled so small frames go out at once.
 
+use std::io::IoSlice;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use tokio::io::AsyncWrite;
+use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::frame_io::{FrameReader, FrameWriter};
+use crate::frame_io::{DirectWrite, FrameReader, FrameWriter};
 use crate::{BoxFuture, Conn, Listener, NetError, Transport};
+
+/// The write half of a TCP connection, shared by the connection's writer
+/// task (as `AsyncWrite`) and by senders writing directly while it is idle.
+struct SharedWrite(Arc<OwnedWriteHalf>);
+
+impl DirectWrite for OwnedWriteHalf {
+    fn try_write_vectored(&self, bufs: &[IoSlice<'_>]) -> std::io::Result<usize> {
+        let s: &TcpStream = self.as_ref();
+        s.try_write_vectored(bufs)
+    }
+}
+
+impl AsyncWrite for SharedWrite {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let s: &TcpStream = (*self.0).as_ref();
+        loop {
+            match s.poll_write_ready(cx) {
+                Poll::Ready(Ok(())) => {}
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => return Poll::Pending,
+            }
+            match s.try_write(buf) {
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                r => return Poll::Ready(r),
+            }
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}
 
 /// TCP with a maximum frame size enforced on everything it reads and writes.
 pub struct TcpTransport {
@@ -28,9 +75,11 @@ fn wrap(stream: TcpStream, max_frame: u32) -> Result<Conn, NetError> {
         .map(|a| a.to_string())
         .unwrap_or_else(|_| "unknown".into());
     let (r, w) = stream.into_split();
+    let w = Arc::new(w);
     Ok(Conn {
         reader: FrameReader::new(Box::new(r), max_frame),
-        writer: FrameWriter::new(Box::new(w), max_frame),
+        writer: FrameWriter::new(Box::new(SharedWrite(w.clone())), max_frame),
+        direct: Some(w),
         peer,
     })
 }

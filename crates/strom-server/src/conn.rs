@@ -31,7 +31,7 @@ struct Session {
 
 pub async fn serve(conn: Conn, state: Arc<State>) {
     let peer = conn.peer.clone();
-    let writer = spawn_writer(conn.writer, peer.clone(), |_| {});
+    let writer = spawn_writer(conn.writer, conn.direct, peer.clone(), |_| {});
     let mut reader = conn.reader;
     let mut s = Session {
         state,
