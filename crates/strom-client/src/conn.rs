@@ -102,6 +102,20 @@ impl ClientConn {
         Ok(c)
     }
 
+    /// Registers a pending request under a fresh id.
+    fn register(&self, done: Completion, buffers: Buffers, plan: FillPlan) -> u64 {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        self.pending.lock().insert(
+            id,
+            Pending {
+                done,
+                buffers,
+                plan,
+            },
+        );
+        id
+    }
+
     pub fn is_dead(&self) -> bool {
         self.dead.load(Ordering::Acquire) || self.writer.is_closed()
     }
@@ -141,16 +155,8 @@ impl ClientConn {
         buffers: Buffers,
         plan: FillPlan,
     ) -> Result<ResponseWaiter> {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
-        self.pending.lock().insert(
-            id,
-            Pending {
-                done: Completion::Channel(tx),
-                buffers,
-                plan,
-            },
-        );
+        let id = self.register(Completion::Channel(tx), buffers, plan);
         if self.is_dead()
             || self
                 .writer
@@ -171,15 +177,7 @@ impl ClientConn {
     /// keeps one caller's requests in order); `done` runs on the reader task
     /// with the outcome, or here if the connection is already lost.
     pub async fn send_with(&self, req: &Request, bulk: Vec<Bytes>, done: Callback) {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        self.pending.lock().insert(
-            id,
-            Pending {
-                done: Completion::Callback(done),
-                buffers: Vec::new(),
-                plan: Vec::new(),
-            },
-        );
+        let id = self.register(Completion::Callback(done), Vec::new(), Vec::new());
         let lost = self.is_dead()
             || self
                 .writer
@@ -206,15 +204,7 @@ impl ClientConn {
         if self.is_dead() {
             return Err((bulk, done));
         }
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        self.pending.lock().insert(
-            id,
-            Pending {
-                done: Completion::Callback(done),
-                buffers: Vec::new(),
-                plan: Vec::new(),
-            },
-        );
+        let id = self.register(Completion::Callback(done), Vec::new(), Vec::new());
         if self.is_dead() {
             // Lost meanwhile: if fail_all has not taken it, hand it back.
             return match self.pending.lock().remove(&id) {
