@@ -285,6 +285,12 @@ async fn read_one(conn: &ClientConn, reader: &mut FrameReader<BoxRead>) -> Resul
                 reader.skip_bulk().await?;
                 return Ok(true);
             };
+            if let Response::Error { .. } = resp {
+                // A refused request carries no data, whatever was planned.
+                reader.skip_bulk().await?;
+                p.done.complete(Ok((resp, p.buffers)));
+                return Ok(true);
+            }
             let planned: u64 = p.plan.iter().map(|x| x.2 as u64).sum();
             if reader.pending_bulk() > 0 || planned > 0 {
                 if reader.pending_bulk() != planned {

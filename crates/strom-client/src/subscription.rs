@@ -236,6 +236,9 @@ async fn subscribe_and_stream(
 /// Handles the pushes the handler could not deliver inline, in order.
 async fn stream_loop(ctx: &StreamCtx, rx: &mut mpsc::UnboundedReceiver<Push>) -> Result<()> {
     let (shared, sub, slot, epoch) = (&ctx.shared, &ctx.sub, ctx.slot, ctx.epoch);
+    // Offsets whose data retention dropped before it was read, reported
+    // once, before the next events.
+    let mut lost: Option<(u64, u64)> = None;
     while let Some(push) = rx.recv().await {
         match push {
             Push::Events {
@@ -246,9 +249,23 @@ async fn stream_loop(ctx: &StreamCtx, rx: &mut mpsc::UnboundedReceiver<Push>) ->
                 ..
             } => {
                 let pos = ctx.pos.load(Ordering::Acquire);
-                let events = fetch_batch(shared, sub, pos, base_offset, timestamp_us, meta).await?;
-                ctx.pos
-                    .fetch_max(base_offset + count as u64, Ordering::AcqRel);
+                let end = base_offset + count as u64;
+                let events =
+                    match fetch_batch(shared, sub, pos, base_offset, timestamp_us, meta).await {
+                        Ok(events) => events,
+                        // Retention dropped the batch before its data was read:
+                        // say so once, and go on with the next batch.
+                        Err(e) if e.code() == ErrorCode::OFFSET_OUT_OF_RANGE => {
+                            let from = lost.map_or(pos.max(base_offset), |(f, _)| f);
+                            lost = Some((from, end));
+                            ctx.pos.fetch_max(end, Ordering::AcqRel);
+                            ctx.queued.fetch_sub(1, Ordering::AcqRel);
+                            continue;
+                        }
+                        Err(e) => return Err(e),
+                    };
+                report_lost(ctx, &mut lost);
+                ctx.pos.fetch_max(end, Ordering::AcqRel);
                 let held: u64 = events.iter().map(|e| e.fetched_len()).sum();
                 if !events.is_empty() && !shared.deliver(epoch, Item::Events(slot as u32, events)) {
                     // A seek superseded this subscription; its data is dropped.
@@ -257,6 +274,7 @@ async fn stream_loop(ctx: &StreamCtx, rx: &mut mpsc::UnboundedReceiver<Push>) ->
                 }
             }
             Push::EndOfStream { .. } => {
+                report_lost(ctx, &mut lost);
                 shared.deliver(epoch, Item::End(slot as u32));
                 return Ok(());
             }
@@ -268,6 +286,19 @@ async fn stream_loop(ctx: &StreamCtx, rx: &mut mpsc::UnboundedReceiver<Push>) ->
         ErrorCode::CONNECTION_CLOSED,
         "the connection to the server was lost",
     ))
+}
+
+fn report_lost(ctx: &StreamCtx, lost: &mut Option<(u64, u64)>) {
+    if let Some((from, to)) = lost.take() {
+        let e = Error::coded(
+            ErrorCode::OFFSET_OUT_OF_RANGE,
+            format!(
+                "events {from}..{to} of partition {} were dropped by retention before their data was read",
+                ctx.sub.partition
+            ),
+        );
+        ctx.shared.deliver(ctx.epoch, Item::Failed(e));
+    }
 }
 
 /// Turns one pushed batch into events: selection and buffers per event,

@@ -82,3 +82,65 @@ fn consumer_data_budget_smaller_than_an_event_still_delivers_everything() {
     }
     assert_eq!(n, 40);
 }
+
+#[test]
+fn a_consumer_overrun_by_retention_gets_one_error_then_carries_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Driver::embedded_with(strom_server::ServerConfig {
+        data_dir: dir.path().to_path_buf(),
+        memory_retention_bytes: 1 << 20,
+        ..Default::default()
+    })
+    .unwrap();
+    let t = d
+        .create_topic(TopicSpec {
+            partition_type: PartitionType::Memory,
+            ..TopicSpec::new("overrun", 1)
+        })
+        .unwrap();
+    // A one-event data budget: metadata arrives ahead, data waits for pulls.
+    let c = t
+        .consumer_with(
+            "slow",
+            ConsumerOptions {
+                prefetch_bytes: 64 << 10,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    let p = t.producer().unwrap();
+    for i in 0..64u32 {
+        p.push(format!("{{\"i\":{i}}}"), vec![i as u8; 64 << 10])
+            .unwrap()
+            .wait()
+            .unwrap();
+    }
+    p.close().unwrap();
+    let (mut events, mut errors) = (Vec::new(), Vec::new());
+    loop {
+        match c.pull().wait() {
+            Ok(Next::Event(ev)) => {
+                assert_eq!(ev.data(), &vec![ev.offset as u8; 64 << 10][..]);
+                events.push(ev.offset);
+            }
+            Ok(Next::EndOfStream) => break,
+            Err(e) => errors.push(e),
+        }
+    }
+    assert_eq!(errors.len(), 1, "one coalesced error: {errors:?}");
+    assert_eq!(
+        errors[0].code(),
+        strom_client::ErrorCode::OFFSET_OUT_OF_RANGE
+    );
+    assert!(
+        errors[0].to_string().contains("dropped by retention"),
+        "{}",
+        errors[0]
+    );
+    assert_eq!(
+        *events.last().unwrap(),
+        63,
+        "the newest events still arrive"
+    );
+    assert!(events.len() < 64, "some events were lost to retention");
+}
