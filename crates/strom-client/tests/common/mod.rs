@@ -4,7 +4,8 @@
 
 use std::time::Duration;
 
-use strom_client::{Consumer, Driver, Event, Next, PartitionType, TopicSpec};
+use serde_json::json;
+use strom_client::{Consumer, Driver, Event, Next, PartitionType, Producer, TopicSpec};
 use tempfile::TempDir;
 
 /// Longest any single pull may wait in a test before it counts as a hang.
@@ -83,4 +84,46 @@ pub fn field(e: &Event, field: &str) -> u64 {
     v[field]
         .as_u64()
         .unwrap_or_else(|| panic!("metadata {v} has no integer field '{field}'"))
+}
+
+/// Generates `mod memory` and `mod file`, each with one `#[test]` per body.
+#[allow(unused_macros)]
+macro_rules! conformance {
+    ($($name:ident),* $(,)?) => {
+        mod memory {
+            $(#[test]
+            fn $name() {
+                super::$name(strom_client::PartitionType::Memory)
+            })*
+        }
+        mod file {
+            $(#[test]
+            fn $name() {
+                super::$name(strom_client::PartitionType::File)
+            })*
+        }
+    };
+}
+
+/// Pushes `n` events with metadata `{"i": i}` and data from `data(i)`,
+/// waits for all of them, and returns their ids.
+pub fn push_n(p: &Producer, n: u64, data: impl Fn(u64) -> Vec<u8>) -> Vec<strom_client::EventId> {
+    let futs: Vec<_> = (0..n)
+        .map(|i| {
+            p.push(json!({ "i": i }), data(i))
+                .expect("push is accepted")
+        })
+        .collect();
+    p.flush().expect("flush succeeds");
+    futs.into_iter()
+        .map(|f| f.wait().expect("event is stored"))
+        .collect()
+}
+
+pub fn offsets(events: &[strom_client::Event]) -> Vec<u64> {
+    events.iter().map(|e| e.offset).collect()
+}
+
+pub fn no_data(_: u64) -> Vec<u8> {
+    Vec::new()
 }
