@@ -4,8 +4,9 @@
 
 use strom_client::{ConsumerOptions, Driver, Next, PartitionType, StartPos, TopicSpec};
 
-#[test]
-fn memory_partitions_drop_oldest_batches_past_the_bound() {
+/// An embedded server whose memory partitions keep at most 1 MiB, and a
+/// one-partition memory topic on it.
+fn bounded_memory_topic(name: &str) -> (tempfile::TempDir, Driver, strom_client::Topic) {
     let dir = tempfile::tempdir().unwrap();
     let d = Driver::embedded_with(strom_server::ServerConfig {
         data_dir: dir.path().to_path_buf(),
@@ -16,9 +17,15 @@ fn memory_partitions_drop_oldest_batches_past_the_bound() {
     let t = d
         .create_topic(TopicSpec {
             partition_type: PartitionType::Memory,
-            ..TopicSpec::new("bounded", 1)
+            ..TopicSpec::new(name, 1)
         })
         .unwrap();
+    (dir, d, t)
+}
+
+#[test]
+fn memory_partitions_drop_oldest_batches_past_the_bound() {
+    let (_dir, _d, t) = bounded_memory_topic("bounded");
     let p = t.producer().unwrap();
     for i in 0..64u32 {
         // 64 KiB per event, one batch each: 4 MiB in all, 4x the bound.
@@ -85,19 +92,7 @@ fn consumer_data_budget_smaller_than_an_event_still_delivers_everything() {
 
 #[test]
 fn a_consumer_overrun_by_retention_gets_one_error_then_carries_on() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = Driver::embedded_with(strom_server::ServerConfig {
-        data_dir: dir.path().to_path_buf(),
-        memory_retention_bytes: 1 << 20,
-        ..Default::default()
-    })
-    .unwrap();
-    let t = d
-        .create_topic(TopicSpec {
-            partition_type: PartitionType::Memory,
-            ..TopicSpec::new("overrun", 1)
-        })
-        .unwrap();
+    let (_dir, _d, t) = bounded_memory_topic("overrun");
     // A one-event data budget: metadata arrives ahead, data waits for pulls.
     let c = t
         .consumer_with(
