@@ -20,7 +20,7 @@ use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use strom_client::Durability;
 
 use super::sys::pid_listening_on;
-use super::workload::{now_us, read_stamp, stamp, Pacer};
+use super::workload::{now_us, stamp, Pacer, Tally};
 use super::{Config, ConsumeJob, Outcome, ProduceJob, Target, Worker};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
@@ -243,10 +243,8 @@ struct KafkaConsumer {
 
 impl Worker for KafkaConsumer {
     fn run(&mut self, progress: &AtomicU64) -> anyhow::Result<Outcome> {
-        let mut left = self.job.expect.clone();
-        let mut remaining: u64 = left.iter().sum();
-        let mut out = Outcome::default();
-        while remaining > 0 {
+        let mut tally = Tally::new(&self.job);
+        while tally.remaining() > 0 {
             let msg = match self.consumer.poll(Duration::from_millis(500)) {
                 None => continue,
                 Some(Err(KafkaError::PartitionEOF(_))) => continue,
@@ -261,22 +259,9 @@ impl Worker for KafkaConsumer {
             else {
                 continue;
             };
-            if left[slot] == 0 {
-                continue;
-            }
-            left[slot] -= 1;
-            remaining -= 1;
             let value = msg.payload().unwrap_or_default();
-            if self.job.latency {
-                match read_stamp(value) {
-                    Some(t) if t > 0 => out.lats_us.push(now_us().saturating_sub(t)),
-                    _ => continue,
-                }
-            }
-            out.events += 1;
-            out.bytes += value.len() as u64;
-            progress.fetch_add(1, Ordering::Relaxed);
+            tally.record(slot, value, value.len() as u64, progress);
         }
-        Ok(out)
+        Ok(tally.finish())
     }
 }

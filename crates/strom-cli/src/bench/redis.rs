@@ -12,7 +12,7 @@ use redis::Value;
 use strom_client::BatchSize;
 
 use super::sys::pid_listening_on;
-use super::workload::{now_us, read_stamp, stamp, Pacer};
+use super::workload::{now_us, stamp, Pacer, Tally};
 use super::{Config, ConsumeJob, Outcome, ProduceJob, Target, Worker};
 
 const READ_COUNT: usize = 1024;
@@ -163,10 +163,8 @@ fn array(v: &Value) -> &[Value] {
 
 impl Worker for RedisConsumer {
     fn run(&mut self, progress: &AtomicU64) -> anyhow::Result<Outcome> {
-        let mut left = self.job.expect.clone();
-        let mut remaining: u64 = left.iter().sum();
-        let mut out = Outcome::default();
-        while remaining > 0 {
+        let mut tally = Tally::new(&self.job);
+        while tally.remaining() > 0 {
             let mut cmd = redis::cmd("XREAD");
             cmd.arg("COUNT").arg(READ_COUNT).arg("BLOCK").arg(500);
             cmd.arg("STREAMS").arg(&self.keys).arg(&self.last);
@@ -193,24 +191,11 @@ impl Worker for RedisConsumer {
                     if let Some(id) = bulk(id) {
                         self.last[slot] = String::from_utf8_lossy(id).into_owned();
                     }
-                    if left[slot] == 0 {
-                        continue;
-                    }
-                    left[slot] -= 1;
-                    remaining -= 1;
                     let value = array(fields).get(1).and_then(bulk).unwrap_or_default();
-                    if self.job.latency {
-                        match read_stamp(value) {
-                            Some(t) if t > 0 => out.lats_us.push(now_us().saturating_sub(t)),
-                            _ => continue,
-                        }
-                    }
-                    out.events += 1;
-                    out.bytes += value.len() as u64;
-                    progress.fetch_add(1, Ordering::Relaxed);
+                    tally.record(slot, value, value.len() as u64, progress);
                 }
             }
         }
-        Ok(out)
+        Ok(tally.finish())
     }
 }

@@ -14,7 +14,7 @@ use strom_client::{
 };
 
 use super::sys::pid_listening_on;
-use super::workload::{now_us, read_stamp, stamp, Pacer};
+use super::workload::{now_us, stamp, Pacer, Tally};
 use super::{Config, ConsumeJob, Outcome, ProduceJob, Target, Worker};
 
 pub struct StromTarget {
@@ -187,14 +187,13 @@ struct StromConsumer {
 
 impl Worker for StromConsumer {
     fn run(&mut self, progress: &AtomicU64) -> anyhow::Result<Outcome> {
-        let mut left: Vec<u64> = self.job.expect.clone();
-        let mut remaining: u64 = left.iter().sum();
-        let mut out = Outcome::default();
-        while remaining > 0 {
+        let mut tally = Tally::new(&self.job);
+        while tally.remaining() > 0 {
             let ev = match self.consumer.pull_timeout(Duration::from_millis(500)) {
                 Ok(Next::Event(ev)) => ev,
                 Ok(Next::EndOfStream) => anyhow::bail!(
-                    "end of stream with {remaining} events still expected on partitions {:?}",
+                    "end of stream with {} events still expected on partitions {:?}",
+                    tally.remaining(),
                     self.job.partitions
                 ),
                 Err(e) if e.code() == ErrorCode::TIMEOUT => continue,
@@ -209,22 +208,9 @@ impl Worker for StromConsumer {
             else {
                 continue;
             };
-            if left[slot] == 0 {
-                continue;
-            }
-            left[slot] -= 1;
-            remaining -= 1;
             let bytes = meta.raw().len() as u64 + ev.fetched_len();
-            if self.job.latency {
-                match read_stamp(meta.raw()) {
-                    Some(t) if t > 0 => out.lats_us.push(now_us().saturating_sub(t)),
-                    _ => continue,
-                }
-            }
-            out.events += 1;
-            out.bytes += bytes;
-            progress.fetch_add(1, Ordering::Relaxed);
+            tally.record(slot, meta.raw(), bytes, progress);
         }
-        Ok(out)
+        Ok(tally.finish())
     }
 }

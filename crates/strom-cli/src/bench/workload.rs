@@ -4,7 +4,11 @@
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use bytes::Bytes;
+
+use super::{ConsumeJob, Outcome};
 
 /// Metadata layout: `{"t":"<20 digits>","p":"<pad>"}`. The send timestamp
 /// (µs since the epoch, 0 outside e2e) sits at a fixed offset so a consumer
@@ -142,6 +146,55 @@ pub fn percentile(sorted: &[u64], p: f64) -> u64 {
         return 0;
     }
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+/// A consumer worker's bookkeeping, the same for every target: how many
+/// events each of its partitions still owes, and what arrived.
+pub struct Tally {
+    left: Vec<u64>,
+    remaining: u64,
+    latency: bool,
+    out: Outcome,
+}
+
+impl Tally {
+    pub fn new(job: &ConsumeJob) -> Tally {
+        Tally {
+            remaining: job.expect.iter().sum(),
+            left: job.expect.clone(),
+            latency: job.latency,
+            out: Outcome::default(),
+        }
+    }
+
+    /// Events still expected.
+    pub fn remaining(&self) -> u64 {
+        self.remaining
+    }
+
+    /// Counts one event of partition slot `slot`, whose metadata starts at
+    /// `stamped`. Events past a partition's quota are ignored; in a latency
+    /// run an event without a send stamp uses up its quota but is not counted.
+    pub fn record(&mut self, slot: usize, stamped: &[u8], bytes: u64, progress: &AtomicU64) {
+        if self.left[slot] == 0 {
+            return;
+        }
+        self.left[slot] -= 1;
+        self.remaining -= 1;
+        if self.latency {
+            match read_stamp(stamped) {
+                Some(t) if t > 0 => self.out.lats_us.push(now_us().saturating_sub(t)),
+                _ => return,
+            }
+        }
+        self.out.events += 1;
+        self.out.bytes += bytes;
+        progress.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn finish(self) -> Outcome {
+        self.out
+    }
 }
 
 #[cfg(test)]
