@@ -43,6 +43,9 @@ codes! {
     TOPIC_CLOSED = 204, "the topic's stream has ended; no more events can be produced";
     NOT_MASTER = 205, "this server does not hold the topic registry";
     PRODUCER_NOT_FOUND = 206, "unknown producer id for this topic";
+    PARTITION_UNAVAILABLE = 207, "the member hosting the partition is down or the partition could not be opened";
+    DATA_DIR_LOCKED = 208, "another server process holds the data directory";
+    GROUP_FILE_LIVE = 209, "the group file names live members of another group";
     STORAGE_IO = 300, "storage I/O error";
     CORRUPT = 301, "corrupt data detected in storage";
     OFFSET_OUT_OF_RANGE = 302, "offset is outside the partition's range";
@@ -51,6 +54,9 @@ codes! {
     BATCH_TOO_LARGE = 305, "batch exceeds the size limit";
     INVALID_STORAGE_CONFIG = 307, "invalid storage configuration";
     STORAGE_INVALID_ARGUMENT = 308, "storage rejected an argument (empty batch, name too long)";
+    DATA_CORRUPT = 309, "a range of offsets is unreadable (damaged on disk) and was quarantined";
+    DATA_EXPIRED = 310, "events were dropped by the overflow policy before this reader got them";
+    PARTITION_FAILED = 311, "the partition stopped after a failed fsync or write; it must be reopened";
     INVALID_METADATA = 400, "metadata rejected by the topic's validator";
     BAD_POLICY_SPEC = 401, "bad validator, selector or serializer specification";
     SELECTION_FAILED = 402, "the partition selector could not choose a partition";
