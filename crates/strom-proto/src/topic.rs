@@ -181,6 +181,71 @@ pub struct GroupMember {
 }
 wire_struct!(GroupMember { id, addr });
 
+/// Whether a partition can serve reads and writes right now.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub enum PartitionStatus {
+    /// Serving.
+    #[default]
+    Ok,
+    /// Its member is down or unreachable, or its files could not be opened;
+    /// the text says which.
+    Unavailable(String),
+    /// Stopped by a storage failure (failed fsync or write); it refuses
+    /// appends until it is reopened. The text says why.
+    Failed(String),
+}
+
+impl PartitionStatus {
+    /// `"ok"`, `"unavailable"` or `"failed"`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            PartitionStatus::Ok => "ok",
+            PartitionStatus::Unavailable(_) => "unavailable",
+            PartitionStatus::Failed(_) => "failed",
+        }
+    }
+
+    /// The reason, empty when the partition is serving.
+    pub fn reason(&self) -> &str {
+        match self {
+            PartitionStatus::Ok => "",
+            PartitionStatus::Unavailable(r) | PartitionStatus::Failed(r) => r,
+        }
+    }
+
+    pub fn is_ok(&self) -> bool {
+        matches!(self, PartitionStatus::Ok)
+    }
+}
+
+impl Wire for PartitionStatus {
+    const MIN_SIZE: usize = 1;
+    fn put(&self, out: &mut BytesMut) {
+        match self {
+            PartitionStatus::Ok => out.put_u8(0),
+            PartitionStatus::Unavailable(r) => {
+                out.put_u8(1);
+                r.put(out);
+            }
+            PartitionStatus::Failed(r) => {
+                out.put_u8(2);
+                r.put(out);
+            }
+        }
+    }
+    fn get(r: &mut Reader<'_>) -> Result<Self, ProtoError> {
+        match r.u8("partition status")? {
+            0 => Ok(PartitionStatus::Ok),
+            1 => Ok(PartitionStatus::Unavailable(String::get(r)?)),
+            2 => Ok(PartitionStatus::Failed(String::get(r)?)),
+            v => Err(ProtoError::Unknown {
+                what: "partition status",
+                value: v as u64,
+            }),
+        }
+    }
+}
+
 /// Where a partition lives and how far its log reaches.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PartitionInfo {
@@ -191,13 +256,20 @@ pub struct PartitionInfo {
     pub addr: String,
     pub first_offset: u64,
     pub next_offset: u64,
+    /// Serving, unavailable or failed, with the reason.
+    pub status: PartitionStatus,
+    /// Events dropped by the overflow policy (`drop-oldest`) since the
+    /// partition was opened.
+    pub dropped_events: u64,
 }
 wire_struct!(PartitionInfo {
     id,
     member,
     addr,
     first_offset,
-    next_offset
+    next_offset,
+    status,
+    dropped_events
 });
 
 /// End-of-stream bookkeeping of a topic.

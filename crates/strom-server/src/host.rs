@@ -237,6 +237,8 @@ impl Host {
                 addr: addr.to_string(),
                 first_offset: p.log.first_offset(),
                 next_offset: p.log.next_offset(),
+                status: Default::default(),
+                dropped_events: 0,
             })
             .collect()
     }

@@ -421,6 +421,8 @@ impl Registry {
                 addr: Self::addr_of(st, *m),
                 first_offset: 0,
                 next_offset: 0,
+                status: Default::default(),
+                dropped_events: 0,
             })
             .collect();
         for (member, parts) in meta.by_member().into_iter().filter(|_| offsets) {
