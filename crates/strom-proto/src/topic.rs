@@ -351,6 +351,11 @@ pub struct GroupFile {
     pub members: Vec<GroupMember>,
     /// Id of the member holding the topic registry.
     pub master: u32,
+    /// Random id of the group, fixed when its master first starts; a server
+    /// of another group never overwrites a live group's file. 0 in files
+    /// written before group ids existed.
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub group_id: u64,
 }
 
 /// A group member as the registry master sees it.

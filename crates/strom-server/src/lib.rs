@@ -12,6 +12,7 @@ mod error;
 mod group;
 mod host;
 mod launch;
+mod ownership;
 mod partition;
 mod peers;
 mod registry;

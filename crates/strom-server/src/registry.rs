@@ -60,6 +60,9 @@ impl TopicMeta {
 
 #[derive(Serialize, Deserialize, Default)]
 struct Persisted {
+    /// The group's id, chosen at the master's first start (0 in old files).
+    #[serde(default)]
+    group_id: u64,
     next_topic_id: u64,
     topics: Vec<TopicMeta>,
     members: Vec<GroupMember>,
@@ -78,6 +81,7 @@ struct RegState {
 
 pub struct Registry {
     file: PathBuf,
+    group_id: u64,
     group_file: Option<PathBuf>,
     /// Members expected before the group file is first written (launcher size).
     expected: u32,
@@ -100,6 +104,11 @@ impl Registry {
     ) -> Result<Self, ServerError> {
         let file = data_dir.join("registry.json");
         let p: Persisted = read_json_or_default(&file)?;
+        let group_id = if p.group_id != 0 {
+            p.group_id
+        } else {
+            new_group_id()
+        };
         let now = Instant::now();
         let mut members: BTreeMap<u32, Member> = p
             .members
@@ -123,8 +132,9 @@ impl Registry {
                 last_seen: now,
             },
         );
-        Ok(Registry {
+        let registry = Registry {
             file,
+            group_id,
             group_file,
             expected: expected.max(1),
             state: Mutex::new(RegState {
@@ -136,7 +146,17 @@ impl Registry {
                     .collect(),
                 members,
             }),
-        })
+        };
+        if p.group_id != group_id {
+            // Record the new id before any group file carries it.
+            registry.persist(&registry.state.try_lock().expect("not shared yet"))?;
+        }
+        Ok(registry)
+    }
+
+    /// The group's id, written into the group file.
+    pub fn group_id(&self) -> u64 {
+        self.group_id
     }
 
     fn group_members(st: &RegState) -> Vec<GroupMember> {
@@ -151,6 +171,7 @@ impl Registry {
 
     fn persist(&self, st: &RegState) -> Result<(), ServerError> {
         let p = Persisted {
+            group_id: self.group_id,
             next_topic_id: st.next_topic_id,
             topics: st.topics.values().cloned().collect(),
             members: Self::group_members(st),
@@ -167,6 +188,7 @@ impl Registry {
         let g = GroupFile {
             members: Self::group_members(st),
             master: 0,
+            group_id: self.group_id,
         };
         if let Err(e) = write_group_file(path, &g) {
             tracing::error!(path = %path.display(), error = %e, "cannot write the group file");
@@ -606,4 +628,18 @@ impl Registry {
         tracing::info!(topic = %topic, added = count, "partitions added");
         Ok(self.info(state, &st, &new, true).await)
     }
+}
+
+/// A random non-zero group id (no RNG dependency: clock, pid and a hash).
+fn new_group_id() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0),
+    );
+    h.write_u32(std::process::id());
+    h.finish().max(1)
 }

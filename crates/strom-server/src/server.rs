@@ -19,6 +19,7 @@ use crate::error::ServerError;
 use crate::group::{read_group_file, write_atomic};
 use crate::host::Host;
 use crate::launch::{rank_from_env, rendezvous_file};
+use crate::ownership::{check_group_file, DataDirLock};
 use crate::peers::Peers;
 use crate::registry::Registry;
 
@@ -66,6 +67,8 @@ pub struct State {
     pub addr: String,
     member: AtomicU32,
     me: Weak<State>,
+    /// Held for the server's whole life: one server per data directory.
+    _lock: DataDirLock,
 }
 
 impl State {
@@ -215,6 +218,7 @@ impl Server {
                 e,
             )
         })?;
+        let lock = DataDirLock::acquire(&config.data_dir)?;
         let transport = TcpTransport {
             max_frame: config.max_frame_bytes,
         };
@@ -235,6 +239,9 @@ impl Server {
             )?),
             Role::Member { .. } => None,
         };
+        if let (Some(reg), Some(g)) = (&registry, &config.group_file) {
+            check_group_file(g, reg.group_id()).await?;
+        }
         let initial_member = if registry.is_some() { 0 } else { u32::MAX };
         let state = Arc::new_cyclic(|me| State {
             config,
@@ -244,6 +251,7 @@ impl Server {
             addr: addr.clone(),
             member: AtomicU32::new(initial_member),
             me: me.clone(),
+            _lock: lock,
         });
         let (stop, mut stopped) = watch::channel(false);
         let accept_state = state.clone();
