@@ -38,6 +38,9 @@ pub fn run(a: StatusArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> {
                 "member": p.member,
                 "addr": p.addr,
                 "alive": up,
+                "status": p.status.as_str(),
+                "reason": p.status.reason(),
+                "dropped_events": p.dropped_events,
                 "first_offset": p.first_offset,
                 "next_offset": p.next_offset,
                 "consumers": consumers.map(|c| c.into_iter().map(|(n, o)| serde_json::json!({
@@ -91,8 +94,8 @@ pub fn run(a: StatusArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> {
             t["ended"]
         );
         println!(
-            "{:>9} {:>6} {:>12} {:>12}  CONSUMERS (name=committed/lag)",
-            "PARTITION", "MEMBER", "FIRST", "NEXT"
+            "{:>9} {:>6} {:>11} {:>12} {:>12}  CONSUMERS (name=committed/lag)",
+            "PARTITION", "MEMBER", "STATUS", "FIRST", "NEXT"
         );
         for p in t["partitions"].as_array().into_iter().flatten() {
             let consumers = match p["consumers"].as_array() {
@@ -110,10 +113,15 @@ pub fn run(a: StatusArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> {
                     .join(" "),
                 None => "(member down)".into(),
             };
+            let consumers = match p["reason"].as_str().filter(|r| !r.is_empty()) {
+                Some(reason) => format!("{consumers}  [{reason}]"),
+                None => consumers,
+            };
             println!(
-                "{:>9} {:>6} {:>12} {:>12}  {}",
+                "{:>9} {:>6} {:>11} {:>12} {:>12}  {}",
                 p["id"].to_string(),
                 p["member"].to_string(),
+                p["status"].as_str().unwrap_or(""),
                 p["first_offset"].to_string(),
                 p["next_offset"].to_string(),
                 consumers

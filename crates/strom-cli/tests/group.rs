@@ -197,6 +197,38 @@ fn three_member_group_survives_kill_9_of_one_member() {
         "{msg}"
     );
 
+    // describe and status mark the dead member's partitions, naming it.
+    let described = d.describe("spread").unwrap();
+    for p in &described.partitions {
+        if p.member == victim {
+            assert_eq!(p.status.as_str(), "unavailable", "{p:?}");
+            assert!(
+                p.status.reason().contains(&format!("member {victim}")),
+                "{p:?}"
+            );
+        } else {
+            assert!(p.status.is_ok(), "a live member's partition: {p:?}");
+        }
+    }
+    let status = Command::new(strom())
+        .args(["status", "--json", "--group-file"])
+        .arg(dir.path().join("group.json"))
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    let unavailable: Vec<u64> = v["topics"][0]["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["status"] == "unavailable")
+        .map(|p| p["id"].as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        unavailable,
+        lost.iter().map(|p| *p as u64).collect::<Vec<_>>(),
+        "strom status marks exactly the dead member's partitions"
+    );
+
     let got = {
         let deadline = Instant::now() + WAIT;
         while !reader.is_finished() && Instant::now() < deadline {

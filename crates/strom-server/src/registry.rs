@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use strom_proto::{
-    ErrorCode, GroupFile, GroupMember, MemberInfo, PartitionInfo, Request, Response, TopicInfo,
-    TopicSpec, TopicState,
+    ErrorCode, GroupFile, GroupMember, MemberInfo, PartitionInfo, PartitionStatus, Request,
+    Response, TopicInfo, TopicSpec, TopicState,
 };
 use tokio::sync::Mutex;
 
@@ -450,22 +450,38 @@ impl Registry {
         for (member, parts) in meta.by_member().into_iter().filter(|_| offsets) {
             let req = Request::PartitionStats {
                 topic: meta.spec.name.clone(),
-                partitions: parts,
+                partitions: parts.clone(),
             };
             match state
                 .member_call(member, &Self::addr_of(st, member), req)
                 .await
             {
                 Ok(Response::Stats(stats)) => {
+                    for p in &parts {
+                        partitions[*p as usize].status = PartitionStatus::Unavailable(format!(
+                            "member {member} at {} does not serve it",
+                            Self::addr_of(st, member)
+                        ));
+                    }
                     for s in stats {
                         if let Some(p) = partitions.get_mut(s.id as usize) {
                             p.first_offset = s.first_offset;
                             p.next_offset = s.next_offset;
+                            p.status = s.status;
+                            p.dropped_events = s.dropped_events;
                         }
                     }
                 }
                 Ok(_) => {}
-                Err(e) => tracing::debug!(member, error = %e, "no partition stats from member"),
+                Err(e) => {
+                    tracing::debug!(member, error = %e, "no partition stats from member");
+                    for p in &parts {
+                        partitions[*p as usize].status = PartitionStatus::Unavailable(format!(
+                            "member {member} at {} is down or unreachable",
+                            Self::addr_of(st, member)
+                        ));
+                    }
+                }
             }
         }
         TopicInfo {
