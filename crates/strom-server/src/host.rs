@@ -4,6 +4,9 @@
 //! them at end of stream (`seal`) and to drop them when the topic is deleted.
 //! The set persists in `hosted.json` so a restarted member reopens its
 //! partitions, through the same code path as a fresh start, before it serves.
+//! Partitions reopen in parallel. One that cannot be opened (damaged or
+//! missing files) does not stop the server: it is listed as unavailable,
+//! with the reason, and every request for it gets `PARTITION_UNAVAILABLE`.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -11,7 +14,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
-use strom_proto::{ErrorCode, PartitionInfo, TopicSpec};
+use strom_proto::{ErrorCode, PartitionInfo, PartitionStatus, TopicSpec};
 
 use crate::config::ServerConfig;
 use crate::error::ServerError;
@@ -29,6 +32,8 @@ struct HostedRecord {
 struct Hosted {
     record: HostedRecord,
     partitions: BTreeMap<u32, Arc<PartitionManager>>,
+    /// Partitions that could not be opened, with the reason.
+    broken: BTreeMap<u32, String>,
 }
 
 pub struct Host {
@@ -37,6 +42,9 @@ pub struct Host {
     config: ServerConfig,
     topics: Mutex<HashMap<String, Hosted>>,
 }
+
+/// Opened partitions and the ones that failed, of one hosted topic.
+type Opened = (BTreeMap<u32, Arc<PartitionManager>>, BTreeMap<u32, String>);
 
 /// Topic names become directory names: keep them to a safe alphabet.
 pub fn check_topic_name(name: &str) -> Result<(), ServerError> {
@@ -70,17 +78,65 @@ impl Host {
             config: config.clone(),
             topics: Mutex::new(HashMap::new()),
         };
-        for r in records {
-            let partitions = host.open_partitions(&r, &r.partitions)?;
+        let opened = host.open_all(&records);
+        for (r, (partitions, broken)) in records.into_iter().zip(opened) {
             host.topics.lock().insert(
                 r.spec.name.clone(),
                 Hosted {
                     record: r,
                     partitions,
+                    broken,
                 },
             );
         }
         Ok(host)
+    }
+
+    /// Reopens every hosted partition, several at a time.
+    fn open_all(&self, records: &[HostedRecord]) -> Vec<Opened> {
+        let jobs: Vec<(usize, u32)> = records
+            .iter()
+            .enumerate()
+            .flat_map(|(i, r)| r.partitions.iter().map(move |&p| (i, p)))
+            .collect();
+        let threads = std::thread::available_parallelism()
+            .map_or(2, |n| n.get())
+            .clamp(1, 16);
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let results = Mutex::new(Vec::with_capacity(jobs.len()));
+        std::thread::scope(|scope| {
+            for _ in 0..threads.min(jobs.len()) {
+                scope.spawn(|| loop {
+                    let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some(&(i, p)) = jobs.get(k) else { break };
+                    let r = self.open_partition(&records[i], p);
+                    results.lock().push((i, p, r));
+                });
+            }
+        });
+        let mut out: Vec<Opened> = records.iter().map(|_| Opened::default()).collect();
+        for (i, p, r) in results.into_inner() {
+            match r {
+                Ok(pm) => {
+                    out[i].0.insert(p, pm);
+                }
+                Err(e) => {
+                    let topic = &records[i].spec.name;
+                    tracing::error!(topic = %topic, partition = p, error = %e, "partition could not be opened; serving the others");
+                    out[i].1.insert(p, e.to_string());
+                }
+            }
+        }
+        out
+    }
+
+    fn open_partition(
+        &self,
+        r: &HostedRecord,
+        p: u32,
+    ) -> Result<Arc<PartitionManager>, ServerError> {
+        let dir = self.topics_dir.join(format!("{}.{}", r.spec.name, r.id));
+        PartitionManager::open(&r.spec, p, &dir.join(p.to_string()), &self.config, r.sealed)
     }
 
     fn open_partitions(
@@ -88,18 +144,8 @@ impl Host {
         r: &HostedRecord,
         ids: &[u32],
     ) -> Result<BTreeMap<u32, Arc<PartitionManager>>, ServerError> {
-        let dir = self.topics_dir.join(format!("{}.{}", r.spec.name, r.id));
         ids.iter()
-            .map(|&p| {
-                let pm = PartitionManager::open(
-                    &r.spec,
-                    p,
-                    &dir.join(p.to_string()),
-                    &self.config,
-                    r.sealed,
-                )?;
-                Ok((p, pm))
-            })
+            .map(|&p| Ok((p, self.open_partition(r, p)?)))
             .collect()
     }
 
@@ -133,16 +179,23 @@ impl Host {
                 sealed,
             },
             partitions: BTreeMap::new(),
+            broken: BTreeMap::new(),
         });
         entry.record.spec = spec.clone();
         let new: Vec<u32> = partitions
             .iter()
             .copied()
-            .filter(|p| !entry.partitions.contains_key(p))
+            .filter(|p| !entry.partitions.contains_key(p) && !entry.broken.contains_key(p))
             .collect();
         let opened = self.open_partitions(&entry.record, &new)?;
         entry.partitions.extend(opened);
-        entry.record.partitions = entry.partitions.keys().copied().collect();
+        entry.record.partitions = entry
+            .partitions
+            .keys()
+            .chain(entry.broken.keys())
+            .copied()
+            .collect();
+        entry.record.partitions.sort_unstable();
         let seal_now = sealed && !entry.record.sealed;
         entry.record.sealed |= sealed;
         let to_seal: Vec<_> = if seal_now {
@@ -166,6 +219,14 @@ impl Host {
                 format!("this server hosts no partition of topic '{topic}'"),
             )
         })?;
+        if let Some(why) = h.broken.get(&partition) {
+            return Err(ServerError::coded(
+                ErrorCode::PARTITION_UNAVAILABLE,
+                format!(
+                    "partition {partition} of topic '{topic}' is unavailable on this server: {why}"
+                ),
+            ));
+        }
         h.partitions.get(&partition).cloned().ok_or_else(|| {
             ServerError::coded(
                 ErrorCode::PARTITION_NOT_FOUND,
@@ -230,15 +291,27 @@ impl Host {
         };
         partitions
             .iter()
-            .filter_map(|p| h.partitions.get(p))
-            .map(|p| PartitionInfo {
-                id: p.id,
-                member,
-                addr: addr.to_string(),
-                first_offset: p.log.first_offset(),
-                next_offset: p.log.next_offset(),
-                status: Default::default(),
-                dropped_events: 0,
+            .filter_map(|p| {
+                let (first_offset, next_offset, status, dropped_events) =
+                    match (h.partitions.get(p), h.broken.get(p)) {
+                        (Some(pm), _) => (
+                            pm.log.first_offset(),
+                            pm.log.next_offset(),
+                            PartitionStatus::Ok,
+                            0,
+                        ),
+                        (None, Some(why)) => (0, 0, PartitionStatus::Unavailable(why.clone()), 0),
+                        (None, None) => return None,
+                    };
+                Some(PartitionInfo {
+                    id: *p,
+                    member,
+                    addr: addr.to_string(),
+                    first_offset,
+                    next_offset,
+                    status,
+                    dropped_events,
+                })
             })
             .collect()
     }
