@@ -18,7 +18,14 @@ fn one_damaged_partition_does_not_stop_the_server() {
         let t = d.create_topic(TopicSpec::new("t", 2)).unwrap();
         let p = t.producer().unwrap();
         let futs: Vec<_> = (0..20u32)
-            .map(|i| p.push_with(format!("{{\"i\":{i}}}"), vec![i as u8; 16], Some(i % 2), &[]))
+            .map(|i| {
+                p.push_with(
+                    format!("{{\"i\":{i}}}"),
+                    vec![i as u8; 16],
+                    Some(i % 2),
+                    &[],
+                )
+            })
             .collect::<Result<_, _>>()
             .unwrap();
         for f in futs {
@@ -42,7 +49,11 @@ fn one_damaged_partition_does_not_stop_the_server() {
     let server = ServerProcess::start(base.path());
     let d = server.connect();
     let info = d.describe("t").unwrap();
-    assert_eq!(info.partitions[0].status.as_str(), "unavailable", "{info:?}");
+    assert_eq!(
+        info.partitions[0].status.as_str(),
+        "unavailable",
+        "{info:?}"
+    );
     assert!(!info.partitions[0].status.reason().is_empty());
     assert!(info.partitions[1].status.is_ok(), "{info:?}");
     assert_eq!(info.partitions[1].next_offset, 10);

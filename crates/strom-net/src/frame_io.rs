@@ -33,7 +33,8 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
     pub fn new(inner: R, max_frame: u32) -> Self {
         FrameReader {
             inner,
-            buf: BytesMut::with_capacity(READ_CHUNK),
+            // Allocated on the first read: an idle connection costs little.
+            buf: BytesMut::new(),
             max_frame,
             pending_bulk: 0,
         }
@@ -41,7 +42,15 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
 
     /// Reads more bytes into the buffer; `Ok(false)` on end of stream.
     async fn fill(&mut self, want: usize) -> Result<bool, NetError> {
-        self.buf.reserve(want.clamp(READ_CHUNK, BULK_CHUNK));
+        // Read ahead in large chunks, except while completing a header on a
+        // fresh connection (a stalled peer then pins no large buffer).
+        let header_only = self.buf.len() + want <= FRAME_HEADER_LEN;
+        let ahead = if header_only && self.buf.capacity() < READ_CHUNK {
+            want
+        } else {
+            want.clamp(READ_CHUNK, BULK_CHUNK)
+        };
+        self.buf.reserve(ahead);
         let n = self
             .inner
             .read_buf(&mut self.buf)
@@ -59,9 +68,32 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         Ok(true)
     }
 
+    /// Waits until the next frame has started to arrive (at least one byte
+    /// is buffered); `Ok(false)` if the peer closed first. Cancel-safe: a
+    /// server waits here without a deadline, then gives the frame itself a
+    /// bounded time.
+    pub async fn ready(&mut self) -> Result<bool, NetError> {
+        if !self.buf.is_empty() || self.pending_bulk > 0 {
+            return Ok(true);
+        }
+        if self.buf.capacity() == 0 {
+            // A small first read: a connection that sends a few bytes and
+            // stalls pins no large buffer.
+            self.buf.reserve(FRAME_HEADER_LEN);
+            let n = self
+                .inner
+                .read_buf(&mut self.buf)
+                .await
+                .map_err(|e| NetError::io("reading from the connection", e))?;
+            return Ok(n > 0);
+        }
+        self.fill(READ_CHUNK).await
+    }
+
     /// Reads the next frame's header and body. The previous frame's bulk
     /// payload must have been consumed. `None` means the peer closed cleanly
-    /// between frames.
+    /// between frames. Cancel-safe until the body is complete: nothing is
+    /// consumed from the buffer before that.
     pub async fn next(&mut self) -> Result<Option<(FrameHeader, Bytes)>, NetError> {
         debug_assert_eq!(self.pending_bulk, 0, "bulk payload not consumed");
         if !self.buffered(FRAME_HEADER_LEN).await? {
@@ -74,10 +106,13 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         let mut h = [0u8; FRAME_HEADER_LEN];
         h.copy_from_slice(&self.buf[..FRAME_HEADER_LEN]);
         let header = FrameHeader::decode(&h, self.max_frame)?;
-        self.buf.advance(FRAME_HEADER_LEN);
-        if !self.buffered(header.body_len as usize).await? {
+        if !self
+            .buffered(FRAME_HEADER_LEN + header.body_len as usize)
+            .await?
+        {
             return Err(NetError::Closed);
         }
+        self.buf.advance(FRAME_HEADER_LEN);
         let body = self.buf.split_to(header.body_len as usize).freeze();
         self.pending_bulk = header.bulk_len;
         Ok(Some((header, body)))
@@ -159,6 +194,18 @@ pub struct OutFrame {
     pub id: u64,
     pub body: Bytes,
     pub bulk: Vec<Bytes>,
+    /// Dropped once the frame has been written (or discarded): a sender
+    /// attaches a memory-budget permit here to bound queued bytes.
+    pub hold: Option<Hold>,
+}
+
+/// Something kept alive until its frame is written, such as a permit.
+pub struct Hold(pub Box<dyn std::any::Any + Send + Sync>);
+
+impl std::fmt::Debug for Hold {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Hold")
+    }
 }
 
 impl OutFrame {
@@ -171,6 +218,7 @@ impl OutFrame {
             id,
             body: body.freeze(),
             bulk: Vec::new(),
+            hold: None,
         }
     }
     pub fn request(id: u64, msg: &Request) -> Self {
@@ -184,6 +232,11 @@ impl OutFrame {
     }
     pub fn with_bulk(mut self, bulk: Vec<Bytes>) -> Self {
         self.bulk = bulk;
+        self
+    }
+    /// Keeps `hold` alive until this frame has been written or discarded.
+    pub fn with_hold(mut self, hold: impl std::any::Any + Send + Sync) -> Self {
+        self.hold = Some(Hold(Box::new(hold)));
         self
     }
     pub fn bulk_len(&self) -> u64 {
@@ -201,7 +254,8 @@ impl<W: AsyncWrite + Unpin> FrameWriter<W> {
     pub fn new(inner: W, max_frame: u32) -> Self {
         FrameWriter {
             inner,
-            buf: BytesMut::with_capacity(READ_CHUNK),
+            // Allocated on the first write: an idle connection costs little.
+            buf: BytesMut::new(),
             max_frame,
         }
     }

@@ -12,7 +12,9 @@ mod frame_io;
 mod tcp;
 
 pub use error::NetError;
-pub use frame_io::{spawn_writer, DirectWrite, FrameReader, FrameWriter, OutFrame, WriterHandle};
+pub use frame_io::{
+    spawn_writer, DirectWrite, FrameReader, FrameWriter, Hold, OutFrame, WriterHandle,
+};
 pub use tcp::TcpTransport;
 
 use std::future::Future;

@@ -37,6 +37,17 @@ pub struct ServerConfig {
     /// Size bound of a `memory` partition whose topic sets no
     /// `retention_bytes`: the oldest batches are dropped past it.
     pub memory_retention_bytes: u64,
+    /// Most client connections served at once; more are closed at accept.
+    pub max_connections: u32,
+    /// A new connection must deliver its first whole frame within this many
+    /// milliseconds, or it is closed.
+    pub handshake_timeout_ms: u64,
+    /// Once a frame has started to arrive, all of it (header, body and bulk
+    /// payload) must arrive within this many milliseconds.
+    pub frame_timeout_ms: u64,
+    /// Bytes of fetched data one connection may have read but not yet sent;
+    /// past it the server stops reading that connection's requests.
+    pub max_connection_buffer_bytes: u64,
 }
 
 impl Default for ServerConfig {
@@ -56,6 +67,10 @@ impl Default for ServerConfig {
             index_interval_bytes: 4096,
             retention_check_ms: 10_000,
             memory_retention_bytes: 512 << 20,
+            max_connections: 4096,
+            handshake_timeout_ms: 10_000,
+            frame_timeout_ms: 60_000,
+            max_connection_buffer_bytes: 256 << 20,
         }
     }
 }
@@ -87,6 +102,13 @@ impl ServerConfig {
             return Err(
                 "index_interval_bytes, max_batch_bytes and heartbeat_ms must be positive".into(),
             );
+        }
+        if self.max_connections == 0
+            || self.handshake_timeout_ms == 0
+            || self.frame_timeout_ms == 0
+            || self.max_connection_buffer_bytes < 1 << 20
+        {
+            return Err("max_connections, handshake_timeout_ms and frame_timeout_ms must be positive, and max_connection_buffer_bytes at least 1 MiB".into());
         }
         if self.segment_bytes < 4096 {
             return Err("segment_bytes must be at least 4096".into());

@@ -8,10 +8,13 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use strom_net::{spawn_writer, Conn, NetError, OutFrame, WriterHandle};
 use strom_proto::{BatchView, ErrorCode, FrameKind, ProtoError, Request, Response, StartPos};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 
 use crate::error::ServerError;
 use crate::partition::{AppendReply, PartitionManager};
@@ -27,75 +30,116 @@ struct Session {
     peer: String,
     partitions: HashMap<(String, u32), Arc<PartitionManager>>,
     streams: HashMap<u64, (JoinHandle<()>, Arc<Credit>)>,
+    /// Bytes of fetched data read for this connection and not yet written.
+    budget: Arc<Semaphore>,
 }
 
-pub async fn serve(conn: Conn, state: Arc<State>) {
+/// One decoded request with its bulk payload.
+type Incoming = (strom_proto::FrameHeader, Request, Vec<bytes::Bytes>);
+
+pub async fn serve(conn: Conn, state: Arc<State>, _slot: OwnedSemaphorePermit) {
     let peer = conn.peer.clone();
     let writer = spawn_writer(conn.writer, conn.direct, peer.clone(), |_| {});
     let mut reader = conn.reader;
+    let cfg = &state.config;
+    let handshake = Instant::now() + Duration::from_millis(cfg.handshake_timeout_ms);
+    let frame_timeout = Duration::from_millis(cfg.frame_timeout_ms);
+    let budget = Arc::new(Semaphore::new(cfg.max_connection_buffer_bytes as usize));
     let mut s = Session {
-        state,
+        state: state.clone(),
         writer,
         peer: peer.clone(),
         partitions: HashMap::new(),
         streams: HashMap::new(),
+        budget,
     };
     tracing::debug!(peer = %peer, "connection opened");
+    let mut first = true;
     loop {
-        let (header, body) = match reader.next().await {
-            Ok(Some(f)) => f,
-            Ok(None) => break,
-            Err(e) => {
-                s.reject(0, &e).await;
-                break;
-            }
-        };
-        if header.kind != FrameKind::Request {
-            let e = NetError::Proto(strom_proto::ProtoError::Unknown {
-                what: "frame kind from a client",
-                value: header.kind as u64,
-            });
-            s.reject(header.id, &e).await;
-            break;
-        }
-        let req = match Request::decode(header.opcode, &body) {
-            Ok(r) => r,
-            Err(e) => {
-                s.reject(header.id, &NetError::Proto(e)).await;
-                break;
-            }
-        };
-        let bulk = if let Request::Produce { count, meta, .. } = &req {
-            let bulk = match reader.read_bulk().await {
-                Ok(b) => b,
+        // Idle between frames is fine, except before the first one; once a
+        // frame has begun, all of it must arrive in bounded time.
+        let deadline = if first {
+            handshake
+        } else {
+            match reader.ready().await {
+                Ok(true) => Instant::now() + frame_timeout,
+                Ok(false) => break,
                 Err(e) => {
-                    s.reject(header.id, &e).await;
+                    s.reject(0, &e).await;
                     break;
                 }
-            };
-            // A batch whose table disagrees with what was sent is a malformed frame.
-            if let Err(e) = check_batch(*count, meta, &bulk) {
-                s.reject(header.id, &NetError::Proto(e)).await;
-                break;
             }
-            bulk
-        } else {
-            if reader.pending_bulk() > 0 {
-                let e = NetError::BulkMismatch {
-                    announced: reader.pending_bulk(),
-                    expected: 0,
-                };
-                s.reject(header.id, &e).await;
-                break;
-            }
-            Vec::new()
         };
+        let (header, req, bulk) = match tokio::time::timeout_at(deadline, read_request(&mut reader))
+            .await
+        {
+            Ok(Ok(Some(r))) => r,
+            Ok(Ok(None)) => break,
+            Ok(Err((id, e))) => {
+                s.reject(id, &e).await;
+                break;
+            }
+            Err(_) => {
+                let phase = if first { "first frame" } else { "frame" };
+                tracing::warn!(peer = %peer, phase, "closing a connection that stalled mid-frame or never spoke");
+                break;
+            }
+        };
+        first = false;
         s.dispatch(header.id, req, bulk).await;
     }
     for (_, (task, _)) in s.streams.drain() {
         task.abort();
     }
     tracing::debug!(peer = %peer, "connection closed");
+}
+
+/// Reads and decodes one request frame with its bulk payload. An error
+/// carries the request id to answer (0 before the header is known).
+async fn read_request(
+    reader: &mut strom_net::FrameReader<strom_net::BoxRead>,
+) -> Result<Option<Incoming>, (u64, NetError)> {
+    if !reader.ready().await.map_err(|e| (0, e))? {
+        return Ok(None);
+    }
+    let (header, body) = match reader.next().await {
+        Ok(Some(f)) => f,
+        Ok(None) => return Ok(None),
+        Err(e) => return Err((0, e)),
+    };
+    let id = header.id;
+    if header.kind != FrameKind::Request {
+        let e = NetError::Proto(strom_proto::ProtoError::Unknown {
+            what: "frame kind from a client",
+            value: header.kind as u64,
+        });
+        return Err((id, e));
+    }
+    let req = Request::decode(header.opcode, &body).map_err(|e| (id, NetError::Proto(e)))?;
+    let bulk = if let Request::Produce { count, meta, .. } = &req {
+        let bulk = reader.read_bulk().await.map_err(|e| (id, e))?;
+        // A batch whose table disagrees with what was sent is a malformed frame.
+        check_batch(*count, meta, &bulk).map_err(|e| (id, NetError::Proto(e)))?;
+        bulk
+    } else {
+        if reader.pending_bulk() > 0 {
+            let e = NetError::BulkMismatch {
+                announced: reader.pending_bulk(),
+                expected: 0,
+            };
+            return Err((id, e));
+        }
+        Vec::new()
+    };
+    Ok(Some((header, req, bulk)))
+}
+
+/// Total bytes a FetchData asks for (saturating: lengths come from the wire).
+fn requested_bytes(items: &[strom_proto::message::DataItem]) -> u64 {
+    items
+        .iter()
+        .flat_map(|(_, ranges)| ranges.iter())
+        .fold(0u64, |acc, (_, len)| acc.saturating_add(*len))
 }
 
 /// Checks a Produce's batch table against its count and bulk payload.
@@ -311,44 +355,63 @@ impl Session {
                 items,
             } => match self.partition(&topic, partition) {
                 Ok(p) => {
-                    let writer = self.writer.clone();
                     let max_frame = self.state.config.max_frame_bytes;
-                    tokio::spawn(async move {
-                        let read = tokio::task::spawn_blocking(move || {
-                            let mut out = Vec::new();
-                            for (base, ranges) in &items {
-                                p.log.read_data(*base, ranges, &mut out)?;
-                            }
-                            Ok::<_, ServerError>(out)
-                        })
-                        .await;
-                        let frame = match read {
-                            Ok(Ok(bulk)) => {
-                                let total: u64 = bulk.iter().map(|b| b.len() as u64).sum();
-                                if total + 64 > max_frame as u64 {
-                                    let msg = format!(
+                    let wanted = requested_bytes(&items);
+                    if wanted.saturating_add(64) > max_frame as u64 {
+                        let msg = format!(
+                            "{wanted} bytes requested in one fetch exceed the maximum frame of {max_frame} bytes; fetch fewer ranges at a time"
+                        );
+                        Err(ServerError::coded(ErrorCode::FRAME_TOO_LARGE, msg))
+                    } else {
+                        // Stop reading this connection's requests while too much
+                        // fetched data waits to be sent: a client that never
+                        // reads its answers cannot grow the server.
+                        let cap = self.state.config.max_connection_buffer_bytes;
+                        let permits = wanted.clamp(1, cap).min(u32::MAX as u64) as u32;
+                        let Ok(permit) = self.budget.clone().acquire_many_owned(permits).await
+                        else {
+                            return;
+                        };
+                        let writer = self.writer.clone();
+                        tokio::spawn(async move {
+                            let read = tokio::task::spawn_blocking(move || {
+                                let mut out = Vec::new();
+                                for (base, ranges) in &items {
+                                    p.log.read_data(*base, ranges, &mut out)?;
+                                }
+                                Ok::<_, ServerError>(out)
+                            })
+                            .await;
+                            let frame = match read {
+                                Ok(Ok(bulk)) => {
+                                    let total: u64 = bulk.iter().map(|b| b.len() as u64).sum();
+                                    if total + 64 > max_frame as u64 {
+                                        let msg = format!(
                                         "{total} bytes requested in one fetch exceed the maximum frame of {max_frame} bytes; fetch fewer ranges at a time"
                                     );
-                                    OutFrame::response(
-                                        id,
-                                        &Response::error(ErrorCode::FRAME_TOO_LARGE, msg),
-                                    )
-                                } else {
-                                    OutFrame::response(id, &Response::Data { total })
-                                        .with_bulk(bulk)
+                                        OutFrame::response(
+                                            id,
+                                            &Response::error(ErrorCode::FRAME_TOO_LARGE, msg),
+                                        )
+                                    } else {
+                                        OutFrame::response(id, &Response::Data { total })
+                                            .with_bulk(bulk)
+                                            .with_hold(permit)
+                                    }
                                 }
-                            }
-                            Ok(Err(e)) => {
-                                OutFrame::response(id, &Response::error(e.code(), e.to_string()))
-                            }
-                            Err(e) => OutFrame::response(
-                                id,
-                                &Response::error(ErrorCode::INTERNAL, e.to_string()),
-                            ),
-                        };
-                        let _ = writer.send(frame).await;
-                    });
-                    return;
+                                Ok(Err(e)) => OutFrame::response(
+                                    id,
+                                    &Response::error(e.code(), e.to_string()),
+                                ),
+                                Err(e) => OutFrame::response(
+                                    id,
+                                    &Response::error(ErrorCode::INTERNAL, e.to_string()),
+                                ),
+                            };
+                            let _ = writer.send(frame).await;
+                        });
+                        return;
+                    }
                 }
                 Err(e) => Err(e),
             },

@@ -255,11 +255,23 @@ impl Server {
         });
         let (stop, mut stopped) = watch::channel(false);
         let accept_state = state.clone();
+        let slots = Arc::new(tokio::sync::Semaphore::new(
+            state.config.max_connections as usize,
+        ));
         let accept = tokio::spawn(async move {
+            let mut refused = 0u64;
             loop {
                 tokio::select! {
                     c = listener.accept() => match c {
-                        Ok(c) => { tokio::spawn(conn::serve(c, accept_state.clone())); }
+                        Ok(c) => match slots.clone().try_acquire_owned() {
+                            Ok(slot) => { tokio::spawn(conn::serve(c, accept_state.clone(), slot)); }
+                            Err(_) => {
+                                refused += 1;
+                                if refused.is_power_of_two() {
+                                    tracing::warn!(peer = %c.peer, refused, limit = accept_state.config.max_connections, "connection limit reached; closing new connections (max_connections)");
+                                }
+                            }
+                        },
                         Err(e) => {
                             tracing::warn!(error = %e, "accept failed");
                             tokio::time::sleep(Duration::from_millis(50)).await;

@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub mod raw;
+
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
@@ -37,6 +39,11 @@ impl ServerProcess {
     /// Starts a server with its data in `base/data` and its group file at
     /// `base/group.json`, and waits (bounded) until the group file names it.
     pub fn start(base: &Path) -> ServerProcess {
+        Self::start_with(base, &[])
+    }
+
+    /// [`ServerProcess::start`] with extra `strom server` arguments.
+    pub fn start_with(base: &Path, extra: &[&str]) -> ServerProcess {
         let data_dir = base.join("data");
         let group_file = base.join("group.json");
         // A restart writes a new file; removing the old one first means the
@@ -54,6 +61,7 @@ impl ServerProcess {
             .arg("127.0.0.1:0")
             .arg("--group-file")
             .arg(&group_file)
+            .args(extra)
             .env_remove("STROM_LOG")
             .env_remove("STROM_GROUP_FILE")
             .stdin(Stdio::null())
@@ -118,6 +126,18 @@ impl ServerProcess {
 
     pub fn pid(&self) -> i32 {
         self.child.id() as i32
+    }
+
+    /// The server's resident set size in bytes (VmRSS).
+    pub fn rss_bytes(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()))
+            .expect("reading /proc/PID/status");
+        let kb: u64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("VmRSS in /proc/PID/status");
+        kb * 1024
     }
 
     /// Everything the server wrote to stderr so far.
