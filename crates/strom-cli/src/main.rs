@@ -148,8 +148,8 @@ pub(crate) fn connect(group_file: Option<PathBuf>) -> anyhow::Result<strom_clien
     }
     let path = group_file.ok_or_else(|| {
         anyhow::anyhow!(
-            "no server given: pass --address HOST:PORT or --group-file FILE \
-             (or set STROM_ADDRESS or STROM_GROUP_FILE)"
+            "no server given: pass --group-file FILE (the group file `strom server` writes) \
+             or --address HOST:PORT, or set STROM_GROUP_FILE or STROM_ADDRESS"
         )
     })?;
     Ok(strom_client::Driver::connect(&path)?)
