@@ -86,7 +86,6 @@ fn partition_unavailable(code: ErrorCode) -> bool {
 }
 
 pub fn run(a: ConsumeArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> {
-    interrupt::install()?;
     let start = parse_from(&a.from)?;
     let d = crate::connect(group_file)?;
     let topic = d.open_topic(&a.topic)?;
@@ -116,7 +115,7 @@ pub fn run(a: ConsumeArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> {
         ..Default::default()
     };
     let consumer = topic.consumer_with(&a.name, opts)?;
-    interrupt::unblock_here();
+    interrupt::install()?;
     // Without --follow, stop at each partition's end as of now.
     let mut remaining: Vec<u64> = info.partitions.iter().map(|p| p.next_offset).collect();
     let mut caught_up: Vec<bool> = info.partitions.iter().map(|p| !wanted(p.id)).collect();

@@ -1,13 +1,12 @@
 //! SIGINT and SIGTERM for commands that must finish cleanly (`produce`,
 //! `consume`): the handler only records the signal; the command polls
-//! [`received`] between short waits, finishes what it owes (offsets,
-//! flushes, acks), and exits with 128 + the signal number.
+//! [`received`] between short, bounded waits, finishes what it owes
+//! (offsets, flushes, acks), and exits with 128 + the signal number.
 //!
-//! [`install`] also blocks both signals in the calling thread, so every
-//! thread started afterwards (the client's runtime, the stdin reader)
-//! inherits the mask; [`unblock_here`] then lets them reach only the main
-//! thread, where they interrupt a blocking `poll` or `write` (no
-//! `SA_RESTART`).
+//! Install it once setup (connecting, subscribing) is done: until then the
+//! default action applies and Ctrl-C stops a hung connect at once. The
+//! handler runs with `SA_RESTART`, so the client's threads never see an
+//! interrupted system call because of it.
 
 use std::sync::atomic::{AtomicI32, Ordering};
 
@@ -18,18 +17,7 @@ extern "C" fn on_signal(sig: libc::c_int) {
     SIGNAL.store(sig, Ordering::SeqCst);
 }
 
-fn mask() -> libc::sigset_t {
-    // SAFETY: sigemptyset/sigaddset initialize and fill a local set.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGINT);
-        libc::sigaddset(&mut set, libc::SIGTERM);
-        set
-    }
-}
-
-/// Installs the handlers and blocks the signals in this thread.
+/// Installs the handlers.
 pub fn install() -> anyhow::Result<()> {
     for sig in [libc::SIGINT, libc::SIGTERM] {
         // SAFETY: a zeroed sigaction with a valid handler and empty mask;
@@ -38,7 +26,7 @@ pub fn install() -> anyhow::Result<()> {
             let mut act: libc::sigaction = std::mem::zeroed();
             act.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
             libc::sigemptyset(&mut act.sa_mask);
-            act.sa_flags = 0;
+            act.sa_flags = libc::SA_RESTART;
             libc::sigaction(sig, &act, std::ptr::null_mut())
         };
         if rc != 0 {
@@ -48,18 +36,7 @@ pub fn install() -> anyhow::Result<()> {
             );
         }
     }
-    let set = mask();
-    // SAFETY: changes this thread's signal mask only.
-    unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
     Ok(())
-}
-
-/// Lets SIGINT and SIGTERM reach this thread again (call once every
-/// helper thread is started).
-pub fn unblock_here() {
-    let set = mask();
-    // SAFETY: changes this thread's signal mask only.
-    unsafe { libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut()) };
 }
 
 /// The signal received, if any.

@@ -170,7 +170,6 @@ impl<W: Write> Results<W> {
 }
 
 pub fn run(a: ProduceArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> {
-    interrupt::install()?;
     let d = crate::connect(group_file)?;
     let topic = d.open_topic(&a.topic)?;
     let mut opts = ProducerOptions::default();
@@ -188,7 +187,7 @@ pub fn run(a: ProduceArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> {
         (None, None) => Bytes::new(),
     };
     let input = spawn_reader();
-    interrupt::unblock_here();
+    interrupt::install()?;
     let mut results = Results {
         out: std::io::BufWriter::new(std::io::stdout().lock()),
         pending: VecDeque::new(),
