@@ -244,8 +244,8 @@ pub fn run(a: ProduceArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> {
     if signal.is_none() && (bad_line.is_some() || !results.failed.is_empty()) {
         let failed: u64 = results.failed.values().map(|f| f.0).sum();
         eprintln!(
-            "strom: {} events stored (offsets printed), {failed} failed; the producer stays \
-             open so the rest can be produced again (`strom topic complete {}` ends the stream)",
+            "strom: {} events stored (offsets printed), {failed} failed; the producer was \
+             left open, so the stream has not ended (`strom topic complete {}` ends it)",
             results.stored, a.topic
         );
         return Err(crate::Exit(1).into());

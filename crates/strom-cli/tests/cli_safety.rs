@@ -673,7 +673,8 @@ fn consume_reads_live_partitions_when_a_member_is_dead() {
     let lines: Vec<_> = out
         .stderr
         .lines()
-        .filter(|l| l.contains("partition unavailable"))
+        .filter(|l| l.contains("unreachable") || l.contains("unavailable"))
+        .filter(|l| !l.contains("partition(s) were unavailable"))
         .collect();
     assert_eq!(
         lines.len(),
