@@ -27,27 +27,44 @@ pub enum ClusterCmd {
     Down {
         #[arg(long)]
         data_dir: PathBuf,
+        /// Seconds each member gets to exit after SIGTERM before SIGKILL.
+        #[arg(long, default_value_t = 15.0)]
+        timeout: f64,
     },
 }
 
+/// What `up` records for `down`: each member's pid and the kernel's start
+/// time for it (so a pid reused by another process is never signalled).
 struct ClusterFile {
     pids: Vec<u32>,
+    start_times: Vec<Option<u64>>,
+    data_dir: Option<PathBuf>,
     group_file: PathBuf,
 }
 
 impl ClusterFile {
     fn to_json(&self) -> serde_json::Value {
-        serde_json::json!({ "pids": self.pids, "group_file": self.group_file })
+        serde_json::json!({
+            "pids": self.pids,
+            "start_times": self.start_times,
+            "data_dir": self.data_dir,
+            "group_file": self.group_file,
+        })
     }
 
     fn from_json(v: &serde_json::Value) -> Option<Self> {
-        let pids = v["pids"]
+        let pids: Vec<u32> = v["pids"]
             .as_array()?
             .iter()
             .map(|p| p.as_u64().and_then(|p| u32::try_from(p).ok()))
             .collect::<Option<Vec<u32>>>()?;
+        let start_times = (0..pids.len())
+            .map(|i| v["start_times"].get(i).and_then(|t| t.as_u64()))
+            .collect();
         Some(ClusterFile {
             pids,
+            start_times,
+            data_dir: v["data_dir"].as_str().map(PathBuf::from),
             group_file: PathBuf::from(v["group_file"].as_str()?),
         })
     }
@@ -60,7 +77,7 @@ pub fn run(cmd: ClusterCmd, group_file: Option<PathBuf>) -> anyhow::Result<()> {
             data_dir,
             listen,
         } => up(servers, &data_dir, &listen, group_file),
-        ClusterCmd::Down { data_dir } => down(&data_dir),
+        ClusterCmd::Down { data_dir, timeout } => down(&data_dir, Duration::from_secs_f64(timeout)),
     }
 }
 
@@ -81,6 +98,7 @@ fn up(servers: u32, dir: &Path, listen: &str, group_file: Option<PathBuf>) -> an
     let _ = std::fs::remove_file(strom_server::rendezvous_file(&group));
     let exe = std::env::current_exe().context("finding the strom executable")?;
     let mut pids = Vec::new();
+    let mut start_times = Vec::new();
     for rank in 0..servers {
         let log = std::fs::File::create(dir.join(format!("server-{rank}.log")))?;
         let mut cmd = std::process::Command::new(&exe);
@@ -97,9 +115,12 @@ fn up(servers: u32, dir: &Path, listen: &str, group_file: Option<PathBuf>) -> an
         std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
         let child = cmd.spawn().context("starting a server process")?;
         pids.push(child.id());
+        start_times.push(proc_stat(child.id()).map(|s| s.start_time));
     }
     let file = ClusterFile {
         pids,
+        start_times,
+        data_dir: Some(dir.clone()),
         group_file: group.clone(),
     };
     std::fs::write(&record, serde_json::to_vec_pretty(&file.to_json())?)?;
@@ -117,38 +138,143 @@ fn up(servers: u32, dir: &Path, listen: &str, group_file: Option<PathBuf>) -> an
     Ok(())
 }
 
-fn signal(pid: u32, sig: &str) -> bool {
-    std::process::Command::new("kill")
-        .args([sig, &pid.to_string()])
-        .stderr(Stdio::null())
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false)
+/// The fields of `/proc/PID/stat` that `down` needs.
+struct ProcStat {
+    state: char,
+    start_time: u64,
 }
 
-fn down(dir: &Path) -> anyhow::Result<()> {
+fn proc_stat(pid: u32) -> Option<ProcStat> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may hold spaces and parentheses: split after the last ')'.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    Some(ProcStat {
+        state: fields.first()?.chars().next()?,
+        // Field 22 of stat(5); `fields` starts at field 3.
+        start_time: fields.get(19)?.parse().ok()?,
+    })
+}
+
+/// Running: present and not a zombie waiting to be reaped.
+fn running(pid: u32) -> bool {
+    proc_stat(pid).is_some_and(|s| !matches!(s.state, 'Z' | 'X'))
+}
+
+/// Why `pid` is not (or no longer) the member recorded, if it is not.
+fn not_ours(pid: u32, start_time: Option<u64>, data_dir: Option<&Path>) -> Option<String> {
+    let stat = proc_stat(pid)?;
+    if start_time.is_some_and(|t| t != stat.start_time) {
+        return Some("started after the member did (the pid was reused)".into());
+    }
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let args: Vec<String> = cmdline
+        .split(|b| *b == 0)
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect();
+    let is_server = args.get(1).is_some_and(|a| a == "server");
+    let same_dir = data_dir.is_none_or(|d| {
+        args.windows(2)
+            .any(|w| w[0] == "--data-dir" && Path::new(&w[1]) == d)
+    });
+    if is_server && same_dir {
+        None
+    } else {
+        Some(format!("runs `{}`", args.join(" ").trim()))
+    }
+}
+
+fn kill(pid: u32, sig: i32) -> std::io::Result<()> {
+    // SAFETY: kill(2) with a pid checked to be our server; no memory involved.
+    if unsafe { libc::kill(pid as i32, sig) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// Waits until none of `pids` runs or `deadline` passes; those still running.
+fn wait_gone(pids: Vec<(usize, u32)>, deadline: Instant) -> Vec<(usize, u32)> {
+    let mut left = pids;
+    loop {
+        left.retain(|(_, pid)| running(*pid));
+        if left.is_empty() || Instant::now() >= deadline {
+            return left;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn down(dir: &Path, timeout: Duration) -> anyhow::Result<()> {
     let record = dir.join("cluster.json");
     let text = std::fs::read(&record)
         .with_context(|| format!("no cluster recorded in {}", record.display()))?;
     let v: serde_json::Value =
         serde_json::from_slice(&text).context("cluster.json is not valid JSON")?;
     let file = ClusterFile::from_json(&v).context("cluster.json lacks pids or group_file")?;
-    for &pid in &file.pids {
-        signal(pid, "-TERM");
+    let mut signalled = Vec::new();
+    let mut failed = 0;
+    for (rank, &pid) in file.pids.iter().enumerate() {
+        if !running(pid) {
+            eprintln!("rank {rank} (pid {pid}) was not running");
+            continue;
+        }
+        if let Some(why) = not_ours(pid, file.start_times[rank], file.data_dir.as_deref()) {
+            eprintln!(
+                "rank {rank}: pid {pid} is not this cluster's server any more ({why}); left alone"
+            );
+            continue;
+        }
+        match kill(pid, libc::SIGTERM) {
+            Ok(()) => signalled.push((rank, pid)),
+            Err(e) => {
+                eprintln!("rank {rank} (pid {pid}): cannot send SIGTERM: {e}");
+                failed += 1;
+            }
+        }
     }
-    let deadline = Instant::now() + Duration::from_secs(15);
-    for &pid in &file.pids {
-        while signal(pid, "-0") && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(50));
+    let stubborn = wait_gone(signalled.clone(), Instant::now() + timeout);
+    for (rank, pid) in &signalled {
+        if !stubborn.contains(&(*rank, *pid)) {
+            eprintln!("stopped rank {rank} (pid {pid})");
         }
-        if signal(pid, "-0") {
-            eprintln!("server {pid} did not stop in time; killing it");
-            signal(pid, "-KILL");
+    }
+    let mut killed = Vec::new();
+    for (rank, pid) in stubborn {
+        // Still the same process: it was ours a moment ago and never exited.
+        match kill(pid, libc::SIGKILL) {
+            Ok(()) => killed.push((rank, pid)),
+            Err(e) => {
+                eprintln!("rank {rank} (pid {pid}): cannot send SIGKILL: {e}");
+                failed += 1;
+            }
         }
+    }
+    let survivors = wait_gone(killed.clone(), Instant::now() + Duration::from_secs(5));
+    for (rank, pid) in &killed {
+        if survivors.contains(&(*rank, *pid)) {
+            eprintln!("rank {rank} (pid {pid}) still runs after SIGKILL");
+            failed += 1;
+        } else {
+            eprintln!(
+                "killed rank {rank} (pid {pid}): it did not exit within {timeout:?} of SIGTERM"
+            );
+        }
+    }
+    if failed > 0 {
+        anyhow::bail!(
+            "{failed} member(s) could not be stopped; {} is kept so `down` can be retried",
+            record.display()
+        );
     }
     std::fs::remove_file(&record)?;
     let _ = std::fs::remove_file(&file.group_file);
     let _ = std::fs::remove_file(strom_server::rendezvous_file(&file.group_file));
-    eprintln!("cluster stopped ({} servers)", file.pids.len());
+    eprintln!(
+        "cluster stopped: {} stopped, {} killed, {} not running or not ours",
+        signalled.len() - killed.len(),
+        killed.len(),
+        file.pids.len() - signalled.len()
+    );
     Ok(())
 }

@@ -1,14 +1,25 @@
 //! `strom consume TOPIC --name N`: prints one JSON line per event on stdout
-//! and acks what it printed. Without `--follow` it stops once it has read
-//! what the topic held when it started; with `--follow` it waits for more
-//! until the stream ends.
+//! and acks what the reader took. Without `--follow` it stops once it has
+//! read what the topic held when it started; with `--follow` it waits for
+//! more until the stream ends.
+//!
+//! Acks follow the output, never lead it: lines are written in batches
+//! (see [`out::Output`]), and an event is acked only once its whole line
+//! left this process, and, when stdout is a pipe, once the reader took it
+//! out of the pipe. SIGINT and SIGTERM stop the loop; a closed pipe stops
+//! it quietly. Either way what was delivered is acked, and nothing else.
 
-use std::io::Write;
+mod out;
+
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use clap::Args;
-use strom_client::{ConsumerOptions, Next, Selection, StartPos};
+use strom_client::{ConsumerOptions, ErrorCode, Next, Selection, StartPos};
+use strom_proto::PartitionStatus;
+
+use crate::interrupt;
+use out::{Output, Stop};
 
 #[derive(Args)]
 pub struct ConsumeArgs {
@@ -36,6 +47,14 @@ pub struct ConsumeArgs {
     no_ack: bool,
 }
 
+/// How long a pull waits before the loop looks at signals and flushes.
+const TICK: Duration = Duration::from_millis(20);
+/// Without `--follow`: quiet time after which what is missing is taken to
+/// be gone (retention) or unreachable (reported).
+const IDLE_END: Duration = Duration::from_millis(500);
+/// How long an interrupted run waits for the reader to take what was written.
+const DRAIN_ON_SIGNAL: Duration = Duration::from_secs(2);
+
 fn parse_from(s: &str) -> anyhow::Result<StartPos> {
     Ok(match s {
         "committed" => StartPos::Committed,
@@ -55,13 +74,38 @@ fn parse_from(s: &str) -> anyhow::Result<StartPos> {
     })
 }
 
+/// Errors a pull reports for one partition while the others carry on.
+fn partition_unavailable(code: ErrorCode) -> bool {
+    matches!(
+        code,
+        ErrorCode::CONNECTION_FAILED
+            | ErrorCode::CONNECTION_CLOSED
+            | ErrorCode::PARTITION_UNAVAILABLE
+            | ErrorCode::PARTITION_FAILED
+    )
+}
+
 pub fn run(a: ConsumeArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> {
+    let start = parse_from(&a.from)?;
     let d = crate::connect(group_file)?;
     let topic = d.open_topic(&a.topic)?;
     let info = topic.describe()?;
     let partitions = a.partitions.clone();
+    let wanted = |p: u32| partitions.as_ref().is_none_or(|v| v.contains(&p));
+    if let StartPos::Offset(n) = start {
+        for p in info.partitions.iter().filter(|p| wanted(p.id)) {
+            anyhow::ensure!(
+                p.status != PartitionStatus::Ok || n <= p.next_offset,
+                "--from {n} is past the end of partition {} of topic '{}' (next offset {}); \
+                 nothing there to read",
+                p.id,
+                a.topic,
+                p.next_offset
+            );
+        }
+    }
     let opts = ConsumerOptions {
-        start: parse_from(&a.from)?,
+        start,
         partitions: partitions.clone(),
         selector: std::sync::Arc::new(if a.data {
             Selection::All
@@ -71,36 +115,52 @@ pub fn run(a: ConsumeArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> {
         ..Default::default()
     };
     let consumer = topic.consumer_with(&a.name, opts)?;
+    interrupt::install()?;
     // Without --follow, stop at each partition's end as of now.
     let mut remaining: Vec<u64> = info.partitions.iter().map(|p| p.next_offset).collect();
-    let wanted = |p: u32| partitions.as_ref().is_none_or(|v| v.contains(&p));
     let mut caught_up: Vec<bool> = info.partitions.iter().map(|p| !wanted(p.id)).collect();
-    let stdout = std::io::stdout();
-    let mut out = std::io::BufWriter::new(stdout.lock());
+    let mut out = Output::new(!a.no_ack);
     let mut count = 0u64;
-    let mut acks = std::collections::HashMap::new();
-    loop {
-        if a.max.is_some_and(|m| count >= m) {
-            break;
+    let mut unavailable = 0u32;
+    let mut idle_since: Option<Instant> = None;
+    let stop = loop {
+        if let Some(sig) = interrupt::received() {
+            break Some(Stop::Signal(sig));
         }
-        if !a.follow && caught_up.iter().all(|c| *c) {
-            break;
+        if a.max.is_some_and(|m| count >= m) || (!a.follow && caught_up.iter().all(|c| *c)) {
+            break None;
         }
-        let next = if a.follow {
-            consumer.pull().wait()?
-        } else {
-            match consumer.pull_timeout(Duration::from_millis(500)) {
-                Ok(n) => n,
-                Err(e) if e.code() == strom_client::ErrorCode::TIMEOUT => {
-                    // Nothing more arrived: whatever is missing was removed by retention.
-                    break;
+        let next = match consumer.pull_timeout(TICK) {
+            Ok(n) => n,
+            Err(e) if e.code() == ErrorCode::TIMEOUT => {
+                if let Err(s) = out.flush_and_ack() {
+                    break Some(s);
                 }
-                Err(e) => return Err(e.into()),
+                let since = *idle_since.get_or_insert_with(Instant::now);
+                if !a.follow && since.elapsed() >= IDLE_END {
+                    // Nothing more arrived: what is missing was removed by
+                    // retention, or sits on an unavailable partition.
+                    break None;
+                }
+                continue;
             }
+            Err(e) if partition_unavailable(e.code()) => {
+                // The client reports each unreachable partition once and
+                // keeps retrying it; the others carry on.
+                unavailable += 1;
+                eprintln!("strom: partition unavailable: {}", e.message());
+                continue;
+            }
+            Err(e) if e.code() == ErrorCode::OFFSET_OUT_OF_RANGE => {
+                eprintln!("strom: warning: {}", e.message());
+                continue;
+            }
+            Err(e) => break Some(Stop::Failed(e.into())),
         };
-        let ev = match next {
+        idle_since = None;
+        let mut ev = match next {
             Next::Event(ev) => ev,
-            Next::EndOfStream => break,
+            Next::EndOfStream => break None,
         };
         let meta: serde_json::Value = ev.json().unwrap_or_else(|_| {
             serde_json::Value::String(String::from_utf8_lossy(ev.raw()).into_owned())
@@ -117,22 +177,70 @@ pub fn run(a: ConsumeArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> {
             let hex: String = data.iter().take(32).map(|b| format!("{b:02x}")).collect();
             line["data_prefix_hex"] = serde_json::Value::String(hex);
         }
-        writeln!(out, "{line}")?;
+        // The data is printed; only the ack handle is kept.
+        drop(ev.take_buffers());
         let p = ev.partition as usize;
-        if ev.offset + 1 >= remaining[p] {
-            caught_up[p] = true;
-            remaining[p] = 0;
+        if let Some(r) = remaining.get_mut(p) {
+            if ev.offset + 1 >= *r {
+                caught_up[p] = true;
+                *r = 0;
+            }
         }
         count += 1;
-        if !a.no_ack {
-            acks.insert(ev.partition, ev.ack());
+        if let Err(s) = out.line(&line, ev) {
+            break Some(s);
+        }
+    };
+    finish(out, stop, unavailable)
+}
+
+/// Writes what is buffered, waits for the reader as the way the run ended
+/// allows, acks what was delivered, and picks the exit.
+fn finish(mut out: Output, stop: Option<Stop>, unavailable: u32) -> anyhow::Result<()> {
+    let stop = stop.or_else(|| out.flush_and_ack().err());
+    let stop = match stop {
+        None => out.drain(None).err(),
+        Some(Stop::Signal(sig)) => {
+            // Best effort: the reader may still take what is buffered.
+            let _ = out.write_pending(true);
+            let _ = out.drain(Some(Instant::now() + DRAIN_ON_SIGNAL));
+            Some(Stop::Signal(sig))
+        }
+        other => other,
+    };
+    out.ack_delivered();
+    let acked = out.wait_acks();
+    let printed = out.delivered_events();
+    match stop {
+        Some(Stop::BrokenPipe) => {
+            // Quiet, like any filter whose reader went away.
+            Err(crate::Exit(141).into())
+        }
+        Some(Stop::Signal(sig)) => {
+            eprintln!(
+                "strom: stopped by {}; consumed {printed} events",
+                interrupt::name(sig)
+            );
+            acked?;
+            Err(crate::Exit(interrupt::exit_code(sig)).into())
+        }
+        Some(Stop::Failed(e)) => {
+            eprintln!("strom: consumed {printed} events before the error below");
+            if let Err(a) = acked {
+                eprintln!("strom: error: {a:#}");
+            }
+            Err(e)
+        }
+        None => {
+            acked?;
+            eprintln!("strom: consumed {printed} events");
+            if unavailable > 0 {
+                eprintln!(
+                    "strom: {unavailable} partition(s) were unavailable; their events were not read"
+                );
+                return Err(crate::Exit(1).into());
+            }
+            Ok(())
         }
     }
-    out.flush()?;
-    drop(out);
-    for (_, ack) in acks {
-        ack.wait()?;
-    }
-    eprintln!("consumed {count} events");
-    Ok(())
 }

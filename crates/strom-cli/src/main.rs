@@ -5,6 +5,7 @@ mod bench;
 mod cluster;
 mod consume;
 mod demo;
+mod interrupt;
 mod produce;
 mod server;
 mod status;
@@ -27,6 +28,10 @@ struct Cli {
     /// Group file to bootstrap from (written by `strom server`).
     #[arg(long, global = true, env = "STROM_GROUP_FILE")]
     group_file: Option<PathBuf>,
+    /// Address (HOST:PORT) of the server holding the registry; reaches a
+    /// server started without a group file. Wins over --group-file.
+    #[arg(long, global = true, env = "STROM_ADDRESS")]
+    address: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -64,12 +69,53 @@ fn init_logging(default: &str) {
         .init();
 }
 
+/// A command that already said what happened on stderr (or must stay
+/// quiet, as on a broken pipe) and wants this exit code.
+#[derive(Debug)]
+pub(crate) struct Exit(pub i32);
+
+impl std::fmt::Display for Exit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "exit {}", self.0)
+    }
+}
+
+impl std::error::Error for Exit {}
+
+/// `--address` / `STROM_ADDRESS`, read by [`connect`].
+static ADDRESS: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// The error and its causes, each once: a cause whose text the message
+/// already holds (an I/O error that prints its source) is not repeated.
+fn error_text(e: &anyhow::Error) -> String {
+    let mut msg = String::new();
+    for cause in e.chain() {
+        let s = cause.to_string();
+        if msg.contains(&s) {
+            continue;
+        }
+        if !msg.is_empty() {
+            msg.push_str(": ");
+        }
+        msg.push_str(&s);
+    }
+    msg
+}
+
 fn main() {
     let cli = Cli::parse();
+    if let Some(a) = cli.address {
+        let _ = ADDRESS.set(a);
+    }
     let result = match cli.command {
         Command::Server(a) => {
             init_logging("info");
             server::run(a, cli.group_file)
+        }
+        Command::Consume(a) => {
+            // consume reports an unreachable partition itself, once.
+            init_logging("warn,strom_client::subscription=error");
+            consume::run(a, cli.group_file)
         }
         other => {
             init_logging("warn");
@@ -78,23 +124,37 @@ fn main() {
                 Command::Cluster(c) => cluster::run(c, cli.group_file),
                 Command::Status(a) => status::run(a, cli.group_file),
                 Command::Produce(a) => produce::run(a, cli.group_file),
-                Command::Consume(a) => consume::run(a, cli.group_file),
                 Command::Demo(a) => demo::run(a),
                 Command::Bench(a) => bench::run(a, cli.group_file),
-                Command::Server(_) => unreachable!("handled above"),
+                Command::Server(_) | Command::Consume(_) => unreachable!("handled above"),
             }
         }
     };
     if let Err(e) = result {
-        eprintln!("strom: error: {e:#}");
+        if let Some(Exit(code)) = e.downcast_ref::<Exit>() {
+            std::process::exit(*code);
+        }
+        eprintln!("strom: error: {}", error_text(&e));
         std::process::exit(1);
     }
 }
 
-/// Connects to the group named by `--group-file` / `STROM_GROUP_FILE`.
+/// True when `--address` / `STROM_ADDRESS` names a server.
+pub(crate) fn has_address() -> bool {
+    ADDRESS.get().is_some()
+}
+
+/// Connects to the server at `--address` / `STROM_ADDRESS`, or else to the
+/// group named by `--group-file` / `STROM_GROUP_FILE`.
 pub(crate) fn connect(group_file: Option<PathBuf>) -> anyhow::Result<strom_client::Driver> {
+    if let Some(addr) = ADDRESS.get() {
+        return Ok(strom_client::Driver::connect_addr(addr)?);
+    }
     let path = group_file.ok_or_else(|| {
-        anyhow::anyhow!("no group file: pass --group-file FILE or set STROM_GROUP_FILE")
+        anyhow::anyhow!(
+            "no server given: pass --group-file FILE (the group file `strom server` writes) \
+             or --address HOST:PORT, or set STROM_GROUP_FILE or STROM_ADDRESS"
+        )
     })?;
     Ok(strom_client::Driver::connect(&path)?)
 }

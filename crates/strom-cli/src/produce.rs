@@ -1,15 +1,31 @@
 //! `strom produce TOPIC`: each non-empty stdin line is one event's JSON
 //! metadata; optional data comes from a file or is generated. Prints one
-//! JSON line per event with its partition and offset, in input order.
+//! JSON line per stored event with its partition and offset, in input
+//! order, and closes the producer at the end of input (unless
+//! `--keep-open`), so consumers see the end of the stream.
+//!
+//! Every stored event's offset is printed, whatever stops the run:
+//! - SIGINT / SIGTERM: stop reading, wait for the events in flight, print,
+//!   close, exit 130 / 143;
+//! - a partition whose member is down: its events fail and the others go
+//!   on; stderr sums up the failures per partition, exit 1;
+//! - a line that cannot be produced: stop there, exit 1.
+//!
+//! In the last two cases the producer stays open, so the rest can still
+//! be produced; `strom topic complete` ends the stream.
 
-use std::collections::VecDeque;
-use std::io::{BufRead, Write};
+use std::collections::{BTreeMap, VecDeque};
+use std::io::{Read, Write};
 use std::path::PathBuf;
+use std::sync::mpsc;
+use std::time::Duration;
 
 use anyhow::Context;
 use bytes::Bytes;
 use clap::Args;
-use strom_client::{Data, PushFuture};
+use strom_client::{Data, ErrorCode, ProducerOptions, PushFuture};
+
+use crate::interrupt;
 
 #[derive(Args)]
 pub struct ProduceArgs {
@@ -23,15 +39,146 @@ pub struct ProduceArgs {
     /// Send every event to this partition (overrides the topic's selector).
     #[arg(long)]
     partition: Option<u32>,
-    /// Close this producer's part of the stream at end of input.
+    /// Leave this producer open at end of input (the stream does not end).
     #[arg(long)]
+    keep_open: bool,
+    /// Accepted for compatibility: closing at end of input is the default.
+    #[arg(long, hide = true, conflicts_with = "keep_open")]
     close: bool,
+    /// Largest event (metadata + data + 16 bytes of framing), in bytes; the
+    /// server's max_frame_bytes must allow it too. Default 64 MiB.
+    #[arg(long)]
+    max_event_bytes: Option<u64>,
+}
+
+/// How long the main loop waits for input before it looks at signals and
+/// prints what is stored.
+const TICK: Duration = Duration::from_millis(20);
+/// Events in flight before the oldest is awaited.
+const MAX_PENDING: usize = 8192;
+
+/// Lines read from stdin, numbered from 1, or why reading stopped.
+type Chunk = anyhow::Result<Vec<(usize, String)>>;
+
+/// Reads stdin on its own thread, in chunks of whole lines, so the main
+/// loop can stop on a signal while a read blocks.
+fn spawn_reader() -> mpsc::Receiver<Chunk> {
+    let (tx, rx) = mpsc::sync_channel::<Chunk>(8);
+    std::thread::spawn(move || {
+        let mut stdin = std::io::stdin().lock();
+        let mut buf = vec![0u8; 64 << 10];
+        let mut partial: Vec<u8> = Vec::new();
+        let mut lineno = 0usize;
+        let take = |bytes: &[u8], lineno: &mut usize, out: &mut Vec<(usize, String)>| {
+            *lineno += 1;
+            let line =
+                std::str::from_utf8(bytes).with_context(|| format!("line {lineno}: not UTF-8"))?;
+            if !line.trim().is_empty() {
+                out.push((*lineno, line.trim_end_matches('\r').to_string()));
+            }
+            anyhow::Ok(())
+        };
+        loop {
+            let n = match stdin.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    let _ = tx.send(Err(anyhow::Error::new(e).context("reading stdin")));
+                    return;
+                }
+            };
+            let mut lines = Vec::new();
+            let mut rest = &buf[..n];
+            let mut result = Ok(());
+            while let Some(i) = rest.iter().position(|b| *b == b'\n') {
+                partial.extend_from_slice(&rest[..i]);
+                rest = &rest[i + 1..];
+                result = take(&partial, &mut lineno, &mut lines);
+                partial.clear();
+                if result.is_err() {
+                    break;
+                }
+            }
+            partial.extend_from_slice(rest);
+            let failed = result.is_err();
+            let sent = match result {
+                Ok(()) => tx.send(Ok(lines)),
+                Err(e) => tx.send(Ok(lines)).and_then(|_| tx.send(Err(e))),
+            };
+            if sent.is_err() || failed {
+                return;
+            }
+        }
+        let mut lines = Vec::new();
+        let r = if partial.is_empty() {
+            Ok(())
+        } else {
+            take(&partial, &mut lineno, &mut lines)
+        };
+        let _ = tx.send(Ok(lines));
+        if let Err(e) = r {
+            let _ = tx.send(Err(e));
+        }
+    });
+    rx
+}
+
+/// Prints stored offsets in input order and counts failures per partition.
+struct Results<W: Write> {
+    out: W,
+    pending: VecDeque<PushFuture>,
+    stored: u64,
+    /// partition -> (events failed, the first error)
+    failed: BTreeMap<u32, (u64, String)>,
+}
+
+impl<W: Write> Results<W> {
+    fn settle(&mut self, f: PushFuture) -> anyhow::Result<()> {
+        let partition = f.partition();
+        match f.wait() {
+            Ok(id) => {
+                self.stored += 1;
+                writeln!(
+                    self.out,
+                    "{{\"partition\":{},\"offset\":{}}}",
+                    id.partition, id.offset
+                )?;
+            }
+            Err(e) => {
+                let entry = self
+                    .failed
+                    .entry(partition)
+                    .or_insert_with(|| (0, e.message()));
+                entry.0 += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// Settles the oldest futures that are done (all of them if `all`).
+    fn settle_ready(&mut self, all: bool) -> anyhow::Result<()> {
+        while let Some(f) = self.pending.pop_front() {
+            if !all && !f.is_done() && self.pending.len() < MAX_PENDING {
+                self.pending.push_front(f);
+                break;
+            }
+            self.settle(f)?;
+        }
+        Ok(())
+    }
 }
 
 pub fn run(a: ProduceArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> {
     let d = crate::connect(group_file)?;
     let topic = d.open_topic(&a.topic)?;
-    let producer = topic.producer()?;
+    let mut opts = ProducerOptions::default();
+    if let Some(n) = a.max_event_bytes {
+        anyhow::ensure!(n > 0, "--max-event-bytes must be positive");
+        opts.max_batch_bytes = n;
+    }
+    let limit = opts.max_batch_bytes;
+    let producer = topic.producer_with(opts)?;
     let data = match (&a.data_file, a.data_size) {
         (Some(f), _) => Bytes::from(
             std::fs::read(f).with_context(|| format!("reading data file {}", f.display()))?,
@@ -39,45 +186,80 @@ pub fn run(a: ProduceArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> {
         (None, Some(n)) => Bytes::from((0..n).map(|i| (i % 251) as u8).collect::<Vec<u8>>()),
         (None, None) => Bytes::new(),
     };
-    let stdout = std::io::stdout();
-    let mut out = std::io::BufWriter::new(stdout.lock());
-    let mut pending: VecDeque<PushFuture> = VecDeque::new();
-    let emit = |f: PushFuture, out: &mut dyn Write| -> anyhow::Result<()> {
-        let id = f.wait()?;
-        writeln!(
-            out,
-            "{{\"partition\":{},\"offset\":{}}}",
-            id.partition, id.offset
-        )?;
-        Ok(())
+    let input = spawn_reader();
+    interrupt::install()?;
+    let mut results = Results {
+        out: std::io::BufWriter::new(std::io::stdout().lock()),
+        pending: VecDeque::new(),
+        stored: 0,
+        failed: BTreeMap::new(),
     };
-    let mut failure = None;
-    for (n, line) in std::io::stdin().lock().lines().enumerate() {
-        let line = line.context("reading stdin")?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        match producer.push_with(line, Data::from(data.clone()), a.partition, &[]) {
-            Ok(f) => pending.push_back(f),
-            Err(e) => {
-                failure = Some(anyhow::anyhow!("line {}: {e}", n + 1));
+    let mut bad_line = None;
+    'input: while interrupt::received().is_none() {
+        let lines = match input.recv_timeout(TICK) {
+            Ok(Ok(lines)) => lines,
+            Ok(Err(e)) => {
+                bad_line = Some(e);
                 break;
             }
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                results.settle_ready(false)?;
+                results.out.flush()?;
+                continue;
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        };
+        for (n, line) in lines {
+            let size = line.len() as u64 + data.len() as u64 + 16;
+            match producer.push_with(line, Data::from(data.clone()), a.partition, &[]) {
+                Ok(f) => results.pending.push_back(f),
+                Err(e) if e.code() == ErrorCode::BATCH_TOO_LARGE => {
+                    bad_line = Some(anyhow::anyhow!(
+                        "line {n}: the event is {size} bytes, over the limit of {limit} bytes; \
+                         raise it with --max-event-bytes (the server's max_frame_bytes must \
+                         allow it too) or split the data"
+                    ));
+                    break 'input;
+                }
+                Err(e) => {
+                    bad_line = Some(anyhow::anyhow!("line {n}: {e}"));
+                    break 'input;
+                }
+            }
         }
-        while pending.len() > 8192 {
-            emit(pending.pop_front().expect("non-empty"), &mut out)?;
-        }
+        results.settle_ready(false)?;
     }
-    producer.flush()?;
-    for f in pending {
-        emit(f, &mut out)?;
+    // Stop reading; whatever is in flight is stored or fails, and is printed.
+    drop(input);
+    let _ = producer.flush(); // failures are counted per event below
+    results.settle_ready(true)?;
+    results.out.flush()?;
+    let signal = interrupt::received();
+    for (p, (count, error)) in &results.failed {
+        eprintln!("strom: partition {p}: {count} events failed: {error}");
     }
-    out.flush()?;
-    if let Some(e) = failure {
-        return Err(e.context("stopped at the first bad line; every earlier event was produced"));
+    if let Some(e) = &bad_line {
+        eprintln!("strom: error: {e:#}");
     }
-    if a.close {
-        producer.close()?;
+    if signal.is_none() && (bad_line.is_some() || !results.failed.is_empty()) {
+        let failed: u64 = results.failed.values().map(|f| f.0).sum();
+        eprintln!(
+            "strom: {} events stored (offsets printed), {failed} failed; the producer was \
+             left open, so the stream has not ended (`strom topic complete {}` ends it)",
+            results.stored, a.topic
+        );
+        return Err(crate::Exit(1).into());
+    }
+    if !a.keep_open || signal.is_some() {
+        producer.close().context("closing the producer")?;
+    }
+    if let Some(sig) = signal {
+        eprintln!(
+            "strom: stopped by {}; {} events stored (offsets printed), producer closed",
+            interrupt::name(sig),
+            results.stored
+        );
+        return Err(crate::Exit(interrupt::exit_code(sig)).into());
     }
     Ok(())
 }

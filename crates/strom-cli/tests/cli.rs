@@ -67,7 +67,7 @@ fn cli_end_to_end_produce_consume_describe_restart() {
 
     // Produce 10 JSON lines.
     let input: String = (0..10).map(|i| format!("{{\"n\":{i}}}\n")).collect();
-    let out = ok(strom(&["produce", "t"], &input), "produce");
+    let out = ok(strom(&["produce", "t", "--keep-open"], &input), "produce");
     let ids = json_lines(&out, "produce");
     assert_eq!(ids.len(), 10, "one output line per event: {}", out.stdout);
     let mut meta_at: BTreeMap<(u64, u64), u64> = BTreeMap::new();

@@ -146,6 +146,11 @@ impl PushFuture {
         self.slot.is_done()
     }
 
+    /// The partition the event was routed to (known before it is stored).
+    pub fn partition(&self) -> u32 {
+        self.partition
+    }
+
     /// Polls through a shared reference (for bindings that both wait on and
     /// await the same future).
     pub fn poll_ref(&self, cx: &mut Context<'_>) -> Poll<Result<EventId>> {

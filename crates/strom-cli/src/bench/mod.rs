@@ -46,7 +46,9 @@ pub struct BenchArgs {
     #[arg(value_enum)]
     mode: Mode,
     /// strom://GROUP_FILE, strom://HOST:PORT, kafka://HOST:PORT or
-    /// redis://HOST:PORT; omit for an embedded Strom server in a temp dir.
+    /// redis://HOST:PORT; omit for the group of --group-file / --address
+    /// (or STROM_GROUP_FILE / STROM_ADDRESS), or, without either, an
+    /// embedded Strom server in a temp dir.
     #[arg(long)]
     target: Option<String>,
     #[arg(long, default_value_t = 100_000)]
@@ -216,7 +218,18 @@ const PEERS_HINT: &str = "this strom binary was built without the `peers` featur
      `cargo build --release -p strom-cli --features peers` (needs cmake and libcurl4-openssl-dev)";
 
 fn open_target(spec: Option<&str>, group_file: Option<PathBuf>) -> anyhow::Result<Box<dyn Target>> {
-    let spec = spec.unwrap_or("embedded");
+    let spec = match spec {
+        Some(s) => s,
+        // A group named by --group-file / --address (or their variables).
+        None if group_file.is_some() || crate::has_address() => "strom://",
+        None => {
+            eprintln!(
+                "strom bench: no --target, --group-file or --address given; benchmarking an \
+                 embedded server in a temporary directory"
+            );
+            "embedded"
+        }
+    };
     if spec == "embedded" {
         return Ok(Box::new(strom::StromTarget::embedded()?));
     }
@@ -242,7 +255,10 @@ fn open_target(spec: Option<&str>, group_file: Option<PathBuf>) -> anyhow::Resul
 
 pub fn run(args: BenchArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> {
     let worker_job = args.worker_job.clone();
-    let target_spec = args.target.clone();
+    let target_spec = args
+        .target
+        .clone()
+        .or_else(|| (group_file.is_some() || crate::has_address()).then(|| "strom://".to_string()));
     let mut target = open_target(target_spec.as_deref(), group_file)?;
     let cfg = Config::new(args)?;
     if let Some(job) = worker_job {

@@ -210,6 +210,7 @@ pub fn run_cli(args: &[&str], stdin: &str, env: &[(&str, &str)], timeout: Durati
     cmd.args(args)
         .env_remove("STROM_LOG")
         .env_remove("STROM_GROUP_FILE")
+        .env_remove("STROM_ADDRESS")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
