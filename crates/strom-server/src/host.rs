@@ -238,7 +238,7 @@ impl Host {
                 first_offset: p.log.first_offset(),
                 next_offset: p.log.next_offset(),
                 status: Default::default(),
-                dropped_events: 0,
+                dropped_events: p.dropped_events(),
             })
             .collect()
     }

@@ -439,6 +439,7 @@ impl Registry {
                         if let Some(p) = partitions.get_mut(s.id as usize) {
                             p.first_offset = s.first_offset;
                             p.next_offset = s.next_offset;
+                            p.dropped_events = s.dropped_events;
                         }
                     }
                 }
