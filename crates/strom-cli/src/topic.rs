@@ -68,8 +68,8 @@ pub struct CreateArgs {
     /// What a full memory partition does: block (producers wait for
     /// consumers to ack; the default) | drop-oldest (readers that fall
     /// behind get a DATA_EXPIRED gap). Memory topics only.
-    #[arg(long)]
-    overflow: Option<String>,
+    #[arg(long, value_parser = Overflow::parse)]
+    overflow: Option<Overflow>,
     /// Place every partition on this member (default: round-robin over live members).
     #[arg(long)]
     server: Option<u32>,
@@ -88,12 +88,7 @@ pub fn run(cmd: TopicCmd, group_file: Option<PathBuf>) -> anyhow::Result<()> {
             };
             let partition_type =
                 PartitionType::parse(&a.partition_type).map_err(anyhow::Error::msg)?;
-            let overflow = a
-                .overflow
-                .as_deref()
-                .map(Overflow::parse)
-                .transpose()
-                .map_err(anyhow::Error::msg)?;
+            let overflow = a.overflow;
             if overflow.is_some() && partition_type != PartitionType::Memory {
                 anyhow::bail!(
                     "--overflow applies only to memory topics (--type memory); file partitions keep their retention (--retention-bytes, --retention-ms)"
