@@ -691,6 +691,9 @@ async fn refresh_loop(weak: Weak<Inner>) {
     }
 }
 
+/// Longest wait for a partition owner's limits when a producer starts.
+const LIMITS_WAIT: Duration = Duration::from_secs(2);
+
 /// The size limits of the servers owning `partitions`, by address (an
 /// unreachable server is left out: the server itself then checks).
 async fn limits_of(topic: &Topic, partitions: &[PartitionInfo]) -> HashMap<String, ServerLimits> {
@@ -699,13 +702,9 @@ async fn limits_of(topic: &Topic, partitions: &[PartitionInfo]) -> HashMap<Strin
         if out.contains_key(&p.addr) {
             continue;
         }
-        if let Some(l) = topic
-            .driver
-            .conn(&p.addr)
-            .await
-            .ok()
-            .and_then(|c| c.limits())
-        {
+        // Bounded: a dead member must not stall the producer's creation.
+        let conn = tokio::time::timeout(LIMITS_WAIT, topic.driver.conn(&p.addr)).await;
+        if let Some(l) = conn.ok().and_then(|c| c.ok()).and_then(|c| c.limits()) {
             out.insert(p.addr.clone(), l);
         }
     }
@@ -736,5 +735,40 @@ async fn linger_loop(weak: Weak<Inner>) {
                 inner.dispatch(q, &mut st);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_smallest_limit_binds_and_is_named() {
+        let server = ServerLimits {
+            max_frame_bytes: 1 << 20,
+            max_batch_bytes: 256 << 20,
+        };
+        let l = event_limit(None, Some(server), "h:1", "topic");
+        assert_eq!(l.bytes, (1 << 20) - FRAME_OVERHEAD - 5);
+        assert!(
+            l.reason.contains("max_frame_bytes = 1048576"),
+            "{}",
+            l.reason
+        );
+        let l = event_limit(Some(1000), Some(server), "h:1", "topic");
+        assert_eq!(l.bytes, 1000);
+        assert!(l.reason.contains("max_event_bytes"), "{}", l.reason);
+        let batch = ServerLimits {
+            max_frame_bytes: 256 << 20,
+            max_batch_bytes: 4096,
+        };
+        let l = event_limit(None, Some(batch), "h:1", "t");
+        assert_eq!(l.bytes, 4092, "a one-event batch adds its 4-byte count");
+        assert!(l.reason.contains("max_batch_bytes = 4096"), "{}", l.reason);
+        let l = event_limit(None, None, "h:1", "t");
+        assert_eq!(
+            l.bytes,
+            u64::from(strom_proto::DEFAULT_MAX_FRAME) - FRAME_OVERHEAD - 1
+        );
     }
 }

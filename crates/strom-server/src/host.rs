@@ -253,7 +253,7 @@ impl Host {
 
     pub fn enforce_retention(&self, now_us: u64) {
         for p in self.all() {
-            match p.log.enforce_retention(now_us) {
+            match p.enforce_retention(now_us) {
                 Ok(0) => {}
                 Ok(n) => {
                     tracing::info!(topic = %p.topic, partition = p.id, segments = n, "retention dropped segments")

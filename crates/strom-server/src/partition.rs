@@ -301,6 +301,16 @@ impl PartitionManager {
         }
     }
 
+    /// Applies the log's retention (the periodic pass); room it frees in a
+    /// `block` partition lets held appends in.
+    pub fn enforce_retention(&self, now_us: u64) -> Result<u32, ServerError> {
+        let dropped = self.log.enforce_retention(now_us)?;
+        if dropped > 0 {
+            self.release_held();
+        }
+        Ok(dropped)
+    }
+
     /// Events dropped by the overflow policy (`drop-oldest`) or by time
     /// retention since the partition was opened (memory partitions; 0 for
     /// file partitions, whose retention drops whole segments by design).

@@ -310,3 +310,56 @@ pub(crate) fn check_ranges(batch_base: u64, data_len: u64, ranges: &[(u64, u64)]
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn append(log: &MemoryLog, bytes: usize) {
+        let data = [Bytes::from(vec![0u8; bytes])];
+        log.append(AppendBatch {
+            count: 2,
+            meta: b"m",
+            data: &data,
+        })
+        .unwrap();
+    }
+
+    #[test]
+    fn make_room_frees_only_batches_below_the_floor_and_counts_nothing() {
+        let log = MemoryLog::new(LogConfig::default());
+        assert!(
+            log.make_room(500, 100, None),
+            "an empty log takes any batch"
+        );
+        append(&log, 99); // offsets 0..2, 100 bytes
+        append(&log, 99); // offsets 2..4
+        assert!(!log.make_room(100, 250, None), "nobody acked: no room");
+        assert!(
+            !log.make_room(100, 250, Some(1)),
+            "a batch partly unread stays"
+        );
+        assert!(log.make_room(100, 250, Some(2)));
+        assert_eq!(log.first_offset(), 2);
+        assert_eq!(log.stats().bytes, 100);
+        assert_eq!(
+            log.dropped_events(),
+            0,
+            "acked batches are not dropped events"
+        );
+    }
+
+    #[test]
+    fn retention_counts_the_events_it_drops() {
+        let log = MemoryLog::new(LogConfig {
+            retention_bytes: Some(150),
+            ..LogConfig::default()
+        });
+        for _ in 0..4 {
+            append(&log, 99);
+        }
+        log.enforce_retention(now_us()).unwrap();
+        assert_eq!(log.first_offset(), 6);
+        assert_eq!(log.dropped_events(), 6);
+    }
+}
