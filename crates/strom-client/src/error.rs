@@ -32,7 +32,7 @@ pub enum Error {
     Closed(&'static str),
     /// A gap: the overflow policy (or time retention) dropped these events
     /// before this reader got them. The consumer carries on after it.
-    #[error("events {first}..={last} of partition {partition} of topic '{topic}' were dropped by the overflow policy before this reader got them [{}]", ErrorCode::DATA_EXPIRED)]
+    #[error("events {first}..={last} of partition {partition} of topic '{topic}' were dropped before this reader got them (overflow policy or retention) [{}]", ErrorCode::DATA_EXPIRED)]
     DataExpired {
         topic: String,
         partition: u32,
@@ -85,7 +85,7 @@ impl Error {
                 first,
                 last,
             } => format!(
-                "events {first}..={last} of partition {partition} of topic '{topic}' were dropped by the overflow policy before this reader got them"
+                "events {first}..={last} of partition {partition} of topic '{topic}' were dropped before this reader got them (overflow policy or retention)"
             ),
             e => e.to_string(),
         }

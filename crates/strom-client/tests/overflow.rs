@@ -79,6 +79,40 @@ fn a_full_block_partition_holds_appends_until_a_consumer_acks() {
 }
 
 #[test]
+fn a_block_partition_frees_room_only_once_every_known_consumer_acked() {
+    let (_dir, d) = server(1 << 20);
+    let t = d.create_topic(memory_spec("two-readers")).unwrap();
+    let fast = t.consumer("fast").unwrap();
+    let slow = t.consumer("slow").unwrap();
+    let p = t.producer().unwrap();
+    let futs = push_unacked(&p, 6, 256 << 10);
+    // Three events fit the bound; "fast" reads and acks them.
+    for i in 0..3u64 {
+        let ev = common::next_event(&fast);
+        assert_eq!(ev.offset, i);
+        ev.ack().wait().unwrap();
+    }
+    assert!(
+        futs[5]
+            .wait_timeout(Some(Duration::from_millis(500)))
+            .is_err(),
+        "\"slow\" has acked nothing: the partition stays full"
+    );
+    for i in 0..6u64 {
+        let ev = common::next_event(&slow);
+        assert_eq!(ev.offset, i);
+        assert_eq!(ev.data(), &random_bytes(i, 256 << 10)[..]);
+        ev.ack().wait().unwrap();
+    }
+    for (i, f) in futs.into_iter().enumerate() {
+        assert_eq!(f.wait().unwrap().offset, i as u64);
+    }
+    for i in 3..6u64 {
+        assert_eq!(common::next_event(&fast).offset, i, "nothing was dropped");
+    }
+}
+
+#[test]
 fn a_writer_streaming_large_events_waits_for_a_slow_reader_and_nothing_is_lost() {
     const BOUND: u64 = 8 << 20;
     const SIZE: usize = 1536 << 10;
