@@ -256,7 +256,8 @@ impl PyTopic {
     /// batch; `batch_bytes`: send once this many bytes are batched;
     /// `max_batches`: batches in flight per partition (backpressure past
     /// that); `linger`: seconds a partial count/bytes batch waits;
-    /// `max_batch_bytes`: cap on one batch (and one event).
+    /// `max_batch_bytes`: cap on a batch of several events (a larger single
+    /// event goes alone, up to the server's limits).
     #[pyo3(signature = (batch=None, batch_bytes=None, max_batches=2, linger=0.005, max_batch_bytes=None))]
     fn producer(
         &self,

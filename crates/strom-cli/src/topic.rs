@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use strom_client::{Durability, PartitionType, TopicInfo, TopicSpec};
+use strom_client::{Durability, Overflow, PartitionType, TopicInfo, TopicSpec};
 
 #[derive(Subcommand)]
 pub enum TopicCmd {
@@ -65,6 +65,11 @@ pub struct CreateArgs {
     retention_ms: Option<u64>,
     #[arg(long)]
     segment_bytes: Option<u64>,
+    /// What a full memory partition does: block (producers wait for
+    /// consumers to ack; the default) | drop-oldest (readers that fall
+    /// behind get a DATA_EXPIRED gap). Memory topics only.
+    #[arg(long, value_parser = Overflow::parse)]
+    overflow: Option<Overflow>,
     /// Place every partition on this member (default: round-robin over live members).
     #[arg(long)]
     server: Option<u32>,
@@ -81,9 +86,17 @@ pub fn run(cmd: TopicCmd, group_file: Option<PathBuf>) -> anyhow::Result<()> {
                 ),
                 s => s,
             };
+            let partition_type =
+                PartitionType::parse(&a.partition_type).map_err(anyhow::Error::msg)?;
+            let overflow = a.overflow;
+            if overflow.is_some() && partition_type != PartitionType::Memory {
+                anyhow::bail!(
+                    "--overflow applies only to memory topics (--type memory); file partitions keep their retention (--retention-bytes, --retention-ms)"
+                );
+            }
             let spec = TopicSpec {
-                partition_type: PartitionType::parse(&a.partition_type)
-                    .map_err(anyhow::Error::msg)?,
+                partition_type,
+                overflow,
                 durability: Durability::parse(&a.durability).map_err(anyhow::Error::msg)?,
                 validator: a.validator,
                 schema,
@@ -179,6 +192,7 @@ fn info_json(t: &TopicInfo, consumers: Option<&[Vec<(String, u64)>]>) -> serde_j
         "serializer": s.serializer,
         "retention_bytes": s.retention_bytes,
         "retention_ms": s.retention_ms,
+        "overflow": s.effective_overflow().map(Overflow::as_str),
         "state": {
             "open_producers": t.state.open_producers,
             "closed_producers": t.state.closed_producers,
@@ -190,6 +204,7 @@ fn info_json(t: &TopicInfo, consumers: Option<&[Vec<(String, u64)>]>) -> serde_j
             "addr": p.addr,
             "first_offset": p.first_offset,
             "next_offset": p.next_offset,
+            "dropped_events": p.dropped_events,
             "consumers": consumers.and_then(|c| c.get(i)).map(|c| c.iter().map(|(n, o)| serde_json::json!({
                 "name": n, "committed": o, "lag": p.next_offset.saturating_sub(*o)
             })).collect::<Vec<_>>()),
@@ -209,13 +224,21 @@ fn print_describe(t: &TopicInfo, consumers: &[Vec<(String, u64)>]) {
         "policies    validator={} selector={} serializer={}",
         s.validator, s.selector, s.serializer
     );
+    if let Some(o) = s.effective_overflow() {
+        let how = if s.overflow.is_some() {
+            ""
+        } else {
+            " (default)"
+        };
+        println!("overflow    {o}{how}");
+    }
     println!(
         "stream      open_producers={} closed_producers={} ended={}",
         t.state.open_producers, t.state.closed_producers, t.state.ended
     );
     println!(
-        "{:>9} {:>22} {:>12} {:>12}  CONSUMERS (committed/lag)",
-        "PARTITION", "SERVER", "FIRST", "NEXT"
+        "{:>9} {:>22} {:>12} {:>12} {:>10}  CONSUMERS (committed/lag)",
+        "PARTITION", "SERVER", "FIRST", "NEXT", "DROPPED"
     );
     for (p, c) in t.partitions.iter().zip(consumers) {
         let cs: Vec<String> = c
@@ -223,11 +246,12 @@ fn print_describe(t: &TopicInfo, consumers: &[Vec<(String, u64)>]) {
             .map(|(n, o)| format!("{n}={o}/{}", p.next_offset.saturating_sub(*o)))
             .collect();
         println!(
-            "{:>9} {:>22} {:>12} {:>12}  {}",
+            "{:>9} {:>22} {:>12} {:>12} {:>10}  {}",
             p.id,
             p.addr,
             p.first_offset,
             p.next_offset,
+            p.dropped_events,
             cs.join(" ")
         );
     }

@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
 use parking_lot::Mutex;
@@ -77,8 +77,17 @@ impl ResponseWaiter {
     }
 }
 
+/// Size limits of the server at the other end, asked once per connection
+/// (`Request::Limits`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ServerLimits {
+    pub max_frame_bytes: u64,
+    pub max_batch_bytes: u64,
+}
+
 pub(crate) struct ClientConn {
     pub addr: String,
+    limits: OnceLock<ServerLimits>,
     writer: WriterHandle,
     pending: Mutex<HashMap<u64, Pending>>,
     streams: Mutex<HashMap<u64, StreamHandler>>,
@@ -92,6 +101,7 @@ impl ClientConn {
         let writer = spawn_writer(conn.writer, conn.direct, addr.to_string(), |_| {});
         let c = Arc::new(ClientConn {
             addr: addr.to_string(),
+            limits: OnceLock::new(),
             writer,
             pending: Mutex::new(HashMap::new()),
             streams: Mutex::new(HashMap::new()),
@@ -99,7 +109,24 @@ impl ClientConn {
             dead: AtomicBool::new(false),
         });
         tokio::spawn(read_loop(c.clone(), conn.reader));
+        match c.call(&Request::Limits, Vec::new()).await? {
+            Response::Limits {
+                max_frame_bytes,
+                max_batch_bytes,
+            } => {
+                let _ = c.limits.set(ServerLimits {
+                    max_frame_bytes,
+                    max_batch_bytes,
+                });
+            }
+            other => return Err(crate::driver::unexpected(other)),
+        }
         Ok(c)
+    }
+
+    /// The server's size limits, learned when the connection opened.
+    pub fn limits(&self) -> Option<ServerLimits> {
+        self.limits.get().copied()
     }
 
     /// Registers a pending request under a fresh id.

@@ -323,10 +323,10 @@ impl Consumer {
                     q.ended[slot] = true;
                     q.items.pop_front();
                 }
-                Item::Failed(e) => {
-                    let e = e.shared();
-                    q.items.pop_front();
-                    return Some(Err(e));
+                Item::Failed(_) => {
+                    if let Some(Item::Failed(e)) = q.items.pop_front() {
+                        return Some(Err(e));
+                    }
                 }
             }
         }

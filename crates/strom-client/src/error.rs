@@ -30,6 +30,15 @@ pub enum Error {
     Timeout(Duration),
     #[error("{0} is closed")]
     Closed(&'static str),
+    /// A gap: the overflow policy (or time retention) dropped these events
+    /// before this reader got them. The consumer carries on after it.
+    #[error("events {first}..={last} of partition {partition} of topic '{topic}' were dropped before this reader got them (overflow policy or retention) [{}]", ErrorCode::DATA_EXPIRED)]
+    DataExpired {
+        topic: String,
+        partition: u32,
+        first: u64,
+        last: u64,
+    },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -47,6 +56,7 @@ impl Error {
             Error::Selector(_) => ErrorCode::DATA_SELECTOR,
             Error::Timeout(_) => ErrorCode::TIMEOUT,
             Error::Closed(_) => ErrorCode::SHUTTING_DOWN,
+            Error::DataExpired { .. } => ErrorCode::DATA_EXPIRED,
         }
     }
 
@@ -57,10 +67,26 @@ impl Error {
         }
     }
 
+    /// The offsets `(first, last)` (inclusive) of a `DATA_EXPIRED` gap.
+    pub fn expired_offsets(&self) -> Option<(u64, u64)> {
+        match self {
+            Error::DataExpired { first, last, .. } => Some((*first, *last)),
+            _ => None,
+        }
+    }
+
     /// The message without the `[CODE (n)]` suffix that `Display` adds.
     pub fn message(&self) -> String {
         match self {
             Error::Coded { message, .. } => message.clone(),
+            Error::DataExpired {
+                topic,
+                partition,
+                first,
+                last,
+            } => format!(
+                "events {first}..={last} of partition {partition} of topic '{topic}' were dropped before this reader got them (overflow policy or retention)"
+            ),
             e => e.to_string(),
         }
     }
@@ -69,6 +95,17 @@ impl Error {
     pub(crate) fn shared(&self) -> Error {
         match self {
             Error::Coded { code, message } => Error::coded(*code, message.clone()),
+            Error::DataExpired {
+                topic,
+                partition,
+                first,
+                last,
+            } => Error::DataExpired {
+                topic: topic.clone(),
+                partition: *partition,
+                first: *first,
+                last: *last,
+            },
             e => Error::coded(e.code(), e.to_string()),
         }
     }

@@ -28,7 +28,7 @@ pub use event::{AckFuture, Event};
 pub use producer::{BatchSize, Data, EventId, Producer, ProducerOptions, PushFuture};
 pub use strom_policy::MetadataInput;
 pub use strom_proto::{
-    Durability, ErrorCode, MemberInfo, PartitionInfo, PartitionType, Selection, StartPos,
+    Durability, ErrorCode, MemberInfo, Overflow, PartitionInfo, PartitionType, Selection, StartPos,
     TopicInfo, TopicSpec,
 };
 pub use topic::Topic;

@@ -7,8 +7,15 @@
 //! (or after `linger`); `Adaptive` sends whatever is ready as soon as an
 //! in-flight slot frees up, so batches grow with load and latency stays low
 //! when idle.
+//!
+//! Size limits: a batch is capped by `max_batch_bytes`, but one event larger
+//! than that goes alone as its own batch. The largest single event is what
+//! the partition's server accepts (its `max_batch_bytes` and
+//! `max_frame_bytes`, learned when the connection opens), or the producer's
+//! `max_event_bytes` if smaller; a larger event is refused by `push` with
+//! `BATCH_TOO_LARGE`, naming the limit and the setting that raises it.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::task::{Context, Poll};
@@ -20,7 +27,7 @@ use strom_policy::{MetadataInput, TopicPolicy};
 use strom_proto::{BatchBuilder, PartitionInfo, Request, Response};
 use tokio::sync::mpsc;
 
-use crate::conn::{Callback, ClientConn};
+use crate::conn::{Callback, ClientConn, ServerLimits};
 use crate::driver::unexpected;
 use crate::error::{Error, Result};
 use crate::slot::Slot;
@@ -50,9 +57,14 @@ pub struct ProducerOptions {
     /// `None` picks 256 KiB, or 4 MiB on `always` topics, where every batch
     /// waits for an fdatasync and bigger batches amortize it.
     pub batch_bytes: Option<u64>,
-    /// The largest batch, and so the largest single event, in bytes. Keep
-    /// it below the server's `max_frame_bytes`.
+    /// The largest batch of several events, in bytes. A single event
+    /// larger than this is sent alone, as its own batch.
     pub max_batch_bytes: u64,
+    /// The largest single event (metadata + descriptor + data + 16 bytes of
+    /// table entry). `None`: as large as the partition's server accepts
+    /// (its `max_batch_bytes` and `max_frame_bytes`). A larger event is
+    /// refused by `push` with `BATCH_TOO_LARGE`.
+    pub max_event_bytes: Option<u64>,
 }
 
 impl Default for ProducerOptions {
@@ -63,6 +75,7 @@ impl Default for ProducerOptions {
             linger: Duration::from_millis(5),
             batch_bytes: None,
             max_batch_bytes: 64 << 20,
+            max_event_bytes: None,
         }
     }
 }
@@ -179,7 +192,64 @@ struct Sealed {
     slot: Arc<Slot<BatchAck>>,
 }
 
+/// The largest event a partition takes, and what sets that limit.
+#[derive(Clone, Debug)]
+struct EventLimit {
+    bytes: u64,
+    /// Which setting binds, and how to raise it.
+    reason: String,
+}
+
+/// Frame bytes around a one-event batch: frame header after `frame_len`
+/// (20), `Produce` body without the topic's text (12), batch count (4).
+const FRAME_OVERHEAD: u64 = 36;
+
+/// The largest event (as `push` counts it) that fits the producer's
+/// option, the server's limits (if known) and this client's frame limit.
+fn event_limit(
+    opt: Option<u64>,
+    server: Option<ServerLimits>,
+    addr: &str,
+    topic: &str,
+) -> EventLimit {
+    let frame_extra = FRAME_OVERHEAD + topic.len() as u64;
+    let client_frame = u64::from(strom_proto::DEFAULT_MAX_FRAME);
+    let mut limits = vec![(
+        client_frame.saturating_sub(frame_extra),
+        format!("this client's frame limit is {client_frame} bytes"),
+    )];
+    if let Some(n) = opt {
+        limits.push((
+            n,
+            format!("the producer's max_event_bytes is {n}; raise it"),
+        ));
+    }
+    if let Some(l) = server {
+        limits.push((
+            l.max_batch_bytes.saturating_sub(4),
+            format!(
+                "the server at {addr} has max_batch_bytes = {}; raise max_batch_bytes in its config file",
+                l.max_batch_bytes
+            ),
+        ));
+        limits.push((
+            l.max_frame_bytes.saturating_sub(frame_extra),
+            format!(
+                "the server at {addr} has max_frame_bytes = {}; raise max_frame_bytes (and max_batch_bytes) in its config file",
+                l.max_frame_bytes
+            ),
+        ));
+    }
+    let (bytes, reason) = limits
+        .into_iter()
+        .min_by_key(|l| l.0)
+        .unwrap_or((u64::MAX, String::new()));
+    EventLimit { bytes, reason }
+}
+
 struct QueueState {
+    /// The largest event this partition takes.
+    limit: EventLimit,
     builder: BatchBuilder,
     data: Vec<Bytes>,
     bytes: u64,
@@ -242,6 +312,7 @@ impl Producer {
                 other => Err(unexpected(other)),
             }
         })?;
+        let limits = learn_limits(&topic, &info.partitions);
         let auto_target = match info.spec.durability {
             strom_proto::Durability::Always => 4 << 20,
             _ => 256 << 10,
@@ -250,7 +321,14 @@ impl Producer {
             BatchSize::Bytes(b) => b,
             _ => opts.batch_bytes.unwrap_or(auto_target),
         }
-        .min(opts.max_batch_bytes);
+        .min(opts.max_batch_bytes)
+        .min(
+            limits
+                .values()
+                .map(|l| l.max_batch_bytes.min(l.max_frame_bytes))
+                .min()
+                .unwrap_or(u64::MAX),
+        );
         let inner = Arc::new(Inner {
             topic,
             id,
@@ -260,7 +338,7 @@ impl Producer {
             closed: AtomicBool::new(false),
             batch_target,
         });
-        inner.add_partitions(&info.partitions);
+        inner.add_partitions(&info.partitions, &limits);
         inner
             .topic
             .driver
@@ -300,20 +378,22 @@ impl Producer {
         let (p, meta) = self.inner.policy.prepare(metadata.into(), partition, n)?;
         let data = data.into();
         let size = meta.len() as u64 + descriptor.len() as u64 + data.len() + 16;
-        if size > self.inner.opts.max_batch_bytes {
-            return Err(Error::coded(
-                strom_proto::ErrorCode::BATCH_TOO_LARGE,
-                format!(
-                    "an event of {size} bytes exceeds max_batch_bytes ({}); raise it (and the server's max_frame_bytes) or split the data",
-                    self.inner.opts.max_batch_bytes
-                ),
-            ));
-        }
         let q = parts[p as usize].clone();
         drop(parts);
         let q = &q;
         let inner = &self.inner;
         let mut st = q.state.lock();
+        if size > st.limit.bytes {
+            return Err(Error::coded(
+                strom_proto::ErrorCode::BATCH_TOO_LARGE,
+                format!(
+                    "an event of {size} bytes is larger than partition {p} of topic '{}' accepts ({} bytes): {}, or split the data",
+                    inner.topic.name(),
+                    st.limit.bytes,
+                    st.limit.reason
+                ),
+            ));
+        }
         loop {
             let full = match inner.opts.batch {
                 BatchSize::Count(c) => st.builder.count() >= c.max(1),
@@ -430,8 +510,13 @@ fn seal(st: &mut QueueState) {
 }
 
 impl Inner {
-    /// Adds queues (and sender tasks) for the partitions not known yet.
-    fn add_partitions(self: &Arc<Self>, infos: &[PartitionInfo]) {
+    /// Adds queues (and sender tasks) for the partitions not known yet;
+    /// `limits` are the known servers' limits by address.
+    fn add_partitions(
+        self: &Arc<Self>,
+        infos: &[PartitionInfo],
+        limits: &HashMap<String, ServerLimits>,
+    ) {
         let mut parts = self.parts.write();
         for info in infos.iter().skip(parts.len()) {
             let (outbox, rx) = mpsc::unbounded_channel();
@@ -441,6 +526,7 @@ impl Inner {
                 conn: Mutex::new(None),
                 queued: AtomicUsize::new(0),
                 state: Mutex::new(QueueState {
+                    limit: self.event_limit(&info.addr, limits.get(&info.addr).copied()),
                     builder: BatchBuilder::new(),
                     data: Vec::new(),
                     bytes: 0,
@@ -475,6 +561,10 @@ impl Inner {
                 b.slot.complete(Err(Error::Closed("driver")));
             }
         }
+    }
+
+    fn event_limit(&self, addr: &str, server: Option<ServerLimits>) -> EventLimit {
+        event_limit(self.opts.max_event_bytes, server, addr, self.topic.name())
     }
 
     fn produce_request(&self, q: &PartQueue, b: &Sealed) -> Request {
@@ -581,18 +671,56 @@ async fn refresh_loop(weak: Weak<Inner>) {
             continue;
         };
         // Follow owners that moved (a member restarted on a new address).
+        let mut moved = Vec::new();
         for (q, p) in inner.parts.read().iter().zip(&info.partitions) {
             let mut owner = q.owner.lock();
             if owner.1 != p.addr {
                 *owner = (p.member, p.addr.clone());
                 *q.conn.lock() = None;
+                moved.push(q.clone());
             }
         }
-        if info.partitions.len() > inner.parts.read().len() {
+        let grew = info.partitions.len() > inner.parts.read().len();
+        if moved.is_empty() && !grew {
+            continue;
+        }
+        let limits = limits_of(&inner.topic, &info.partitions).await;
+        for q in moved {
+            let addr = q.owner.lock().1.clone();
+            q.state.lock().limit = inner.event_limit(&addr, limits.get(&addr).copied());
+        }
+        if grew {
             tracing::info!(topic = %inner.topic.name(), partitions = info.partitions.len(), "producer picked up new partitions");
-            inner.add_partitions(&info.partitions);
+            inner.add_partitions(&info.partitions, &limits);
         }
     }
+}
+
+/// Longest wait for a partition owner's limits when a producer starts.
+const LIMITS_WAIT: Duration = Duration::from_secs(2);
+
+/// The size limits of the servers owning `partitions`, by address (an
+/// unreachable server is left out: the server itself then checks).
+async fn limits_of(topic: &Topic, partitions: &[PartitionInfo]) -> HashMap<String, ServerLimits> {
+    let mut out = HashMap::new();
+    for p in partitions {
+        if out.contains_key(&p.addr) {
+            continue;
+        }
+        // Bounded: a dead member must not stall the producer's creation.
+        let conn = tokio::time::timeout(LIMITS_WAIT, topic.driver.conn(&p.addr)).await;
+        if let Some(l) = conn.ok().and_then(|c| c.ok()).and_then(|c| c.limits()) {
+            out.insert(p.addr.clone(), l);
+        }
+    }
+    out
+}
+
+fn learn_limits(topic: &Topic, partitions: &[PartitionInfo]) -> HashMap<String, ServerLimits> {
+    let (t, parts) = (topic.clone(), partitions.to_vec());
+    topic
+        .driver
+        .block_on(async move { limits_of(&t, &parts).await })
 }
 
 /// Sends partial `Count`/`Bytes` batches that waited `linger`.
@@ -612,5 +740,40 @@ async fn linger_loop(weak: Weak<Inner>) {
                 inner.dispatch(q, &mut st);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_smallest_limit_binds_and_is_named() {
+        let server = ServerLimits {
+            max_frame_bytes: 1 << 20,
+            max_batch_bytes: 256 << 20,
+        };
+        let l = event_limit(None, Some(server), "h:1", "topic");
+        assert_eq!(l.bytes, (1 << 20) - FRAME_OVERHEAD - 5);
+        assert!(
+            l.reason.contains("max_frame_bytes = 1048576"),
+            "{}",
+            l.reason
+        );
+        let l = event_limit(Some(1000), Some(server), "h:1", "topic");
+        assert_eq!(l.bytes, 1000);
+        assert!(l.reason.contains("max_event_bytes"), "{}", l.reason);
+        let batch = ServerLimits {
+            max_frame_bytes: 256 << 20,
+            max_batch_bytes: 4096,
+        };
+        let l = event_limit(None, Some(batch), "h:1", "t");
+        assert_eq!(l.bytes, 4092, "a one-event batch adds its 4-byte count");
+        assert!(l.reason.contains("max_batch_bytes = 4096"), "{}", l.reason);
+        let l = event_limit(None, None, "h:1", "t");
+        assert_eq!(
+            l.bytes,
+            u64::from(strom_proto::DEFAULT_MAX_FRAME) - FRAME_OVERHEAD - 1
+        );
     }
 }

@@ -145,10 +145,11 @@ impl StreamCtx {
         let Ok(view) = BatchView::parse(meta.clone()) else {
             return false;
         };
-        if view.data_len() != 0 {
+        let pos = self.pos.load(Ordering::Acquire);
+        // A gap before the batch is reported by the stream task, in order.
+        if view.data_len() != 0 || *base_offset > pos {
             return false;
         }
-        let pos = self.pos.load(Ordering::Acquire);
         let events: VecDeque<Event> = view
             .iter()
             .enumerate()
@@ -236,9 +237,15 @@ async fn subscribe_and_stream(
 /// Handles the pushes the handler could not deliver inline, in order.
 async fn stream_loop(ctx: &StreamCtx, rx: &mut mpsc::UnboundedReceiver<Push>) -> Result<()> {
     let (shared, sub, slot, epoch) = (&ctx.shared, &ctx.sub, ctx.slot, ctx.epoch);
-    // Offsets whose data retention dropped before it was read, reported
-    // once, before the next events.
+    // Offsets dropped (overflow policy or retention) before this reader got
+    // them, `[from, to)`, reported once, before the next events.
     let mut lost: Option<(u64, u64)> = None;
+    let note_lost = |lost: &mut Option<(u64, u64)>, from: u64, to: u64| {
+        if to > from {
+            let from = lost.map_or(from, |(f, _)| f);
+            *lost = Some((from, to));
+        }
+    };
     while let Some(push) = rx.recv().await {
         match push {
             Push::Events {
@@ -250,14 +257,15 @@ async fn stream_loop(ctx: &StreamCtx, rx: &mut mpsc::UnboundedReceiver<Push>) ->
             } => {
                 let pos = ctx.pos.load(Ordering::Acquire);
                 let end = base_offset + count as u64;
+                // The server skipped dropped events: an explicit gap.
+                note_lost(&mut lost, pos, base_offset);
                 let events =
                     match fetch_batch(shared, sub, pos, base_offset, timestamp_us, meta).await {
                         Ok(events) => events,
                         // Retention dropped the batch before its data was read:
                         // say so once, and go on with the next batch.
                         Err(e) if e.code() == ErrorCode::OFFSET_OUT_OF_RANGE => {
-                            let from = lost.map_or(pos.max(base_offset), |(f, _)| f);
-                            lost = Some((from, end));
+                            note_lost(&mut lost, pos.max(base_offset), end);
                             ctx.pos.fetch_max(end, Ordering::AcqRel);
                             ctx.queued.fetch_sub(1, Ordering::AcqRel);
                             continue;
@@ -273,7 +281,8 @@ async fn stream_loop(ctx: &StreamCtx, rx: &mut mpsc::UnboundedReceiver<Push>) ->
                     return Ok(());
                 }
             }
-            Push::EndOfStream { .. } => {
+            Push::EndOfStream { end_offset, .. } => {
+                note_lost(&mut lost, ctx.pos.load(Ordering::Acquire), end_offset);
                 report_lost(ctx, &mut lost);
                 shared.deliver(epoch, Item::End(slot as u32));
                 return Ok(());
@@ -290,13 +299,13 @@ async fn stream_loop(ctx: &StreamCtx, rx: &mut mpsc::UnboundedReceiver<Push>) ->
 
 fn report_lost(ctx: &StreamCtx, lost: &mut Option<(u64, u64)>) {
     if let Some((from, to)) = lost.take() {
-        let e = Error::coded(
-            ErrorCode::OFFSET_OUT_OF_RANGE,
-            format!(
-                "events {from}..{to} of partition {} were dropped by retention before their data was read",
-                ctx.sub.partition
-            ),
-        );
+        tracing::warn!(topic = %ctx.shared.topic.name(), partition = ctx.sub.partition, first = from, last = to - 1, "events dropped before this reader got them");
+        let e = Error::DataExpired {
+            topic: ctx.shared.topic.name().to_string(),
+            partition: ctx.sub.partition,
+            first: from,
+            last: to - 1,
+        };
         ctx.shared.deliver(ctx.epoch, Item::Failed(e));
     }
 }

@@ -1,12 +1,19 @@
-//! A `memory` partition without its own retention stays within the server's
-//! `memory_retention_bytes`: the oldest batches are dropped as new ones come,
-//! and consumers read on from the oldest event still held.
+//! A `memory` partition stays within its bound (`retention_bytes`, or the
+//! server's `memory_retention_bytes`). With `--overflow drop-oldest` the
+//! oldest batches go first, are counted in `dropped_events`, and a reader
+//! that fell behind gets an explicit `DATA_EXPIRED` gap naming the lost
+//! offsets, never a silent skip. (`block`, the default, is in `overflow.rs`.)
 
-use strom_client::{ConsumerOptions, Driver, Next, PartitionType, StartPos, TopicSpec};
+use strom_client::{
+    ConsumerOptions, Driver, ErrorCode, Next, Overflow, PartitionType, StartPos, TopicSpec,
+};
 
 /// An embedded server whose memory partitions keep at most 1 MiB, and a
-/// one-partition memory topic on it.
-fn bounded_memory_topic(name: &str) -> (tempfile::TempDir, Driver, strom_client::Topic) {
+/// one-partition memory topic on it with the given overflow policy.
+fn bounded_memory_topic(
+    name: &str,
+    overflow: Option<Overflow>,
+) -> (tempfile::TempDir, Driver, strom_client::Topic) {
     let dir = tempfile::tempdir().unwrap();
     let d = Driver::embedded_with(strom_server::ServerConfig {
         data_dir: dir.path().to_path_buf(),
@@ -17,6 +24,7 @@ fn bounded_memory_topic(name: &str) -> (tempfile::TempDir, Driver, strom_client:
     let t = d
         .create_topic(TopicSpec {
             partition_type: PartitionType::Memory,
+            overflow,
             ..TopicSpec::new(name, 1)
         })
         .unwrap();
@@ -24,8 +32,8 @@ fn bounded_memory_topic(name: &str) -> (tempfile::TempDir, Driver, strom_client:
 }
 
 #[test]
-fn memory_partitions_drop_oldest_batches_past_the_bound() {
-    let (_dir, _d, t) = bounded_memory_topic("bounded");
+fn drop_oldest_partitions_drop_past_the_bound_and_count_the_dropped_events() {
+    let (_dir, _d, t) = bounded_memory_topic("bounded", Some(Overflow::DropOldest));
     let p = t.producer().unwrap();
     for i in 0..64u32 {
         // 64 KiB per event, one batch each: 4 MiB in all, 4x the bound.
@@ -35,12 +43,17 @@ fn memory_partitions_drop_oldest_batches_past_the_bound() {
             .unwrap();
     }
     let info = t.describe().unwrap();
+    assert_eq!(info.spec.overflow, Some(Overflow::DropOldest));
     let part = &info.partitions[0];
     assert_eq!(part.next_offset, 64);
     assert!(
         part.first_offset >= 40,
         "old batches must be dropped: first offset {}",
         part.first_offset
+    );
+    assert_eq!(
+        part.dropped_events, part.first_offset,
+        "every dropped event is counted"
     );
     let c = t
         .consumer_with(
@@ -90,9 +103,54 @@ fn consumer_data_budget_smaller_than_an_event_still_delivers_everything() {
     assert_eq!(n, 40);
 }
 
+/// Pulls to the end of the stream; returns the delivered offsets and the
+/// gaps reported, checking each event's data.
+fn read_with_gaps(c: &strom_client::Consumer) -> (Vec<u64>, Vec<(u64, u64)>) {
+    let (mut events, mut gaps) = (Vec::new(), Vec::new());
+    loop {
+        match c.pull_timeout(std::time::Duration::from_secs(10)) {
+            Ok(Next::Event(ev)) => {
+                assert_eq!(ev.data(), &vec![ev.offset as u8; 64 << 10][..]);
+                events.push(ev.offset);
+            }
+            Ok(Next::EndOfStream) => break,
+            Err(e) => {
+                assert_eq!(e.code(), ErrorCode::DATA_EXPIRED, "{e}");
+                let (first, last) = e.expired_offsets().expect("a gap names its offsets");
+                assert!(
+                    e.to_string().contains(&format!("{first}..={last}")),
+                    "the message names the lost offsets: {e}"
+                );
+                gaps.push((first, last));
+            }
+        }
+    }
+    (events, gaps)
+}
+
+/// Events and gaps together cover `0..n` exactly once, in order.
+fn assert_accounted(events: &[u64], gaps: &[(u64, u64)], n: u64) {
+    let mut all: Vec<(u64, u64)> = events
+        .iter()
+        .map(|&o| (o, o))
+        .chain(gaps.iter().copied())
+        .collect();
+    all.sort();
+    let mut next = 0;
+    for (first, last) in all {
+        assert_eq!(
+            first, next,
+            "offsets {next}..{first} were skipped silently: {events:?} {gaps:?}"
+        );
+        assert!(last >= first);
+        next = last + 1;
+    }
+    assert_eq!(next, n, "every offset is delivered or reported lost");
+}
+
 #[test]
-fn a_consumer_overrun_by_retention_gets_one_error_then_carries_on() {
-    let (_dir, _d, t) = bounded_memory_topic("overrun");
+fn a_reader_overrun_by_drop_oldest_gets_a_data_expired_gap_then_carries_on() {
+    let (_dir, _d, t) = bounded_memory_topic("overrun", Some(Overflow::DropOldest));
     // A one-event data budget: metadata arrives ahead, data waits for pulls.
     let c = t
         .consumer_with(
@@ -111,31 +169,54 @@ fn a_consumer_overrun_by_retention_gets_one_error_then_carries_on() {
             .unwrap();
     }
     p.close().unwrap();
-    let (mut events, mut errors) = (Vec::new(), Vec::new());
-    loop {
-        match c.pull().wait() {
-            Ok(Next::Event(ev)) => {
-                assert_eq!(ev.data(), &vec![ev.offset as u8; 64 << 10][..]);
-                events.push(ev.offset);
-            }
-            Ok(Next::EndOfStream) => break,
-            Err(e) => errors.push(e),
-        }
-    }
-    assert_eq!(errors.len(), 1, "one coalesced error: {errors:?}");
-    assert_eq!(
-        errors[0].code(),
-        strom_client::ErrorCode::OFFSET_OUT_OF_RANGE
-    );
-    assert!(
-        errors[0].to_string().contains("dropped by retention"),
-        "{}",
-        errors[0]
-    );
+    let (events, gaps) = read_with_gaps(&c);
+    assert!(!gaps.is_empty(), "the reader was told it lost events");
+    assert_accounted(&events, &gaps, 64);
     assert_eq!(
         *events.last().unwrap(),
         63,
         "the newest events still arrive"
     );
-    assert!(events.len() < 64, "some events were lost to retention");
+}
+
+#[test]
+fn a_consumer_resuming_after_dropped_events_gets_a_gap_from_its_last_ack() {
+    let (_dir, _d, t) = bounded_memory_topic("resume", Some(Overflow::DropOldest));
+    let p = t.producer().unwrap();
+    let push = |i: u32| {
+        p.push(format!("{{\"i\":{i}}}"), vec![i as u8; 64 << 10])
+            .unwrap()
+            .wait()
+            .unwrap()
+    };
+    for i in 0..3 {
+        push(i);
+    }
+    {
+        let c = t.consumer("resumer").unwrap();
+        for want in 0..2 {
+            match c.pull().wait().unwrap() {
+                Next::Event(ev) => {
+                    assert_eq!(ev.offset, want);
+                    ev.ack().wait().unwrap();
+                }
+                Next::EndOfStream => panic!("expected an event"),
+            }
+        }
+    }
+    for i in 3..64 {
+        push(i);
+    }
+    p.close().unwrap();
+    let first = t.describe().unwrap().partitions[0].first_offset;
+    assert!(first > 2);
+    let c = t.consumer("resumer").unwrap();
+    let (events, gaps) = read_with_gaps(&c);
+    assert_eq!(
+        gaps.first(),
+        Some(&(2, first - 1)),
+        "the gap starts at the last ack"
+    );
+    assert_eq!(events.first(), Some(&first));
+    assert_accounted(&[&[0, 1][..], &events].concat(), &gaps, 64);
 }

@@ -21,8 +21,8 @@ pub use frame::{FrameHeader, FrameKind, FRAME_HEADER_LEN};
 pub use message::{Push, Request, Response};
 pub use selection::Selection;
 pub use topic::{
-    Durability, GroupFile, GroupMember, MemberInfo, PartitionInfo, PartitionStatus, PartitionType,
-    StartPos, TopicInfo, TopicSpec, TopicState,
+    Durability, GroupFile, GroupMember, MemberInfo, Overflow, PartitionInfo, PartitionStatus,
+    PartitionType, StartPos, TopicInfo, TopicSpec, TopicState,
 };
 
 /// Version of the wire protocol spoken by this build.

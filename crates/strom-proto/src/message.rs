@@ -132,6 +132,8 @@ pub enum Request {
         topic: String,
         partitions: Vec<u32>,
     },
+    /// The receiving server's size limits; clients ask once per connection.
+    Limits,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -170,6 +172,13 @@ pub enum Response {
     },
     Members(Vec<MemberInfo>),
     Stats(Vec<PartitionInfo>),
+    /// Answer to [`Request::Limits`].
+    Limits {
+        /// Largest frame the server accepts (`frame_len`, header excluded).
+        max_frame_bytes: u64,
+        /// Largest batch (metadata section + data) it appends.
+        max_batch_bytes: u64,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -264,6 +273,7 @@ messages!(Request {
     21 => AddPartitions { topic, count, member },
     22 => Members,
     23 => PartitionStats { topic, partitions },
+    24 => Limits,
 });
 
 messages!(Response {
@@ -280,6 +290,7 @@ messages!(Response {
     11 => Joined { member, members },
     12 => Members(members),
     13 => Stats(stats),
+    14 => Limits { max_frame_bytes, max_batch_bytes },
 });
 
 messages!(Push {
@@ -322,6 +333,10 @@ mod tests {
             sealed: false,
         });
         round_trip_req(Request::Members);
+        round_trip_req(Request::Limits);
+        let mut spec = TopicSpec::new("t", 3);
+        spec.overflow = Some(crate::topic::Overflow::DropOldest);
+        round_trip_req(Request::CreateTopic { spec, member: None });
         round_trip_req(Request::ListTopics);
         round_trip_req(Request::Produce {
             topic: "t".into(),
@@ -362,6 +377,10 @@ mod tests {
                 last_seen_ms: 5,
             }]),
             Response::Done,
+            Response::Limits {
+                max_frame_bytes: 1 << 28,
+                max_batch_bytes: 1 << 27,
+            },
         ] {
             let mut b = BytesMut::new();
             m.encode(&mut b);
@@ -377,6 +396,25 @@ mod tests {
         let mut b = BytesMut::new();
         p.encode(&mut b);
         assert_eq!(Push::decode(p.opcode(), &b.freeze()).unwrap(), p);
+    }
+
+    #[test]
+    fn an_unknown_overflow_tag_is_a_clear_decode_error() {
+        let mut spec = TopicSpec::new("t", 1);
+        spec.overflow = Some(crate::topic::Overflow::Block);
+        let m = Request::CreateTopic { spec, member: None };
+        let mut b = BytesMut::new();
+        m.encode(&mut b);
+        // Layout ends with: overflow option tag (1), overflow tag (0), member option (0).
+        let n = b.len();
+        assert_eq!(&b[n - 3..], &[1, 0, 0]);
+        b[n - 2] = 7;
+        match Request::decode(m.opcode(), &b.freeze()) {
+            Err(e @ ProtoError::Unknown { .. }) => {
+                assert!(e.to_string().contains("overflow policy"), "{e}")
+            }
+            other => panic!("expected an unknown overflow policy error, got {other:?}"),
+        }
     }
 
     #[test]

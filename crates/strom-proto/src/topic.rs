@@ -118,6 +118,64 @@ impl Wire for Durability {
     }
 }
 
+/// What a `memory` partition does when it reaches its size bound
+/// (`retention_bytes`, or the server's `memory_retention_bytes`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub enum Overflow {
+    /// Hold appends (and their acknowledgements) until every known consumer
+    /// has acked past the oldest batches: producers get backpressure.
+    #[default]
+    Block,
+    /// Drop the oldest batches; a reader that fell behind gets an explicit
+    /// `DATA_EXPIRED` gap naming the lost offsets, then reads on.
+    DropOldest,
+}
+
+impl Overflow {
+    pub fn parse(s: &str) -> Result<Self, String> {
+        match s {
+            "block" => Ok(Overflow::Block),
+            "drop-oldest" => Ok(Overflow::DropOldest),
+            _ => Err(format!(
+                "unknown overflow policy '{s}'; expected 'block' or 'drop-oldest'"
+            )),
+        }
+    }
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Overflow::Block => "block",
+            Overflow::DropOldest => "drop-oldest",
+        }
+    }
+}
+
+impl std::fmt::Display for Overflow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Wire for Overflow {
+    const MIN_SIZE: usize = 1;
+    fn put(&self, out: &mut BytesMut) {
+        out.put_u8(match self {
+            Overflow::Block => 0,
+            Overflow::DropOldest => 1,
+        })
+    }
+    fn get(r: &mut Reader<'_>) -> Result<Self, ProtoError> {
+        match r.u8("overflow policy")? {
+            0 => Ok(Overflow::Block),
+            1 => Ok(Overflow::DropOldest),
+            v => Err(ProtoError::Unknown {
+                what: "overflow policy",
+                value: v as u64,
+            }),
+        }
+    }
+}
+
 /// Everything needed to create a topic. Policies are stored as their specs
 /// (`"json-schema"`, `"hash:run_id"`, ...) so every client builds the same ones.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -138,6 +196,10 @@ pub struct TopicSpec {
     pub retention_bytes: Option<u64>,
     pub retention_ms: Option<u64>,
     pub segment_bytes: Option<u64>,
+    /// What a full `memory` partition does; `None` is the default for the
+    /// partition type (`block` for memory). File partitions refuse `Some`.
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub overflow: Option<Overflow>,
 }
 wire_struct!(TopicSpec {
     name,
@@ -150,7 +212,8 @@ wire_struct!(TopicSpec {
     serializer,
     retention_bytes,
     retention_ms,
-    segment_bytes
+    segment_bytes,
+    overflow
 });
 
 impl TopicSpec {
@@ -168,6 +231,16 @@ impl TopicSpec {
             retention_bytes: None,
             retention_ms: None,
             segment_bytes: None,
+            overflow: None,
+        }
+    }
+
+    /// The overflow policy in force: the spec's, or `block` for memory
+    /// partitions; `None` for file partitions (they keep their retention).
+    pub fn effective_overflow(&self) -> Option<Overflow> {
+        match self.partition_type {
+            PartitionType::Memory => Some(self.overflow.unwrap_or_default()),
+            PartitionType::File => None,
         }
     }
 }

@@ -225,6 +225,10 @@ impl Session {
                     None => st.members_brief(),
                 },
             }),
+            Request::Limits => Ok(Response::Limits {
+                max_frame_bytes: u64::from(st.config.max_frame_bytes),
+                max_batch_bytes: st.config.max_batch_bytes,
+            }),
             Request::CreateTopic { spec, member } => match st.registry() {
                 Ok(r) => r.create(&st, spec, member).await.map(Response::Topic),
                 Err(e) => Err(e),
@@ -426,7 +430,10 @@ impl Session {
                     let writer = self.writer.clone();
                     tokio::spawn(async move {
                         let r = tokio::task::spawn_blocking(move || {
-                            p.offsets.commit(&consumer, offset)
+                            p.offsets.commit(&consumer, offset)?;
+                            // Acked events free room in a full `block` partition.
+                            p.consumer_at(&consumer, offset);
+                            Ok::<_, strom_storage::StorageError>(())
                         })
                         .await;
                         let resp = match r {
@@ -467,7 +474,10 @@ impl Session {
             StartPos::Offset(o) => o,
             StartPos::Timestamp(t) => log.offset_for_timestamp(t),
         }
-        .clamp(first, next);
+        // Not raised to `first`: a reader asking for dropped events sees
+        // the first pushed batch start past its position, an explicit gap.
+        .min(next);
+        p.consumer_at(consumer, pos);
         let credit = Credit::new(prefetch.clamp(1, self.state.config.max_prefetch_events));
         if let Some((old, _)) = self.streams.remove(&stream) {
             old.abort();

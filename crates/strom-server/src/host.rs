@@ -298,7 +298,7 @@ impl Host {
                             pm.log.first_offset(),
                             pm.log.next_offset(),
                             PartitionStatus::Ok,
-                            0,
+                            pm.dropped_events(),
                         ),
                         (None, Some(why)) => (0, 0, PartitionStatus::Unavailable(why.clone()), 0),
                         (None, None) => return None,
@@ -326,7 +326,7 @@ impl Host {
 
     pub fn enforce_retention(&self, now_us: u64) {
         for p in self.all() {
-            match p.log.enforce_retention(now_us) {
+            match p.enforce_retention(now_us) {
                 Ok(0) => {}
                 Ok(n) => {
                     tracing::info!(topic = %p.topic, partition = p.id, segments = n, "retention dropped segments")

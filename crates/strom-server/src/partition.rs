@@ -11,7 +11,19 @@
 //! which with `always` only covers durable batches) and `sealed` (the
 //! stream has ended); a subscription that is caught up parks in `waiters`,
 //! and the next visible batch is pushed to it straight from here.
+//!
+//! Overflow of `memory` partitions (docs/configuration.md): with
+//! `drop-oldest` the log's retention drops the oldest batches past the
+//! bound (counted in [`PartitionManager::dropped_events`]). With `block`
+//! (the default) nothing unread is dropped: an append that would pass the
+//! bound is *held*, with its reply, in `held` (never blocking a thread),
+//! and later appends queue behind it. Each consumer name that subscribed
+//! or committed has a *floor* (the lowest offset it may still read); when a
+//! floor moves, batches below the lowest floor are freed as far as needed
+//! and held appends go in, in order. Seal, shutdown and deletion answer
+//! every held append with an error.
 
+use std::collections::{HashMap, VecDeque};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
@@ -20,7 +32,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use parking_lot::Mutex;
-use strom_proto::{BatchView, Durability, ErrorCode, PartitionType, TopicSpec};
+use strom_proto::{BatchView, Durability, ErrorCode, Overflow, PartitionType, TopicSpec};
 use strom_storage::{
     AppendBatch, Appended, FileLog, LogConfig, MemoryLog, OffsetStore, PartitionLog,
 };
@@ -40,13 +52,44 @@ struct Unsynced {
     reply: AppendReply,
 }
 
+/// An append waiting for room in a full `block` partition.
+struct Held {
+    meta: Bytes,
+    count: u32,
+    data: Vec<Bytes>,
+    reply: AppendReply,
+}
+
+impl Held {
+    fn size(&self) -> u64 {
+        self.meta.len() as u64 + self.data.iter().map(|d| d.len() as u64).sum::<u64>()
+    }
+}
+
+/// The append side of a partition, behind its append lock.
+struct Appender {
+    /// The group-commit syncer (`always` durability).
+    syncer: Option<mpsc::Sender<Unsynced>>,
+    /// Appends held until consumers free room (`block` overflow), in order.
+    held: VecDeque<Held>,
+}
+
+/// A reply to run once the append lock is released.
+type Answer = (AppendReply, Result<Appended, ServerError>);
+
 pub struct PartitionManager {
     pub topic: String,
     pub id: u32,
     pub log: Arc<dyn PartitionLog>,
     pub offsets: OffsetStore,
+    /// The same log when it is a memory log (overflow and its counter).
+    mem: Option<Arc<MemoryLog>>,
+    /// `block` overflow: the size bound enforced by holding appends.
+    block_bound: Option<u64>,
+    /// Lowest offset each known consumer name may still read (`block`).
+    floors: Mutex<HashMap<String, u64>>,
     /// Serializes appends (and seal) of this partition; `None` once closed.
-    appender: Mutex<Option<Option<mpsc::Sender<Unsynced>>>>,
+    appender: Mutex<Option<Appender>>,
     visible: watch::Sender<u64>,
     sealed: watch::Sender<bool>,
     pub waiters: Waiters,
@@ -66,32 +109,54 @@ impl PartitionManager {
         config: &ServerConfig,
         sealed: bool,
     ) -> Result<Arc<Self>, ServerError> {
+        if spec.partition_type == PartitionType::File && spec.overflow.is_some() {
+            return Err(ServerError::coded(
+                ErrorCode::INVALID_TOPIC_SPEC,
+                format!(
+                    "topic '{}': overflow applies only to memory partitions; file partitions keep their retention (retention_bytes, retention_ms)",
+                    spec.name
+                ),
+            ));
+        }
+        // Memory partitions are bounded by default.
+        let memory_bound = spec
+            .retention_bytes
+            .unwrap_or(config.memory_retention_bytes);
+        let block_bound = match spec.effective_overflow() {
+            Some(Overflow::Block) => Some(memory_bound),
+            _ => None,
+        };
         let log_config = LogConfig {
             segment_bytes: spec.segment_bytes.unwrap_or(config.segment_bytes),
             index_interval_bytes: config.index_interval_bytes,
-            // Memory partitions are bounded by default: oldest batches go first.
-            retention_bytes: match spec.partition_type {
-                PartitionType::Memory => {
-                    spec.retention_bytes.or(Some(config.memory_retention_bytes))
-                }
-                PartitionType::File => spec.retention_bytes,
+            retention_bytes: match spec.effective_overflow() {
+                // The oldest batches go first.
+                Some(Overflow::DropOldest) => Some(memory_bound),
+                // Enforced by holding appends instead.
+                Some(Overflow::Block) => None,
+                None => spec.retention_bytes,
             },
             retention_ms: spec.retention_ms,
             max_batch_bytes: config.max_batch_bytes,
         };
-        let (log, offsets): (Arc<dyn PartitionLog>, OffsetStore) = match spec.partition_type {
-            PartitionType::Memory => (
-                Arc::new(MemoryLog::new(log_config)),
-                OffsetStore::in_memory(),
-            ),
+        let (log, offsets, mem): (Arc<dyn PartitionLog>, OffsetStore, _) = match spec.partition_type
+        {
+            PartitionType::Memory => {
+                let mem = Arc::new(MemoryLog::new(log_config));
+                (mem.clone(), OffsetStore::in_memory(), Some(mem))
+            }
             PartitionType::File => (
                 Arc::new(FileLog::open(dir, log_config)?),
                 OffsetStore::open(&dir.join("consumer-offsets"))?,
+                None,
             ),
         };
         let pm = Arc::new(PartitionManager {
             topic: spec.name.clone(),
             id,
+            mem,
+            block_bound,
+            floors: Mutex::new(HashMap::new()),
             visible: watch::Sender::new(log.next_offset()),
             sealed: watch::Sender::new(sealed),
             waiters: Waiters::default(),
@@ -120,64 +185,188 @@ impl PartitionManager {
             }
             Durability::Never => None,
         };
-        *pm.appender.lock() = Some(syncer);
+        *pm.appender.lock() = Some(Appender {
+            syncer,
+            held: VecDeque::new(),
+        });
         *pm.threads.lock() = threads;
         Ok(pm)
     }
 
-    /// Appends a batch now; calls order the offsets. `reply` runs once the
-    /// batch is appended (and durable, with `always`). Blocking file I/O:
-    /// call it off the async workers for large batches.
+    /// Appends a batch; calls order the offsets. `reply` runs once the
+    /// batch is appended (and durable, with `always`). A full `block`
+    /// partition holds the batch (and `reply`) until consumers free room.
+    /// Blocking file I/O: call it off the async workers for large batches.
     pub fn append(&self, meta: Bytes, count: u32, data: Vec<Bytes>, reply: AppendReply) {
-        let appender = self.appender.lock();
-        let Some(syncer) = &*appender else {
-            drop(appender);
-            return reply(Err(ServerError::coded(
-                ErrorCode::SHUTTING_DOWN,
-                format!("partition {}/{} is closed", self.topic, self.id),
-            )));
+        let mut guard = self.appender.lock();
+        let Some(ap) = guard.as_mut() else {
+            drop(guard);
+            return reply(Err(self.closed_error()));
         };
-        let appended = match self.append_now(&meta, count, &data) {
-            Ok(a) => a,
-            Err(e) => {
-                drop(appender);
-                return reply(Err(e));
+        let held = Held {
+            meta,
+            count,
+            data,
+            reply,
+        };
+        if let Some(bound) = self.block_bound {
+            if !self.is_sealed() && (!ap.held.is_empty() || !self.has_room(held.size(), bound)) {
+                ap.held.push_back(held);
+                tracing::debug!(topic = %self.topic, partition = self.id, held = ap.held.len(), bound, "partition full; append held until its consumers ack");
+                return;
             }
+        }
+        let answer = self.append_locked(ap, held);
+        drop(guard);
+        if let Some((reply, r)) = answer {
+            reply(r);
+        }
+    }
+
+    /// Appends under the append lock; returns the reply to run after it is
+    /// released, unless the syncer took it.
+    fn append_locked(&self, ap: &Appender, h: Held) -> Option<Answer> {
+        let appended = match self.append_now(&h.meta, h.count, &h.data) {
+            Ok(a) => a,
+            Err(e) => return Some((h.reply, Err(e))),
         };
-        match syncer {
+        match &ap.syncer {
             Some(s) => {
                 let job = Unsynced {
                     appended,
-                    meta,
-                    reply,
+                    meta: h.meta,
+                    reply: h.reply,
                 };
-                if let Err(mpsc::SendError(job)) = s.send(job) {
-                    drop(appender);
-                    (job.reply)(Err(ServerError::coded(
-                        ErrorCode::SHUTTING_DOWN,
-                        "partition syncer stopped",
-                    )));
+                match s.send(job) {
+                    Ok(()) => None,
+                    Err(mpsc::SendError(job)) => Some((
+                        job.reply,
+                        Err(ServerError::coded(
+                            ErrorCode::SHUTTING_DOWN,
+                            "partition syncer stopped",
+                        )),
+                    )),
                 }
             }
             None => {
-                self.make_visible(&appended, &meta);
-                drop(appender);
-                reply(Ok(appended));
+                self.make_visible(&appended, &h.meta);
+                Some((h.reply, Ok(appended)))
             }
+        }
+    }
+
+    /// Whether a batch of `size` bytes fits in a `block` partition now,
+    /// freeing batches every known consumer acked as far as needed.
+    fn has_room(&self, size: u64, bound: u64) -> bool {
+        let Some(mem) = &self.mem else { return true };
+        let floor = self.floors.lock().values().copied().min();
+        mem.make_room(size, bound, floor)
+    }
+
+    /// A consumer name subscribed at, or committed, `offset`: it may still
+    /// read from there. Frees room in a `block` partition and lets held
+    /// appends in. Cheap for memory partitions; call it off the async
+    /// workers otherwise (held appends may write).
+    pub fn consumer_at(&self, consumer: &str, offset: u64) {
+        if self.block_bound.is_none() {
+            return;
+        }
+        self.floors.lock().insert(consumer.to_string(), offset);
+        self.release_held();
+    }
+
+    /// Appends the held batches that fit now, in order.
+    fn release_held(&self) {
+        let Some(bound) = self.block_bound else {
+            return;
+        };
+        let mut answers = Vec::new();
+        {
+            let mut guard = self.appender.lock();
+            let Some(ap) = guard.as_mut() else { return };
+            while ap
+                .held
+                .front()
+                .is_some_and(|h| self.has_room(h.size(), bound))
+            {
+                let Some(h) = ap.held.pop_front() else { break };
+                answers.extend(self.append_locked(ap, h));
+            }
+            if !answers.is_empty() {
+                tracing::debug!(topic = %self.topic, partition = self.id, released = answers.len(), still_held = ap.held.len(), "consumers freed room; held appends stored");
+            }
+        }
+        for (reply, r) in answers {
+            reply(r);
+        }
+    }
+
+    /// Applies the log's retention (the periodic pass); room it frees in a
+    /// `block` partition lets held appends in.
+    pub fn enforce_retention(&self, now_us: u64) -> Result<u32, ServerError> {
+        let dropped = self.log.enforce_retention(now_us)?;
+        if dropped > 0 {
+            self.release_held();
+        }
+        Ok(dropped)
+    }
+
+    /// Events dropped by the overflow policy (`drop-oldest`) or by time
+    /// retention since the partition was opened (memory partitions; 0 for
+    /// file partitions, whose retention drops whole segments by design).
+    pub fn dropped_events(&self) -> u64 {
+        self.mem.as_ref().map_or(0, |m| m.dropped_events())
+    }
+
+    fn closed_error(&self) -> ServerError {
+        if self.is_deleted() {
+            ServerError::coded(
+                ErrorCode::TOPIC_NOT_FOUND,
+                format!("topic '{}' was deleted", self.topic),
+            )
+        } else {
+            ServerError::coded(
+                ErrorCode::SHUTTING_DOWN,
+                format!("partition {}/{} is closed", self.topic, self.id),
+            )
+        }
+    }
+
+    /// Answers held appends with `error` (they were never stored).
+    fn refuse_held(&self, held: VecDeque<Held>, error: impl Fn() -> ServerError) {
+        if held.is_empty() {
+            return;
+        }
+        tracing::info!(topic = %self.topic, partition = self.id, refused = held.len(), "held appends refused");
+        for h in held {
+            (h.reply)(Err(error()));
         }
     }
 
     /// Ends the stream: every append before this is kept, later ones are
     /// refused, and consumers get end-of-stream once they caught up.
     pub fn seal_blocking(&self) {
-        let appender = self.appender.lock();
+        let mut appender = self.appender.lock();
         if let Err(e) = self.log.sync_all() {
             tracing::error!(topic = %self.topic, partition = self.id, error = %e, "sync at seal failed");
         }
         self.publish(self.log.next_offset());
         self.sealed.send_replace(true);
+        let held = appender
+            .as_mut()
+            .map(|a| std::mem::take(&mut a.held))
+            .unwrap_or_default();
         drop(appender);
         self.waiters.wake_all();
+        self.refuse_held(held, || {
+            ServerError::coded(
+                ErrorCode::TOPIC_CLOSED,
+                format!(
+                    "topic '{}' ended while this batch waited for its consumers to free room in partition {}; it was not stored",
+                    self.topic, self.id
+                ),
+            )
+        });
     }
 
     pub async fn seal(self: &Arc<Self>) {
@@ -293,7 +482,13 @@ impl PartitionManager {
 
     /// Refuses further appends, lets the syncer finish, and syncs.
     pub fn shutdown(&self) {
-        self.appender.lock().take();
+        let held = self
+            .appender
+            .lock()
+            .take()
+            .map(|a| a.held)
+            .unwrap_or_default();
+        self.refuse_held(held, || self.closed_error());
         self.stop.store(true, Ordering::Release);
         let threads = std::mem::take(&mut *self.threads.lock());
         for t in &threads {

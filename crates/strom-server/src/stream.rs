@@ -6,6 +6,10 @@
 //! appender then queues the next batch to it directly (no task wake-up on
 //! the latency path) and advances its position. Otherwise the stream task
 //! reads the log itself.
+//!
+//! A stream never waits for events that retention or `drop-oldest` dropped:
+//! it moves on to the oldest kept batch, and the client, seeing a batch (or
+//! the end of stream) start past its position, reports the gap.
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -14,7 +18,7 @@ use bytes::Bytes;
 use parking_lot::Mutex;
 use strom_net::{OutFrame, WriterHandle};
 use strom_proto::{ErrorCode, Push};
-use strom_storage::Appended;
+use strom_storage::{Appended, StorageError};
 use tokio::sync::Notify;
 
 use crate::partition::PartitionManager;
@@ -146,9 +150,14 @@ pub async fn run(
         let vis = *visible.borrow_and_update();
         if pos < vis {
             credit.wait().await;
+            // Events below the log's start were dropped (drop-oldest or
+            // retention): skip them; the client sees the next batch start
+            // past its position and reports the gap (DATA_EXPIRED).
             pos = pos.max(pm.log.first_offset());
             let batches = match pm.log.read(pos, READ_BYTES) {
                 Ok(b) => b,
+                // Dropped between the two calls: skip again.
+                Err(StorageError::OffsetOutOfRange { .. }) => continue,
                 Err(e) => {
                     tracing::error!(topic = %pm.topic, partition = pm.id, offset = pos, error = %e, "read for a subscription failed");
                     let push = Push::StreamError {

@@ -2,6 +2,11 @@
 //! batches. Meta and data are kept as the caller's `Bytes` (data segments are
 //! stored as given, never concatenated), and `read_data` returns zero-copy
 //! slices of them unless a range spans two segments.
+//!
+//! Two ways out for old batches: retention (`enforce_retention`, by size or
+//! age), which counts what it drops in [`MemoryLog::dropped_events`], and
+//! [`MemoryLog::make_room`], which the server's `block` overflow policy uses
+//! to free only batches every consumer has acked.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -77,6 +82,8 @@ pub struct MemoryLog {
     config: LogConfig,
     state: RwLock<State>,
     seq: AtomicU64,
+    /// Events dropped by retention since the log was created.
+    dropped: AtomicU64,
 }
 
 impl MemoryLog {
@@ -85,7 +92,48 @@ impl MemoryLog {
             config,
             state: RwLock::new(State::default()),
             seq: AtomicU64::new(0),
+            dropped: AtomicU64::new(0),
         }
+    }
+
+    /// Events dropped by retention (size bound or age) since the log was
+    /// created. Batches freed by [`make_room`](Self::make_room) are not
+    /// counted: every consumer had acked them.
+    pub fn dropped_events(&self) -> u64 {
+        self.dropped.load(Ordering::Acquire)
+    }
+
+    /// Whether a batch of `incoming` bytes fits under `bound`, after freeing
+    /// the oldest batches that lie wholly below `floor` (every consumer acked
+    /// them) as far as needed. An empty log always has room, so one batch
+    /// larger than the bound still goes through.
+    pub fn make_room(&self, incoming: u64, bound: u64, floor: Option<u64>) -> bool {
+        let fits = |s: &State| s.bytes == 0 || s.bytes.saturating_add(incoming) <= bound;
+        if fits(&self.state.read()) {
+            return true;
+        }
+        let Some(floor) = floor else { return false };
+        let mut s = self.state.write();
+        let mut freed = 0u64;
+        while !fits(&s) {
+            match s.batches.front() {
+                Some(b) if b.end() <= floor => {}
+                _ => break,
+            }
+            if let Some(b) = s.batches.pop_front() {
+                s.bytes -= b.size();
+                s.first = b.end();
+                freed += u64::from(b.count);
+            }
+        }
+        if freed > 0 {
+            tracing::debug!(
+                freed,
+                first_offset = s.first,
+                "memory log freed acked batches"
+            );
+        }
+        fits(&s)
     }
 }
 
@@ -223,10 +271,15 @@ impl PartitionLog for MemoryLog {
                 s.bytes -= b.size();
                 s.first = b.end();
                 dropped += 1;
+                self.dropped.fetch_add(u64::from(b.count), Ordering::AcqRel);
             }
         }
         if dropped > 0 {
-            tracing::debug!(dropped, first_offset = s.first, "memory log retention");
+            tracing::debug!(
+                batches = dropped,
+                first_offset = s.first,
+                "memory log retention dropped batches"
+            );
         }
         Ok(dropped)
     }
@@ -256,4 +309,57 @@ pub(crate) fn check_ranges(batch_base: u64, data_len: u64, ranges: &[(u64, u64)]
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn append(log: &MemoryLog, bytes: usize) {
+        let data = [Bytes::from(vec![0u8; bytes])];
+        log.append(AppendBatch {
+            count: 2,
+            meta: b"m",
+            data: &data,
+        })
+        .unwrap();
+    }
+
+    #[test]
+    fn make_room_frees_only_batches_below_the_floor_and_counts_nothing() {
+        let log = MemoryLog::new(LogConfig::default());
+        assert!(
+            log.make_room(500, 100, None),
+            "an empty log takes any batch"
+        );
+        append(&log, 99); // offsets 0..2, 100 bytes
+        append(&log, 99); // offsets 2..4
+        assert!(!log.make_room(100, 250, None), "nobody acked: no room");
+        assert!(
+            !log.make_room(100, 250, Some(1)),
+            "a batch partly unread stays"
+        );
+        assert!(log.make_room(100, 250, Some(2)));
+        assert_eq!(log.first_offset(), 2);
+        assert_eq!(log.stats().bytes, 100);
+        assert_eq!(
+            log.dropped_events(),
+            0,
+            "acked batches are not dropped events"
+        );
+    }
+
+    #[test]
+    fn retention_counts_the_events_it_drops() {
+        let log = MemoryLog::new(LogConfig {
+            retention_bytes: Some(150),
+            ..LogConfig::default()
+        });
+        for _ in 0..4 {
+            append(&log, 99);
+        }
+        log.enforce_retention(now_us()).unwrap();
+        assert_eq!(log.first_offset(), 6);
+        assert_eq!(log.dropped_events(), 6);
+    }
 }
