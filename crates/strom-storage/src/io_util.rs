@@ -4,7 +4,6 @@
 use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 /// Most iovecs handed to one `pwritev` call (Linux `IOV_MAX`).
@@ -80,11 +79,6 @@ pub(crate) fn pwritev_all<B: AsRef<[u8]>>(file: &File, bufs: &[B], offset: u64) 
     Ok(())
 }
 
-/// Reads exactly `buf.len()` bytes at `offset`.
-pub(crate) fn read_exact_at(file: &File, buf: &mut [u8], offset: u64) -> io::Result<()> {
-    file.read_exact_at(buf, offset)
-}
-
 /// Fsyncs a directory so that created, renamed or removed entries persist.
 pub(crate) fn fsync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
@@ -110,7 +104,7 @@ mod tests {
         pwritev_all(&file, &bufs, 10).unwrap();
         let expected: Vec<u8> = bufs.concat();
         let mut got = vec![0u8; expected.len()];
-        read_exact_at(&file, &mut got, 10).unwrap();
+        std::os::unix::fs::FileExt::read_exact_at(&file, &mut got, 10).unwrap();
         assert_eq!(got, expected);
     }
 }

@@ -7,10 +7,17 @@
 //! active segment with positional writes; readers take the `shared` read lock
 //! only to pick `Arc<Segment>` handles, then read with `pread` without any
 //! log-wide lock, up to the segment length they observed.
+//!
+//! Damage: offsets whose records or data are damaged on disk are
+//! quarantined (`quarantine.rs`) and reported to readers as
+//! `DataCorrupt { first, last }`; reads resume at `last + 1`.
 
 mod cursor;
 mod index;
+mod quarantine;
+mod read;
 mod record;
+mod scan;
 mod segment;
 
 use std::collections::BTreeSet;
@@ -21,11 +28,13 @@ use std::sync::Arc;
 use bytes::Bytes;
 use parking_lot::{Mutex, RwLock};
 
+use self::quarantine::Quarantine;
+use self::read::Walk;
 use self::record::{RecordHeader, HEADER_LEN, MAX_META_LEN};
 use self::segment::{OpenMode, Segment};
 use crate::group_commit::GroupCommit;
-use crate::io_util::fsync_dir;
 use crate::memory::check_ranges;
+use crate::vfs::{RealFs, Vfs};
 use crate::{
     check_batch, now_us, AppendBatch, Appended, LogConfig, LogStats, PartitionLog, Result,
     StorageError, StoredBatch, SyncToken,
@@ -62,7 +71,9 @@ struct Writer {
 /// Persistent partition log (the `file` partition type).
 pub struct FileLog {
     dir: PathBuf,
+    vfs: Arc<dyn Vfs>,
     config: LogConfig,
+    quarantine: Quarantine,
     shared: RwLock<Shared>,
     writer: Mutex<Writer>,
     /// Highest sync token handed out.
@@ -71,14 +82,13 @@ pub struct FileLog {
 }
 
 /// Base offsets of the segments present in `dir` (from `.log` and `.data`).
-fn list_segments(dir: &Path) -> Result<BTreeSet<u64>> {
-    let entries = std::fs::read_dir(dir)
+fn list_segments(vfs: &dyn Vfs, dir: &Path) -> Result<BTreeSet<u64>> {
+    let names = vfs
+        .list(dir)
         .map_err(|e| StorageError::io(format!("listing {}", dir.display()), e))?;
     let mut bases = BTreeSet::new();
-    for entry in entries {
-        let entry = entry.map_err(|e| StorageError::io(format!("listing {}", dir.display()), e))?;
-        let name = entry.file_name();
-        let Some(name) = name.to_str() else { continue };
+    for name in &names {
+        let name = name.as_str();
         let Some((stem, ext)) = name.split_once('.') else {
             continue;
         };
@@ -104,11 +114,18 @@ impl FileLog {
     /// sealed segments load or rebuild their indexes, the active segment is
     /// scanned and its torn or corrupt tail truncated.
     pub fn open(dir: &Path, config: LogConfig) -> Result<Self> {
+        Self::open_with(Arc::new(RealFs), dir, config)
+    }
+
+    /// [`FileLog::open`] over the file system `vfs` (tests use a simulated
+    /// disk, see [`crate::sim`]).
+    pub fn open_with(vfs: Arc<dyn Vfs>, dir: &Path, config: LogConfig) -> Result<Self> {
         config.validate()?;
-        std::fs::create_dir_all(dir)
+        crate::vfs::create_dir_durable(&*vfs, dir)
             .map_err(|e| StorageError::io(format!("creating {}", dir.display()), e))?;
         let interval = u64::from(config.index_interval_bytes);
-        let bases: Vec<u64> = list_segments(dir)?.into_iter().collect();
+        let quarantine = Quarantine::load(vfs.clone(), dir)?;
+        let bases: Vec<u64> = list_segments(&*vfs, dir)?.into_iter().collect();
         let mut segments: Vec<Arc<Segment>> = Vec::with_capacity(bases.len().max(1));
         for (i, &base) in bases.iter().enumerate() {
             let mode = if i + 1 == bases.len() {
@@ -116,7 +133,10 @@ impl FileLog {
             } else {
                 OpenMode::Sealed
             };
-            let seg = Segment::open(dir, base, interval, mode)?;
+            let (seg, gaps) = Segment::open(&vfs, dir, base, interval, mode)?;
+            for (first, last) in gaps {
+                quarantine.add(first, last)?;
+            }
             let next = seg.next_offset();
             if mode == OpenMode::Sealed && seg.log_file_is_empty()? {
                 tracing::warn!(segment = base, dir = %dir.display(), "removing an empty sealed segment");
@@ -133,25 +153,37 @@ impl FileLog {
                 }
                 if base > prev_end {
                     tracing::error!(segment = base, prev_end, dir = %dir.display(),
-                        "offsets missing between segments (lost to corruption)");
+                        "offsets missing between segments (lost to damage); quarantining them");
+                    quarantine.add(prev_end, base - 1)?;
                 }
             }
             tracing::debug!(segment = base, next_offset = next, "segment opened");
             segments.push(Arc::new(seg));
         }
         if segments.is_empty() {
-            segments.push(Arc::new(Segment::create(dir, 0, interval)?));
-            fsync_dir(dir)
+            segments.push(Arc::new(Segment::create(&vfs, dir, 0, interval)?));
+            vfs.sync_dir(dir)
                 .map_err(|e| StorageError::io(format!("syncing {}", dir.display()), e))?;
         }
+        // Offsets are never reused: a quarantined range past the last valid
+        // batch (damage found at the end of the active segment) still counts
+        // as assigned.
+        let active = &segments[segments.len() - 1];
+        if let Some(&(_, last)) = quarantine.ranges().iter().max_by_key(|r| r.1) {
+            if last >= active.next_offset() {
+                active.skip_to(last.saturating_add(1));
+            }
+        }
         let first = segments[0].base;
-        let next = segments[segments.len() - 1].next_offset();
+        let next = active.next_offset();
         let last_ts = segments.iter().map(|s| s.max_ts()).max().unwrap_or(0);
         tracing::info!(dir = %dir.display(), first_offset = first, next_offset = next,
             segments = segments.len(), "file partition log opened");
         Ok(FileLog {
             dir: dir.to_path_buf(),
+            vfs,
             config,
+            quarantine,
             shared: RwLock::new(Shared {
                 segments,
                 first,
@@ -161,6 +193,24 @@ impl FileLog {
             written: AtomicU64::new(0),
             group: GroupCommit::default(),
         })
+    }
+
+    /// A reader met a damaged record at `pos` of `seg` where offset
+    /// `expected` was due: resync past it, quarantine the offsets in between,
+    /// and return the first offset after the damage.
+    fn repair(&self, seg: &Segment, pos: u64, expected: u64) -> Result<u64> {
+        let (next_base, resync_pos) = seg.resync(pos, expected)?;
+        tracing::error!(dir = %self.dir.display(), segment = seg.base, pos, expected, next_base,
+            resync_pos, "a read met a damaged record");
+        if next_base > expected {
+            self.quarantine.add(expected, next_base - 1)?;
+        }
+        Ok(next_base)
+    }
+
+    /// The quarantined (damaged, never served) offset ranges, by first offset.
+    pub fn quarantined(&self) -> Vec<(u64, u64)> {
+        self.quarantine.ranges()
     }
 
     fn active(&self) -> Arc<Segment> {
@@ -179,11 +229,13 @@ impl FileLog {
         old.seal()?;
         let base = old.next_offset();
         let seg = Arc::new(Segment::create(
+            &self.vfs,
             &self.dir,
             base,
             u64::from(self.config.index_interval_bytes),
         )?);
-        fsync_dir(&self.dir)
+        self.vfs
+            .sync_dir(&self.dir)
             .map_err(|e| StorageError::io(format!("syncing {}", self.dir.display()), e))?;
         self.shared.write().segments.push(seg.clone());
         tracing::info!(dir = %self.dir.display(), sealed = old.base, segment = base, "rolled to a new segment");
@@ -264,15 +316,33 @@ impl PartitionLog for FileLog {
             }
             s.segment_for(from)
         };
+        if let Some((first, last)) = self.quarantine.containing(from) {
+            return Err(StorageError::DataCorrupt { first, last });
+        }
+        let stop_at = self.quarantine.next_start_after(from).unwrap_or(u64::MAX);
         let mut out = Vec::new();
         let mut bytes = 0usize;
         loop {
-            if seg.read_batches(from, max_bytes, &mut out, &mut bytes)? {
-                break;
-            }
-            match self.segment_after(seg.base) {
-                Some(next) => seg = next,
-                None => break,
+            match seg.read_batches(from, stop_at, max_bytes, &mut out, &mut bytes)? {
+                Walk::Done(true) => break,
+                Walk::Done(false) => match self.segment_after(seg.base) {
+                    Some(next) => seg = next,
+                    None => break,
+                },
+                Walk::Damaged { pos, expected } => {
+                    let next_base = self.repair(&seg, pos, expected)?;
+                    if !out.is_empty() {
+                        break;
+                    }
+                    if from < next_base {
+                        return Err(StorageError::DataCorrupt {
+                            first: expected.min(from),
+                            last: next_base - 1,
+                        });
+                    }
+                    // The damage lies before `from`: the resync left an
+                    // index entry past it, so the next walk skips it.
+                }
             }
         }
         Ok(out)
@@ -291,11 +361,32 @@ impl PartitionLog for FileLog {
             }
             s.segment_for(batch_base)
         };
-        let Some(header) = seg.find_batch(batch_base)? else {
-            return Err(self.shared.read().out_of_range(batch_base));
+        if let Some((first, last)) = self.quarantine.containing(batch_base) {
+            return Err(StorageError::DataCorrupt { first, last });
+        }
+        let header = loop {
+            match seg.find_batch(batch_base)? {
+                Walk::Done(Some(h)) => break h,
+                Walk::Done(None) => return Err(self.shared.read().out_of_range(batch_base)),
+                Walk::Damaged { pos, expected } => {
+                    let next_base = self.repair(&seg, pos, expected)?;
+                    if batch_base < next_base {
+                        return Err(StorageError::DataCorrupt {
+                            first: expected.min(batch_base),
+                            last: next_base - 1,
+                        });
+                    }
+                }
+            }
         };
         check_ranges(batch_base, header.data_len, ranges)?;
-        seg.read_data(&header, ranges, out)
+        match seg.read_data(&header, ranges, out) {
+            Err(StorageError::DataCorrupt { first, last }) => {
+                self.quarantine.add(first, last)?;
+                Err(StorageError::DataCorrupt { first, last })
+            }
+            other => other,
+        }
     }
 
     fn first_offset(&self) -> u64 {
@@ -359,7 +450,8 @@ impl PartitionLog for FileLog {
                 next_offset = seg.next_offset(), "retention removed a segment");
         }
         if !dropped.is_empty() {
-            fsync_dir(&self.dir)
+            self.vfs
+                .sync_dir(&self.dir)
                 .map_err(|e| StorageError::io(format!("syncing {}", self.dir.display()), e))?;
         }
         Ok(dropped.len() as u32)
