@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::disk::{copy_dir, files, flip_byte, record_positions, same_batches};
+use common::disk::{copy_dir, files, flip_byte, record_positions, same_batches, small_segments};
 use common::{check_batch, read_all, TestBatch};
 use strom_storage::{FileLog, LogConfig, PartitionLog, StorageError, StoredBatch};
 
@@ -149,4 +149,90 @@ fn two_damaged_regions_are_two_gaps() {
     assert_eq!(gaps, vec![(4, 7), (18, 19)]);
     assert_eq!(kept.len(), 9);
     assert_eq!(log.next_offset(), 24);
+}
+
+/// 40 one-event batches of 300 data bytes over several small sealed segments.
+fn sealed_segments(dir: &std::path::Path) -> Vec<StoredBatch> {
+    let log = FileLog::open(dir, small_segments()).unwrap();
+    for i in 0..40 {
+        TestBatch::new(i, 1, 300, 2).append(&log);
+    }
+    log.sync_all().unwrap();
+    assert!(log.stats().segments > 2);
+    read_all(&log, 0)
+}
+
+#[test]
+fn damage_in_a_sealed_segment_is_the_same_gap_with_or_without_its_index() {
+    let src = tempfile::tempdir().unwrap();
+    let good = sealed_segments(src.path());
+    let positions = record_positions(&good);
+    let seg0_batches = files(src.path(), "log")[1]
+        .file_stem()
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .parse::<usize>()
+        .unwrap();
+    for drop_index in [false, true] {
+        let work = tempfile::tempdir().unwrap();
+        copy_dir(src.path(), work.path());
+        flip_byte(&files(work.path(), "log")[0], positions[2] + 64 + 1); // meta of batch 2
+        flip_byte(
+            &files(work.path(), "log")[0],
+            positions[seg0_batches - 1] + 10,
+        ); // last of seg 0
+        if drop_index {
+            for p in files(work.path(), "index") {
+                std::fs::remove_file(p).unwrap();
+            }
+        }
+        let log = FileLog::open(work.path(), small_segments()).unwrap();
+        let (kept, gaps) = read_with_gaps(&log, 0);
+        let last = seg0_batches as u64 - 1;
+        assert_eq!(
+            gaps,
+            vec![(2, 2), (last, last)],
+            "index dropped: {drop_index}"
+        );
+        assert_eq!(kept.len(), good.len() - 2);
+        // A consumer that keeps asking at the gap gets the same answer and
+        // can always move on.
+        for _ in 0..3 {
+            assert!(matches!(
+                log.read(2, 1),
+                Err(StorageError::DataCorrupt { first: 2, last: 2 })
+            ));
+            assert_eq!(log.read(3, 1).unwrap()[0].meta, good[3].meta);
+        }
+        drop(log);
+        let log = FileLog::open(work.path(), small_segments()).unwrap();
+        assert_eq!(read_with_gaps(&log, 0).1, vec![(2, 2), (last, last)]);
+    }
+}
+
+#[test]
+fn partial_data_reads_are_verified_and_damaged_data_is_quarantined() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = sealed_segments(dir.path());
+    flip_byte(&files(dir.path(), "data")[0], 4 * 300 + 250); // data of batch 4
+    let log = FileLog::open(dir.path(), small_segments()).unwrap();
+    // Metadata is intact; the data of batch 4 is not, even outside the
+    // requested range.
+    assert_eq!(log.read(4, 1).unwrap()[0].meta, good[4].meta);
+    let err = log.read_data(4, &[(0, 10)], &mut Vec::new()).unwrap_err();
+    assert!(
+        matches!(err, StorageError::DataCorrupt { first: 4, last: 4 }),
+        "{err}"
+    );
+    // From then on the batch is quarantined, also for metadata reads and
+    // after a reopen.
+    assert!(matches!(
+        log.read(4, 1),
+        Err(StorageError::DataCorrupt { first: 4, last: 4 })
+    ));
+    assert_eq!(log.read(3, usize::MAX).unwrap().len(), 1);
+    drop(log);
+    let log = FileLog::open(dir.path(), small_segments()).unwrap();
+    assert_eq!(read_with_gaps(&log, 0).1, vec![(4, 4)]);
 }
