@@ -1,10 +1,9 @@
-//! Positional I/O helpers: vectored positional writes (no concatenation of
-//! scatter/gather segments), exact positional reads and directory fsync.
+//! Positional I/O helper: vectored positional writes (no concatenation of
+//! scatter/gather segments), used by [`crate::vfs::RealFs`].
 
 use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
-use std::path::Path;
 
 /// Most iovecs handed to one `pwritev` call (Linux `IOV_MAX`).
 const IOV_MAX: usize = 1024;
@@ -77,11 +76,6 @@ pub(crate) fn pwritev_all<B: AsRef<[u8]>>(file: &File, bufs: &[B], offset: u64) 
         }
     }
     Ok(())
-}
-
-/// Fsyncs a directory so that created, renamed or removed entries persist.
-pub(crate) fn fsync_dir(dir: &Path) -> io::Result<()> {
-    File::open(dir)?.sync_all()
 }
 
 #[cfg(test)]

@@ -18,6 +18,7 @@ mod group_commit;
 mod io_util;
 mod memory;
 mod offsets;
+pub mod sim;
 pub mod vfs;
 
 pub use config::LogConfig;
