@@ -106,6 +106,12 @@ pub trait PartitionLog: Send + Sync + 'static {
     /// Returns how many were dropped.
     fn enforce_retention(&self, now_us: u64) -> Result<u32>;
     fn stats(&self) -> LogStats;
+    /// Why the log stopped, if a write or fsync failed (then `append`
+    /// returns `PartitionFailed` and `sync` never succeeds again until the
+    /// log is reopened). `None` while the log is healthy.
+    fn failure(&self) -> Option<String> {
+        None
+    }
 }
 
 /// Microseconds since the UNIX epoch (0 if the clock is before the epoch).

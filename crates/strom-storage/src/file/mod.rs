@@ -79,6 +79,9 @@ pub struct FileLog {
     /// Highest sync token handed out.
     written: AtomicU64,
     group: GroupCommit,
+    /// Set by the first failed write or fsync: the log then refuses appends
+    /// and syncs until reopened (see `fail`).
+    failed: Mutex<Option<String>>,
 }
 
 /// Base offsets of the segments present in `dir` (from `.log` and `.data`).
@@ -192,6 +195,7 @@ impl FileLog {
             writer: Mutex::new(Writer { last_ts, seq: 0 }),
             written: AtomicU64::new(0),
             group: GroupCommit::default(),
+            failed: Mutex::new(None),
         })
     }
 
@@ -206,6 +210,41 @@ impl FileLog {
             self.quarantine.add(expected, next_base - 1)?;
         }
         Ok(next_base)
+    }
+
+    /// Enters the failed state (if not already in it) because of `error`,
+    /// and returns `error`. After a failed fdatasync the kernel may have
+    /// dropped the dirty pages while reads still see them, so no later sync
+    /// can prove anything durable; after a failed write the files may hold
+    /// bytes the log does not account for. Only reopening (recovery from
+    /// what is on disk) is safe, as in PostgreSQL after the fsync-gate.
+    fn fail(&self, error: StorageError) -> StorageError {
+        let mut failed = self.failed.lock();
+        if failed.is_none() {
+            tracing::error!(dir = %self.dir.display(), error = %error,
+                "partition log stopped after a failed write or fsync; reopen it to recover");
+            *failed = Some(error.to_string());
+        }
+        error
+    }
+
+    /// `PartitionFailed` if the log is in the failed state.
+    fn check_failed(&self) -> Result<()> {
+        match &*self.failed.lock() {
+            Some(cause) => Err(StorageError::PartitionFailed {
+                cause: cause.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Poisons the log for any error but a full disk (which leaves the files
+    /// as they were).
+    fn fail_unless_full(&self, error: StorageError) -> StorageError {
+        match error {
+            StorageError::DiskFull { .. } => error,
+            e => self.fail(e),
+        }
     }
 
     /// The quarantined (damaged, never served) offset ranges, by first offset.
@@ -226,7 +265,7 @@ impl FileLog {
 
     /// Seals `old` (sync + index files) and starts a new active segment.
     fn roll(&self, old: &Segment) -> Result<Arc<Segment>> {
-        old.seal()?;
+        old.seal().map_err(|e| self.fail_unless_full(e))?;
         let base = old.next_offset();
         let seg = Arc::new(Segment::create(
             &self.vfs,
@@ -258,6 +297,7 @@ impl PartitionLog for FileLog {
             .iter()
             .fold(0u32, |crc, seg| crc32c::crc32c_append(crc, seg));
         let mut w = self.writer.lock();
+        self.check_failed()?;
         let mut seg = self.active();
         let (log_len, mut seg_data_len, base_offset, _) = seg.lens();
         let incoming = HEADER_LEN as u64 + meta_len + data_len;
@@ -278,7 +318,13 @@ impl PartitionLog for FileLog {
             data_len,
             data_crc,
         };
-        seg.append(&header, batch.meta, batch.data)?;
+        if let Err(f) = seg.append(&header, batch.meta, batch.data) {
+            return Err(if f.rolled_back {
+                self.fail_unless_full(f.error)
+            } else {
+                self.fail(f.error)
+            });
+        }
         w.last_ts = ts;
         w.seq += 1;
         self.shared.write().next = end;
@@ -296,8 +342,12 @@ impl PartitionLog for FileLog {
             token.0,
             || self.written.load(Ordering::Acquire),
             // Rolled segments were synced when sealed, so syncing the active
-            // segment covers every token written before this point.
-            || self.active().sync(),
+            // segment covers every token written before this point. Once a
+            // sync failed, none may succeed again.
+            || {
+                self.check_failed()?;
+                self.active().sync().map_err(|e| self.fail(e))
+            },
         )
     }
 
@@ -455,6 +505,10 @@ impl PartitionLog for FileLog {
                 .map_err(|e| StorageError::io(format!("syncing {}", self.dir.display()), e))?;
         }
         Ok(dropped.len() as u32)
+    }
+
+    fn failure(&self) -> Option<String> {
+        self.failed.lock().clone()
     }
 
     fn stats(&self) -> LogStats {

@@ -37,6 +37,13 @@ pub(crate) enum OpenMode {
     Sealed,
 }
 
+/// A failed append: the error, and whether the files were truncated back to
+/// their previous lengths.
+pub(crate) struct AppendFailure {
+    pub error: StorageError,
+    pub rolled_back: bool,
+}
+
 /// Offset ranges `(first, last)` found damaged while opening a segment.
 pub(crate) type Gaps = Vec<(u64, u64)>;
 
@@ -289,8 +296,14 @@ impl Segment {
 
     /// Writes one batch at the current end (writer thread only): data first,
     /// then the log record, then the in-memory index. On error the files are
-    /// truncated back so that the next append starts from a clean end.
-    pub(crate) fn append(&self, h: &RecordHeader, meta: &[u8], data: &[Bytes]) -> Result<()> {
+    /// truncated back so that the next append starts from a clean end; the
+    /// error says whether that worked.
+    pub(crate) fn append(
+        &self,
+        h: &RecordHeader,
+        meta: &[u8],
+        data: &[Bytes],
+    ) -> std::result::Result<(), AppendFailure> {
         let (log_pos, data_pos) = {
             let s = self.state.read();
             (s.log_len, s.data_len)
@@ -299,29 +312,35 @@ impl Segment {
         if h.data_len > 0 {
             let bufs: Vec<&[u8]> = data.iter().map(|b| &b[..]).collect();
             if let Err(e) = self.data.write_all_at(&bufs, data_pos) {
-                let _ = self.data.set_len(data_pos);
-                return Err(StorageError::io(
-                    format!(
-                        "writing the data of batch {} to {}",
-                        h.base_offset,
-                        self.data_path.display()
+                let rolled_back = self.data.set_len(data_pos).is_ok();
+                return Err(AppendFailure {
+                    error: StorageError::io(
+                        format!(
+                            "writing the data of batch {} to {}",
+                            h.base_offset,
+                            self.data_path.display()
+                        ),
+                        e,
                     ),
-                    e,
-                ));
+                    rolled_back,
+                });
             }
         }
         let head = h.encode(meta);
         if let Err(e) = self.log.write_all_at(&[&head[..], meta], log_pos) {
-            let _ = self.log.set_len(log_pos);
-            let _ = self.data.set_len(data_pos);
-            return Err(StorageError::io(
-                format!(
-                    "writing the record of batch {} to {}",
-                    h.base_offset,
-                    self.log_path.display()
+            let rolled_back =
+                self.log.set_len(log_pos).is_ok() && self.data.set_len(data_pos).is_ok();
+            return Err(AppendFailure {
+                error: StorageError::io(
+                    format!(
+                        "writing the record of batch {} to {}",
+                        h.base_offset,
+                        self.log_path.display()
+                    ),
+                    e,
                 ),
-                e,
-            ));
+                rolled_back,
+            });
         }
         note_record(
             &mut self.state.write(),
