@@ -30,7 +30,7 @@ fn memory_backend(config: LogConfig) -> Backend {
 
 fn file_backend(config: LogConfig) -> Backend {
     let dir = tempfile::tempdir().unwrap();
-    let log = FileLog::open(&dir.path().join("p0"), config).unwrap();
+    let log = FileLog::create(&dir.path().join("p0"), config).unwrap();
     Backend {
         log: Arc::new(log),
         _dir: Some(dir),

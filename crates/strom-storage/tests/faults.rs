@@ -21,13 +21,14 @@ fn config() -> LogConfig {
     }
 }
 
+fn create(fs: &SimFs) -> FileLog {
+    let vfs: Arc<dyn Vfs> = Arc::new(fs.clone());
+    FileLog::create_with(vfs, Path::new("/p0"), config()).unwrap()
+}
+
 fn open(fs: &SimFs) -> FileLog {
-    FileLog::open_with(
-        Arc::new(fs.clone()) as Arc<dyn Vfs>,
-        Path::new("/p0"),
-        config(),
-    )
-    .unwrap()
+    let vfs: Arc<dyn Vfs> = Arc::new(fs.clone());
+    FileLog::open_with(vfs, Path::new("/p0"), config()).unwrap()
 }
 
 fn fault(op: FaultOp, errno: i32, path: &str, times: Option<u32>) -> Fault {
@@ -53,7 +54,7 @@ fn append(log: &FileLog, i: u64) -> Result<u64, StorageError> {
 fn a_failed_fdatasync_stops_the_log_until_it_is_reopened() {
     for file in [".log", ".data"] {
         let fs = SimFs::new();
-        let log = open(&fs);
+        let log = create(&fs);
         for i in 0..5 {
             append(&log, i).unwrap();
         }
@@ -92,7 +93,7 @@ fn a_failed_fdatasync_stops_the_log_until_it_is_reopened() {
 #[test]
 fn a_failed_write_stops_the_log() {
     let fs = SimFs::new();
-    let log = open(&fs);
+    let log = create(&fs);
     append(&log, 0).unwrap();
     fs.inject(fault(FaultOp::Write, libc::EIO, ".data", Some(1)));
     let err = append(&log, 1).unwrap_err();
@@ -109,7 +110,7 @@ fn a_failed_write_stops_the_log() {
 fn a_full_disk_is_disk_full_and_the_log_carries_on_when_space_returns() {
     for file in [".log", ".data", ".index"] {
         let fs = SimFs::new();
-        let log = open(&fs);
+        let log = create(&fs);
         let mut i = 0;
         while log.stats().segments < 2 {
             append(&log, i).unwrap();
@@ -144,5 +145,36 @@ fn a_full_disk_is_disk_full_and_the_log_carries_on_when_space_returns() {
         drop(log);
         let log = open(&fs.crash_image(&mut SimRng::new(1)));
         assert_eq!(read_all(&log, 0).len(), all.len(), "{file}");
+    }
+}
+
+#[test]
+fn new_directories_and_segments_survive_power_loss_once_synced() {
+    for seed in 0..40 {
+        let fs = SimFs::new();
+        let vfs: Arc<dyn Vfs> = Arc::new(fs.clone());
+        let dir = Path::new("/data/topic/p0");
+        let log = FileLog::create_with(vfs, dir, config()).unwrap();
+        // The partition exists as soon as create returns.
+        let img = fs.crash_image(&mut SimRng::new(seed));
+        let vfs: Arc<dyn Vfs> = Arc::new(img);
+        assert_eq!(
+            FileLog::open_with(vfs, dir, config())
+                .unwrap()
+                .next_offset(),
+            0
+        );
+        let mut i = 0;
+        while log.stats().segments < 4 {
+            append(&log, i).unwrap();
+            i += 1;
+        }
+        log.sync_all().unwrap();
+        let acked = log.next_offset();
+        let img = fs.crash_image(&mut SimRng::new(seed));
+        let vfs: Arc<dyn Vfs> = Arc::new(img);
+        let log = FileLog::open_with(vfs, dir, config()).unwrap();
+        assert_eq!(log.next_offset(), acked, "seed {seed}");
+        assert_eq!(read_all(&log, 0).len() as u64, i, "seed {seed}");
     }
 }

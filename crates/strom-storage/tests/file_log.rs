@@ -357,3 +357,32 @@ fn invalid_config_is_rejected() {
     assert_eq!(err.code(), 307);
     assert!(err.to_string().contains("segment_bytes"));
 }
+
+#[test]
+fn open_refuses_a_missing_partition_directory_and_create_makes_it() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("topic").join("p0");
+    let err = FileLog::open(&dir, LogConfig::default())
+        .err()
+        .expect("opening a missing partition must fail");
+    assert_eq!(err.code(), 300, "{err}");
+    assert!(err.to_string().contains("create"), "{err}");
+    assert!(!dir.exists(), "open must not create anything");
+    let log = FileLog::create(&dir, LogConfig::default()).unwrap();
+    TestBatch::standard(0).append(&log);
+    log.sync_all().unwrap();
+    drop(log);
+    let log = FileLog::open(&dir, LogConfig::default()).unwrap();
+    assert_eq!(read_all(&log, 0).len(), 1);
+    drop(log);
+    // A directory whose segments are gone (but that held a partition) is
+    // not silently restarted at offset 0.
+    for p in files(&dir, "log").into_iter().chain(files(&dir, "data")) {
+        fs::remove_file(p).unwrap();
+    }
+    fs::write(dir.join("consumer-offsets"), b"").unwrap();
+    let err = FileLog::open(&dir, LogConfig::default())
+        .err()
+        .expect("a partition without segments must not open");
+    assert!(err.to_string().contains("no segment"), "{err}");
+}

@@ -113,19 +113,58 @@ fn list_segments(vfs: &dyn Vfs, dir: &Path) -> Result<BTreeSet<u64>> {
 }
 
 impl FileLog {
-    /// Opens (creating if missing) the partition log in `dir` and recovers it:
-    /// sealed segments load or rebuild their indexes, the active segment is
-    /// scanned and its torn or corrupt tail truncated.
+    /// Opens the existing partition log in `dir` and recovers it: sealed
+    /// segments load or rebuild their indexes, the active segment is scanned
+    /// (a torn tail is truncated, damage with valid records after it is
+    /// quarantined). A missing directory is an error (code 300, NotFound):
+    /// only [`FileLog::create`] makes new partitions.
     pub fn open(dir: &Path, config: LogConfig) -> Result<Self> {
         Self::open_with(Arc::new(RealFs), dir, config)
+    }
+
+    /// Creates the partition log in `dir` (and any missing parent, each
+    /// fsync'ed into its parent), or opens it if it already exists. Call it
+    /// only for a partition this server is asked to host for the first time.
+    pub fn create(dir: &Path, config: LogConfig) -> Result<Self> {
+        Self::create_with(Arc::new(RealFs), dir, config)
     }
 
     /// [`FileLog::open`] over the file system `vfs` (tests use a simulated
     /// disk, see [`crate::sim`]).
     pub fn open_with(vfs: Arc<dyn Vfs>, dir: &Path, config: LogConfig) -> Result<Self> {
         config.validate()?;
-        crate::vfs::create_dir_durable(&*vfs, dir)
+        let exists = vfs
+            .exists(dir)
+            .map_err(|e| StorageError::io(format!("checking {}", dir.display()), e))?;
+        if !exists {
+            return Err(StorageError::io(
+                format!(
+                    "opening partition directory {} (it does not exist: the partition was never \
+                     created on this server or its data is gone; only create a partition this \
+                     server is asked to host for the first time)",
+                    dir.display()
+                ),
+                std::io::Error::from(std::io::ErrorKind::NotFound),
+            ));
+        }
+        Self::load(vfs, dir, config, false)
+    }
+
+    /// [`FileLog::create`] over the file system `vfs`.
+    pub fn create_with(vfs: Arc<dyn Vfs>, dir: &Path, config: LogConfig) -> Result<Self> {
+        config.validate()?;
+        let created = crate::vfs::create_dir_durable(&*vfs, dir)
             .map_err(|e| StorageError::io(format!("creating {}", dir.display()), e))?;
+        if !created {
+            tracing::info!(dir = %dir.display(), "partition directory already exists; opening it");
+        }
+        Self::load(vfs, dir, config, true)
+    }
+
+    /// Recovery, the same code path for a new and an existing partition.
+    /// `new` allows starting without segments; otherwise only an empty
+    /// directory (a `create` interrupted before its first segment) may.
+    fn load(vfs: Arc<dyn Vfs>, dir: &Path, config: LogConfig, new: bool) -> Result<Self> {
         let interval = u64::from(config.index_interval_bytes);
         let quarantine = Quarantine::load(vfs.clone(), dir)?;
         let bases: Vec<u64> = list_segments(&*vfs, dir)?.into_iter().collect();
@@ -164,6 +203,18 @@ impl FileLog {
             segments.push(Arc::new(seg));
         }
         if segments.is_empty() {
+            let names = vfs
+                .list(dir)
+                .map_err(|e| StorageError::io(format!("listing {}", dir.display()), e))?;
+            if !new && !names.is_empty() {
+                return Err(StorageError::corrupt(format!(
+                    "partition directory {} holds no segment files but other files ({}): its \
+                     data is gone; restore it, or delete the directory and create the partition \
+                     again if losing its data is acceptable",
+                    dir.display(),
+                    names.join(", ")
+                )));
+            }
             segments.push(Arc::new(Segment::create(&vfs, dir, 0, interval)?));
             vfs.sync_dir(dir)
                 .map_err(|e| StorageError::io(format!("syncing {}", dir.display()), e))?;
@@ -177,6 +228,9 @@ impl FileLog {
                 active.skip_to(last.saturating_add(1));
             }
         }
+        // Recovery may have created the missing half of a segment pair.
+        vfs.sync_dir(dir)
+            .map_err(|e| StorageError::io(format!("syncing {}", dir.display()), e))?;
         let first = segments[0].base;
         let next = active.next_offset();
         let last_ts = segments.iter().map(|s| s.max_ts()).max().unwrap_or(0);
