@@ -548,15 +548,16 @@ impl PartitionLog for FileLog {
             s.first = s.segments[0].base;
             dropped
         };
+        // Oldest first, one directory fsync per segment: a crash can only
+        // leave a prefix of the dropped segments removed, never a hole that
+        // recovery would take for lost (quarantined) offsets.
         for seg in &dropped {
             seg.delete_files();
-            tracing::info!(dir = %self.dir.display(), segment = seg.base,
-                next_offset = seg.next_offset(), "retention removed a segment");
-        }
-        if !dropped.is_empty() {
             self.vfs
                 .sync_dir(&self.dir)
                 .map_err(|e| StorageError::io(format!("syncing {}", self.dir.display()), e))?;
+            tracing::info!(dir = %self.dir.display(), segment = seg.base,
+                next_offset = seg.next_offset(), "retention removed a segment");
         }
         Ok(dropped.len() as u32)
     }
