@@ -333,8 +333,15 @@ struct SimFile {
 }
 
 impl SimFile {
-    fn with<T>(&self, f: impl FnOnce(&mut Sim, &mut Inode) -> io::Result<T>) -> io::Result<T> {
+    /// Runs `f` on the inode after `pre` (crash point and fault checks, which
+    /// must see the whole state).
+    fn with<T>(
+        &self,
+        pre: impl FnOnce(&mut Sim) -> io::Result<()>,
+        f: impl FnOnce(&mut Sim, &mut Inode) -> io::Result<T>,
+    ) -> io::Result<T> {
         let mut sim = self.sim.lock();
+        pre(&mut sim)?;
         let mut node = sim.state.inodes.remove(&self.ino).unwrap_or_default();
         let res = f(&mut sim, &mut node);
         sim.state.inodes.insert(self.ino, node);
@@ -344,65 +351,80 @@ impl SimFile {
 
 impl VfsFile for SimFile {
     fn len(&self) -> io::Result<u64> {
-        self.with(|_, n| Ok(n.view.len() as u64))
+        self.with(|_| Ok(()), |_, n| Ok(n.view.len() as u64))
     }
 
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        self.with(|sim, n| {
-            *sim.reads.entry(self.ext.clone()).or_default() += buf.len() as u64;
-            let end = offset as usize + buf.len();
-            if end > n.view.len() {
-                return Err(io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
-                    "read past the end",
-                ));
-            }
-            buf.copy_from_slice(&n.view[offset as usize..end]);
-            Ok(())
-        })
+        self.with(
+            |_| Ok(()),
+            |sim, n| {
+                *sim.reads.entry(self.ext.clone()).or_default() += buf.len() as u64;
+                let end = offset as usize + buf.len();
+                if end > n.view.len() {
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "read past the end",
+                    ));
+                }
+                buf.copy_from_slice(&n.view[offset as usize..end]);
+                Ok(())
+            },
+        )
     }
 
     fn write_all_at(&self, bufs: &[&[u8]], offset: u64) -> io::Result<()> {
-        self.with(|sim, n| {
-            sim.tick()?;
-            sim.fault(FaultOp::Write, &self.path)?;
-            let op = FileOp::Write {
-                at: offset,
-                bytes: bufs.concat(),
-            };
-            apply(&mut n.view, &op, None);
-            n.pending.push(op);
-            Ok(())
-        })
+        self.with(
+            |sim| {
+                sim.tick()?;
+                sim.fault(FaultOp::Write, &self.path)
+            },
+            |_, n| {
+                let op = FileOp::Write {
+                    at: offset,
+                    bytes: bufs.concat(),
+                };
+                apply(&mut n.view, &op, None);
+                n.pending.push(op);
+                Ok(())
+            },
+        )
     }
 
     fn set_len(&self, len: u64) -> io::Result<()> {
-        self.with(|sim, n| {
-            sim.tick()?;
-            if len > n.view.len() as u64 {
-                sim.fault(FaultOp::Write, &self.path)?;
-            }
-            let op = FileOp::SetLen(len);
-            apply(&mut n.view, &op, None);
-            n.pending.push(op);
-            Ok(())
-        })
+        let grows = self.len()? < len;
+        self.with(
+            |sim| {
+                sim.tick()?;
+                if grows {
+                    sim.fault(FaultOp::Write, &self.path)?;
+                }
+                Ok(())
+            },
+            |_, n| {
+                let op = FileOp::SetLen(len);
+                apply(&mut n.view, &op, None);
+                n.pending.push(op);
+                Ok(())
+            },
+        )
     }
 
     fn sync_data(&self) -> io::Result<()> {
-        self.with(|sim, n| {
-            sim.tick()?;
-            if let Err(e) = sim.fault(FaultOp::Sync, &self.path) {
-                // The kernel dropped the dirty pages: they never reach the
-                // disk, but reads keep seeing them.
-                n.pending.clear();
-                return Err(e);
-            }
-            for op in n.pending.drain(..) {
-                apply(&mut n.disk, &op, None);
-            }
-            Ok(())
-        })
+        self.with(
+            |sim| sim.tick(),
+            |sim, n| {
+                if let Err(e) = sim.fault(FaultOp::Sync, &self.path) {
+                    // The kernel dropped the dirty pages: they never reach the
+                    // disk, but reads keep seeing them.
+                    n.pending.clear();
+                    return Err(e);
+                }
+                for op in n.pending.drain(..) {
+                    apply(&mut n.disk, &op, None);
+                }
+                Ok(())
+            },
+        )
     }
 }
 
