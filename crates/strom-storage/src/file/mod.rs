@@ -551,15 +551,26 @@ impl PartitionLog for FileLog {
         // Oldest first, one directory fsync per segment: a crash can only
         // leave a prefix of the dropped segments removed, never a hole that
         // recovery would take for lost (quarantined) offsets.
+        // A failed fsync does not stop the removals: a segment left behind
+        // would come back on reopen, after a hole.
+        let mut first_error = None;
         for seg in &dropped {
             seg.delete_files();
-            self.vfs
-                .sync_dir(&self.dir)
-                .map_err(|e| StorageError::io(format!("syncing {}", self.dir.display()), e))?;
+            if let Err(e) = self.vfs.sync_dir(&self.dir) {
+                tracing::warn!(dir = %self.dir.display(), error = %e,
+                    "could not fsync the directory after removing a segment");
+                first_error.get_or_insert(StorageError::io(
+                    format!("syncing {}", self.dir.display()),
+                    e,
+                ));
+            }
             tracing::info!(dir = %self.dir.display(), segment = seg.base,
                 next_offset = seg.next_offset(), "retention removed a segment");
         }
-        Ok(dropped.len() as u32)
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(dropped.len() as u32),
+        }
     }
 
     fn failure(&self) -> Option<String> {
