@@ -5,6 +5,10 @@
 //! had dropped it); every batch found is the one that was assigned its
 //! offset before the crash; acknowledged offset commits survive.
 //!
+//! Disk errors (EIO on write or fsync, ENOSPC) are injected now and then on
+//! the way: they may stop the log, but never make it acknowledge what the
+//! disk did not keep.
+//!
 //! `STROM_SIM_SEEDS=N` runs N seeds (default 500); `STROM_SIM_SEED=s` replays
 //! one seed. A failing seed is printed.
 
@@ -16,7 +20,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use common::{check_batch, TestBatch};
-use strom_storage::sim::{SimFs, SimRng};
+use strom_storage::sim::{Fault, FaultOp, SimFs, SimRng};
 use strom_storage::vfs::Vfs;
 use strom_storage::{FileLog, LogConfig, OffsetStore, PartitionLog, StorageError};
 
@@ -61,6 +65,23 @@ fn workload(rng: &mut SimRng, fs: &SimFs, log: &FileLog, offsets: &OffsetStore, 
     for _ in 0..120 {
         if fs.crashed() {
             return;
+        }
+        // Now and then a disk error: EIO on a write or an fsync (the log
+        // must stop and never call anything later durable), or ENOSPC for a
+        // while (the log must carry on afterwards).
+        if rng.below(60) == 0 {
+            let (op, errno) = match rng.below(3) {
+                0 => (FaultOp::Write, libc::EIO),
+                1 => (FaultOp::Sync, libc::EIO),
+                _ => (FaultOp::Write, libc::ENOSPC),
+            };
+            let path = [".log", ".data", ".index", "consumer-offsets", ""][rng.below(5) as usize];
+            fs.inject(Fault {
+                op,
+                errno,
+                path_contains: path.into(),
+                times: Some(1 + rng.below(3) as u32),
+            });
         }
         match rng.below(20) {
             0..=13 => {
