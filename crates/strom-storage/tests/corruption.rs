@@ -39,8 +39,22 @@ fn read_with_gaps(log: &dyn PartitionLog, from: u64) -> (Vec<StoredBatch>, Vec<(
     (batches, gaps)
 }
 
-/// 12 batches of 2 events with 400 data bytes each, in one active segment.
+/// 12 batches of 2 events with 400 data bytes each, in one active segment,
+/// left as after a crash (no checkpoint of the active segment: recovery
+/// scans all of it).
 fn twelve_batches(dir: &std::path::Path) -> Vec<StoredBatch> {
+    let good = twelve_batches_closed(dir);
+    for p in files(dir, "index")
+        .into_iter()
+        .chain(files(dir, "timeindex"))
+    {
+        std::fs::remove_file(p).unwrap();
+    }
+    good
+}
+
+/// The same, closed cleanly (the active segment is checkpointed).
+fn twelve_batches_closed(dir: &std::path::Path) -> Vec<StoredBatch> {
     let log = FileLog::open(dir, LogConfig::default()).unwrap();
     for i in 0..12 {
         TestBatch::new(i, 2, 400, 2).append(&log);
@@ -235,4 +249,39 @@ fn partial_data_reads_are_verified_and_damaged_data_is_quarantined() {
     drop(log);
     let log = FileLog::open(dir.path(), small_segments()).unwrap();
     assert_eq!(read_with_gaps(&log, 0).1, vec![(4, 4)]);
+}
+
+#[test]
+fn damage_below_a_checkpoint_is_quarantined_when_read_even_at_the_end() {
+    let src = tempfile::tempdir().unwrap();
+    let good = twelve_batches_closed(src.path());
+    let positions = record_positions(&good);
+    // The checkpoint says these bytes were durable: damage there is bit rot,
+    // not a torn write, and is never truncated.
+    let cases = [
+        ("log", positions[7] + 64 + 3, 7),
+        ("log", positions[11] + 64, 11),
+        ("data", 11 * 400 + 399, 11),
+    ];
+    for (ext, pos, batch) in cases {
+        let work = tempfile::tempdir().unwrap();
+        copy_dir(src.path(), work.path());
+        flip_byte(&files(work.path(), ext)[0], pos);
+        let log = FileLog::open(work.path(), LogConfig::default()).unwrap();
+        assert_eq!(log.next_offset(), 24, "{ext} byte {pos}");
+        let base = good[batch].base_offset;
+        let err = if ext == "data" {
+            log.read_data(base, &[(0, 1)], &mut Vec::new()).unwrap_err()
+        } else {
+            log.read(base, 1).unwrap_err()
+        };
+        assert!(
+            matches!(err, StorageError::DataCorrupt { first, last } if first == base && last == base + 1),
+            "{ext} byte {pos}: {err}"
+        );
+        let (kept, gaps) = read_with_gaps(&log, 0);
+        assert_eq!(gaps, vec![(base, base + 1)], "{ext} byte {pos}");
+        assert_eq!(kept.len(), 11);
+        assert_eq!(TestBatch::new(99, 1, 5, 1).append(&log).base_offset, 24);
+    }
 }

@@ -301,6 +301,12 @@ impl FileLog {
         }
     }
 
+    /// Bytes of growth of the active segment between two checkpoints of its
+    /// index (written by `sync`): an eighth of a segment, at most 128 MiB.
+    fn checkpoint_every(&self) -> u64 {
+        (self.config.segment_bytes / 8).clamp(1, 128 << 20)
+    }
+
     /// The quarantined (damaged, never served) offset ranges, by first offset.
     pub fn quarantined(&self) -> Vec<(u64, u64)> {
         self.quarantine.ranges()
@@ -400,7 +406,20 @@ impl PartitionLog for FileLog {
             // sync failed, none may succeed again.
             || {
                 self.check_failed()?;
-                self.active().sync().map_err(|e| self.fail(e))
+                let seg = self.active();
+                let checkpoint = seg
+                    .checkpoint_due(self.checkpoint_every())
+                    .then(|| seg.summary());
+                seg.sync().map_err(|e| self.fail(e))?;
+                if let Some(summary) = checkpoint {
+                    // Only what was just synced: a restart after a crash
+                    // scans the active segment from here on.
+                    if let Err(e) = seg.checkpoint(&summary) {
+                        tracing::warn!(dir = %self.dir.display(), segment = seg.base, error = %e,
+                            "could not checkpoint the active segment");
+                    }
+                }
+                Ok(())
             },
         )
     }
@@ -584,6 +603,22 @@ impl PartitionLog for FileLog {
             next_offset: s.next,
             bytes: s.segments.iter().map(|seg| seg.size()).sum(),
             segments: s.segments.len() as u32,
+        }
+    }
+}
+
+impl Drop for FileLog {
+    /// A clean close makes the active segment durable and checkpoints its
+    /// index, so that the next open does not rescan it.
+    fn drop(&mut self) {
+        if self.failed.lock().is_some() {
+            return;
+        }
+        let seg = self.active();
+        let summary = seg.summary();
+        if let Err(e) = seg.sync().and_then(|()| seg.checkpoint(&summary)) {
+            tracing::warn!(dir = %self.dir.display(), segment = seg.base, error = %e,
+                "could not checkpoint the active segment on close; the next open rescans it");
         }
     }
 }

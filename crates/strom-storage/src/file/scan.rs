@@ -50,13 +50,20 @@ fn push_gap(gaps: &mut Gaps, first: u64, last: u64) {
 }
 
 impl Segment {
-    /// Scans the whole log, stepping over damaged records.
-    pub(super) fn scan(&self, log_size: u64, data_size: u64, verify_data: bool) -> Result<Scanned> {
-        let mut s = SegmentSummary::default();
+    /// Scans the log past the records `from` already describes (a
+    /// checkpoint, or nothing), stepping over damaged records.
+    pub(super) fn scan(
+        &self,
+        from: SegmentSummary,
+        log_size: u64,
+        data_size: u64,
+        verify_data: bool,
+    ) -> Result<Scanned> {
+        let mut cursor = Cursor::new(&*self.log, &self.log_path, from.log_len, log_size);
+        let mut s = from;
         let mut gaps = Gaps::new();
         let mut run: Option<BadDataRun> = None;
         let mut force = false;
-        let mut cursor = Cursor::new(&*self.log, &self.log_path, 0, log_size);
         let torn = loop {
             let expected = self.base + s.next_rel;
             let (bad_pos, reason) = match cursor.next_record() {
@@ -143,14 +150,20 @@ impl Segment {
         })
     }
 
-    /// Recovery of the active segment: keep every valid record, report the
-    /// gaps between them, truncate a torn tail.
-    pub(super) fn recover(&self, log_size: u64, data_size: u64) -> Result<(SegmentSummary, Gaps)> {
+    /// Recovery of the active segment past `from` (a checkpoint or nothing):
+    /// keep every valid record, report the gaps between them, truncate a
+    /// torn tail.
+    pub(super) fn recover(
+        &self,
+        from: SegmentSummary,
+        log_size: u64,
+        data_size: u64,
+    ) -> Result<(SegmentSummary, Gaps)> {
         let Scanned {
             summary: s,
             gaps,
             torn,
-        } = self.scan(log_size, data_size, true)?;
+        } = self.scan(from, log_size, data_size, true)?;
         if let Some((pos, reason)) = torn {
             tracing::warn!(segment = self.base, pos, reason, log = %self.log_path.display(),
                 dropped_bytes = log_size - pos, "truncating a torn tail of the log");

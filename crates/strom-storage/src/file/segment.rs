@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 
 use super::index::{IndexEntry, SegmentSummary};
 use super::record::RecordHeader;
@@ -57,6 +57,10 @@ pub(crate) struct Segment {
     pub(super) data_path: PathBuf,
     pub(super) index_interval: u64,
     pub(super) state: RwLock<SegmentSummary>,
+    /// `(log_len, log_len + data_len)` covered by the index files on disk;
+    /// held while they are written, so that writes never interleave and an
+    /// older checkpoint never replaces a newer one.
+    index_written: Mutex<(u64, u64)>,
 }
 
 fn open_rw(vfs: &dyn Vfs, path: &Path) -> Result<Box<dyn VfsFile>> {
@@ -139,6 +143,7 @@ impl Segment {
             data_path,
             index_interval: interval,
             state: RwLock::new(SegmentSummary::default()),
+            index_written: Mutex::new((0, 0)),
         })
     }
 
@@ -170,24 +175,47 @@ impl Segment {
         let log_size = file_len(&*seg.log, &seg.log_path)?;
         let data_size = file_len(&*seg.data, &seg.data_path)?;
         let (summary, gaps) = match mode {
-            OpenMode::Active => {
-                seg.remove_index_files();
-                seg.recover(log_size, data_size)?
-            }
-            OpenMode::Sealed => match seg.load_index(log_size, data_size) {
-                Ok(s) => (s, Vec::new()),
+            // The index files of the active segment are a checkpoint of a
+            // durable prefix (written after a sync, and on clean close):
+            // only the log past it is scanned.
+            OpenMode::Active => match seg.load_index(log_size, data_size, false) {
+                Ok(checkpoint) => {
+                    let covered = checkpoint.log_len;
+                    *seg.index_written.lock() = (covered, covered + checkpoint.data_len);
+                    tracing::debug!(
+                        segment = base,
+                        covered,
+                        log_size,
+                        "recovering past a checkpoint"
+                    );
+                    seg.recover(checkpoint, log_size, data_size)?
+                }
+                Err(reason) => {
+                    tracing::debug!(
+                        segment = base,
+                        reason,
+                        "no usable checkpoint; scanning the whole segment"
+                    );
+                    seg.recover(SegmentSummary::default(), log_size, data_size)?
+                }
+            },
+            OpenMode::Sealed => match seg.load_index(log_size, data_size, true) {
+                Ok(s) => {
+                    *seg.index_written.lock() = (s.log_len, s.log_len + s.data_len);
+                    (s, Vec::new())
+                }
                 Err(reason) => {
                     tracing::info!(segment = base, dir = %dir.display(), reason, "rebuilding segment index");
                     let Scanned {
                         summary,
                         gaps,
                         torn,
-                    } = seg.scan(log_size, data_size, false)?;
+                    } = seg.scan(SegmentSummary::default(), log_size, data_size, false)?;
                     if let Some((pos, why)) = torn {
                         tracing::error!(segment = base, pos, reason = why, log = %seg.log_path.display(),
                             "damaged records at the end of a sealed segment; their offsets are quarantined");
                     }
-                    if let Err(e) = seg.write_index(&summary) {
+                    if let Err(e) = seg.checkpoint(&summary) {
                         tracing::warn!(segment = base, error = %e, "could not write rebuilt index files");
                     }
                     (summary, gaps)
@@ -198,10 +226,13 @@ impl Segment {
         Ok((seg, gaps))
     }
 
+    /// Loads the index files; they must cover the whole log if `exact`, a
+    /// prefix of it otherwise.
     fn load_index(
         &self,
         log_size: u64,
         data_size: u64,
+        exact: bool,
     ) -> std::result::Result<SegmentSummary, String> {
         let max = SegmentSummary::max_index_file_len(log_size);
         let vfs = &*self.vfs;
@@ -210,7 +241,7 @@ impl Segment {
         let ti = read_small_file(vfs, &self.dir.join(file_name(self.base, "timeindex")), max)
             .map_err(|e| format!("time index unreadable: {e}"))?;
         let s = SegmentSummary::decode(&oi, &ti).map_err(str::to_string)?;
-        if s.log_len != log_size {
+        if s.log_len > log_size || (exact && s.log_len != log_size) {
             return Err(format!(
                 "index covers {} log bytes, log has {log_size}",
                 s.log_len
@@ -238,17 +269,6 @@ impl Segment {
         self.vfs
             .sync_dir(&self.dir)
             .map_err(|e| StorageError::io(format!("syncing {}", self.dir.display()), e))
-    }
-
-    fn remove_index_files(&self) {
-        for ext in ["index", "timeindex"] {
-            let path = self.dir.join(file_name(self.base, ext));
-            if let Err(e) = self.vfs.remove_file(&path) {
-                if e.kind() != io::ErrorKind::NotFound {
-                    tracing::warn!(path = %path.display(), error = %e, "could not remove a stale index file");
-                }
-            }
-        }
     }
 
     /// Removes all four files of the segment (retention).
@@ -367,7 +387,31 @@ impl Segment {
     pub(crate) fn seal(&self) -> Result<()> {
         self.sync()?;
         let summary = self.state.read().clone();
-        self.write_index(&summary)
+        self.checkpoint(&summary)
+    }
+
+    /// The in-memory summary (to checkpoint once it is durable).
+    pub(crate) fn summary(&self) -> SegmentSummary {
+        self.state.read().clone()
+    }
+
+    /// Whether `log + data` grew by `every` bytes since the index files were
+    /// last written.
+    pub(crate) fn checkpoint_due(&self, every: u64) -> bool {
+        let size = self.size();
+        size >= self.index_written.lock().1.saturating_add(every)
+    }
+
+    /// Writes `summary` (which must describe durable bytes) as the index
+    /// files, unless newer ones are already there.
+    pub(crate) fn checkpoint(&self, summary: &SegmentSummary) -> Result<()> {
+        let mut written = self.index_written.lock();
+        if summary.log_len < written.0 {
+            return Ok(());
+        }
+        self.write_index(summary)?;
+        *written = (summary.log_len, summary.log_len + summary.data_len);
+        Ok(())
     }
 }
 
