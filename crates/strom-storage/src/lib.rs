@@ -112,6 +112,28 @@ pub trait PartitionLog: Send + Sync + 'static {
     fn failure(&self) -> Option<String> {
         None
     }
+    /// Scrub: checks every CRC of the partition (records and data) while
+    /// appends and reads go on, quarantines what is damaged and reports it.
+    /// The memory backend has nothing on disk and reports nothing.
+    fn verify(&self) -> Result<VerifyReport> {
+        Ok(VerifyReport::default())
+    }
+}
+
+/// What [`PartitionLog::verify`] checked and found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct VerifyReport {
+    /// Segments checked.
+    pub segments: u32,
+    /// Intact batches checked (record and data CRC).
+    pub batches: u64,
+    /// Bytes read and checked (records and data).
+    pub bytes: u64,
+    /// Damaged offset ranges found by this pass that were not quarantined
+    /// before (they are now), as `(first, last)`.
+    pub damaged: Vec<(u64, u64)>,
+    /// Every quarantined range of the partition after the pass.
+    pub quarantined: Vec<(u64, u64)>,
 }
 
 /// Microseconds since the UNIX epoch (0 if the clock is before the epoch).

@@ -285,3 +285,42 @@ fn damage_below_a_checkpoint_is_quarantined_when_read_even_at_the_end() {
         assert_eq!(TestBatch::new(99, 1, 5, 1).append(&log).base_offset, 24);
     }
 }
+
+#[test]
+fn verify_checks_every_crc_online_and_quarantines_what_it_finds() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = sealed_segments(dir.path());
+    {
+        let log = FileLog::open(dir.path(), small_segments()).unwrap();
+        let report = log.verify().unwrap();
+        assert!(report.damaged.is_empty(), "{report:?}");
+        assert_eq!(report.batches, good.len() as u64);
+        assert!(report.bytes >= 40 * 300);
+    }
+    let datas = files(dir.path(), "data");
+    let logs = files(dir.path(), "log");
+    let positions = record_positions(&good);
+    flip_byte(&datas[0], 4 * 300 + 250); // data of batch 4 (sealed)
+    flip_byte(&logs[0], positions[6] + 64 + 2); // meta of batch 6 (sealed)
+    let active_first = logs.last().unwrap().file_stem().unwrap().to_str().unwrap();
+    let active_first: u64 = active_first.parse().unwrap();
+    flip_byte(datas.last().unwrap(), 10); // data of the active segment's first batch
+    let log = FileLog::open(dir.path(), small_segments()).unwrap();
+    // Nothing was read yet: opening trusts indexes and checkpoints.
+    let report = log.verify().unwrap();
+    assert_eq!(
+        report.damaged,
+        vec![(4, 4), (6, 6), (active_first, active_first)],
+        "{report:?}"
+    );
+    assert_eq!(report.quarantined, report.damaged);
+    assert_eq!(report.batches, good.len() as u64 - 3);
+    let (kept, gaps) = read_with_gaps(&log, 0);
+    assert_eq!(gaps, report.damaged);
+    assert_eq!(kept.len(), good.len() - 3);
+    // A second pass finds nothing new, and appends go on.
+    let again = log.verify().unwrap();
+    assert!(again.damaged.is_empty(), "{again:?}");
+    assert_eq!(again.quarantined.len(), 3);
+    TestBatch::new(77, 1, 10, 1).append(&log);
+}

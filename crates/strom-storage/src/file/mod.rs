@@ -37,7 +37,7 @@ use crate::memory::check_ranges;
 use crate::vfs::{RealFs, Vfs};
 use crate::{
     check_batch, now_us, AppendBatch, Appended, LogConfig, LogStats, PartitionLog, Result,
-    StorageError, StoredBatch, SyncToken,
+    StorageError, StoredBatch, SyncToken, VerifyReport,
 };
 
 struct Shared {
@@ -594,6 +594,37 @@ impl PartitionLog for FileLog {
 
     fn failure(&self) -> Option<String> {
         self.failed.lock().clone()
+    }
+
+    fn verify(&self) -> Result<VerifyReport> {
+        // Only the list of segments is taken under the lock; each segment
+        // is then read up to its published length while appends go on.
+        let segments = self.shared.read().segments.clone();
+        let mut report = VerifyReport::default();
+        for seg in &segments {
+            let check = seg.verify()?;
+            report.segments += 1;
+            report.batches += check.batches;
+            report.bytes += check.bytes;
+            for (first, last) in check.damaged {
+                if self
+                    .quarantine
+                    .containing(first)
+                    .is_some_and(|(_, l)| l >= last)
+                {
+                    continue;
+                }
+                tracing::error!(dir = %self.dir.display(), segment = seg.base, first, last,
+                    "scrub found damaged batches");
+                self.quarantine.add(first, last)?;
+                report.damaged.push((first, last));
+            }
+        }
+        report.quarantined = self.quarantine.ranges();
+        tracing::info!(dir = %self.dir.display(), segments = report.segments,
+            batches = report.batches, bytes = report.bytes, damaged = report.damaged.len(),
+            "scrub finished");
+        Ok(report)
     }
 
     fn stats(&self) -> LogStats {

@@ -210,6 +210,7 @@ impl Segment {
                         summary,
                         gaps,
                         torn,
+                        ..
                     } = seg.scan(SegmentSummary::default(), log_size, data_size, false)?;
                     if let Some((pos, why)) = torn {
                         tracing::error!(segment = base, pos, reason = why, log = %seg.log_path.display(),
