@@ -307,6 +307,20 @@ impl FileLog {
         (self.config.segment_bytes / 8).clamp(1, 128 << 20)
     }
 
+    /// Each repair leaves an index entry past the damage, so a read needs
+    /// few; this bound only guards against a loop on an inconsistent index.
+    fn check_repairs(&self, repairs: &mut u32, seg: &Segment) -> Result<()> {
+        *repairs += 1;
+        if *repairs > 64 {
+            return Err(StorageError::corrupt(format!(
+                "segment {} in {}: a read kept meeting damaged records; run a scrub",
+                seg.base,
+                self.dir.display()
+            )));
+        }
+        Ok(())
+    }
+
     /// The quarantined (damaged, never served) offset ranges, by first offset.
     pub fn quarantined(&self) -> Vec<(u64, u64)> {
         self.quarantine.ranges()
@@ -445,6 +459,7 @@ impl PartitionLog for FileLog {
         let stop_at = self.quarantine.next_start_after(from).unwrap_or(u64::MAX);
         let mut out = Vec::new();
         let mut bytes = 0usize;
+        let mut repairs = 0u32;
         loop {
             match seg.read_batches(from, stop_at, max_bytes, &mut out, &mut bytes)? {
                 Walk::Done(true) => break,
@@ -453,6 +468,7 @@ impl PartitionLog for FileLog {
                     None => break,
                 },
                 Walk::Damaged { pos, expected } => {
+                    self.check_repairs(&mut repairs, &seg)?;
                     let next_base = self.repair(&seg, pos, expected)?;
                     if !out.is_empty() {
                         break;
@@ -487,11 +503,13 @@ impl PartitionLog for FileLog {
         if let Some((first, last)) = self.quarantine.containing(batch_base) {
             return Err(StorageError::DataCorrupt { first, last });
         }
+        let mut repairs = 0u32;
         let header = loop {
             match seg.find_batch(batch_base)? {
                 Walk::Done(Some(h)) => break h,
                 Walk::Done(None) => return Err(self.shared.read().out_of_range(batch_base)),
                 Walk::Damaged { pos, expected } => {
+                    self.check_repairs(&mut repairs, &seg)?;
                     let next_base = self.repair(&seg, pos, expected)?;
                     if batch_base < next_base {
                         return Err(StorageError::DataCorrupt {
