@@ -324,3 +324,24 @@ fn verify_checks_every_crc_online_and_quarantines_what_it_finds() {
     assert_eq!(again.quarantined.len(), 3);
     TestBatch::new(77, 1, 10, 1).append(&log);
 }
+
+#[test]
+fn durable_batches_lost_below_a_checkpoint_keep_their_offsets_quarantined() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = twelve_batches_closed(dir.path());
+    // The disk lost the end of both files although a checkpoint said they
+    // were durable.
+    let positions = record_positions(&good);
+    common::disk::set_len(&files(dir.path(), "log")[0], positions[9]);
+    common::disk::set_len(&files(dir.path(), "data")[0], 9 * 400);
+    let log = FileLog::open(dir.path(), LogConfig::default()).unwrap();
+    assert_eq!(
+        log.next_offset(),
+        24,
+        "offsets of lost batches are not reused"
+    );
+    let (kept, gaps) = read_with_gaps(&log, 0);
+    assert_eq!(gaps, vec![(18, 23)]);
+    assert_eq!(kept.len(), 9);
+    assert_eq!(TestBatch::new(99, 1, 5, 1).append(&log).base_offset, 24);
+}

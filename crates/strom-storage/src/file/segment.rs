@@ -17,6 +17,10 @@ use super::scan::Scanned;
 use crate::vfs::{Vfs, VfsFile};
 use crate::{Result, StorageError};
 
+/// Largest index file read to learn how far a checkpoint that no longer fits
+/// its shrunken log reached.
+const CHECKPOINT_FLOOR_MAX: u64 = 64 << 20;
+
 /// Data is read in chunks of this size when verifying data CRCs.
 pub(super) const DATA_CHUNK: u64 = 1 << 20;
 
@@ -196,7 +200,21 @@ impl Segment {
                         reason,
                         "no usable checkpoint; scanning the whole segment"
                     );
-                    seg.recover(SegmentSummary::default(), log_size, data_size)?
+                    let (summary, mut gaps) =
+                        seg.recover(SegmentSummary::default(), log_size, data_size)?;
+                    // A valid checkpoint that no longer fits means durable
+                    // bytes were lost (the files shrank): its offsets were
+                    // assigned and must stay quarantined, never reused.
+                    let end = base + summary.next_rel;
+                    if let Ok(ckpt) = seg.decode_index(CHECKPOINT_FLOOR_MAX) {
+                        let ckpt_end = base.saturating_add(ckpt.next_rel);
+                        if ckpt_end > end {
+                            tracing::error!(segment = base, end, ckpt_end,
+                                "the active segment lost durable batches; quarantining their offsets");
+                            gaps.push((end, ckpt_end - 1));
+                        }
+                    }
+                    (summary, gaps)
                 }
             },
             OpenMode::Sealed => match seg.load_index(log_size, data_size, true) {
@@ -235,13 +253,7 @@ impl Segment {
         data_size: u64,
         exact: bool,
     ) -> std::result::Result<SegmentSummary, String> {
-        let max = SegmentSummary::max_index_file_len(log_size);
-        let vfs = &*self.vfs;
-        let oi = read_small_file(vfs, &self.dir.join(file_name(self.base, "index")), max)
-            .map_err(|e| format!("offset index unreadable: {e}"))?;
-        let ti = read_small_file(vfs, &self.dir.join(file_name(self.base, "timeindex")), max)
-            .map_err(|e| format!("time index unreadable: {e}"))?;
-        let s = SegmentSummary::decode(&oi, &ti).map_err(str::to_string)?;
+        let s = self.decode_index(SegmentSummary::max_index_file_len(log_size))?;
         if s.log_len > log_size || (exact && s.log_len != log_size) {
             return Err(format!(
                 "index covers {} log bytes, log has {log_size}",
@@ -255,6 +267,16 @@ impl Segment {
             ));
         }
         Ok(s)
+    }
+
+    /// Reads and checks both index files (each at most `max` bytes).
+    fn decode_index(&self, max: u64) -> std::result::Result<SegmentSummary, String> {
+        let vfs = &*self.vfs;
+        let oi = read_small_file(vfs, &self.dir.join(file_name(self.base, "index")), max)
+            .map_err(|e| format!("offset index unreadable: {e}"))?;
+        let ti = read_small_file(vfs, &self.dir.join(file_name(self.base, "timeindex")), max)
+            .map_err(|e| format!("time index unreadable: {e}"))?;
+        SegmentSummary::decode(&oi, &ti).map_err(str::to_string)
     }
 
     fn write_index(&self, s: &SegmentSummary) -> Result<()> {
