@@ -6,8 +6,11 @@
 //! section (storage never parses it) and a `data` section written straight
 //! from the caller's `Bytes` segments. Storage assigns dense offsets and
 //! non-decreasing timestamps, keeps CRCs of everything on disk, recovers from
-//! torn tails, and enforces retention. It must never depend on the network,
-//! the protocol crate or the server: nothing here knows what a socket is.
+//! torn tails, quarantines (never serves, never truncates) damaged ranges,
+//! stops after a failed fsync or write, and enforces retention. It must never
+//! depend on the network, the protocol crate or the server: nothing here
+//! knows what a socket is. File I/O goes through the `vfs::Vfs` trait, which
+//! `sim::SimFs` implements for power-loss and fault-injection tests.
 //!
 //! The on-disk layout is documented in `docs/on-disk-format.md`.
 
