@@ -39,10 +39,27 @@ pub enum StorageError {
     InvalidConfig(String),
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// Offsets `first..=last` are damaged on disk and were quarantined (the
+    /// quarantine is persistent). Readers continue at `last + 1`.
+    #[error(
+        "offsets {first}..={last} are unreadable (damaged on disk) and were quarantined; \
+         continue reading from offset {next}, and restore the range from a replica or a \
+         backup if it is needed",
+        next = .last.saturating_add(1)
+    )]
+    DataCorrupt { first: u64, last: u64 },
+    /// A write or fsync failed: the log refuses appends and never reports
+    /// anything after the failure as durable, until it is reopened.
+    #[error(
+        "the partition stopped after a failed write or fsync ({cause}); nothing appended \
+         since then is known to be durable: fix the disk, then reopen the partition \
+         (restart or reload it) to recover from what is on disk"
+    )]
+    PartitionFailed { cause: String },
 }
 
 impl StorageError {
-    /// Stable numeric code. 306 is reserved.
+    /// Stable numeric code. 306 and 310 are reserved.
     pub fn code(&self) -> u16 {
         match self {
             StorageError::Io { .. } => 300,
@@ -53,6 +70,8 @@ impl StorageError {
             StorageError::BatchTooLarge { .. } => 305,
             StorageError::InvalidConfig(_) => 307,
             StorageError::InvalidArgument(_) => 308,
+            StorageError::DataCorrupt { .. } => 309,
+            StorageError::PartitionFailed { .. } => 311,
         }
     }
 

@@ -1,11 +1,9 @@
-//! Positional I/O helpers: vectored positional writes (no concatenation of
-//! scatter/gather segments), exact positional reads and directory fsync.
+//! Positional I/O helper: vectored positional writes (no concatenation of
+//! scatter/gather segments), used by [`crate::vfs::RealFs`].
 
 use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::FileExt;
-use std::path::Path;
 
 /// Most iovecs handed to one `pwritev` call (Linux `IOV_MAX`).
 const IOV_MAX: usize = 1024;
@@ -80,16 +78,6 @@ pub(crate) fn pwritev_all<B: AsRef<[u8]>>(file: &File, bufs: &[B], offset: u64) 
     Ok(())
 }
 
-/// Reads exactly `buf.len()` bytes at `offset`.
-pub(crate) fn read_exact_at(file: &File, buf: &mut [u8], offset: u64) -> io::Result<()> {
-    file.read_exact_at(buf, offset)
-}
-
-/// Fsyncs a directory so that created, renamed or removed entries persist.
-pub(crate) fn fsync_dir(dir: &Path) -> io::Result<()> {
-    File::open(dir)?.sync_all()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -110,7 +98,7 @@ mod tests {
         pwritev_all(&file, &bufs, 10).unwrap();
         let expected: Vec<u8> = bufs.concat();
         let mut got = vec![0u8; expected.len()];
-        read_exact_at(&file, &mut got, 10).unwrap();
+        std::os::unix::fs::FileExt::read_exact_at(&file, &mut got, 10).unwrap();
         assert_eq!(got, expected);
     }
 }

@@ -6,8 +6,11 @@
 //! section (storage never parses it) and a `data` section written straight
 //! from the caller's `Bytes` segments. Storage assigns dense offsets and
 //! non-decreasing timestamps, keeps CRCs of everything on disk, recovers from
-//! torn tails, and enforces retention. It must never depend on the network,
-//! the protocol crate or the server: nothing here knows what a socket is.
+//! torn tails, quarantines (never serves, never truncates) damaged ranges,
+//! stops after a failed fsync or write, and enforces retention. It must never
+//! depend on the network, the protocol crate or the server: nothing here
+//! knows what a socket is. File I/O goes through the `vfs::Vfs` trait, which
+//! `sim::SimFs` implements for power-loss and fault-injection tests.
 //!
 //! The on-disk layout is documented in `docs/on-disk-format.md`.
 
@@ -18,6 +21,8 @@ mod group_commit;
 mod io_util;
 mod memory;
 mod offsets;
+pub mod sim;
+pub mod vfs;
 
 pub use config::LogConfig;
 pub use error::{Result, StorageError};
@@ -104,6 +109,34 @@ pub trait PartitionLog: Send + Sync + 'static {
     /// Returns how many were dropped.
     fn enforce_retention(&self, now_us: u64) -> Result<u32>;
     fn stats(&self) -> LogStats;
+    /// Why the log stopped, if a write or fsync failed (then `append`
+    /// returns `PartitionFailed` and `sync` never succeeds again until the
+    /// log is reopened). `None` while the log is healthy.
+    fn failure(&self) -> Option<String> {
+        None
+    }
+    /// Scrub: checks every CRC of the partition (records and data) while
+    /// appends and reads go on, quarantines what is damaged and reports it.
+    /// The memory backend has nothing on disk and reports nothing.
+    fn verify(&self) -> Result<VerifyReport> {
+        Ok(VerifyReport::default())
+    }
+}
+
+/// What [`PartitionLog::verify`] checked and found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct VerifyReport {
+    /// Segments checked.
+    pub segments: u32,
+    /// Intact batches checked (record and data CRC).
+    pub batches: u64,
+    /// Bytes read and checked (records and data).
+    pub bytes: u64,
+    /// Damaged offset ranges found by this pass that were not quarantined
+    /// before (they are now), as `(first, last)`.
+    pub damaged: Vec<(u64, u64)>,
+    /// Every quarantined range of the partition after the pass.
+    pub quarantined: Vec<(u64, u64)>,
 }
 
 /// Microseconds since the UNIX epoch (0 if the clock is before the epoch).

@@ -8,12 +8,12 @@
 //! open. A commit is fdatasync'ed before it returns.
 
 use std::collections::HashMap;
-use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
 
-use crate::io_util::{fsync_dir, pwritev_all};
+use crate::vfs::{RealFs, Vfs, VfsFile};
 use crate::{Result, StorageError};
 
 const MAGIC: [u8; 4] = *b"STRO";
@@ -24,8 +24,9 @@ const RECORD_HEADER: usize = 14;
 const COMPACT_RECORDS: usize = 4096;
 
 struct OffsetFile {
+    vfs: Arc<dyn Vfs>,
     path: PathBuf,
-    file: File,
+    file: Box<dyn VfsFile>,
     len: u64,
     records: usize,
     compact_after: usize,
@@ -98,18 +99,20 @@ impl OffsetStore {
     /// Opens (creating if missing) the offset file at `path`, dropping a torn
     /// or corrupt tail.
     pub fn open(path: &Path) -> Result<Self> {
-        Self::open_with(path, COMPACT_RECORDS)
+        Self::open_with(Arc::new(RealFs), path)
     }
 
-    fn open_with(path: &Path, compact_after: usize) -> Result<Self> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(path)
-            .map_err(io_err("opening", path))?;
-        let bytes = std::fs::read(path).map_err(io_err("reading", path))?;
+    /// [`OffsetStore::open`] over the file system `vfs`.
+    pub fn open_with(vfs: Arc<dyn Vfs>, path: &Path) -> Result<Self> {
+        Self::open_inner(vfs, path, COMPACT_RECORDS)
+    }
+
+    fn open_inner(vfs: Arc<dyn Vfs>, path: &Path, compact_after: usize) -> Result<Self> {
+        let file = vfs.open(path, true).map_err(io_err("opening", path))?;
+        let size = file.len().map_err(io_err("reading the size of", path))?;
+        let mut bytes = vec![0u8; size as usize];
+        file.read_exact_at(&mut bytes, 0)
+            .map_err(io_err("reading", path))?;
         let (map, records, valid) = parse(&bytes);
         let mut len = valid as u64;
         if valid < FILE_HEADER {
@@ -117,10 +120,12 @@ impl OffsetStore {
                 tracing::warn!(path = %path.display(), "offset file has a bad header; starting empty");
             }
             file.set_len(0).map_err(io_err("truncating", path))?;
-            pwritev_all(&file, &[file_header()], 0).map_err(io_err("writing", path))?;
+            file.write_all_at(&[&file_header()], 0)
+                .map_err(io_err("writing", path))?;
             file.sync_data().map_err(io_err("syncing", path))?;
             if let Some(dir) = path.parent() {
-                fsync_dir(dir).map_err(io_err("syncing the directory of", path))?;
+                vfs.sync_dir(dir)
+                    .map_err(io_err("syncing the directory of", path))?;
             }
             len = FILE_HEADER as u64;
         } else if valid < bytes.len() {
@@ -132,6 +137,7 @@ impl OffsetStore {
         Ok(OffsetStore {
             map: RwLock::new(map),
             file: Some(Mutex::new(OffsetFile {
+                vfs,
                 path: path.to_path_buf(),
                 file,
                 len,
@@ -157,7 +163,7 @@ impl OffsetStore {
         let mut f = file.lock();
         let mut rec = Vec::with_capacity(RECORD_HEADER + name.len());
         encode_record(&mut rec, name, offset);
-        if let Err(e) = pwritev_all(&f.file, &[&rec], f.len) {
+        if let Err(e) = f.file.write_all_at(&[&rec], f.len) {
             let _ = f.file.set_len(f.len);
             return Err(io_err("writing", &f.path)(e));
         }
@@ -186,18 +192,18 @@ impl OffsetStore {
         let mut tmp_name = f.path.as_os_str().to_owned();
         tmp_name.push(".tmp");
         let tmp = PathBuf::from(tmp_name);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&tmp)
-            .map_err(io_err("creating", &tmp))?;
-        pwritev_all(&file, &[&bytes], 0).map_err(io_err("writing", &tmp))?;
+        let file = f.vfs.open(&tmp, true).map_err(io_err("creating", &tmp))?;
+        file.set_len(0).map_err(io_err("truncating", &tmp))?;
+        file.write_all_at(&[&bytes], 0)
+            .map_err(io_err("writing", &tmp))?;
         file.sync_data().map_err(io_err("syncing", &tmp))?;
-        std::fs::rename(&tmp, &f.path).map_err(io_err("renaming", &tmp))?;
+        f.vfs
+            .rename(&tmp, &f.path)
+            .map_err(io_err("renaming", &tmp))?;
         if let Some(dir) = f.path.parent() {
-            fsync_dir(dir).map_err(io_err("syncing the directory of", &f.path))?;
+            f.vfs
+                .sync_dir(dir)
+                .map_err(io_err("syncing the directory of", &f.path))?;
         }
         tracing::debug!(path = %f.path.display(), records = f.records, live = entries.len(),
             "compacted the offset file");
@@ -234,7 +240,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("offsets");
         {
-            let store = OffsetStore::open_with(&path, 32).unwrap();
+            let store = OffsetStore::open_inner(Arc::new(RealFs), &path, 32).unwrap();
             for i in 0..300u64 {
                 store.commit(["a", "b", "c"][(i % 3) as usize], i).unwrap();
             }

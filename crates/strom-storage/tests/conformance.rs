@@ -30,7 +30,7 @@ fn memory_backend(config: LogConfig) -> Backend {
 
 fn file_backend(config: LogConfig) -> Backend {
     let dir = tempfile::tempdir().unwrap();
-    let log = FileLog::open(&dir.path().join("p0"), config).unwrap();
+    let log = FileLog::create(&dir.path().join("p0"), config).unwrap();
     Backend {
         log: Arc::new(log),
         _dir: Some(dir),
@@ -69,6 +69,7 @@ conformance!(
     retention_by_age_drops_old_data_only,
     concurrent_appends_and_syncs_keep_offsets_dense_and_batches_intact,
     oversized_and_empty_batches_are_rejected_and_the_log_carries_on,
+    a_healthy_log_reports_no_failure_and_its_scrub_finds_nothing,
 );
 
 fn appends_get_dense_offsets_and_read_back_in_order(make: &Factory) {
@@ -429,4 +430,26 @@ fn offset_store_commits_and_gets_for_both_kinds() {
         let long = "x".repeat(70_000);
         assert!(store.commit(&long, 1).is_err());
     }
+}
+
+fn a_healthy_log_reports_no_failure_and_its_scrub_finds_nothing(make: &Factory) {
+    let b = make(small_segments());
+    let log = b.log.clone();
+    let writer = std::thread::spawn(move || {
+        for i in 0..200 {
+            TestBatch::standard(i).append(&*log);
+        }
+        log.sync_all().unwrap();
+    });
+    // Scrubs run while appends go on.
+    for _ in 0..5 {
+        let report = b.log.verify().unwrap();
+        assert!(report.damaged.is_empty(), "{report:?}");
+        assert!(report.quarantined.is_empty(), "{report:?}");
+    }
+    writer.join().unwrap();
+    assert_eq!(b.log.failure(), None);
+    let report = b.log.verify().unwrap();
+    assert!(report.damaged.is_empty());
+    assert_eq!(read_all(&*b.log, 0).len(), 200);
 }

@@ -7,86 +7,12 @@ mod common;
 
 use std::fs::{self, OpenOptions};
 use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
 
+use common::disk::{
+    copy_dir, files, flip_byte, record_positions, same_batches, set_len, size, small_segments,
+};
 use common::{read_all, TestBatch};
-use strom_storage::{FileLog, LogConfig, OffsetStore, PartitionLog, StorageError, StoredBatch};
-
-fn small_segments() -> LogConfig {
-    LogConfig {
-        segment_bytes: 4096,
-        index_interval_bytes: 200,
-        ..LogConfig::default()
-    }
-}
-
-/// Files of `dir` with extension `ext`, sorted by name (= base offset).
-fn files(dir: &Path, ext: &str) -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == ext))
-        .collect();
-    v.sort();
-    v
-}
-
-fn size(path: &Path) -> u64 {
-    fs::metadata(path).unwrap().len()
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    fs::create_dir_all(to).unwrap();
-    for e in fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        fs::copy(e.path(), to.join(e.file_name())).unwrap();
-    }
-}
-
-fn set_len(path: &Path, len: u64) {
-    OpenOptions::new()
-        .write(true)
-        .open(path)
-        .unwrap()
-        .set_len(len)
-        .unwrap();
-}
-
-fn flip_byte(path: &Path, pos: u64) {
-    let f = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(path)
-        .unwrap();
-    let mut b = [0u8; 1];
-    f.read_exact_at(&mut b, pos).unwrap();
-    b[0] ^= 0x40;
-    f.write_all_at(&b, pos).unwrap();
-}
-
-fn same_batches(a: &[StoredBatch], b: &[StoredBatch]) {
-    assert_eq!(a.len(), b.len());
-    for (x, y) in a.iter().zip(b) {
-        assert_eq!(
-            (x.base_offset, x.count, x.timestamp_us, x.data_len),
-            (y.base_offset, y.count, y.timestamp_us, y.data_len)
-        );
-        assert_eq!(x.meta, y.meta);
-    }
-}
-
-/// Log positions of each batch's record, from the stored meta lengths.
-fn record_positions(batches: &[StoredBatch]) -> Vec<u64> {
-    let mut pos = 0;
-    batches
-        .iter()
-        .map(|b| {
-            let p = pos;
-            pos += 64 + b.meta.len() as u64;
-            p
-        })
-        .collect()
-}
+use strom_storage::{FileLog, LogConfig, OffsetStore, PartitionLog, StorageError};
 
 #[test]
 fn reopen_after_drop_keeps_offsets_timestamps_and_data() {
@@ -134,6 +60,14 @@ fn torn_tail_at_every_cut_point_keeps_complete_batches_and_appends_continue() {
         let d1 = size(&files(src.path(), "data")[0]);
         (read_all(&log, 0), l0..l1, d0..d1)
     };
+    // As after a crash: no checkpoint of the active segment (a checkpoint
+    // would say the cut bytes had been durable, which a torn write is not).
+    for p in files(src.path(), "index")
+        .into_iter()
+        .chain(files(src.path(), "timeindex"))
+    {
+        fs::remove_file(p).unwrap();
+    }
     let last = good.last().unwrap().clone();
     let complete = &good[..good.len() - 1];
     let mut cuts: Vec<(&str, u64)> = log_cut_range.map(|c| ("log", c)).collect();
@@ -168,45 +102,6 @@ fn torn_tail_at_every_cut_point_keeps_complete_batches_and_appends_continue() {
 }
 
 #[test]
-fn flipped_byte_in_the_active_tail_is_truncated_on_recovery() {
-    let src = tempfile::tempdir().unwrap();
-    let good = {
-        let log = FileLog::open(src.path(), LogConfig::default()).unwrap();
-        for i in 0..12 {
-            TestBatch::new(i, 2, 400, 2).append(&log);
-        }
-        log.sync_all().unwrap();
-        read_all(&log, 0)
-    };
-    let positions = record_positions(&good);
-    // (file, byte) -> index of the first batch that must be dropped.
-    let cases = [
-        ("log", positions[7] + 64 + 3, 7), // meta of batch 7
-        ("log", positions[7] + 20, 7),     // header of batch 7
-        ("log", positions[11] + 64, 11),   // meta of the last batch
-        ("data", 7 * 400 + 123, 7),        // data of batch 7
-        ("data", 11 * 400 + 399, 11),      // last data byte
-    ];
-    for (ext, pos, dropped_from) in cases {
-        let work = tempfile::tempdir().unwrap();
-        copy_dir(src.path(), work.path());
-        flip_byte(&files(work.path(), ext)[0], pos);
-        let log = FileLog::open(work.path(), LogConfig::default()).unwrap();
-        let kept = read_all(&log, 0);
-        same_batches(&good[..dropped_from], &kept);
-        assert_eq!(
-            log.next_offset(),
-            good[dropped_from].base_offset,
-            "{ext} byte {pos}"
-        );
-        assert_eq!(
-            TestBatch::new(99, 1, 5, 1).append(&log).base_offset,
-            good[dropped_from].base_offset
-        );
-    }
-}
-
-#[test]
 fn flipped_byte_in_a_sealed_segment_is_reported_never_served() {
     let dir = tempfile::tempdir().unwrap();
     let good = {
@@ -225,15 +120,22 @@ fn flipped_byte_in_a_sealed_segment_is_reported_never_served() {
     let ok = log.read(0, 1).unwrap();
     assert_eq!(ok[0].meta, good[0].meta);
     let err = log.read(2, 1).unwrap_err();
-    assert!(matches!(err, StorageError::Corrupt { .. }), "{err}");
-    assert_eq!(err.code(), 301);
+    assert!(
+        matches!(err, StorageError::DataCorrupt { first: 2, last: 2 }),
+        "{err}"
+    );
+    assert_eq!(err.code(), 309);
     assert!(matches!(
         log.read_data(2, &[(0, 1)], &mut Vec::new()),
-        Err(StorageError::Corrupt { .. })
+        Err(StorageError::DataCorrupt { first: 2, last: 2 })
     ));
-    // Whole-data reads verify the data CRC.
-    let err = log.read_data(4, &[(0, 300)], &mut Vec::new()).unwrap_err();
-    assert!(matches!(err, StorageError::Corrupt { .. }), "{err}");
+    // Data reads, even partial ones, verify the data CRC.
+    let err = log.read_data(4, &[(0, 1)], &mut Vec::new()).unwrap_err();
+    assert!(
+        matches!(err, StorageError::DataCorrupt { first: 4, last: 4 }),
+        "{err}"
+    );
+    assert_eq!(log.read(3, 1).unwrap()[0].meta, good[3].meta);
     // The rest of the log is still served.
     let seg1 = log.read(good.len() as u64 - 1, 1).unwrap();
     assert_eq!(seg1[0].meta, good.last().unwrap().meta);
@@ -364,7 +266,10 @@ fn hostile_record_length_does_not_allocate_or_panic() {
         last.base_offset + 1,
         "hostile tail truncated"
     );
-    assert!(matches!(log.read(0, 1), Err(StorageError::Corrupt { .. })));
+    assert!(matches!(
+        log.read(0, 1),
+        Err(StorageError::DataCorrupt { first: 0, .. })
+    ));
     assert_eq!(log.read(last.base_offset, 1).unwrap()[0].meta, last.meta);
     drop(log);
     // Without index files the sealed segment is rescanned: still no panic.
@@ -372,11 +277,12 @@ fn hostile_record_length_does_not_allocate_or_panic() {
         fs::remove_file(p).unwrap();
     }
     let log = FileLog::open(dir.path(), small_segments()).unwrap();
-    let served = log.read(0, usize::MAX).unwrap();
-    assert!(
-        served.iter().all(|b| b.base_offset > 0),
-        "the corrupt batch is never served"
-    );
+    assert!(matches!(
+        log.read(0, usize::MAX),
+        Err(StorageError::DataCorrupt { first: 0, last: 0 })
+    ));
+    let served = log.read(1, usize::MAX).unwrap();
+    assert_eq!(served.len(), good.len() - 1, "the rest is served");
 }
 
 #[test]
@@ -458,4 +364,33 @@ fn invalid_config_is_rejected() {
     .unwrap();
     assert_eq!(err.code(), 307);
     assert!(err.to_string().contains("segment_bytes"));
+}
+
+#[test]
+fn open_refuses_a_missing_partition_directory_and_create_makes_it() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("topic").join("p0");
+    let err = FileLog::open(&dir, LogConfig::default())
+        .err()
+        .expect("opening a missing partition must fail");
+    assert_eq!(err.code(), 300, "{err}");
+    assert!(err.to_string().contains("create"), "{err}");
+    assert!(!dir.exists(), "open must not create anything");
+    let log = FileLog::create(&dir, LogConfig::default()).unwrap();
+    TestBatch::standard(0).append(&log);
+    log.sync_all().unwrap();
+    drop(log);
+    let log = FileLog::open(&dir, LogConfig::default()).unwrap();
+    assert_eq!(read_all(&log, 0).len(), 1);
+    drop(log);
+    // A directory whose segments are gone (but that held a partition) is
+    // not silently restarted at offset 0.
+    for p in files(&dir, "log").into_iter().chain(files(&dir, "data")) {
+        fs::remove_file(p).unwrap();
+    }
+    fs::write(dir.join("consumer-offsets"), b"").unwrap();
+    let err = FileLog::open(&dir, LogConfig::default())
+        .err()
+        .expect("a partition without segments must not open");
+    assert!(err.to_string().contains("no segment"), "{err}");
 }

@@ -4,12 +4,10 @@
 //! from disk is checked against the end of the scanned range before anything
 //! is allocated, so a hostile record length cannot cause a huge allocation.
 
-use std::fs::File;
-
 use bytes::Bytes;
 
 use super::record::{RecordHeader, HEADER_LEN};
-use crate::io_util::read_exact_at;
+use crate::vfs::VfsFile;
 use crate::StorageError;
 
 const CHUNK: u64 = 64 * 1024;
@@ -45,7 +43,7 @@ impl ScanError {
 }
 
 pub(crate) struct Cursor<'a> {
-    file: &'a File,
+    file: &'a dyn VfsFile,
     path: &'a std::path::Path,
     pos: u64,
     end: u64,
@@ -55,7 +53,12 @@ pub(crate) struct Cursor<'a> {
 
 impl<'a> Cursor<'a> {
     /// Scans records of `file` starting at `pos`, stopping at `end`.
-    pub(crate) fn new(file: &'a File, path: &'a std::path::Path, pos: u64, end: u64) -> Self {
+    pub(crate) fn new(
+        file: &'a dyn VfsFile,
+        path: &'a std::path::Path,
+        pos: u64,
+        end: u64,
+    ) -> Self {
         Cursor {
             file,
             path,
@@ -104,6 +107,11 @@ impl<'a> Cursor<'a> {
         }))
     }
 
+    /// Continues the scan at `pos` (a record boundary found by a resync).
+    pub(crate) fn seek(&mut self, pos: u64) {
+        self.pos = pos;
+    }
+
     /// `len` bytes at `pos` (`pos + len <= end`, checked by the caller).
     fn bytes(&mut self, pos: u64, len: u64) -> Result<Bytes, ScanError> {
         let buf_end = self.buf_pos + self.buf.len() as u64;
@@ -113,7 +121,7 @@ impl<'a> Cursor<'a> {
         }
         let read_len = len.max(CHUNK).min(self.end - pos) as usize;
         let mut buf = vec![0u8; read_len];
-        read_exact_at(self.file, &mut buf, pos).map_err(|e| {
+        self.file.read_exact_at(&mut buf, pos).map_err(|e| {
             ScanError::Io(StorageError::io(
                 format!("reading {} at position {pos}", self.path.display()),
                 e,

@@ -7,10 +7,17 @@
 //! active segment with positional writes; readers take the `shared` read lock
 //! only to pick `Arc<Segment>` handles, then read with `pread` without any
 //! log-wide lock, up to the segment length they observed.
+//!
+//! Damage: offsets whose records or data are damaged on disk are
+//! quarantined (`quarantine.rs`) and reported to readers as
+//! `DataCorrupt { first, last }`; reads resume at `last + 1`.
 
 mod cursor;
 mod index;
+mod quarantine;
+mod read;
 mod record;
+mod scan;
 mod segment;
 
 use std::collections::BTreeSet;
@@ -21,14 +28,16 @@ use std::sync::Arc;
 use bytes::Bytes;
 use parking_lot::{Mutex, RwLock};
 
+use self::quarantine::Quarantine;
+use self::read::Walk;
 use self::record::{RecordHeader, HEADER_LEN, MAX_META_LEN};
 use self::segment::{OpenMode, Segment};
 use crate::group_commit::GroupCommit;
-use crate::io_util::fsync_dir;
 use crate::memory::check_ranges;
+use crate::vfs::{RealFs, Vfs};
 use crate::{
     check_batch, now_us, AppendBatch, Appended, LogConfig, LogStats, PartitionLog, Result,
-    StorageError, StoredBatch, SyncToken,
+    StorageError, StoredBatch, SyncToken, VerifyReport,
 };
 
 struct Shared {
@@ -62,23 +71,27 @@ struct Writer {
 /// Persistent partition log (the `file` partition type).
 pub struct FileLog {
     dir: PathBuf,
+    vfs: Arc<dyn Vfs>,
     config: LogConfig,
+    quarantine: Quarantine,
     shared: RwLock<Shared>,
     writer: Mutex<Writer>,
     /// Highest sync token handed out.
     written: AtomicU64,
     group: GroupCommit,
+    /// Set by the first failed write or fsync: the log then refuses appends
+    /// and syncs until reopened (see `fail`).
+    failed: Mutex<Option<String>>,
 }
 
 /// Base offsets of the segments present in `dir` (from `.log` and `.data`).
-fn list_segments(dir: &Path) -> Result<BTreeSet<u64>> {
-    let entries = std::fs::read_dir(dir)
+fn list_segments(vfs: &dyn Vfs, dir: &Path) -> Result<BTreeSet<u64>> {
+    let names = vfs
+        .list(dir)
         .map_err(|e| StorageError::io(format!("listing {}", dir.display()), e))?;
     let mut bases = BTreeSet::new();
-    for entry in entries {
-        let entry = entry.map_err(|e| StorageError::io(format!("listing {}", dir.display()), e))?;
-        let name = entry.file_name();
-        let Some(name) = name.to_str() else { continue };
+    for name in &names {
+        let name = name.as_str();
         let Some((stem, ext)) = name.split_once('.') else {
             continue;
         };
@@ -100,15 +113,61 @@ fn list_segments(dir: &Path) -> Result<BTreeSet<u64>> {
 }
 
 impl FileLog {
-    /// Opens (creating if missing) the partition log in `dir` and recovers it:
-    /// sealed segments load or rebuild their indexes, the active segment is
-    /// scanned and its torn or corrupt tail truncated.
+    /// Opens the existing partition log in `dir` and recovers it: sealed
+    /// segments load or rebuild their indexes, the active segment is scanned
+    /// (a torn tail is truncated, damage with valid records after it is
+    /// quarantined). A missing directory is an error (code 300, NotFound):
+    /// only [`FileLog::create`] makes new partitions.
     pub fn open(dir: &Path, config: LogConfig) -> Result<Self> {
+        Self::open_with(Arc::new(RealFs), dir, config)
+    }
+
+    /// Creates the partition log in `dir` (and any missing parent, each
+    /// fsync'ed into its parent), or opens it if it already exists. Call it
+    /// only for a partition this server is asked to host for the first time.
+    pub fn create(dir: &Path, config: LogConfig) -> Result<Self> {
+        Self::create_with(Arc::new(RealFs), dir, config)
+    }
+
+    /// [`FileLog::open`] over the file system `vfs` (tests use a simulated
+    /// disk, see [`crate::sim`]).
+    pub fn open_with(vfs: Arc<dyn Vfs>, dir: &Path, config: LogConfig) -> Result<Self> {
         config.validate()?;
-        std::fs::create_dir_all(dir)
+        let exists = vfs
+            .exists(dir)
+            .map_err(|e| StorageError::io(format!("checking {}", dir.display()), e))?;
+        if !exists {
+            return Err(StorageError::io(
+                format!(
+                    "opening partition directory {} (it does not exist: the partition was never \
+                     created on this server or its data is gone; only create a partition this \
+                     server is asked to host for the first time)",
+                    dir.display()
+                ),
+                std::io::Error::from(std::io::ErrorKind::NotFound),
+            ));
+        }
+        Self::load(vfs, dir, config, false)
+    }
+
+    /// [`FileLog::create`] over the file system `vfs`.
+    pub fn create_with(vfs: Arc<dyn Vfs>, dir: &Path, config: LogConfig) -> Result<Self> {
+        config.validate()?;
+        let created = crate::vfs::create_dir_durable(&*vfs, dir)
             .map_err(|e| StorageError::io(format!("creating {}", dir.display()), e))?;
+        if !created {
+            tracing::info!(dir = %dir.display(), "partition directory already exists; opening it");
+        }
+        Self::load(vfs, dir, config, true)
+    }
+
+    /// Recovery, the same code path for a new and an existing partition.
+    /// `new` allows starting without segments; otherwise only an empty
+    /// directory (a `create` interrupted before its first segment) may.
+    fn load(vfs: Arc<dyn Vfs>, dir: &Path, config: LogConfig, new: bool) -> Result<Self> {
         let interval = u64::from(config.index_interval_bytes);
-        let bases: Vec<u64> = list_segments(dir)?.into_iter().collect();
+        let quarantine = Quarantine::load(vfs.clone(), dir)?;
+        let bases: Vec<u64> = list_segments(&*vfs, dir)?.into_iter().collect();
         let mut segments: Vec<Arc<Segment>> = Vec::with_capacity(bases.len().max(1));
         for (i, &base) in bases.iter().enumerate() {
             let mode = if i + 1 == bases.len() {
@@ -116,7 +175,10 @@ impl FileLog {
             } else {
                 OpenMode::Sealed
             };
-            let seg = Segment::open(dir, base, interval, mode)?;
+            let (seg, gaps) = Segment::open(&vfs, dir, base, interval, mode)?;
+            for (first, last) in gaps {
+                quarantine.add(first, last)?;
+            }
             let next = seg.next_offset();
             if mode == OpenMode::Sealed && seg.log_file_is_empty()? {
                 tracing::warn!(segment = base, dir = %dir.display(), "removing an empty sealed segment");
@@ -133,25 +195,52 @@ impl FileLog {
                 }
                 if base > prev_end {
                     tracing::error!(segment = base, prev_end, dir = %dir.display(),
-                        "offsets missing between segments (lost to corruption)");
+                        "offsets missing between segments (lost to damage); quarantining them");
+                    quarantine.add(prev_end, base - 1)?;
                 }
             }
             tracing::debug!(segment = base, next_offset = next, "segment opened");
             segments.push(Arc::new(seg));
         }
         if segments.is_empty() {
-            segments.push(Arc::new(Segment::create(dir, 0, interval)?));
-            fsync_dir(dir)
+            let names = vfs
+                .list(dir)
+                .map_err(|e| StorageError::io(format!("listing {}", dir.display()), e))?;
+            if !new && !names.is_empty() {
+                return Err(StorageError::corrupt(format!(
+                    "partition directory {} holds no segment files but other files ({}): its \
+                     data is gone; restore it, or delete the directory and create the partition \
+                     again if losing its data is acceptable",
+                    dir.display(),
+                    names.join(", ")
+                )));
+            }
+            segments.push(Arc::new(Segment::create(&vfs, dir, 0, interval)?));
+            vfs.sync_dir(dir)
                 .map_err(|e| StorageError::io(format!("syncing {}", dir.display()), e))?;
         }
+        // Offsets are never reused: a quarantined range past the last valid
+        // batch (damage found at the end of the active segment) still counts
+        // as assigned.
+        let active = &segments[segments.len() - 1];
+        if let Some(&(_, last)) = quarantine.ranges().iter().max_by_key(|r| r.1) {
+            if last >= active.next_offset() {
+                active.skip_to(last.saturating_add(1));
+            }
+        }
+        // Recovery may have created the missing half of a segment pair.
+        vfs.sync_dir(dir)
+            .map_err(|e| StorageError::io(format!("syncing {}", dir.display()), e))?;
         let first = segments[0].base;
-        let next = segments[segments.len() - 1].next_offset();
+        let next = active.next_offset();
         let last_ts = segments.iter().map(|s| s.max_ts()).max().unwrap_or(0);
         tracing::info!(dir = %dir.display(), first_offset = first, next_offset = next,
             segments = segments.len(), "file partition log opened");
         Ok(FileLog {
             dir: dir.to_path_buf(),
+            vfs,
             config,
+            quarantine,
             shared: RwLock::new(Shared {
                 segments,
                 first,
@@ -160,7 +249,81 @@ impl FileLog {
             writer: Mutex::new(Writer { last_ts, seq: 0 }),
             written: AtomicU64::new(0),
             group: GroupCommit::default(),
+            failed: Mutex::new(None),
         })
+    }
+
+    /// A reader met a damaged record at `pos` of `seg` where offset
+    /// `expected` was due: resync past it, quarantine the offsets in between,
+    /// and return the first offset after the damage.
+    fn repair(&self, seg: &Segment, pos: u64, expected: u64) -> Result<u64> {
+        let (next_base, resync_pos) = seg.resync(pos, expected)?;
+        tracing::error!(dir = %self.dir.display(), segment = seg.base, pos, expected, next_base,
+            resync_pos, "a read met a damaged record");
+        if next_base > expected {
+            self.quarantine.add(expected, next_base - 1)?;
+        }
+        Ok(next_base)
+    }
+
+    /// Enters the failed state (if not already in it) because of `error`,
+    /// and returns `error`. After a failed fdatasync the kernel may have
+    /// dropped the dirty pages while reads still see them, so no later sync
+    /// can prove anything durable; after a failed write the files may hold
+    /// bytes the log does not account for. Only reopening (recovery from
+    /// what is on disk) is safe, as in PostgreSQL after the fsync-gate.
+    fn fail(&self, error: StorageError) -> StorageError {
+        let mut failed = self.failed.lock();
+        if failed.is_none() {
+            tracing::error!(dir = %self.dir.display(), error = %error,
+                "partition log stopped after a failed write or fsync; reopen it to recover");
+            *failed = Some(error.to_string());
+        }
+        error
+    }
+
+    /// `PartitionFailed` if the log is in the failed state.
+    fn check_failed(&self) -> Result<()> {
+        match &*self.failed.lock() {
+            Some(cause) => Err(StorageError::PartitionFailed {
+                cause: cause.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Poisons the log for any error but a full disk (which leaves the files
+    /// as they were).
+    fn fail_unless_full(&self, error: StorageError) -> StorageError {
+        match error {
+            StorageError::DiskFull { .. } => error,
+            e => self.fail(e),
+        }
+    }
+
+    /// Bytes of growth of the active segment between two checkpoints of its
+    /// index (written by `sync`): an eighth of a segment, at most 128 MiB.
+    fn checkpoint_every(&self) -> u64 {
+        (self.config.segment_bytes / 8).clamp(1, 128 << 20)
+    }
+
+    /// Each repair leaves an index entry past the damage, so a read needs
+    /// few; this bound only guards against a loop on an inconsistent index.
+    fn check_repairs(&self, repairs: &mut u32, seg: &Segment) -> Result<()> {
+        *repairs += 1;
+        if *repairs > 64 {
+            return Err(StorageError::corrupt(format!(
+                "segment {} in {}: a read kept meeting damaged records; run a scrub",
+                seg.base,
+                self.dir.display()
+            )));
+        }
+        Ok(())
+    }
+
+    /// The quarantined (damaged, never served) offset ranges, by first offset.
+    pub fn quarantined(&self) -> Vec<(u64, u64)> {
+        self.quarantine.ranges()
     }
 
     fn active(&self) -> Arc<Segment> {
@@ -176,14 +339,16 @@ impl FileLog {
 
     /// Seals `old` (sync + index files) and starts a new active segment.
     fn roll(&self, old: &Segment) -> Result<Arc<Segment>> {
-        old.seal()?;
+        old.seal().map_err(|e| self.fail_unless_full(e))?;
         let base = old.next_offset();
         let seg = Arc::new(Segment::create(
+            &self.vfs,
             &self.dir,
             base,
             u64::from(self.config.index_interval_bytes),
         )?);
-        fsync_dir(&self.dir)
+        self.vfs
+            .sync_dir(&self.dir)
             .map_err(|e| StorageError::io(format!("syncing {}", self.dir.display()), e))?;
         self.shared.write().segments.push(seg.clone());
         tracing::info!(dir = %self.dir.display(), sealed = old.base, segment = base, "rolled to a new segment");
@@ -206,6 +371,7 @@ impl PartitionLog for FileLog {
             .iter()
             .fold(0u32, |crc, seg| crc32c::crc32c_append(crc, seg));
         let mut w = self.writer.lock();
+        self.check_failed()?;
         let mut seg = self.active();
         let (log_len, mut seg_data_len, base_offset, _) = seg.lens();
         let incoming = HEADER_LEN as u64 + meta_len + data_len;
@@ -226,7 +392,13 @@ impl PartitionLog for FileLog {
             data_len,
             data_crc,
         };
-        seg.append(&header, batch.meta, batch.data)?;
+        if let Err(f) = seg.append(&header, batch.meta, batch.data) {
+            return Err(if f.rolled_back {
+                self.fail_unless_full(f.error)
+            } else {
+                self.fail(f.error)
+            });
+        }
         w.last_ts = ts;
         w.seq += 1;
         self.shared.write().next = end;
@@ -244,8 +416,25 @@ impl PartitionLog for FileLog {
             token.0,
             || self.written.load(Ordering::Acquire),
             // Rolled segments were synced when sealed, so syncing the active
-            // segment covers every token written before this point.
-            || self.active().sync(),
+            // segment covers every token written before this point. Once a
+            // sync failed, none may succeed again.
+            || {
+                self.check_failed()?;
+                let seg = self.active();
+                let checkpoint = seg
+                    .checkpoint_due(self.checkpoint_every())
+                    .then(|| seg.summary());
+                seg.sync().map_err(|e| self.fail(e))?;
+                if let Some(summary) = checkpoint {
+                    // Only what was just synced: a restart after a crash
+                    // scans the active segment from here on.
+                    if let Err(e) = seg.checkpoint(&summary) {
+                        tracing::warn!(dir = %self.dir.display(), segment = seg.base, error = %e,
+                            "could not checkpoint the active segment");
+                    }
+                }
+                Ok(())
+            },
         )
     }
 
@@ -264,15 +453,35 @@ impl PartitionLog for FileLog {
             }
             s.segment_for(from)
         };
+        if let Some((first, last)) = self.quarantine.containing(from) {
+            return Err(StorageError::DataCorrupt { first, last });
+        }
+        let stop_at = self.quarantine.next_start_after(from).unwrap_or(u64::MAX);
         let mut out = Vec::new();
         let mut bytes = 0usize;
+        let mut repairs = 0u32;
         loop {
-            if seg.read_batches(from, max_bytes, &mut out, &mut bytes)? {
-                break;
-            }
-            match self.segment_after(seg.base) {
-                Some(next) => seg = next,
-                None => break,
+            match seg.read_batches(from, stop_at, max_bytes, &mut out, &mut bytes)? {
+                Walk::Done(true) => break,
+                Walk::Done(false) => match self.segment_after(seg.base) {
+                    Some(next) => seg = next,
+                    None => break,
+                },
+                Walk::Damaged { pos, expected } => {
+                    self.check_repairs(&mut repairs, &seg)?;
+                    let next_base = self.repair(&seg, pos, expected)?;
+                    if !out.is_empty() {
+                        break;
+                    }
+                    if from < next_base {
+                        return Err(StorageError::DataCorrupt {
+                            first: expected.min(from),
+                            last: next_base - 1,
+                        });
+                    }
+                    // The damage lies before `from`: the resync left an
+                    // index entry past it, so the next walk skips it.
+                }
             }
         }
         Ok(out)
@@ -291,11 +500,34 @@ impl PartitionLog for FileLog {
             }
             s.segment_for(batch_base)
         };
-        let Some(header) = seg.find_batch(batch_base)? else {
-            return Err(self.shared.read().out_of_range(batch_base));
+        if let Some((first, last)) = self.quarantine.containing(batch_base) {
+            return Err(StorageError::DataCorrupt { first, last });
+        }
+        let mut repairs = 0u32;
+        let header = loop {
+            match seg.find_batch(batch_base)? {
+                Walk::Done(Some(h)) => break h,
+                Walk::Done(None) => return Err(self.shared.read().out_of_range(batch_base)),
+                Walk::Damaged { pos, expected } => {
+                    self.check_repairs(&mut repairs, &seg)?;
+                    let next_base = self.repair(&seg, pos, expected)?;
+                    if batch_base < next_base {
+                        return Err(StorageError::DataCorrupt {
+                            first: expected.min(batch_base),
+                            last: next_base - 1,
+                        });
+                    }
+                }
+            }
         };
         check_ranges(batch_base, header.data_len, ranges)?;
-        seg.read_data(&header, ranges, out)
+        match seg.read_data(&header, ranges, out) {
+            Err(StorageError::DataCorrupt { first, last }) => {
+                self.quarantine.add(first, last)?;
+                Err(StorageError::DataCorrupt { first, last })
+            }
+            other => other,
+        }
     }
 
     fn first_offset(&self) -> u64 {
@@ -353,16 +585,64 @@ impl PartitionLog for FileLog {
             s.first = s.segments[0].base;
             dropped
         };
+        // Oldest first, one directory fsync per segment: a crash can only
+        // leave a prefix of the dropped segments removed, never a hole that
+        // recovery would take for lost (quarantined) offsets.
+        // A failed fsync does not stop the removals: a segment left behind
+        // would come back on reopen, after a hole.
+        let mut first_error = None;
         for seg in &dropped {
             seg.delete_files();
+            if let Err(e) = self.vfs.sync_dir(&self.dir) {
+                tracing::warn!(dir = %self.dir.display(), error = %e,
+                    "could not fsync the directory after removing a segment");
+                first_error.get_or_insert(StorageError::io(
+                    format!("syncing {}", self.dir.display()),
+                    e,
+                ));
+            }
             tracing::info!(dir = %self.dir.display(), segment = seg.base,
                 next_offset = seg.next_offset(), "retention removed a segment");
         }
-        if !dropped.is_empty() {
-            fsync_dir(&self.dir)
-                .map_err(|e| StorageError::io(format!("syncing {}", self.dir.display()), e))?;
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(dropped.len() as u32),
         }
-        Ok(dropped.len() as u32)
+    }
+
+    fn failure(&self) -> Option<String> {
+        self.failed.lock().clone()
+    }
+
+    fn verify(&self) -> Result<VerifyReport> {
+        // Only the list of segments is taken under the lock; each segment
+        // is then read up to its published length while appends go on.
+        let segments = self.shared.read().segments.clone();
+        let mut report = VerifyReport::default();
+        for seg in &segments {
+            let check = seg.verify()?;
+            report.segments += 1;
+            report.batches += check.batches;
+            report.bytes += check.bytes;
+            for (first, last) in check.damaged {
+                if self
+                    .quarantine
+                    .containing(first)
+                    .is_some_and(|(_, l)| l >= last)
+                {
+                    continue;
+                }
+                tracing::error!(dir = %self.dir.display(), segment = seg.base, first, last,
+                    "scrub found damaged batches");
+                self.quarantine.add(first, last)?;
+                report.damaged.push((first, last));
+            }
+        }
+        report.quarantined = self.quarantine.ranges();
+        tracing::info!(dir = %self.dir.display(), segments = report.segments,
+            batches = report.batches, bytes = report.bytes, damaged = report.damaged.len(),
+            "scrub finished");
+        Ok(report)
     }
 
     fn stats(&self) -> LogStats {
@@ -372,6 +652,22 @@ impl PartitionLog for FileLog {
             next_offset: s.next,
             bytes: s.segments.iter().map(|seg| seg.size()).sum(),
             segments: s.segments.len() as u32,
+        }
+    }
+}
+
+impl Drop for FileLog {
+    /// A clean close makes the active segment durable and checkpoints its
+    /// index, so that the next open does not rescan it.
+    fn drop(&mut self) {
+        if self.failed.lock().is_some() {
+            return;
+        }
+        let seg = self.active();
+        let summary = seg.summary();
+        if let Err(e) = seg.sync().and_then(|()| seg.checkpoint(&summary)) {
+            tracing::warn!(dir = %self.dir.display(), segment = seg.base, error = %e,
+                "could not checkpoint the active segment on close; the next open rescans it");
         }
     }
 }

@@ -1,23 +1,28 @@
 //! One segment of a file partition log: its four files (`.log`, `.data`,
-//! `.index`, `.timeindex`), its in-memory sparse index, recovery of the
-//! active segment, index loading/rebuilding of sealed segments, and the
-//! per-segment read paths.
+//! `.index`, `.timeindex`), its in-memory sparse index, opening (recovery of
+//! the active segment, index loading/rebuilding of sealed segments; the
+//! scans themselves are in `scan.rs`), the write path and sealing. The read
+//! paths are in `read.rs`.
 
-use std::fs::{File, OpenOptions};
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-use bytes::{Bytes, BytesMut};
-use parking_lot::RwLock;
+use bytes::Bytes;
+use parking_lot::{Mutex, RwLock};
 
-use super::cursor::{Cursor, ScanError};
 use super::index::{IndexEntry, SegmentSummary};
 use super::record::RecordHeader;
-use crate::io_util::{pwritev_all, read_exact_at};
-use crate::{Result, StorageError, StoredBatch};
+use super::scan::Scanned;
+use crate::vfs::{Vfs, VfsFile};
+use crate::{Result, StorageError};
+
+/// Largest index file read to learn how far a checkpoint that no longer fits
+/// its shrunken log reached.
+const CHECKPOINT_FLOOR_MAX: u64 = 64 << 20;
 
 /// Data is read in chunks of this size when verifying data CRCs.
-const DATA_CHUNK: u64 = 1 << 20;
+pub(super) const DATA_CHUNK: u64 = 1 << 20;
 
 pub(crate) const EXTENSIONS: [&str; 4] = ["log", "data", "index", "timeindex"];
 
@@ -36,66 +41,84 @@ pub(crate) enum OpenMode {
     Sealed,
 }
 
-pub(crate) struct Segment {
-    pub base: u64,
-    log: File,
-    data: File,
-    dir: PathBuf,
-    log_path: PathBuf,
-    data_path: PathBuf,
-    index_interval: u64,
-    state: RwLock<SegmentSummary>,
+/// A failed append: the error, and whether the files were truncated back to
+/// their previous lengths.
+pub(crate) struct AppendFailure {
+    pub error: StorageError,
+    pub rolled_back: bool,
 }
 
-fn open_rw(path: &Path) -> Result<File> {
-    OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(path)
+/// Offset ranges `(first, last)` found damaged while opening a segment.
+pub(crate) type Gaps = Vec<(u64, u64)>;
+
+pub(crate) struct Segment {
+    pub base: u64,
+    pub(super) log: Box<dyn VfsFile>,
+    pub(super) data: Box<dyn VfsFile>,
+    pub(super) vfs: Arc<dyn Vfs>,
+    pub(super) dir: PathBuf,
+    pub(super) log_path: PathBuf,
+    pub(super) data_path: PathBuf,
+    pub(super) index_interval: u64,
+    pub(super) state: RwLock<SegmentSummary>,
+    /// `(log_len, log_len + data_len)` covered by the index files on disk;
+    /// held while they are written, so that writes never interleave and an
+    /// older checkpoint never replaces a newer one.
+    index_written: Mutex<(u64, u64)>,
+}
+
+fn open_rw(vfs: &dyn Vfs, path: &Path) -> Result<Box<dyn VfsFile>> {
+    vfs.open(path, true)
         .map_err(|e| StorageError::io(format!("opening {}", path.display()), e))
 }
 
-fn file_len(file: &File, path: &Path) -> Result<u64> {
-    file.metadata()
-        .map(|m| m.len())
+fn file_len(file: &dyn VfsFile, path: &Path) -> Result<u64> {
+    file.len()
         .map_err(|e| StorageError::io(format!("reading the size of {}", path.display()), e))
 }
 
-fn truncate(file: &File, path: &Path, len: u64) -> Result<()> {
+pub(super) fn truncate(file: &dyn VfsFile, path: &Path, len: u64) -> Result<()> {
     file.set_len(len)
         .and_then(|_| file.sync_data())
         .map_err(|e| StorageError::io(format!("truncating {} to {len} bytes", path.display()), e))
 }
 
 /// Reads a whole index file if it exists and is not larger than `max_len`.
-fn read_small_file(path: &Path, max_len: u64) -> io::Result<Vec<u8>> {
-    let len = std::fs::metadata(path)?.len();
+fn read_small_file(vfs: &dyn Vfs, path: &Path, max_len: u64) -> io::Result<Vec<u8>> {
+    let file = vfs.open(path, false)?;
+    let len = file.len()?;
     if len > max_len {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
             "index file too large",
         ));
     }
-    std::fs::read(path)
+    let mut buf = vec![0u8; len as usize];
+    file.read_exact_at(&mut buf, 0)?;
+    Ok(buf)
 }
 
-fn write_synced(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let file = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(path)?;
-    pwritev_all(&file, &[bytes], 0)?;
+fn write_synced(vfs: &dyn Vfs, path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let file = vfs.open(path, true)?;
+    file.set_len(0)?;
+    file.write_all_at(&[bytes], 0)?;
     file.sync_data()
 }
 
-/// Adds the record at `pos` to `s`, with an index entry if due.
-fn note_record(s: &mut SegmentSummary, base: u64, interval: u64, pos: u64, h: &RecordHeader) {
+/// Adds the record at `pos` to `s`, with an index entry if due or `force`d
+/// (the first record after a damaged range always gets one, so that readers
+/// can start right after the range).
+pub(super) fn note_record(
+    s: &mut SegmentSummary,
+    base: u64,
+    interval: u64,
+    pos: u64,
+    h: &RecordHeader,
+    force: bool,
+) {
     let due = match s.entries.last() {
         None => true,
-        Some(last) => pos - last.pos >= interval,
+        Some(last) => force || pos - last.pos >= interval,
     };
     if due {
         s.entries.push(IndexEntry {
@@ -111,26 +134,29 @@ fn note_record(s: &mut SegmentSummary, base: u64, interval: u64, pos: u64, h: &R
 }
 
 impl Segment {
-    fn open_files(dir: &Path, base: u64, interval: u64) -> Result<Self> {
+    fn open_files(vfs: &Arc<dyn Vfs>, dir: &Path, base: u64, interval: u64) -> Result<Self> {
         let log_path = dir.join(file_name(base, "log"));
         let data_path = dir.join(file_name(base, "data"));
         Ok(Segment {
             base,
-            log: open_rw(&log_path)?,
-            data: open_rw(&data_path)?,
+            log: open_rw(&**vfs, &log_path)?,
+            data: open_rw(&**vfs, &data_path)?,
+            vfs: vfs.clone(),
             dir: dir.to_path_buf(),
             log_path,
             data_path,
             index_interval: interval,
             state: RwLock::new(SegmentSummary::default()),
+            index_written: Mutex::new((0, 0)),
         })
     }
 
     /// Creates a new, empty segment (the files may exist but must be empty:
     /// leftovers of an interrupted roll).
-    pub(crate) fn create(dir: &Path, base: u64, interval: u64) -> Result<Self> {
-        let seg = Self::open_files(dir, base, interval)?;
-        if file_len(&seg.log, &seg.log_path)? != 0 || file_len(&seg.data, &seg.data_path)? != 0 {
+    /// The caller fsyncs the directory.
+    pub(crate) fn create(vfs: &Arc<dyn Vfs>, dir: &Path, base: u64, interval: u64) -> Result<Self> {
+        let seg = Self::open_files(vfs, dir, base, interval)?;
+        if file_len(&*seg.log, &seg.log_path)? != 0 || file_len(&*seg.data, &seg.data_path)? != 0 {
             return Err(StorageError::corrupt(format!(
                 "segment {base} in {} already exists and is not empty",
                 dir.display()
@@ -140,48 +166,95 @@ impl Segment {
     }
 
     /// Opens a segment found on disk (the same path for a fresh start and a
-    /// restart after a crash).
-    pub(crate) fn open(dir: &Path, base: u64, interval: u64, mode: OpenMode) -> Result<Self> {
-        let seg = Self::open_files(dir, base, interval)?;
-        let log_size = file_len(&seg.log, &seg.log_path)?;
-        let data_size = file_len(&seg.data, &seg.data_path)?;
-        let summary = match mode {
-            OpenMode::Active => {
-                seg.remove_index_files();
-                seg.recover(log_size, data_size)?
-            }
-            OpenMode::Sealed => match seg.load_index(log_size, data_size) {
-                Ok(s) => s,
+    /// restart after a crash). Returns the damaged offset ranges found inside
+    /// it (the caller quarantines them before serving anything).
+    pub(crate) fn open(
+        vfs: &Arc<dyn Vfs>,
+        dir: &Path,
+        base: u64,
+        interval: u64,
+        mode: OpenMode,
+    ) -> Result<(Self, Gaps)> {
+        let seg = Self::open_files(vfs, dir, base, interval)?;
+        let log_size = file_len(&*seg.log, &seg.log_path)?;
+        let data_size = file_len(&*seg.data, &seg.data_path)?;
+        let (summary, gaps) = match mode {
+            // The index files of the active segment are a checkpoint of a
+            // durable prefix (written after a sync, and on clean close):
+            // only the log past it is scanned.
+            OpenMode::Active => match seg.load_index(log_size, data_size, false) {
+                Ok(checkpoint) => {
+                    let covered = checkpoint.log_len;
+                    *seg.index_written.lock() = (covered, covered + checkpoint.data_len);
+                    tracing::debug!(
+                        segment = base,
+                        covered,
+                        log_size,
+                        "recovering past a checkpoint"
+                    );
+                    seg.recover(checkpoint, log_size, data_size)?
+                }
+                Err(reason) => {
+                    tracing::debug!(
+                        segment = base,
+                        reason,
+                        "no usable checkpoint; scanning the whole segment"
+                    );
+                    let (summary, mut gaps) =
+                        seg.recover(SegmentSummary::default(), log_size, data_size)?;
+                    // A valid checkpoint that no longer fits means durable
+                    // bytes were lost (the files shrank): its offsets were
+                    // assigned and must stay quarantined, never reused.
+                    let end = base + summary.next_rel;
+                    if let Ok(ckpt) = seg.decode_index(CHECKPOINT_FLOOR_MAX) {
+                        let ckpt_end = base.saturating_add(ckpt.next_rel);
+                        if ckpt_end > end {
+                            tracing::error!(segment = base, end, ckpt_end,
+                                "the active segment lost durable batches; quarantining their offsets");
+                            gaps.push((end, ckpt_end - 1));
+                        }
+                    }
+                    (summary, gaps)
+                }
+            },
+            OpenMode::Sealed => match seg.load_index(log_size, data_size, true) {
+                Ok(s) => {
+                    *seg.index_written.lock() = (s.log_len, s.log_len + s.data_len);
+                    (s, Vec::new())
+                }
                 Err(reason) => {
                     tracing::info!(segment = base, dir = %dir.display(), reason, "rebuilding segment index");
-                    let (s, bad) = seg.scan(log_size, data_size, false)?;
-                    if let Some((pos, why)) = bad {
+                    let Scanned {
+                        summary,
+                        gaps,
+                        torn,
+                        ..
+                    } = seg.scan(SegmentSummary::default(), log_size, data_size, false)?;
+                    if let Some((pos, why)) = torn {
                         tracing::error!(segment = base, pos, reason = why, log = %seg.log_path.display(),
-                            "corrupt record in a sealed segment; the rest of the segment is not served");
+                            "damaged records at the end of a sealed segment; their offsets are quarantined");
                     }
-                    if let Err(e) = seg.write_index(&s) {
+                    if let Err(e) = seg.checkpoint(&summary) {
                         tracing::warn!(segment = base, error = %e, "could not write rebuilt index files");
                     }
-                    s
+                    (summary, gaps)
                 }
             },
         };
         *seg.state.write() = summary;
-        Ok(seg)
+        Ok((seg, gaps))
     }
 
+    /// Loads the index files; they must cover the whole log if `exact`, a
+    /// prefix of it otherwise.
     fn load_index(
         &self,
         log_size: u64,
         data_size: u64,
+        exact: bool,
     ) -> std::result::Result<SegmentSummary, String> {
-        let max = SegmentSummary::max_index_file_len(log_size);
-        let oi = read_small_file(&self.dir.join(file_name(self.base, "index")), max)
-            .map_err(|e| format!("offset index unreadable: {e}"))?;
-        let ti = read_small_file(&self.dir.join(file_name(self.base, "timeindex")), max)
-            .map_err(|e| format!("time index unreadable: {e}"))?;
-        let s = SegmentSummary::decode(&oi, &ti).map_err(str::to_string)?;
-        if s.log_len != log_size {
+        let s = self.decode_index(SegmentSummary::max_index_file_len(log_size))?;
+        if s.log_len > log_size || (exact && s.log_len != log_size) {
             return Err(format!(
                 "index covers {} log bytes, log has {log_size}",
                 s.log_len
@@ -196,79 +269,14 @@ impl Segment {
         Ok(s)
     }
 
-    /// Scans the whole log. Returns the summary of the valid prefix and, if
-    /// the scan stopped early, where and why.
-    fn scan(
-        &self,
-        log_size: u64,
-        data_size: u64,
-        verify_data: bool,
-    ) -> Result<(SegmentSummary, Option<(u64, &'static str)>)> {
-        let mut s = SegmentSummary::default();
-        let mut cursor = Cursor::new(&self.log, &self.log_path, 0, log_size);
-        loop {
-            let rec = match cursor.next_record() {
-                Ok(Some(rec)) => rec,
-                Ok(None) => return Ok((s, None)),
-                Err(ScanError::Io(e)) => return Err(e),
-                Err(ScanError::Bad { pos, reason }) => return Ok((s, Some((pos, reason)))),
-            };
-            let h = rec.header;
-            let bad = if h.base_offset != self.base + s.next_rel {
-                Some("base offset does not follow the previous batch")
-            } else if h.data_pos != s.data_len {
-                Some("data position does not follow the previous batch")
-            } else if h.timestamp_us < s.max_ts {
-                Some("timestamp goes backwards")
-            } else if verify_data && h.data_pos + h.data_len > data_size {
-                Some("data extends past the end of the data file")
-            } else if verify_data && self.data_crc(h.data_pos, h.data_len)? != h.data_crc {
-                Some("data checksum mismatch")
-            } else {
-                None
-            };
-            if let Some(reason) = bad {
-                return Ok((s, Some((rec.pos, reason))));
-            }
-            note_record(&mut s, self.base, self.index_interval, rec.pos, &h);
-        }
-    }
-
-    /// Recovery of the active segment: keep the longest valid prefix.
-    fn recover(&self, log_size: u64, data_size: u64) -> Result<SegmentSummary> {
-        let (s, bad) = self.scan(log_size, data_size, true)?;
-        if let Some((pos, reason)) = bad {
-            tracing::warn!(segment = self.base, pos, reason, log = %self.log_path.display(),
-                dropped_bytes = log_size - pos, "truncating the log at a torn or corrupt record");
-        }
-        if s.log_len < log_size {
-            truncate(&self.log, &self.log_path, s.log_len)?;
-        }
-        if s.data_len < data_size {
-            tracing::warn!(
-                segment = self.base,
-                data_len = s.data_len,
-                data_size,
-                "truncating unreferenced bytes at the end of the data file"
-            );
-            truncate(&self.data, &self.data_path, s.data_len)?;
-        }
-        Ok(s)
-    }
-
-    fn data_crc(&self, pos: u64, len: u64) -> Result<u32> {
-        let mut crc = 0u32;
-        let mut buf = vec![0u8; len.min(DATA_CHUNK) as usize];
-        let mut done = 0u64;
-        while done < len {
-            let n = (len - done).min(DATA_CHUNK) as usize;
-            read_exact_at(&self.data, &mut buf[..n], pos + done).map_err(|e| {
-                StorageError::io(format!("reading {}", self.data_path.display()), e)
-            })?;
-            crc = crc32c::crc32c_append(crc, &buf[..n]);
-            done += n as u64;
-        }
-        Ok(crc)
+    /// Reads and checks both index files (each at most `max` bytes).
+    fn decode_index(&self, max: u64) -> std::result::Result<SegmentSummary, String> {
+        let vfs = &*self.vfs;
+        let oi = read_small_file(vfs, &self.dir.join(file_name(self.base, "index")), max)
+            .map_err(|e| format!("offset index unreadable: {e}"))?;
+        let ti = read_small_file(vfs, &self.dir.join(file_name(self.base, "timeindex")), max)
+            .map_err(|e| format!("time index unreadable: {e}"))?;
+        SegmentSummary::decode(&oi, &ti).map_err(str::to_string)
     }
 
     fn write_index(&self, s: &SegmentSummary) -> Result<()> {
@@ -277,28 +285,20 @@ impl Segment {
             ("timeindex", s.encode_time_index()),
         ] {
             let path = self.dir.join(file_name(self.base, ext));
-            write_synced(&path, &bytes)
+            write_synced(&*self.vfs, &path, &bytes)
                 .map_err(|e| StorageError::io(format!("writing {}", path.display()), e))?;
         }
-        Ok(())
-    }
-
-    fn remove_index_files(&self) {
-        for ext in ["index", "timeindex"] {
-            let path = self.dir.join(file_name(self.base, ext));
-            if let Err(e) = std::fs::remove_file(&path) {
-                if e.kind() != io::ErrorKind::NotFound {
-                    tracing::warn!(path = %path.display(), error = %e, "could not remove a stale index file");
-                }
-            }
-        }
+        // The index files may be new entries of the directory.
+        self.vfs
+            .sync_dir(&self.dir)
+            .map_err(|e| StorageError::io(format!("syncing {}", self.dir.display()), e))
     }
 
     /// Removes all four files of the segment (retention).
     pub(crate) fn delete_files(&self) {
         for ext in EXTENSIONS {
             let path = self.dir.join(file_name(self.base, ext));
-            if let Err(e) = std::fs::remove_file(&path) {
+            if let Err(e) = self.vfs.remove_file(&path) {
                 if e.kind() != io::ErrorKind::NotFound {
                     tracing::warn!(path = %path.display(), error = %e, "could not remove a segment file");
                 }
@@ -314,7 +314,7 @@ impl Segment {
 
     /// True when the `.log` file itself is empty (not just its valid prefix).
     pub(crate) fn log_file_is_empty(&self) -> Result<bool> {
-        Ok(file_len(&self.log, &self.log_path)? == 0)
+        Ok(file_len(&*self.log, &self.log_path)? == 0)
     }
 
     pub(crate) fn size(&self) -> u64 {
@@ -326,44 +326,64 @@ impl Segment {
         self.base + self.state.read().next_rel
     }
 
+    /// Makes the next append start at `offset` (> the last batch): the
+    /// offsets in between were assigned before and are quarantined.
+    pub(crate) fn skip_to(&self, offset: u64) {
+        let mut s = self.state.write();
+        s.next_rel = s.next_rel.max(offset - self.base);
+    }
+
     pub(crate) fn max_ts(&self) -> u64 {
         self.state.read().max_ts
     }
 
     /// Writes one batch at the current end (writer thread only): data first,
     /// then the log record, then the in-memory index. On error the files are
-    /// truncated back so that the next append starts from a clean end.
-    pub(crate) fn append(&self, h: &RecordHeader, meta: &[u8], data: &[Bytes]) -> Result<()> {
+    /// truncated back so that the next append starts from a clean end; the
+    /// error says whether that worked.
+    pub(crate) fn append(
+        &self,
+        h: &RecordHeader,
+        meta: &[u8],
+        data: &[Bytes],
+    ) -> std::result::Result<(), AppendFailure> {
         let (log_pos, data_pos) = {
             let s = self.state.read();
             (s.log_len, s.data_len)
         };
         debug_assert_eq!(h.data_pos, data_pos);
         if h.data_len > 0 {
-            if let Err(e) = pwritev_all(&self.data, data, data_pos) {
-                let _ = self.data.set_len(data_pos);
-                return Err(StorageError::io(
-                    format!(
-                        "writing the data of batch {} to {}",
-                        h.base_offset,
-                        self.data_path.display()
+            let bufs: Vec<&[u8]> = data.iter().map(|b| &b[..]).collect();
+            if let Err(e) = self.data.write_all_at(&bufs, data_pos) {
+                let rolled_back = self.data.set_len(data_pos).is_ok();
+                return Err(AppendFailure {
+                    error: StorageError::io(
+                        format!(
+                            "writing the data of batch {} to {}",
+                            h.base_offset,
+                            self.data_path.display()
+                        ),
+                        e,
                     ),
-                    e,
-                ));
+                    rolled_back,
+                });
             }
         }
         let head = h.encode(meta);
-        if let Err(e) = pwritev_all(&self.log, &[&head[..], meta], log_pos) {
-            let _ = self.log.set_len(log_pos);
-            let _ = self.data.set_len(data_pos);
-            return Err(StorageError::io(
-                format!(
-                    "writing the record of batch {} to {}",
-                    h.base_offset,
-                    self.log_path.display()
+        if let Err(e) = self.log.write_all_at(&[&head[..], meta], log_pos) {
+            let rolled_back =
+                self.log.set_len(log_pos).is_ok() && self.data.set_len(data_pos).is_ok();
+            return Err(AppendFailure {
+                error: StorageError::io(
+                    format!(
+                        "writing the record of batch {} to {}",
+                        h.base_offset,
+                        self.log_path.display()
+                    ),
+                    e,
                 ),
-                e,
-            ));
+                rolled_back,
+            });
         }
         note_record(
             &mut self.state.write(),
@@ -371,6 +391,7 @@ impl Segment {
             self.index_interval,
             log_pos,
             h,
+            false,
         );
         Ok(())
     }
@@ -389,153 +410,30 @@ impl Segment {
     pub(crate) fn seal(&self) -> Result<()> {
         self.sync()?;
         let summary = self.state.read().clone();
-        self.write_index(&summary)
+        self.checkpoint(&summary)
     }
 
-    fn cursor_at(&self, entry: Option<IndexEntry>, end: u64) -> Cursor<'_> {
-        Cursor::new(&self.log, &self.log_path, entry.map_or(0, |e| e.pos), end)
+    /// The in-memory summary (to checkpoint once it is durable).
+    pub(crate) fn summary(&self) -> SegmentSummary {
+        self.state.read().clone()
     }
 
-    /// Appends to `out` the batches of this segment holding offsets >= `from`
-    /// until `*bytes` (meta returned so far) reaches `max_bytes`. Returns true
-    /// once the limit is reached.
-    pub(crate) fn read_batches(
-        &self,
-        from: u64,
-        max_bytes: usize,
-        out: &mut Vec<StoredBatch>,
-        bytes: &mut usize,
-    ) -> Result<bool> {
-        let (start, end) = {
-            let s = self.state.read();
-            (s.floor_by_rel(from.saturating_sub(self.base)), s.log_len)
-        };
-        let mut cursor = self.cursor_at(start, end);
-        while let Some(rec) = cursor
-            .next_record()
-            .map_err(|e| e.into_storage(&self.log_path))?
-        {
-            let h = rec.header;
-            if h.end_offset() <= from {
-                continue;
-            }
-            *bytes += rec.meta.len();
-            out.push(StoredBatch {
-                base_offset: h.base_offset,
-                count: h.count,
-                timestamp_us: h.timestamp_us,
-                meta: rec.meta,
-                data_len: h.data_len,
-            });
-            if *bytes >= max_bytes {
-                return Ok(true);
-            }
-        }
-        Ok(false)
+    /// Whether `log + data` grew by `every` bytes since the index files were
+    /// last written.
+    pub(crate) fn checkpoint_due(&self, every: u64) -> bool {
+        let size = self.size();
+        size >= self.index_written.lock().1.saturating_add(every)
     }
 
-    /// The header of the batch whose base offset is exactly `base_offset`.
-    pub(crate) fn find_batch(&self, base_offset: u64) -> Result<Option<RecordHeader>> {
-        let (start, end) = {
-            let s = self.state.read();
-            (
-                s.floor_by_rel(base_offset.saturating_sub(self.base)),
-                s.log_len,
-            )
-        };
-        let mut cursor = self.cursor_at(start, end);
-        while let Some(rec) = cursor
-            .next_record()
-            .map_err(|e| e.into_storage(&self.log_path))?
-        {
-            if rec.header.base_offset >= base_offset {
-                return Ok((rec.header.base_offset == base_offset).then_some(rec.header));
-            }
-        }
-        Ok(None)
-    }
-
-    /// Base offset of the first batch with timestamp >= `ts`, if any.
-    pub(crate) fn offset_for_timestamp(&self, ts: u64) -> Result<Option<u64>> {
-        let (start, end) = {
-            let s = self.state.read();
-            (s.floor_before_ts(ts), s.log_len)
-        };
-        let mut cursor = self.cursor_at(start, end);
-        while let Some(rec) = cursor
-            .next_record()
-            .map_err(|e| e.into_storage(&self.log_path))?
-        {
-            if rec.header.timestamp_us >= ts {
-                return Ok(Some(rec.header.base_offset));
-            }
-        }
-        Ok(None)
-    }
-
-    /// Reads `ranges` (already checked against `h.data_len`) of the data of
-    /// batch `h`. When the ranges cover at least as many bytes as the whole
-    /// data section, it is read once, its CRC is verified, and the ranges are
-    /// sliced from it; otherwise each run of adjacent ranges is one pread.
-    pub(crate) fn read_data(
-        &self,
-        h: &RecordHeader,
-        ranges: &[(u64, u64)],
-        out: &mut Vec<Bytes>,
-    ) -> Result<()> {
-        let seg_data_len = self.state.read().data_len;
-        if h.data_pos + h.data_len > seg_data_len {
-            return Err(StorageError::corrupt(format!(
-                "batch {} points past the data of {}",
-                h.base_offset,
-                self.data_path.display()
-            )));
-        }
-        let io_err = |e| StorageError::io(format!("reading {}", self.data_path.display()), e);
-        let total = ranges.iter().fold(0u64, |t, r| t.saturating_add(r.1));
-        out.reserve(ranges.len());
-        if h.data_len > 0 && total >= h.data_len {
-            let mut buf = vec![0u8; h.data_len as usize];
-            read_exact_at(&self.data, &mut buf, h.data_pos).map_err(io_err)?;
-            if crc32c::crc32c(&buf) != h.data_crc {
-                return Err(StorageError::corrupt(format!(
-                    "data of batch {} in {} (checksum mismatch)",
-                    h.base_offset,
-                    self.data_path.display()
-                )));
-            }
-            let all = Bytes::from(buf);
-            out.extend(
-                ranges
-                    .iter()
-                    .map(|&(pos, len)| all.slice(pos as usize..(pos + len) as usize)),
-            );
+    /// Writes `summary` (which must describe durable bytes) as the index
+    /// files, unless newer ones are already there.
+    pub(crate) fn checkpoint(&self, summary: &SegmentSummary) -> Result<()> {
+        let mut written = self.index_written.lock();
+        if summary.log_len < written.0 {
             return Ok(());
         }
-        let mut buf = BytesMut::zeroed(total as usize);
-        let mut run: Option<(u64, usize, usize)> = None; // (file pos, buf start, len)
-        let mut at = 0usize;
-        for &(pos, len) in ranges {
-            let file_pos = h.data_pos + pos;
-            run = match run {
-                Some((p, b, l)) if p + l as u64 == file_pos => Some((p, b, l + len as usize)),
-                Some((p, b, l)) => {
-                    read_exact_at(&self.data, &mut buf[b..b + l], p).map_err(io_err)?;
-                    Some((file_pos, at, len as usize))
-                }
-                None => Some((file_pos, at, len as usize)),
-            };
-            at += len as usize;
-        }
-        if let Some((p, b, l)) = run {
-            read_exact_at(&self.data, &mut buf[b..b + l], p).map_err(io_err)?;
-        }
-        let all = buf.freeze();
-        let mut at = 0usize;
-        for &(_, len) in ranges {
-            out.push(all.slice(at..at + len as usize));
-            at += len as usize;
-        }
+        self.write_index(summary)?;
+        *written = (summary.log_len, summary.log_len + summary.data_len);
         Ok(())
     }
 }

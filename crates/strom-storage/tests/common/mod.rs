@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub mod disk;
+
 use bytes::Bytes;
 use strom_storage::{AppendBatch, Appended, PartitionLog, StoredBatch};
 
