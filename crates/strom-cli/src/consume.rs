@@ -151,6 +151,23 @@ pub fn run(a: ConsumeArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> {
                 eprintln!("strom: partition unavailable: {}", e.message());
                 continue;
             }
+            // An explicit gap (dropped by the overflow policy, or damaged
+            // on disk): say so, and carry on after it.
+            Err(
+                e @ (strom_client::Error::DataExpired {
+                    partition, last, ..
+                }
+                | strom_client::Error::DataCorrupt {
+                    partition, last, ..
+                }),
+            ) => {
+                eprintln!("strom: warning: {}", e.message());
+                let p = partition as usize;
+                if remaining.get(p).is_some_and(|end| last + 1 >= *end) {
+                    caught_up[p] = true;
+                }
+                continue;
+            }
             Err(e) if e.code() == ErrorCode::OFFSET_OUT_OF_RANGE => {
                 eprintln!("strom: warning: {}", e.message());
                 continue;

@@ -7,6 +7,7 @@ mod consume;
 mod demo;
 mod interrupt;
 mod produce;
+mod scrub;
 mod server;
 mod status;
 mod topic;
@@ -45,6 +46,8 @@ enum Command {
     Cluster(cluster::ClusterCmd),
     /// Show members, topics, offsets and consumer lag.
     Status(status::StatusArgs),
+    /// Check every CRC of a topic's partitions online; report damaged ranges.
+    Scrub(scrub::ScrubArgs),
     /// Create, list, describe, complete or delete topics.
     #[command(subcommand)]
     Topic(topic::TopicCmd),
@@ -123,6 +126,7 @@ fn main() {
                 Command::Topic(c) => topic::run(c, cli.group_file),
                 Command::Cluster(c) => cluster::run(c, cli.group_file),
                 Command::Status(a) => status::run(a, cli.group_file),
+                Command::Scrub(a) => scrub::run(a, cli.group_file),
                 Command::Produce(a) => produce::run(a, cli.group_file),
                 Command::Demo(a) => demo::run(a),
                 Command::Bench(a) => bench::run(a, cli.group_file),

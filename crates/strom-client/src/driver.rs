@@ -265,6 +265,36 @@ impl Driver {
         }
     }
 
+    /// Checks every CRC of one partition on the server that hosts it,
+    /// online; damaged ranges are quarantined and reported.
+    pub fn scrub(&self, topic: &str, partition: u32) -> Result<ScrubReport> {
+        let info = self.describe(topic)?;
+        let p = info.partitions.get(partition as usize).ok_or_else(|| {
+            Error::InvalidArgument(format!("topic '{topic}' has no partition {partition}"))
+        })?;
+        let req = Request::Scrub {
+            topic: topic.into(),
+            partition,
+        };
+        let (d, addr) = (self.clone(), p.addr.clone());
+        match self.block_on(async move { d.conn(&addr).await?.call(&req, Vec::new()).await })? {
+            Response::Scrubbed {
+                segments,
+                batches,
+                bytes,
+                damaged,
+                quarantined,
+            } => Ok(ScrubReport {
+                segments,
+                batches,
+                bytes,
+                damaged,
+                quarantined,
+            }),
+            other => Err(unexpected(other)),
+        }
+    }
+
     /// Committed offsets of every consumer name on one partition.
     pub fn consumer_offsets(&self, topic: &str, partition: u32) -> Result<Vec<(String, u64)>> {
         let info = self.describe(topic)?;
@@ -273,6 +303,19 @@ impl Driver {
         })?;
         self.consumer_offsets_at(&p.addr, topic, partition)
     }
+}
+
+/// What [`Driver::scrub`] checked and found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ScrubReport {
+    pub segments: u32,
+    /// Intact batches checked (record and data CRC).
+    pub batches: u64,
+    pub bytes: u64,
+    /// Damaged ranges this pass found (now quarantined), `(first, last)`.
+    pub damaged: Vec<(u64, u64)>,
+    /// Every quarantined range of the partition after the pass.
+    pub quarantined: Vec<(u64, u64)>,
 }
 
 pub(crate) fn unexpected(r: Response) -> Error {

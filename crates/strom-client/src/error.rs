@@ -39,6 +39,15 @@ pub enum Error {
         first: u64,
         last: u64,
     },
+    /// A gap: these events were damaged on disk and quarantined by the
+    /// server. The consumer carries on after it.
+    #[error("events {first}..={last} of partition {partition} of topic '{topic}' are damaged on disk and were quarantined; this reader skips them (see docs/on-disk-format.md) [{}]", ErrorCode::DATA_CORRUPT)]
+    DataCorrupt {
+        topic: String,
+        partition: u32,
+        first: u64,
+        last: u64,
+    },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -57,6 +66,7 @@ impl Error {
             Error::Timeout(_) => ErrorCode::TIMEOUT,
             Error::Closed(_) => ErrorCode::SHUTTING_DOWN,
             Error::DataExpired { .. } => ErrorCode::DATA_EXPIRED,
+            Error::DataCorrupt { .. } => ErrorCode::DATA_CORRUPT,
         }
     }
 
@@ -75,18 +85,28 @@ impl Error {
         }
     }
 
+    /// The offsets `(first, last)` (inclusive) of any gap a consumer
+    /// reports: `DATA_EXPIRED` (dropped) or `DATA_CORRUPT` (quarantined).
+    pub fn gap_offsets(&self) -> Option<(u64, u64)> {
+        match self {
+            Error::DataExpired { first, last, .. } | Error::DataCorrupt { first, last, .. } => {
+                Some((*first, *last))
+            }
+            _ => None,
+        }
+    }
+
     /// The message without the `[CODE (n)]` suffix that `Display` adds.
     pub fn message(&self) -> String {
         match self {
             Error::Coded { message, .. } => message.clone(),
-            Error::DataExpired {
-                topic,
-                partition,
-                first,
-                last,
-            } => format!(
-                "events {first}..={last} of partition {partition} of topic '{topic}' were dropped before this reader got them (overflow policy or retention)"
-            ),
+            e @ (Error::DataExpired { .. } | Error::DataCorrupt { .. }) => {
+                let full = e.to_string();
+                match full.rfind(" [") {
+                    Some(i) => full[..i].to_string(),
+                    None => full,
+                }
+            }
             e => e.to_string(),
         }
     }
@@ -101,6 +121,17 @@ impl Error {
                 first,
                 last,
             } => Error::DataExpired {
+                topic: topic.clone(),
+                partition: *partition,
+                first: *first,
+                last: *last,
+            },
+            Error::DataCorrupt {
+                topic,
+                partition,
+                first,
+                last,
+            } => Error::DataCorrupt {
                 topic: topic.clone(),
                 partition: *partition,
                 first: *first,

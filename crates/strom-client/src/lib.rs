@@ -22,7 +22,7 @@ mod topic;
 
 pub use consumer::{Consumer, ConsumerOptions, Next, PullFuture};
 pub use data::{DataBroker, DataBuffer, DataDescriptor, DataSelector, EventMeta, VecBroker};
-pub use driver::Driver;
+pub use driver::{Driver, ScrubReport};
 pub use error::{Error, Result};
 pub use event::{AckFuture, Event};
 pub use producer::{BatchSize, Data, EventId, Producer, ProducerOptions, PushFuture};

@@ -270,6 +270,15 @@ async fn stream_loop(ctx: &StreamCtx, rx: &mut mpsc::UnboundedReceiver<Push>) ->
                             ctx.queued.fetch_sub(1, Ordering::AcqRel);
                             continue;
                         }
+                        // The server found the batch's data damaged and
+                        // quarantined it: an explicit gap, then the next batch.
+                        Err(e) if e.code() == ErrorCode::DATA_CORRUPT => {
+                            report_lost(ctx, &mut lost);
+                            report_corrupt(ctx, pos.max(base_offset), end - 1);
+                            ctx.pos.fetch_max(end, Ordering::AcqRel);
+                            ctx.queued.fetch_sub(1, Ordering::AcqRel);
+                            continue;
+                        }
                         Err(e) => return Err(e),
                     };
                 report_lost(ctx, &mut lost);
@@ -288,6 +297,12 @@ async fn stream_loop(ctx: &StreamCtx, rx: &mut mpsc::UnboundedReceiver<Push>) ->
                 return Ok(());
             }
             Push::StreamError { code, message } => return Err(Error::Coded { code, message }),
+            Push::Gap { first, last, .. } => {
+                note_lost(&mut lost, ctx.pos.load(Ordering::Acquire), first);
+                report_lost(ctx, &mut lost);
+                report_corrupt(ctx, first, last);
+                ctx.pos.fetch_max(last.saturating_add(1), Ordering::AcqRel);
+            }
         }
         ctx.queued.fetch_sub(1, Ordering::AcqRel);
     }
@@ -308,6 +323,17 @@ fn report_lost(ctx: &StreamCtx, lost: &mut Option<(u64, u64)>) {
         };
         ctx.shared.deliver(ctx.epoch, Item::Failed(e));
     }
+}
+
+fn report_corrupt(ctx: &StreamCtx, first: u64, last: u64) {
+    tracing::warn!(topic = %ctx.shared.topic.name(), partition = ctx.sub.partition, first, last, "events damaged on disk were skipped");
+    let e = Error::DataCorrupt {
+        topic: ctx.shared.topic.name().to_string(),
+        partition: ctx.sub.partition,
+        first,
+        last,
+    };
+    ctx.shared.deliver(ctx.epoch, Item::Failed(e));
 }
 
 /// Turns one pushed batch into events: selection and buffers per event,

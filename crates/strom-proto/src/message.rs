@@ -134,6 +134,12 @@ pub enum Request {
     },
     /// The receiving server's size limits; clients ask once per connection.
     Limits,
+    /// Checks every CRC of one partition hosted by the receiving server,
+    /// online, and quarantines what is damaged (`strom scrub`).
+    Scrub {
+        topic: String,
+        partition: u32,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -179,6 +185,15 @@ pub enum Response {
         /// Largest batch (metadata section + data) it appends.
         max_batch_bytes: u64,
     },
+    /// What a scrub checked; `damaged` lists ranges found by this pass,
+    /// `quarantined` every quarantined range after it, as `(first, last)`.
+    Scrubbed {
+        segments: u32,
+        batches: u64,
+        bytes: u64,
+        damaged: Vec<(u64, u64)>,
+        quarantined: Vec<(u64, u64)>,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -195,6 +210,14 @@ pub enum Push {
     EndOfStream { partition: u32, end_offset: u64 },
     /// The stream failed and was dropped by the server.
     StreamError { code: ErrorCode, message: String },
+    /// Offsets `first..=last` cannot be delivered (`code`: `DATA_CORRUPT`,
+    /// damaged on disk and quarantined); the stream goes on after `last`.
+    Gap {
+        partition: u32,
+        first: u64,
+        last: u64,
+        code: ErrorCode,
+    },
 }
 
 impl Wire for ErrorCode {
@@ -274,6 +297,7 @@ messages!(Request {
     22 => Members,
     23 => PartitionStats { topic, partitions },
     24 => Limits,
+    25 => Scrub { topic, partition },
 });
 
 messages!(Response {
@@ -291,12 +315,14 @@ messages!(Response {
     12 => Members(members),
     13 => Stats(stats),
     14 => Limits { max_frame_bytes, max_batch_bytes },
+    15 => Scrubbed { segments, batches, bytes, damaged, quarantined },
 });
 
 messages!(Push {
     1 => Events { partition, base_offset, count, timestamp_us; @rest meta },
     2 => EndOfStream { partition, end_offset },
     3 => StreamError { code, message },
+    4 => Gap { partition, first, last, code },
 });
 
 impl Response {

@@ -447,6 +447,29 @@ impl Session {
                 }
                 Err(e) => Err(e),
             },
+            Request::Scrub { topic, partition } => match self.partition(&topic, partition) {
+                Ok(p) => {
+                    // A full read of the partition: off the read loop.
+                    let writer = self.writer.clone();
+                    tokio::spawn(async move {
+                        let r = tokio::task::spawn_blocking(move || p.log.verify()).await;
+                        let resp = match r {
+                            Ok(Ok(v)) => Response::Scrubbed {
+                                segments: v.segments,
+                                batches: v.batches,
+                                bytes: v.bytes,
+                                damaged: v.damaged,
+                                quarantined: v.quarantined,
+                            },
+                            Ok(Err(e)) => Response::error(ErrorCode(e.code()), e.to_string()),
+                            Err(e) => Response::error(ErrorCode::INTERNAL, e.to_string()),
+                        };
+                        let _ = writer.send(OutFrame::response(id, &resp)).await;
+                    });
+                    return;
+                }
+                Err(e) => Err(e),
+            },
             Request::Offsets { topic, partition } => self
                 .partition(&topic, partition)
                 .map(|p| Response::Offsets(p.offsets.all())),

@@ -19,7 +19,7 @@ use strom_proto::{ErrorCode, PartitionInfo, PartitionStatus, TopicSpec};
 use crate::config::ServerConfig;
 use crate::error::ServerError;
 use crate::group::{read_json_or_default, write_json};
-use crate::partition::PartitionManager;
+use crate::partition::{OpenMode, PartitionManager};
 
 #[derive(Serialize, Deserialize, Clone)]
 struct HostedRecord {
@@ -109,7 +109,7 @@ impl Host {
                 scope.spawn(|| loop {
                     let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     let Some(&(i, p)) = jobs.get(k) else { break };
-                    let r = self.open_partition(&records[i], p);
+                    let r = self.open_partition(&records[i], p, OpenMode::Existing);
                     results.lock().push((i, p, r));
                 });
             }
@@ -134,18 +134,21 @@ impl Host {
         &self,
         r: &HostedRecord,
         p: u32,
+        mode: OpenMode,
     ) -> Result<Arc<PartitionManager>, ServerError> {
         let dir = self.topics_dir.join(format!("{}.{}", r.spec.name, r.id));
-        PartitionManager::open(&r.spec, p, &dir.join(p.to_string()), &self.config, r.sealed)
+        let dir = dir.join(p.to_string());
+        PartitionManager::open(&r.spec, p, &dir, &self.config, r.sealed, mode)
     }
 
-    fn open_partitions(
+    /// Creates partitions this server hosts for the first time.
+    fn create_partitions(
         &self,
         r: &HostedRecord,
         ids: &[u32],
     ) -> Result<BTreeMap<u32, Arc<PartitionManager>>, ServerError> {
         ids.iter()
-            .map(|&p| Ok((p, self.open_partition(r, p)?)))
+            .map(|&p| Ok((p, self.open_partition(r, p, OpenMode::New)?)))
             .collect()
     }
 
@@ -187,7 +190,7 @@ impl Host {
             .copied()
             .filter(|p| !entry.partitions.contains_key(p) && !entry.broken.contains_key(p))
             .collect();
-        let opened = self.open_partitions(&entry.record, &new)?;
+        let opened = self.create_partitions(&entry.record, &new)?;
         entry.partitions.extend(opened);
         entry.record.partitions = entry
             .partitions
@@ -297,7 +300,9 @@ impl Host {
                         (Some(pm), _) => (
                             pm.log.first_offset(),
                             pm.log.next_offset(),
-                            PartitionStatus::Ok,
+                            pm.log
+                                .failure()
+                                .map_or(PartitionStatus::Ok, PartitionStatus::Failed),
                             pm.dropped_events(),
                         ),
                         (None, Some(why)) => (0, 0, PartitionStatus::Unavailable(why.clone()), 0),

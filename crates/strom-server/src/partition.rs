@@ -100,6 +100,16 @@ pub struct PartitionManager {
     threads: Mutex<Vec<JoinHandle<()>>>,
 }
 
+/// Whether a file partition's directory must already exist.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OpenMode {
+    /// Reopen a hosted partition: a missing directory is an error, never a
+    /// silently empty log.
+    Existing,
+    /// Host a partition for the first time: create its directory durably.
+    New,
+}
+
 impl PartitionManager {
     /// Opens (recovering) or creates the partition and starts its threads.
     pub fn open(
@@ -108,6 +118,7 @@ impl PartitionManager {
         dir: &Path,
         config: &ServerConfig,
         sealed: bool,
+        mode: OpenMode,
     ) -> Result<Arc<Self>, ServerError> {
         if spec.partition_type == PartitionType::File && spec.overflow.is_some() {
             return Err(ServerError::coded(
@@ -146,7 +157,10 @@ impl PartitionManager {
                 (mem.clone(), OffsetStore::in_memory(), Some(mem))
             }
             PartitionType::File => (
-                Arc::new(FileLog::open(dir, log_config)?),
+                Arc::new(match mode {
+                    OpenMode::Existing => FileLog::open(dir, log_config)?,
+                    OpenMode::New => FileLog::create(dir, log_config)?,
+                }),
                 OffsetStore::open(&dir.join("consumer-offsets"))?,
                 None,
             ),

@@ -7,6 +7,10 @@
 //! the latency path) and advances its position. Otherwise the stream task
 //! reads the log itself.
 //!
+//! A range that storage quarantined as damaged is reported with a `Gap`
+//! push (`DATA_CORRUPT`, naming the offsets), and the stream goes on after
+//! it.
+//!
 //! A stream never waits for events that retention or `drop-oldest` dropped:
 //! it moves on to the oldest kept batch, and the client, seeing a batch (or
 //! the end of stream) start past its position, reports the gap.
@@ -158,6 +162,21 @@ pub async fn run(
                 Ok(b) => b,
                 // Dropped between the two calls: skip again.
                 Err(StorageError::OffsetOutOfRange { .. }) => continue,
+                // Damaged on disk and quarantined: say so, then go on after it.
+                Err(StorageError::DataCorrupt { first, last }) => {
+                    tracing::warn!(topic = %pm.topic, partition = pm.id, first, last, "reader reached a quarantined range");
+                    let push = Push::Gap {
+                        partition: pm.id,
+                        first,
+                        last,
+                        code: ErrorCode::DATA_CORRUPT,
+                    };
+                    if !send(&writer, stream, &push).await {
+                        return;
+                    }
+                    pos = pos.max(last.saturating_add(1));
+                    continue;
+                }
                 Err(e) => {
                     tracing::error!(topic = %pm.topic, partition = pm.id, offset = pos, error = %e, "read for a subscription failed");
                     let push = Push::StreamError {
