@@ -165,6 +165,20 @@ impl PartitionManager {
                 None,
             ),
         };
+        Self::start(spec, id, log, offsets, mem, block_bound, sealed)
+    }
+
+    /// Starts managing an opened log: the syncer (`always`) or interval
+    /// thread, and the appender.
+    pub(crate) fn start(
+        spec: &TopicSpec,
+        id: u32,
+        log: Arc<dyn PartitionLog>,
+        offsets: OffsetStore,
+        mem: Option<Arc<MemoryLog>>,
+        block_bound: Option<u64>,
+        sealed: bool,
+    ) -> Result<Arc<Self>, ServerError> {
         let pm = Arc::new(PartitionManager {
             topic: spec.name.clone(),
             id,
@@ -535,3 +549,7 @@ fn spawn(
         .spawn(f)
         .map_err(|e| ServerError::io("starting a partition thread", e))
 }
+
+#[cfg(test)]
+#[path = "partition_durable_acks.rs"]
+mod durable_acks;
