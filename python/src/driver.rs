@@ -123,7 +123,7 @@ impl PyDriver {
     /// `"json"` or `"json-schema"` (with `schema`, a dict or JSON text);
     /// `selector`: `"round-robin"`, `"hash:<field>"` or `"explicit"`;
     /// `serializer`: `"json"` or `"binary"` (needs `schema`).
-    #[pyo3(signature = (name, partitions=1, r#type="file", durability="never", validator="none",
+    #[pyo3(signature = (name, partitions=1, r#type="file", durability="always", validator="none",
         schema=None, selector="round-robin", serializer="json", retention_bytes=None,
         retention_ms=None, segment_bytes=None))]
     #[allow(clippy::too_many_arguments)]

@@ -177,7 +177,7 @@ class Driver:
         name: str,
         partitions: int = 1,
         type: Literal["file", "memory"] = "file",
-        durability: str = "never",
+        durability: str = "always",
         validator: Literal["none", "json", "json-schema"] = "none",
         schema: Union[str, dict[str, Any], None] = None,
         selector: str = "round-robin",

@@ -45,7 +45,7 @@ pub struct CreateArgs {
     #[arg(long = "type", default_value = "file")]
     partition_type: String,
     /// always | never | interval:<ms>
-    #[arg(long, default_value = "never")]
+    #[arg(long, default_value = "always")]
     durability: String,
     /// none | json | json-schema
     #[arg(long, default_value = "none")]
@@ -107,11 +107,14 @@ pub fn run(cmd: TopicCmd, group_file: Option<PathBuf>) -> anyhow::Result<()> {
                 segment_bytes: a.segment_bytes,
                 ..TopicSpec::new(a.name, a.partitions)
             };
+            let (ptype, durability) = (spec.partition_type, spec.durability);
             let t = d.create_topic_on(spec, a.server)?;
             eprintln!(
-                "created topic '{}' with {} partitions",
+                "created topic '{}' with {} {} partitions; {}",
                 t.name(),
-                t.partitions()
+                t.partitions(),
+                ptype.as_str(),
+                promise(ptype, durability)
             );
         }
         TopicCmd::List { json } => {
@@ -254,5 +257,23 @@ fn print_describe(t: &TopicInfo, consumers: &[Vec<(String, u64)>]) {
             p.dropped_events,
             cs.join(" ")
         );
+    }
+}
+
+/// What an acknowledgement promises, said where the topic is created.
+fn promise(ptype: PartitionType, durability: Durability) -> String {
+    match (ptype, durability) {
+        (PartitionType::Memory, _) => {
+            "memory partitions: events live in server memory and are lost when it stops".into()
+        }
+        (_, Durability::Always) => {
+            "durability always: each ack waits for fdatasync, so acked events survive kill -9, a kernel panic and power loss".into()
+        }
+        (_, Durability::Interval(ms)) => format!(
+            "durability interval:{ms}: acked events survive kill -9; a kernel panic or power loss can lose up to the last {ms} ms of them"
+        ),
+        (_, Durability::Never) => {
+            "durability never: acked events survive kill -9 of the server, NOT a kernel panic or power loss (use --durability always for that)".into()
+        }
     }
 }

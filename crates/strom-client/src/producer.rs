@@ -313,10 +313,11 @@ impl Producer {
             }
         })?;
         let limits = learn_limits(&topic, &info.partitions);
-        let auto_target = match info.spec.durability {
-            strom_proto::Durability::Always => 4 << 20,
-            _ => 256 << 10,
-        };
+        // Large batches amortize the fdatasync of file partitions under
+        // `always`; memory partitions never sync.
+        let fsync_bound = info.spec.durability == strom_proto::Durability::Always
+            && info.spec.partition_type == strom_proto::PartitionType::File;
+        let auto_target = if fsync_bound { 4 << 20 } else { 256 << 10 };
         let batch_target = match opts.batch {
             BatchSize::Bytes(b) => b,
             _ => opts.batch_bytes.unwrap_or(auto_target),

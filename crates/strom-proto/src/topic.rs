@@ -38,15 +38,16 @@ impl PartitionType {
 }
 
 /// When appended events are made durable before the producer is acknowledged.
+/// The default is `Always`: an acknowledged event survives power loss.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum Durability {
     /// fdatasync before acknowledging (group commit across concurrent batches).
+    #[default]
     Always,
     /// fdatasync every N milliseconds in the background; acks do not wait.
     Interval(u32),
     /// Never fsync explicitly; survives a process crash, not a power loss.
-    #[default]
     Never,
 }
 
@@ -217,13 +218,14 @@ wire_struct!(TopicSpec {
 });
 
 impl TopicSpec {
-    /// A spec with the defaults: file partitions, no validation, round-robin, JSON.
+    /// A spec with the defaults: file partitions, `always` durability, no
+    /// validation, round-robin, JSON.
     pub fn new(name: impl Into<String>, partitions: u32) -> Self {
         TopicSpec {
             name: name.into(),
             partitions,
             partition_type: PartitionType::File,
-            durability: Durability::Never,
+            durability: Durability::Always,
             validator: "none".into(),
             schema: None,
             selector: "round-robin".into(),

@@ -197,7 +197,12 @@ impl PartitionManager {
             threads: Mutex::new(Vec::new()),
         });
         let mut threads = Vec::new();
-        let syncer = match spec.durability {
+        // Memory partitions have nothing to sync: no syncer hop on their acks.
+        let durability = match spec.partition_type {
+            PartitionType::Memory => Durability::Never,
+            PartitionType::File => spec.durability,
+        };
+        let syncer = match durability {
             Durability::Always => {
                 let (stx, srx) = mpsc::channel::<Unsynced>();
                 let p = pm.clone();
