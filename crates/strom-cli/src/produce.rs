@@ -175,9 +175,9 @@ pub fn run(a: ProduceArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> {
     let mut opts = ProducerOptions::default();
     if let Some(n) = a.max_event_bytes {
         anyhow::ensure!(n > 0, "--max-event-bytes must be positive");
-        opts.max_batch_bytes = n;
+        opts.max_event_bytes = Some(n);
     }
-    let limit = opts.max_batch_bytes;
+    let limit = opts.max_event_bytes.unwrap_or(u64::MAX);
     let producer = topic.producer_with(opts)?;
     let data = match (&a.data_file, a.data_size) {
         (Some(f), _) => Bytes::from(
@@ -213,6 +213,11 @@ pub fn run(a: ProduceArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> {
             let size = line.len() as u64 + data.len() as u64 + 16;
             match producer.push_with(line, Data::from(data.clone()), a.partition, &[]) {
                 Ok(f) => results.pending.push_back(f),
+                Err(e) if e.code() == ErrorCode::BATCH_TOO_LARGE && size <= limit => {
+                    // Over what the server accepts: the client names that limit.
+                    bad_line = Some(anyhow::anyhow!("line {n}: {}", e.message()));
+                    break 'input;
+                }
                 Err(e) if e.code() == ErrorCode::BATCH_TOO_LARGE => {
                     bad_line = Some(anyhow::anyhow!(
                         "line {n}: the event is {size} bytes, over the limit of {limit} bytes; \
