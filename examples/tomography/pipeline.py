@@ -98,12 +98,11 @@ def connect(args) -> strom.Driver:
 
 
 def ensure_topics(driver: strom.Driver, k: int) -> None:
-    """Creates the pipeline's topics unless they exist (any stage may be first)."""
+    """Creates the pipeline's topics unless they exist (any stage may be first).
+    A stage started with another --workers than the topics were made with
+    stops with TopicExists, saying how many partitions they have."""
     for name, parts, selector in ((PROJECTIONS, 1, "round-robin"), (SINOGRAMS, k, "explicit"), (SLICES, k, "explicit")):
-        try:
-            driver.create_topic(name, parts, selector=selector)
-        except strom.TopicExists:
-            pass
+        driver.create_topic(name, parts, selector=selector, exist_ok=True)
 
 
 def log(stage: str, msg: str) -> None:
@@ -198,7 +197,10 @@ def sirt_worker(args) -> None:
         if not any(s == key[0] for s, _ in pending):
             # Every slice of this scan in this partition is stored: commit.
             ev.ack().wait()
-    out.close()
+    # Flushed, not closed: closing the last open producer would end the
+    # `slices` stream, and a worker done early would end it for workers still
+    # starting up. `finish` ends it once every worker is done.
+    out.flush()
     log("sirt", f"worker {k} done")
 
 
