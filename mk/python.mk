@@ -2,7 +2,9 @@
 # helpers, installed into a repository-local venv (python/.venv).
 #   make python-setup  - create the venv and install maturin, numpy, pytest (once)
 #   make python-build  - build the extension (release) into the venv
-#   make python-test   - run the Python suite and the tomography example test
+#   make wheel         - build the installable wheel into target/wheels
+#   make python-test   - run the Python suite (with the wheel's install test)
+#                        and the tomography example test
 
 PY_DIR := python
 PY_VENV := $(PY_DIR)/.venv
@@ -10,8 +12,10 @@ PY := $(PY_VENV)/bin/python
 PY_PKGS := maturin numpy pytest pytest-timeout
 # One shared target directory, so the Strom crates are not compiled twice.
 PY_TARGET := $(CURDIR)/target
+# Where `make wheel` puts strom-<version>-cp311-abi3-<platform>.whl.
+PY_WHEELS := $(PY_TARGET)/wheels
 
-.PHONY: python-setup python-build python-test python-bench
+.PHONY: python-setup python-build python-test python-bench wheel
 
 python-setup: $(PY_VENV)/.strom-setup
 
@@ -26,15 +30,24 @@ python-build: python-setup
 	cd $(PY_DIR) && CARGO_TARGET_DIR=$(PY_TARGET) VIRTUAL_ENV=$(CURDIR)/$(PY_VENV) \
 		PATH=$(CURDIR)/$(PY_VENV)/bin:$$PATH maturin develop --release --quiet
 
+# The wheel a user outside the repository installs with pip (python/README.md).
+# Same release profile and target directory as python-build, so after it
+# only the wheel is packed.
+wheel: python-setup
+	cd $(PY_DIR) && CARGO_TARGET_DIR=$(PY_TARGET) PATH=$(CURDIR)/$(PY_VENV)/bin:$$PATH \
+		maturin build --release --quiet --interpreter $(CURDIR)/$(PY) --out $(PY_WHEELS)
+
 # The binding's own Rust unit tests, then the Python suite and the
 # tomography example, which start `target/debug/strom` for the
-# multi-process cases. pytest exits non-zero on failures and when it
-# collects no test.
-python-test: python-build
-	@test -x target/debug/strom || $(CARGO) build -p strom-cli
+# multi-process cases (rebuilt first, as a stale binary speaking an older
+# protocol than the extension fails with "protocol error"). test_wheel.py
+# pip-installs the wheel built here into a fresh venv. pytest exits non-zero
+# on failures and when it collects no test.
+python-test: python-build wheel
+	$(CARGO) build --quiet -p strom-cli
 	cd $(PY_DIR) && CARGO_TARGET_DIR=$(PY_TARGET) $(CARGO) test --release --lib --quiet
-	STROM_BIN=$(CURDIR)/target/debug/strom $(PY) -m pytest -q -p no:cacheprovider \
-		--timeout=300 $(PY_DIR)/tests examples/tomography
+	STROM_BIN=$(CURDIR)/target/debug/strom STROM_WHEEL_DIR=$(PY_WHEELS) \
+		$(PY) -m pytest -q -p no:cacheprovider --timeout=300 $(PY_DIR)/tests examples/tomography
 
 python-bench: python-build
 	$(PY) -m strom.bench

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -97,12 +98,11 @@ def connect(args) -> strom.Driver:
 
 
 def ensure_topics(driver: strom.Driver, k: int) -> None:
-    """Creates the pipeline's topics unless they exist (any stage may be first)."""
+    """Creates the pipeline's topics unless they exist (any stage may be first).
+    A stage started with another --workers than the topics were made with
+    stops with TopicExists, saying how many partitions they have."""
     for name, parts, selector in ((PROJECTIONS, 1, "round-robin"), (SINOGRAMS, k, "explicit"), (SLICES, k, "explicit")):
-        try:
-            driver.create_topic(name, parts, selector=selector)
-        except strom.TopicExists:
-            pass
+        driver.create_topic(name, parts, selector=selector, exist_ok=True)
 
 
 def log(stage: str, msg: str) -> None:
@@ -190,13 +190,17 @@ def sirt_worker(args) -> None:
             b = np.concatenate([rows[i] for i in range(m["n_angles"])]).astype(np.float64)
             img = sirt(a, b, args.iterations).reshape(n, n).astype("<f4")
             out.push({"scan": key[0], "slice": key[1], "worker": k, "n_slices": m["n_slices"],
-                      "n_scans": m["n_scans"]}, img, partition=k).wait()
+                      "n_scans": m["n_scans"], "n_angles": m["n_angles"], "iterations": args.iterations},
+                     img, partition=k).wait()
             if args.slow:
                 time.sleep(args.slow)
         if not any(s == key[0] for s, _ in pending):
             # Every slice of this scan in this partition is stored: commit.
             ev.ack().wait()
-    out.close()
+    # Flushed, not closed: closing the last open producer would end the
+    # `slices` stream, and a worker done early would end it for workers still
+    # starting up. `finish` ends it once every worker is done.
+    out.flush()
     log("sirt", f"worker {k} done")
 
 
@@ -212,7 +216,8 @@ def den(args) -> None:
         m = ev.metadata
         np.save(outdir / f"scan{m['scan']}_slice{m['slice']}.npy", denoise(ev.data))
         received.write(json.dumps({"scan": m["scan"], "slice": m["slice"], "worker": m["worker"],
-                                   "partition": ev.partition, "offset": ev.offset}) + "\n")
+                                   "partition": ev.partition, "offset": ev.offset,
+                                   "n_angles": m["n_angles"], "iterations": m["iterations"]}) + "\n")
         received.flush()
         ev.ack()
         count += 1
@@ -225,20 +230,39 @@ def finish(args) -> None:
     connect(args).open_topic(SLICES).complete()
 
 
+# The options `run` hands to every stage it starts.
+SIZE_OPTIONS = ("workers", "size", "slices", "angles", "scans", "iterations")
+
+
 def run(args) -> None:
-    """Starts a server and every stage as its own process, then finishes."""
+    """Starts a server and every stage as its own process, then finishes.
+
+    Each run is self-contained: its server starts afresh in ``--out/server``,
+    and the results of an earlier run in ``--out`` are replaced."""
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    earlier = [out / "received.jsonl", *out.glob("scan*_slice*.npy")]
+    if (out / "server").exists() or any(f.exists() for f in earlier):
+        log("run", f"replacing the results of an earlier run in {out}")
+        shutil.rmtree(out / "server", ignore_errors=True)
+        for f in earlier:
+            f.unlink(missing_ok=True)
     with strom.testing.Server(out / "server") as server:
-        common = ["--group-file", str(server.group_file), "--workers", str(args.workers)]
+        common = ["--group-file", str(server.group_file)]
+        for name in SIZE_OPTIONS:
+            common += [f"--{name}", str(getattr(args, name))]
         me = [sys.executable, __file__]
         workers = [subprocess.Popen(me + ["sirt", "--worker", str(k)] + common) for k in range(args.workers)]
         den_p = subprocess.Popen(me + ["den", "--out", str(out)] + common)
         others = [subprocess.Popen(me + [s] + common) for s in ("dist", "daq")]
-        for p in workers + others:
-            p.wait()
+        failed = [p.args[2] for p in workers + others if p.wait() != 0]
+        if failed:
+            den_p.kill()
+            den_p.wait()
+            sys.exit(f"run: the {', '.join(failed)} stage(s) failed; see their messages above")
         subprocess.run(me + ["finish"] + common, check=True)
-        den_p.wait()
+        if den_p.wait() != 0:
+            sys.exit("run: the den stage failed; see its messages above")
 
 
 def main(argv: list[str] | None = None) -> None:

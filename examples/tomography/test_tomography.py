@@ -130,3 +130,26 @@ def test_a_killed_sirt_worker_resumes_from_its_acked_offset(stages, server):
     stages.finish()
     stages.wait("den")
     check_results(stages.out)
+
+
+def test_run_uses_the_given_sizes_and_runs_again_into_the_same_out(tmp_path):
+    # Small, non-default values: each must reach the stage that uses it.
+    workers, size, slices, angles, scans, iterations = 3, 12, 4, 10, 2, 7
+    out = tmp_path / "results"
+    cmd = [sys.executable, PIPELINE, "run", "--out", str(out), "--workers", str(workers),
+           "--size", str(size), "--slices", str(slices), "--angles", str(angles),
+           "--scans", str(scans), "--iterations", str(iterations)]
+    for attempt in (1, 2):
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+        assert r.returncode == 0, f"run {attempt} failed:\n{r.stdout}\n{r.stderr}"
+        assert "Traceback" not in r.stderr, r.stderr
+        received = [json.loads(line) for line in (out / "received.jsonl").read_text().splitlines()]
+        assert sorted((e["scan"], e["slice"]) for e in received) == [
+            (j, s) for j in range(scans) for s in range(slices)
+        ], f"run {attempt}: slices lost, repeated or left over from run 1"
+        assert {e["partition"] for e in received} == set(range(workers))
+        assert {(e["n_angles"], e["iterations"]) for e in received} == {(angles, iterations)}
+        images = sorted(out.glob("scan*_slice*.npy"))
+        assert len(images) == scans * slices
+        assert {np.load(f).shape for f in images} == {(size, size)}
+    assert "replacing the results of an earlier run" in r.stdout

@@ -8,8 +8,8 @@ use parking_lot::Mutex;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString};
 use strom_client::{
-    BatchSize, ConsumerOptions, DataBroker, DataSelector, Driver, Durability, PartitionType,
-    ProducerOptions, Selection, Topic, TopicInfo, TopicSpec, VecBroker,
+    BatchSize, ConsumerOptions, DataBroker, DataSelector, Driver, Durability, ErrorCode,
+    PartitionType, ProducerOptions, Selection, Topic, TopicInfo, TopicSpec, VecBroker,
 };
 
 use crate::common::{release_pending, ForkSafe};
@@ -123,9 +123,14 @@ impl PyDriver {
     /// `"json"` or `"json-schema"` (with `schema`, a dict or JSON text);
     /// `selector`: `"round-robin"`, `"hash:<field>"` or `"explicit"`;
     /// `serializer`: `"json"` or `"binary"` (needs `schema`).
+    ///
+    /// `exist_ok=True` returns the topic if it already exists (say, on a
+    /// program's second run) instead of raising `TopicExists`, provided it
+    /// has the partition count and type asked for; if it does not,
+    /// `TopicExists` says how the existing topic differs.
     #[pyo3(signature = (name, partitions=1, r#type="file", durability="always", validator="none",
         schema=None, selector="round-robin", serializer="json", retention_bytes=None,
-        retention_ms=None, segment_bytes=None))]
+        retention_ms=None, segment_bytes=None, exist_ok=false))]
     #[allow(clippy::too_many_arguments)]
     fn create_topic(
         &self,
@@ -141,6 +146,7 @@ impl PyDriver {
         retention_bytes: Option<u64>,
         retention_ms: Option<u64>,
         segment_bytes: Option<u64>,
+        exist_ok: bool,
     ) -> PyResult<PyTopic> {
         let d = self.inner.get(py)?;
         let mut spec = TopicSpec::new(name, partitions);
@@ -164,7 +170,31 @@ impl PyDriver {
         spec.retention_bytes = retention_bytes;
         spec.retention_ms = retention_ms;
         spec.segment_bytes = segment_bytes;
-        let t = py.detach(|| d.create_topic(spec)).py(py)?;
+        let wanted = (spec.partitions, spec.partition_type);
+        let t = match py.detach(|| d.create_topic(spec)) {
+            Err(e) if exist_ok && e.code() == ErrorCode::TOPIC_EXISTS => {
+                let t = py.detach(|| d.open_topic(name)).py(py)?;
+                let have = (t.partitions(), t.info().spec.partition_type);
+                if have != wanted {
+                    return Err(errors::coded_named(
+                        py,
+                        "TopicExists",
+                        ErrorCode::TOPIC_EXISTS,
+                        &format!(
+                            "topic '{name}' already exists with {} partition(s) of type '{}', \
+                             but create_topic(exist_ok=True) asked for {} of type '{}'; use \
+                             open_topic to take it as it is, or delete_topic it first",
+                            have.0,
+                            have.1.as_str(),
+                            wanted.0,
+                            wanted.1.as_str()
+                        ),
+                    ));
+                }
+                t
+            }
+            created => created.py(py)?,
+        };
         Ok(topic_obj(t))
     }
 

@@ -21,6 +21,12 @@ fn class_name(code: ErrorCode) -> &'static str {
         ErrorCode::INVALID_ARGUMENT => "InvalidArgument",
         ErrorCode::CONNECTION_FAILED | ErrorCode::CONNECTION_CLOSED => "ConnectionError",
         ErrorCode::DATA_SELECTOR | ErrorCode::DATA_BROKER => "DataError",
+        ErrorCode::PARTITION_UNAVAILABLE => "PartitionUnavailable",
+        ErrorCode::DATA_DIR_LOCKED => "DataDirLocked",
+        ErrorCode::GROUP_FILE_LIVE => "GroupFileLive",
+        ErrorCode::DATA_CORRUPT => "DataCorrupt",
+        ErrorCode::DATA_EXPIRED => "DataExpired",
+        ErrorCode::PARTITION_FAILED => "PartitionFailed",
         _ => "StromError",
     }
 }
@@ -87,5 +93,39 @@ pub trait IntoPy<T> {
 impl<T> IntoPy<T> for strom_client::Result<T> {
     fn py(self, py: Python<'_>) -> PyResult<T> {
         self.map_err(|e| to_py(py, &e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `strom/errors.py`, whose classes `class_name` names.
+    const ERRORS_PY: &str = include_str!("../strom/errors.py");
+
+    #[test]
+    fn every_code_maps_to_a_class_defined_in_errors_py() {
+        for &code in ErrorCode::ALL {
+            let name = class_name(code);
+            assert!(
+                ERRORS_PY.contains(&format!("\nclass {name}(")),
+                "{code:?} maps to {name}, which strom/errors.py does not define"
+            );
+        }
+    }
+
+    #[test]
+    fn safety_codes_have_their_own_classes() {
+        let expected = [
+            (ErrorCode::PARTITION_UNAVAILABLE, "PartitionUnavailable"),
+            (ErrorCode::DATA_DIR_LOCKED, "DataDirLocked"),
+            (ErrorCode::GROUP_FILE_LIVE, "GroupFileLive"),
+            (ErrorCode::DATA_CORRUPT, "DataCorrupt"),
+            (ErrorCode::DATA_EXPIRED, "DataExpired"),
+            (ErrorCode::PARTITION_FAILED, "PartitionFailed"),
+        ];
+        for (code, name) in expected {
+            assert_eq!(class_name(code), name, "{code:?}");
+        }
     }
 }

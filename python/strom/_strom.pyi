@@ -185,8 +185,10 @@ class Driver:
         retention_bytes: Optional[int] = None,
         retention_ms: Optional[int] = None,
         segment_bytes: Optional[int] = None,
+        exist_ok: bool = False,
     ) -> Topic:
-        """Creates a topic."""
+        """Creates a topic; with ``exist_ok=True``, returns the existing one of that
+        name if it has the same partition count and type (else raises ``TopicExists``)."""
     def open_topic(self, name: str) -> Topic:
         """Opens an existing topic."""
     def describe(self, name: str) -> dict[str, Any]:

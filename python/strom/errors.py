@@ -21,6 +21,12 @@ __all__ = [
     "ConnectionError",
     "DataError",
     "ForkError",
+    "PartitionUnavailable",
+    "DataDirLocked",
+    "GroupFileLive",
+    "DataCorrupt",
+    "DataExpired",
+    "PartitionFailed",
 ]
 
 
@@ -62,6 +68,54 @@ class TopicExists(StromError):
 
 class TopicClosed(StromError):
     """The topic's stream has ended; nothing more can be produced (code 204)."""
+
+
+class PartitionUnavailable(StromError):
+    """The member hosting a partition is down, or the partition could not be
+    opened (code 207, ``PARTITION_UNAVAILABLE``)."""
+
+    code = 207
+    code_name = "PARTITION_UNAVAILABLE"
+
+
+class DataDirLocked(StromError):
+    """Another server process holds the data directory (code 208,
+    ``DATA_DIR_LOCKED``): for example two ``Driver.embedded`` on one path."""
+
+    code = 208
+    code_name = "DATA_DIR_LOCKED"
+
+
+class GroupFileLive(StromError):
+    """The group file names live members of another group (code 209,
+    ``GROUP_FILE_LIVE``)."""
+
+    code = 209
+    code_name = "GROUP_FILE_LIVE"
+
+
+class DataCorrupt(StromError):
+    """A range of offsets is unreadable (damaged on disk) and was quarantined
+    (code 309, ``DATA_CORRUPT``)."""
+
+    code = 309
+    code_name = "DATA_CORRUPT"
+
+
+class DataExpired(StromError):
+    """Events were dropped by the overflow policy before this reader got them
+    (code 310, ``DATA_EXPIRED``)."""
+
+    code = 310
+    code_name = "DATA_EXPIRED"
+
+
+class PartitionFailed(StromError):
+    """The partition stopped after a failed fsync or write and must be
+    reopened (code 311, ``PARTITION_FAILED``)."""
+
+    code = 311
+    code_name = "PARTITION_FAILED"
 
 
 class InvalidMetadata(StromError, ValueError):

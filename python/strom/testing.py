@@ -19,18 +19,21 @@ from pathlib import Path
 __all__ = ["Server", "find_binary"]
 
 
-def find_binary() -> str:
-    """The ``strom`` binary: ``$STROM_BIN``, else ``target/{debug,release}/strom``
-    in the repository holding this package, else ``strom`` on ``PATH``."""
+def find_binary(search_from: str | os.PathLike | None = None) -> str:
+    """The ``strom`` binary: ``$STROM_BIN``; else the newer (by modification
+    time) of ``target/debug/strom`` and ``target/release/strom`` in
+    ``search_from`` (default: this package's file) or the nearest directory
+    above it that has either; else ``strom`` on ``PATH``."""
     env = os.environ.get("STROM_BIN")
     if env:
         return env
-    here = Path(__file__).resolve()
-    for parent in here.parents:
-        for kind in ("debug", "release"):
-            candidate = parent / "target" / kind / "strom"
-            if candidate.is_file() and os.access(candidate, os.X_OK):
-                return str(candidate)
+    start = Path(search_from) if search_from is not None else Path(__file__)
+    start = start.resolve()
+    for parent in (start, *start.parents):
+        builds = [parent / "target" / kind / "strom" for kind in ("debug", "release")]
+        builds = [b for b in builds if b.is_file() and os.access(b, os.X_OK)]
+        if builds:
+            return str(max(builds, key=lambda b: b.stat().st_mtime))
     found = shutil.which("strom")
     if found:
         return found

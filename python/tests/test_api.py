@@ -46,3 +46,26 @@ def test_errors_carry_stable_codes():
     assert isinstance(e, strom.StromError) and isinstance(e, LookupError)
     assert (e.code, e.code_name) == (200, "TOPIC_NOT_FOUND")
     assert issubclass(strom.TimeoutError, TimeoutError)
+
+
+def test_safety_error_codes_have_their_own_classes_carrying_the_code():
+    expected = {
+        "PartitionUnavailable": (207, "PARTITION_UNAVAILABLE"),
+        "DataDirLocked": (208, "DATA_DIR_LOCKED"),
+        "GroupFileLive": (209, "GROUP_FILE_LIVE"),
+        "DataCorrupt": (309, "DATA_CORRUPT"),
+        "DataExpired": (310, "DATA_EXPIRED"),
+        "PartitionFailed": (311, "PARTITION_FAILED"),
+    }
+    for name, (code, code_name) in expected.items():
+        cls = getattr(strom.errors, name)
+        assert getattr(strom, name) is cls and name in strom.__all__ and name in strom.errors.__all__
+        assert issubclass(cls, strom.StromError)
+        # The class itself and an instance built without a code both carry it.
+        assert (cls.code, cls.code_name) == (code, code_name), name
+        e = cls("partition 3 of 'frames'")
+        assert (e.code, e.code_name) == (code, code_name), name
+        assert str(e) == f"partition 3 of 'frames' [{code_name} ({code})]"
+        # As the extension raises it: message, code and name given.
+        e = cls("boom", code, code_name)
+        assert (e.code, e.code_name) == (code, code_name), name
