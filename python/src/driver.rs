@@ -8,7 +8,7 @@ use parking_lot::Mutex;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString};
 use strom_client::{
-    BatchSize, ConsumerOptions, DataBroker, DataSelector, Driver, Durability, ErrorCode,
+    BatchSize, ConsumerOptions, DataBroker, DataSelector, Driver, Durability, ErrorCode, Overflow,
     PartitionType, ProducerOptions, Selection, Topic, TopicInfo, TopicSpec, VecBroker,
 };
 
@@ -32,6 +32,7 @@ fn info_dict<'py>(py: Python<'py>, info: &TopicInfo) -> PyResult<Bound<'py, PyDi
     d.set_item("retention_bytes", s.retention_bytes)?;
     d.set_item("retention_ms", s.retention_ms)?;
     d.set_item("segment_bytes", s.segment_bytes)?;
+    d.set_item("overflow", s.effective_overflow().map(Overflow::as_str))?;
     let parts = PyList::empty(py);
     for p in &info.partitions {
         let pd = PyDict::new(py);
@@ -40,6 +41,9 @@ fn info_dict<'py>(py: Python<'py>, info: &TopicInfo) -> PyResult<Bound<'py, PyDi
         pd.set_item("addr", &p.addr)?;
         pd.set_item("first_offset", p.first_offset)?;
         pd.set_item("next_offset", p.next_offset)?;
+        pd.set_item("status", p.status.as_str())?;
+        pd.set_item("reason", p.status.reason())?;
+        pd.set_item("dropped_events", p.dropped_events)?;
         parts.append(pd)?;
     }
     d.set_item("partitions", parts)?;
@@ -119,10 +123,13 @@ impl PyDriver {
     /// Creates a topic and returns it.
     ///
     /// `type`: `"file"` (persistent, default) or `"memory"`; `durability`:
-    /// `"never"`, `"always"` or `"interval:<ms>"`; `validator`: `"none"`,
+    /// `"always"` (default), `"never"` or `"interval:<ms>"`; `validator`: `"none"`,
     /// `"json"` or `"json-schema"` (with `schema`, a dict or JSON text);
     /// `selector`: `"round-robin"`, `"hash:<field>"` or `"explicit"`;
-    /// `serializer`: `"json"` or `"binary"` (needs `schema`).
+    /// `serializer`: `"json"` or `"binary"` (needs `schema`); `overflow`
+    /// (memory topics only): `"block"` (default: producers wait for
+    /// consumers' acks once the partition is full) or `"drop-oldest"`
+    /// (readers that fall behind get a `DataExpired` gap).
     ///
     /// `exist_ok=True` returns the topic if it already exists (say, on a
     /// program's second run) instead of raising `TopicExists`, provided it
@@ -130,7 +137,7 @@ impl PyDriver {
     /// `TopicExists` says how the existing topic differs.
     #[pyo3(signature = (name, partitions=1, r#type="file", durability="always", validator="none",
         schema=None, selector="round-robin", serializer="json", retention_bytes=None,
-        retention_ms=None, segment_bytes=None, exist_ok=false))]
+        retention_ms=None, segment_bytes=None, exist_ok=false, overflow=None))]
     #[allow(clippy::too_many_arguments)]
     fn create_topic(
         &self,
@@ -147,6 +154,7 @@ impl PyDriver {
         retention_ms: Option<u64>,
         segment_bytes: Option<u64>,
         exist_ok: bool,
+        overflow: Option<&str>,
     ) -> PyResult<PyTopic> {
         let d = self.inner.get(py)?;
         let mut spec = TopicSpec::new(name, partitions);
@@ -170,6 +178,10 @@ impl PyDriver {
         spec.retention_bytes = retention_bytes;
         spec.retention_ms = retention_ms;
         spec.segment_bytes = segment_bytes;
+        spec.overflow = overflow
+            .map(Overflow::parse)
+            .transpose()
+            .map_err(|e| errors::invalid(py, e))?;
         let wanted = (spec.partitions, spec.partition_type);
         let t = match py.detach(|| d.create_topic(spec)) {
             Err(e) if exist_ok && e.code() == ErrorCode::TOPIC_EXISTS => {

@@ -186,6 +186,7 @@ class Driver:
         retention_ms: Optional[int] = None,
         segment_bytes: Optional[int] = None,
         exist_ok: bool = False,
+        overflow: Optional[Literal["block", "drop-oldest"]] = None,
     ) -> Topic:
         """Creates a topic; with ``exist_ok=True``, returns the existing one of that
         name if it has the same partition count and type (else raises ``TopicExists``)."""
