@@ -7,21 +7,10 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use common::{run_cli, CliOutput, ServerProcess};
+use common::{ok, run_cli, CliOutput, ServerProcess};
 use serde_json::Value;
 
 const CLI_TIMEOUT: Duration = Duration::from_secs(60);
-
-fn ok(out: CliOutput, what: &str) -> CliOutput {
-    assert!(
-        out.status.success(),
-        "{what} failed with {}; stdout:\n{}\nstderr:\n{}",
-        out.status,
-        out.stdout,
-        out.stderr
-    );
-    out
-}
 
 /// Every stdout line is a JSON object; returns them.
 fn json_lines(out: &CliOutput, what: &str) -> Vec<Value> {

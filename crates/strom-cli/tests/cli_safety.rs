@@ -12,22 +12,11 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{run_cli, CliOutput, ServerProcess};
+use common::{ok, run_cli, CliOutput, ServerProcess};
 use serde_json::Value;
 use strom_client::{Driver, TopicSpec};
 
 const CLI_TIMEOUT: Duration = Duration::from_secs(60);
-
-fn ok(out: CliOutput, what: &str) -> CliOutput {
-    assert!(
-        out.status.success(),
-        "{what} failed with {}; stdout:\n{}\nstderr:\n{}",
-        out.status,
-        out.stdout,
-        out.stderr
-    );
-    out
-}
 
 /// `(partition, offset)` of a JSON line printed by `produce` or `consume`.
 fn pos(line: &str) -> (u32, u64) {
@@ -86,6 +75,22 @@ fn spawn(args: &[&str], stdin: Stdio, stdout: Stdio) -> Child {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawning strom")
+}
+
+/// `strom consume t --name c --follow` with its stdout piped to us.
+fn follow_consumer(gf: &str) -> (Child, BufReader<std::process::ChildStdout>) {
+    let args = [
+        "--group-file",
+        gf,
+        "consume",
+        "t",
+        "--name",
+        "c",
+        "--follow",
+    ];
+    let mut child = spawn(&args, Stdio::null(), Stdio::piped());
+    let out = BufReader::new(child.stdout.take().expect("stdout"));
+    (child, out)
 }
 
 fn send(child: &Child, sig: i32) {
@@ -173,20 +178,7 @@ fn consume_sigint_acks_exactly_what_reached_the_reader() {
     let server = ServerProcess::start(base.path());
     let gf = server.group_file.to_str().expect("utf-8").to_string();
     let all = fill(&server, "t", 2, 3000, 0);
-    let mut child = spawn(
-        &[
-            "--group-file",
-            &gf,
-            "consume",
-            "t",
-            "--name",
-            "c",
-            "--follow",
-        ],
-        Stdio::null(),
-        Stdio::piped(),
-    );
-    let mut out = BufReader::new(child.stdout.take().expect("stdout"));
+    let (child, mut out) = follow_consumer(&gf);
     let mut first = Vec::new();
     let mut line = String::new();
     while first.len() < 100 {
@@ -214,20 +206,7 @@ fn consume_sigterm_exits_143_and_resumes_without_loss() {
     let server = ServerProcess::start(base.path());
     let gf = server.group_file.to_str().expect("utf-8").to_string();
     let all = fill(&server, "t", 1, 500, 0);
-    let mut child = spawn(
-        &[
-            "--group-file",
-            &gf,
-            "consume",
-            "t",
-            "--name",
-            "c",
-            "--follow",
-        ],
-        Stdio::null(),
-        Stdio::piped(),
-    );
-    let mut out = BufReader::new(child.stdout.take().expect("stdout"));
+    let (child, mut out) = follow_consumer(&gf);
     let mut first = Vec::new();
     let mut line = String::new();
     line.clear();

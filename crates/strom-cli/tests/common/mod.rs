@@ -190,6 +190,18 @@ impl Drop for ServerProcess {
     }
 }
 
+/// Asserts that a CLI run succeeded, showing its output if not.
+pub fn ok(out: CliOutput, what: &str) -> CliOutput {
+    assert!(
+        out.status.success(),
+        "{what} failed with {}; stdout:\n{}\nstderr:\n{}",
+        out.status,
+        out.stdout,
+        out.stderr
+    );
+    out
+}
+
 /// Output of one CLI run.
 pub struct CliOutput {
     pub status: ExitStatus,
