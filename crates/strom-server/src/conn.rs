@@ -16,6 +16,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use crate::control;
 use crate::error::ServerError;
 use crate::partition::{AppendReply, PartitionManager};
 use crate::server::State;
@@ -209,93 +210,6 @@ impl Session {
     async fn dispatch(&mut self, id: u64, req: Request, bulk: Vec<bytes::Bytes>) {
         let st = self.state.clone();
         let result = match req {
-            Request::Hello { .. } => Ok(Response::Hello {
-                member: st.member(),
-                master: 0,
-                members: match &st.registry {
-                    Some(r) => r
-                        .members()
-                        .await
-                        .into_iter()
-                        .map(|m| strom_proto::GroupMember {
-                            id: m.id,
-                            addr: m.addr,
-                        })
-                        .collect(),
-                    None => st.members_brief(),
-                },
-            }),
-            Request::Limits => Ok(Response::Limits {
-                max_frame_bytes: u64::from(st.config.max_frame_bytes),
-                max_batch_bytes: st.config.max_batch_bytes,
-            }),
-            Request::CreateTopic { spec, member } => match st.registry() {
-                Ok(r) => r.create(&st, spec, member).await.map(Response::Topic),
-                Err(e) => Err(e),
-            },
-            Request::DescribeTopic { name, offsets } => match st.registry() {
-                Ok(r) => r.describe(&st, &name, offsets).await.map(Response::Topic),
-                Err(e) => Err(e),
-            },
-            Request::ListTopics => match st.registry() {
-                Ok(r) => Ok(Response::Topics(r.list(&st).await)),
-                Err(e) => Err(e),
-            },
-            Request::DeleteTopic { name } => match st.registry() {
-                Ok(r) => r.delete(&st, &name).await.map(|_| Response::Done),
-                Err(e) => Err(e),
-            },
-            Request::CompleteTopic { name } => match st.registry() {
-                Ok(r) => r.complete(&st, &name).await.map(|_| Response::Done),
-                Err(e) => Err(e),
-            },
-            Request::RegisterProducer { topic } => match st.registry() {
-                Ok(r) => r
-                    .register_producer(&st, &topic)
-                    .await
-                    .map(|id| Response::Producer { id }),
-                Err(e) => Err(e),
-            },
-            Request::CloseProducer { topic, producer } => match st.registry() {
-                Ok(r) => r
-                    .close_producer(&st, &topic, producer)
-                    .await
-                    .map(|_| Response::Done),
-                Err(e) => Err(e),
-            },
-            Request::AddPartitions {
-                topic,
-                count,
-                member,
-            } => match st.registry() {
-                Ok(r) => r
-                    .add_partitions(&st, &topic, count, member)
-                    .await
-                    .map(Response::Topic),
-                Err(e) => Err(e),
-            },
-            Request::Join { member, addr } => match st.registry() {
-                Ok(r) => match r.join(&st, member, addr).await {
-                    Ok(member) => Ok(Response::Joined {
-                        member,
-                        members: r.members().await,
-                    }),
-                    Err(e) => Err(e),
-                },
-                Err(e) => Err(e),
-            },
-            Request::Heartbeat { member, addr } => match st.registry() {
-                Ok(r) => r.heartbeat(member, addr).await.map(|_| Response::Done),
-                Err(e) => Err(e),
-            },
-            Request::Members => match st.registry() {
-                Ok(r) => Ok(Response::Members(r.members().await)),
-                Err(e) => Err(e),
-            },
-            req @ (Request::HostPartitions { .. }
-            | Request::SealPartitions { .. }
-            | Request::DropPartitions { .. }
-            | Request::PartitionStats { .. }) => st.local_call(req).await,
             Request::Produce {
                 topic,
                 partition,
@@ -473,6 +387,8 @@ impl Session {
             Request::Offsets { topic, partition } => self
                 .partition(&topic, partition)
                 .map(|p| Response::Offsets(p.offsets.all())),
+            // Topics, producers and the group: the registry's operations.
+            req => control::handle(&st, req).await,
         };
         self.respond(id, result);
     }

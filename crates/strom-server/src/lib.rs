@@ -8,10 +8,12 @@
 
 mod config;
 mod conn;
+mod control;
 mod error;
 mod group;
 mod host;
 mod launch;
+mod members;
 mod ownership;
 mod partition;
 mod peers;

@@ -7,6 +7,7 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -19,7 +20,7 @@ use tokio::sync::Mutex;
 use crate::error::ServerError;
 use crate::group::{read_json_or_default, write_group_file, write_json};
 use crate::host::check_topic_name;
-use crate::server::State;
+use crate::members::MemberLink;
 
 const MAX_PARTITIONS: u32 = 65_536;
 /// A member not heard from for this long is reported dead.
@@ -81,6 +82,8 @@ struct RegState {
 
 pub struct Registry {
     file: PathBuf,
+    /// Reaches members (this server included) for host/seal/drop/stats.
+    link: Arc<MemberLink>,
     group_id: u64,
     group_file: Option<PathBuf>,
     /// Members expected before the group file is first written (launcher size).
@@ -100,8 +103,9 @@ impl Registry {
         data_dir: &std::path::Path,
         group_file: Option<PathBuf>,
         expected: u32,
-        addr: &str,
+        link: Arc<MemberLink>,
     ) -> Result<Self, ServerError> {
+        let addr = link.addr().to_string();
         let file = data_dir.join("registry.json");
         let p: Persisted = read_json_or_default(&file)?;
         let group_id = if p.group_id != 0 {
@@ -134,6 +138,7 @@ impl Registry {
         );
         let registry = Registry {
             file,
+            link,
             group_id,
             group_file,
             expected: expected.max(1),
@@ -222,12 +227,7 @@ impl Registry {
     }
 
     /// Admits a member (or a restarted one under its old id); returns its id.
-    pub async fn join(
-        &self,
-        st_: &State,
-        want: Option<u32>,
-        addr: String,
-    ) -> Result<u32, ServerError> {
+    pub async fn join(&self, want: Option<u32>, addr: String) -> Result<u32, ServerError> {
         let mut st = self.state.lock().await;
         let id = match want {
             Some(0) => {
@@ -265,10 +265,10 @@ impl Registry {
             })
             .collect();
         drop(st);
-        let state = st_.clone_arc();
+        let link = self.link.clone();
         tokio::spawn(async move {
             for req in work {
-                if let Err(e) = state.member_call(id, &addr, req).await {
+                if let Err(e) = link.call(id, &addr, req).await {
                     tracing::warn!(member = id, error = %e, "re-hosting partitions on a rejoined member failed");
                 }
             }
@@ -339,7 +339,6 @@ impl Registry {
     /// (hosting is idempotent and dropped with the topic).
     async fn host_on_members(
         &self,
-        state: &State,
         st: &RegState,
         meta: &TopicMeta,
         only: impl Fn(u32) -> bool,
@@ -355,8 +354,8 @@ impl Registry {
                 partitions: parts,
                 sealed: meta.state().ended,
             };
-            state
-                .member_call(member, &Self::addr_of(st, member), req)
+            self.link
+                .call(member, &Self::addr_of(st, member), req)
                 .await
                 .map_err(|e| ServerError::coded(e.code(), format!("member {member}: {e}")))?;
         }
@@ -365,7 +364,6 @@ impl Registry {
 
     pub async fn create(
         &self,
-        state: &State,
         spec: TopicSpec,
         member: Option<u32>,
     ) -> Result<TopicInfo, ServerError> {
@@ -409,30 +407,24 @@ impl Registry {
             completed: false,
         };
         st.next_topic_id += 1;
-        if let Err(e) = self.host_on_members(state, &st, &meta, |_| true).await {
+        if let Err(e) = self.host_on_members(&st, &meta, |_| true).await {
             for m in meta.by_member().keys() {
                 let req = Request::DropPartitions {
                     topic: meta.spec.name.clone(),
                 };
-                let _ = state.member_call(*m, &Self::addr_of(&st, *m), req).await;
+                let _ = self.link.call(*m, &Self::addr_of(&st, *m), req).await;
             }
             return Err(e);
         }
         st.topics.insert(meta.spec.name.clone(), meta.clone());
         self.persist(&st)?;
         tracing::info!(topic = %meta.spec.name, partitions = meta.spec.partitions, "topic created");
-        let info = self.info(state, &st, &meta, true).await;
+        let info = self.info(&st, &meta, true).await;
         Ok(info)
     }
 
     /// The topic's description, with offsets fetched from each owner.
-    async fn info(
-        &self,
-        state: &State,
-        st: &RegState,
-        meta: &TopicMeta,
-        offsets: bool,
-    ) -> TopicInfo {
+    async fn info(&self, st: &RegState, meta: &TopicMeta, offsets: bool) -> TopicInfo {
         let mut partitions: Vec<PartitionInfo> = meta
             .placement
             .iter()
@@ -452,8 +444,9 @@ impl Registry {
                 topic: meta.spec.name.clone(),
                 partitions: parts.clone(),
             };
-            match state
-                .member_call(member, &Self::addr_of(st, member), req)
+            match self
+                .link
+                .call(member, &Self::addr_of(st, member), req)
                 .await
             {
                 Ok(Response::Stats(stats)) => {
@@ -491,27 +484,22 @@ impl Registry {
         }
     }
 
-    pub async fn describe(
-        &self,
-        state: &State,
-        name: &str,
-        offsets: bool,
-    ) -> Result<TopicInfo, ServerError> {
+    pub async fn describe(&self, name: &str, offsets: bool) -> Result<TopicInfo, ServerError> {
         let st = self.state.lock().await;
         let meta = st.topics.get(name).ok_or_else(|| not_found(name))?;
-        Ok(self.info(state, &st, meta, offsets).await)
+        Ok(self.info(&st, meta, offsets).await)
     }
 
-    pub async fn list(&self, state: &State) -> Vec<TopicInfo> {
+    pub async fn list(&self) -> Vec<TopicInfo> {
         let st = self.state.lock().await;
         let mut out = Vec::new();
         for meta in st.topics.values() {
-            out.push(self.info(state, &st, meta, true).await);
+            out.push(self.info(&st, meta, true).await);
         }
         out
     }
 
-    pub async fn delete(&self, state: &State, name: &str) -> Result<(), ServerError> {
+    pub async fn delete(&self, name: &str) -> Result<(), ServerError> {
         let mut st = self.state.lock().await;
         let meta = st.topics.remove(name).ok_or_else(|| not_found(name))?;
         if let Err(e) = self.persist(&st) {
@@ -522,7 +510,7 @@ impl Registry {
             let req = Request::DropPartitions {
                 topic: name.to_string(),
             };
-            if let Err(e) = state.member_call(*m, &Self::addr_of(&st, *m), req).await {
+            if let Err(e) = self.link.call(*m, &Self::addr_of(&st, *m), req).await {
                 tracing::warn!(member = m, topic = %name, error = %e, "member could not drop a deleted topic's partitions");
             }
         }
@@ -534,7 +522,6 @@ impl Registry {
     /// if the stream has just ended.
     async fn update<T>(
         &self,
-        state: &State,
         name: &str,
         f: impl FnOnce(&mut TopicMeta) -> Result<T, ServerError>,
     ) -> Result<T, ServerError> {
@@ -553,7 +540,7 @@ impl Registry {
                 let req = Request::SealPartitions {
                     topic: name.to_string(),
                 };
-                if let Err(e) = state.member_call(*m, &Self::addr_of(&st, *m), req).await {
+                if let Err(e) = self.link.call(*m, &Self::addr_of(&st, *m), req).await {
                     // The member re-seals when it rejoins (see `join`).
                     tracing::warn!(member = m, topic = %name, error = %e, "could not seal partitions on a member");
                 }
@@ -575,8 +562,8 @@ impl Registry {
         Ok(())
     }
 
-    pub async fn register_producer(&self, state: &State, topic: &str) -> Result<u64, ServerError> {
-        self.update(state, topic, |m| {
+    pub async fn register_producer(&self, topic: &str) -> Result<u64, ServerError> {
+        self.update(topic, |m| {
             Self::check_open(m)?;
             let id = m.next_producer;
             m.next_producer += 1;
@@ -586,13 +573,8 @@ impl Registry {
         .await
     }
 
-    pub async fn close_producer(
-        &self,
-        state: &State,
-        topic: &str,
-        producer: u64,
-    ) -> Result<(), ServerError> {
-        self.update(state, topic, |m| match m.producers.get_mut(&producer) {
+    pub async fn close_producer(&self, topic: &str, producer: u64) -> Result<(), ServerError> {
+        self.update(topic, |m| match m.producers.get_mut(&producer) {
             Some(closed) => {
                 *closed = true;
                 Ok(())
@@ -605,8 +587,8 @@ impl Registry {
         .await
     }
 
-    pub async fn complete(&self, state: &State, topic: &str) -> Result<(), ServerError> {
-        self.update(state, topic, |m| {
+    pub async fn complete(&self, topic: &str) -> Result<(), ServerError> {
+        self.update(topic, |m| {
             m.completed = true;
             Ok(())
         })
@@ -615,7 +597,6 @@ impl Registry {
 
     pub async fn add_partitions(
         &self,
-        state: &State,
         topic: &str,
         count: u32,
         member: Option<u32>,
@@ -638,11 +619,11 @@ impl Registry {
         new.placement
             .extend(Self::place(&st, count, meta.id + old as u64, member)?);
         new.spec.partitions = old + count;
-        self.host_on_members(state, &st, &new, |p| p >= old).await?;
+        self.host_on_members(&st, &new, |p| p >= old).await?;
         st.topics.insert(topic.to_string(), new.clone());
         self.persist(&st)?;
         tracing::info!(topic = %topic, added = count, "partitions added");
-        Ok(self.info(state, &st, &new, true).await)
+        Ok(self.info(&st, &new, true).await)
     }
 }
 

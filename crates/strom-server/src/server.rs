@@ -4,12 +4,11 @@
 //! sync every partition).
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use strom_net::{TcpTransport, Transport};
-use strom_proto::{ErrorCode, GroupMember, Request, Response};
+use strom_proto::{ErrorCode, Request, Response};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -19,8 +18,8 @@ use crate::error::ServerError;
 use crate::group::{read_group_file, write_atomic};
 use crate::host::Host;
 use crate::launch::{rank_from_env, rendezvous_file};
+use crate::members::MemberLink;
 use crate::ownership::{check_group_file, DataDirLock};
-use crate::peers::Peers;
 use crate::registry::Registry;
 
 /// How this process finds the master, if it is not the master itself.
@@ -61,12 +60,11 @@ impl MasterSource {
 /// State shared by every connection of one server process.
 pub struct State {
     pub config: ServerConfig,
-    pub host: Host,
+    pub host: Arc<Host>,
     pub registry: Option<Registry>,
-    pub peers: Peers,
+    /// This server's id, address, hosted partitions and peers.
+    pub link: Arc<MemberLink>,
     pub addr: String,
-    member: AtomicU32,
-    me: Weak<State>,
     /// Held for the server's whole life: one server per data directory.
     _lock: DataDirLock,
 }
@@ -74,11 +72,7 @@ pub struct State {
 impl State {
     /// This server's member id (`u32::MAX` until it has joined).
     pub fn member(&self) -> u32 {
-        self.member.load(Ordering::Acquire)
-    }
-
-    pub fn clone_arc(&self) -> Arc<State> {
-        self.me.upgrade().expect("state is alive while used")
+        self.link.member()
     }
 
     pub fn registry(&self) -> Result<&Registry, ServerError> {
@@ -92,67 +86,6 @@ impl State {
                 ),
             )
         })
-    }
-
-    pub fn members_brief(&self) -> Vec<GroupMember> {
-        vec![GroupMember {
-            id: self.member(),
-            addr: self.addr.clone(),
-        }]
-    }
-
-    /// Runs a member-directed request here or on the member at `addr`.
-    pub async fn member_call(
-        &self,
-        member: u32,
-        addr: &str,
-        req: Request,
-    ) -> Result<Response, ServerError> {
-        if member == self.member() {
-            self.local_call(req).await
-        } else {
-            self.peers.call(addr, &req).await
-        }
-    }
-
-    /// Requests the master sends to members about the partitions they host.
-    pub async fn local_call(&self, req: Request) -> Result<Response, ServerError> {
-        match req {
-            Request::HostPartitions {
-                topic_id,
-                spec,
-                partitions,
-                sealed,
-            } => {
-                let me = self.clone_arc();
-                tokio::task::spawn_blocking(move || {
-                    me.host.host(topic_id, &spec, &partitions, sealed)
-                })
-                .await
-                .map_err(|e| ServerError::coded(ErrorCode::INTERNAL, e.to_string()))??;
-                Ok(Response::Done)
-            }
-            Request::SealPartitions { topic } => {
-                self.host.seal(&topic).await.map(|_| Response::Done)
-            }
-            Request::DropPartitions { topic } => {
-                let me = self.clone_arc();
-                tokio::task::spawn_blocking(move || me.host.drop_topic(&topic))
-                    .await
-                    .map_err(|e| ServerError::coded(ErrorCode::INTERNAL, e.to_string()))??;
-                Ok(Response::Done)
-            }
-            Request::PartitionStats { topic, partitions } => Ok(Response::Stats(self.host.stats(
-                &topic,
-                &partitions,
-                self.member(),
-                &self.addr,
-            ))),
-            other => Err(ServerError::coded(
-                ErrorCode::UNKNOWN_OPCODE,
-                format!("not a member request: opcode {}", other.opcode()),
-            )),
-        }
     }
 }
 
@@ -230,27 +163,30 @@ impl Server {
                 .await
                 .map_err(|e| ServerError::coded(ErrorCode::INTERNAL, e.to_string()))??
         };
+        let host = Arc::new(host);
+        let initial_member = match role {
+            Role::Master { .. } => 0,
+            Role::Member { .. } => u32::MAX,
+        };
+        let link = Arc::new(MemberLink::new(initial_member, addr.clone(), host.clone()));
         let registry = match &role {
             Role::Master { expected } => Some(Registry::open(
                 &config.data_dir,
                 config.group_file.clone(),
                 *expected,
-                &addr,
+                link.clone(),
             )?),
             Role::Member { .. } => None,
         };
         if let (Some(reg), Some(g)) = (&registry, &config.group_file) {
             check_group_file(g, reg.group_id()).await?;
         }
-        let initial_member = if registry.is_some() { 0 } else { u32::MAX };
-        let state = Arc::new_cyclic(|me| State {
+        let state = Arc::new(State {
             config,
             host,
             registry,
-            peers: Peers::default(),
+            link,
             addr: addr.clone(),
-            member: AtomicU32::new(initial_member),
-            me: me.clone(),
             _lock: lock,
         });
         let (stop, mut stopped) = watch::channel(false);
@@ -338,7 +274,7 @@ async fn membership(
                     let _ = write_atomic(&id_file, id.to_string().as_bytes());
                 }
                 want = Some(id);
-                state.member.store(id, Ordering::Release);
+                state.link.set_member(id);
                 joined = Some((id, master));
             }),
             Some((id, master)) => {
@@ -347,7 +283,8 @@ async fn membership(
                     addr: state.addr.clone(),
                 };
                 state
-                    .peers
+                    .link
+                    .peers()
                     .call(master, &req)
                     .await
                     .map(|_| ())
@@ -375,7 +312,7 @@ async fn join_once(
         member: want,
         addr: state.addr.clone(),
     };
-    match state.peers.call(&master, &req).await {
+    match state.link.peers().call(&master, &req).await {
         Ok(Response::Joined { member, .. }) => {
             tracing::info!(member, master = %master, "joined the group");
             Ok((member, master))

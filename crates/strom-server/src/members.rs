@@ -1,0 +1,114 @@
+//! The narrow handle the control plane uses to reach group members: this
+//! server's own id and address, the partitions it hosts, and connections to
+//! its peers. The registry holds one instead of the whole server state, so
+//! the control plane never calls back up into the object that owns it.
+//!
+//! A call addressed to this server's own id runs here, directly on the
+//! local [`Host`]; any other goes to the peer at its address.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+
+use strom_proto::{ErrorCode, GroupMember, Request, Response};
+
+use crate::error::ServerError;
+use crate::host::Host;
+use crate::peers::Peers;
+
+pub struct MemberLink {
+    member: AtomicU32,
+    addr: String,
+    host: Arc<Host>,
+    peers: Peers,
+}
+
+impl MemberLink {
+    pub fn new(member: u32, addr: String, host: Arc<Host>) -> Self {
+        MemberLink {
+            member: AtomicU32::new(member),
+            addr,
+            host,
+            peers: Peers::default(),
+        }
+    }
+
+    /// This server's member id (`u32::MAX` until it has joined).
+    pub fn member(&self) -> u32 {
+        self.member.load(Ordering::Acquire)
+    }
+
+    pub fn set_member(&self, id: u32) {
+        self.member.store(id, Ordering::Release);
+    }
+
+    /// The address this server listens on.
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    pub fn peers(&self) -> &Peers {
+        &self.peers
+    }
+
+    /// This server alone, as a member list.
+    pub fn brief(&self) -> Vec<GroupMember> {
+        vec![GroupMember {
+            id: self.member(),
+            addr: self.addr.clone(),
+        }]
+    }
+
+    /// Runs a member-directed request here or on the member at `addr`.
+    pub async fn call(
+        &self,
+        member: u32,
+        addr: &str,
+        req: Request,
+    ) -> Result<Response, ServerError> {
+        if member == self.member() {
+            self.local(req).await
+        } else {
+            self.peers.call(addr, &req).await
+        }
+    }
+
+    /// Requests the master sends to members about the partitions they host.
+    pub async fn local(&self, req: Request) -> Result<Response, ServerError> {
+        let host = self.host.clone();
+        match req {
+            Request::HostPartitions {
+                topic_id,
+                spec,
+                partitions,
+                sealed,
+            } => {
+                blocking(move || host.host(topic_id, &spec, &partitions, sealed)).await?;
+                Ok(Response::Done)
+            }
+            Request::SealPartitions { topic } => host.seal(&topic).await.map(|_| Response::Done),
+            Request::DropPartitions { topic } => {
+                blocking(move || host.drop_topic(&topic)).await?;
+                Ok(Response::Done)
+            }
+            Request::PartitionStats { topic, partitions } => Ok(Response::Stats(host.stats(
+                &topic,
+                &partitions,
+                self.member(),
+                &self.addr,
+            ))),
+            other => Err(ServerError::coded(
+                ErrorCode::UNKNOWN_OPCODE,
+                format!("not a member request: opcode {}", other.opcode()),
+            )),
+        }
+    }
+}
+
+/// Runs blocking file work off the async workers.
+async fn blocking(
+    f: impl FnOnce() -> Result<(), ServerError> + Send + 'static,
+) -> Result<(), ServerError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ServerError::coded(ErrorCode::INTERNAL, e.to_string()))?
+}
