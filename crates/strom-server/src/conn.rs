@@ -19,7 +19,7 @@ use tokio::time::Instant;
 use crate::control;
 use crate::error::ServerError;
 use crate::partition::{AppendReply, PartitionManager};
-use crate::server::State;
+use crate::state::State;
 use crate::stream::{self, Credit};
 
 /// Batches with more data than this are appended under `block_in_place`.

@@ -8,7 +8,7 @@
 use strom_proto::{GroupMember, Request, Response};
 
 use crate::error::ServerError;
-use crate::server::State;
+use crate::state::State;
 
 /// Answers one control request.
 pub async fn handle(st: &State, req: Request) -> Result<Response, ServerError> {

@@ -19,6 +19,7 @@ mod partition;
 mod peers;
 mod registry;
 mod server;
+mod state;
 mod stream;
 
 pub use config::ServerConfig;

@@ -21,6 +21,7 @@ use crate::launch::{rank_from_env, rendezvous_file};
 use crate::members::MemberLink;
 use crate::ownership::{check_group_file, DataDirLock};
 use crate::registry::Registry;
+use crate::state::State;
 
 /// How this process finds the master, if it is not the master itself.
 enum Role {
@@ -54,38 +55,6 @@ impl MasterSource {
                 .map(|s| s.trim().to_string())
                 .map_err(|e| format!("waiting for rank 0 to write {}: {e}", p.display())),
         }
-    }
-}
-
-/// State shared by every connection of one server process.
-pub struct State {
-    pub config: ServerConfig,
-    pub host: Arc<Host>,
-    pub registry: Option<Registry>,
-    /// This server's id, address, hosted partitions and peers.
-    pub link: Arc<MemberLink>,
-    pub addr: String,
-    /// Held for the server's whole life: one server per data directory.
-    _lock: DataDirLock,
-}
-
-impl State {
-    /// This server's member id (`u32::MAX` until it has joined).
-    pub fn member(&self) -> u32 {
-        self.link.member()
-    }
-
-    pub fn registry(&self) -> Result<&Registry, ServerError> {
-        self.registry.as_ref().ok_or_else(|| {
-            ServerError::coded(
-                ErrorCode::NOT_MASTER,
-                format!(
-                    "server {} is member {}, not the registry master; send registry requests to member 0 (see the group file)",
-                    self.addr,
-                    self.member()
-                ),
-            )
-        })
     }
 }
 
