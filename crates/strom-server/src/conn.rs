@@ -19,8 +19,9 @@ use tokio::time::Instant;
 use crate::control;
 use crate::error::ServerError;
 use crate::partition::{AppendReply, PartitionManager};
+use crate::sink::Credit;
 use crate::state::State;
-use crate::stream::{self, Credit};
+use crate::stream;
 
 /// Batches with more data than this are appended under `block_in_place`.
 const BLOCKING_APPEND: usize = 256 << 10;

@@ -19,6 +19,7 @@ mod partition;
 mod peers;
 mod registry;
 mod server;
+mod sink;
 mod state;
 mod stream;
 

@@ -40,7 +40,7 @@ use tokio::sync::watch;
 
 use crate::config::ServerConfig;
 use crate::error::ServerError;
-use crate::stream::Waiters;
+use crate::sink::Waiters;
 
 /// Called once with the append's outcome (on the appending or syncer thread).
 pub type AppendReply = Box<dyn FnOnce(Result<Appended, ServerError>) + Send>;

@@ -2,10 +2,10 @@
 //! ahead of demand, within the credit the consumer granted (bounded
 //! prefetch), then end-of-stream once the partition is sealed and drained.
 //!
-//! A stream that has caught up *parks* in the partition's [`Waiters`]; the
-//! appender then queues the next batch to it directly (no task wake-up on
-//! the latency path) and advances its position. Otherwise the stream task
-//! reads the log itself.
+//! A stream that has caught up *parks* in the partition's `Waiters` as a
+//! [`BatchSink`] (see `sink.rs`); the appender then offers it the next
+//! batch, which it queues as a `Push` (no task wake-up on the latency path),
+//! advancing its position. Otherwise the stream task reads the log itself.
 //!
 //! A range that storage quarantined as damaged is reported with a `Gap`
 //! push (`DATA_CORRUPT`, naming the offsets), and the stream goes on after
@@ -15,56 +15,23 @@
 //! it moves on to the oldest kept batch, and the client, seeing a batch (or
 //! the end of stream) start past its position, reports the gap.
 
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use parking_lot::Mutex;
 use strom_net::{OutFrame, WriterHandle};
 use strom_proto::{ErrorCode, Push};
 use strom_storage::{Appended, StorageError};
 use tokio::sync::Notify;
 
 use crate::partition::PartitionManager;
+use crate::sink::{BatchSink, Credit};
 
 /// Most metadata bytes read from the log per step.
 const READ_BYTES: usize = 1 << 20;
 
-/// Events the consumer is still willing to receive.
-pub struct Credit {
-    avail: AtomicI64,
-    notify: Notify,
-}
-
-impl Credit {
-    pub fn new(initial: u32) -> Arc<Self> {
-        Arc::new(Credit {
-            avail: AtomicI64::new(initial as i64),
-            notify: Notify::new(),
-        })
-    }
-
-    pub fn grant(&self, events: u32) {
-        self.avail.fetch_add(events as i64, Ordering::AcqRel);
-        self.notify.notify_one();
-    }
-
-    fn has(&self) -> bool {
-        self.avail.load(Ordering::Acquire) > 0
-    }
-
-    async fn wait(&self) {
-        loop {
-            let notified = self.notify.notified();
-            if self.has() {
-                return;
-            }
-            notified.await;
-        }
-    }
-}
-
-/// A caught-up stream waiting for the next batch.
+/// The native push sink: a caught-up stream parked in the partition's
+/// [`Waiters`], to which the appender hands the next batch as a `Push`.
 struct Parked {
     stream: u64,
     pos: AtomicU64,
@@ -73,59 +40,31 @@ struct Parked {
     wake: Notify,
 }
 
-/// The parked streams of one partition.
-#[derive(Default)]
-pub struct Waiters {
-    parked: Mutex<Vec<Arc<Parked>>>,
-}
-
-impl Waiters {
-    /// Pushes a just-visible batch to every stream parked at its offset,
-    /// and wakes them so they park again (or catch up from the log).
-    pub fn feed(&self, partition: u32, a: &Appended, meta: &Bytes) {
-        let mut parked = self.parked.lock();
-        if parked.is_empty() {
-            return;
+impl BatchSink for Parked {
+    fn offer(&self, partition: u32, a: &Appended, meta: &Bytes) -> bool {
+        if self.pos.load(Ordering::Acquire) != a.base_offset || !self.credit.has() {
+            return false;
         }
-        parked.retain(|p| {
-            if p.pos.load(Ordering::Acquire) != a.base_offset || !p.credit.has() {
-                return true;
-            }
-            let frame = OutFrame::push(
-                p.stream,
-                &Push::Events {
-                    partition,
-                    base_offset: a.base_offset,
-                    count: a.count,
-                    timestamp_us: a.timestamp_us,
-                    meta: meta.clone(),
-                },
-            );
-            if p.writer.try_send_frame(frame).is_ok() {
-                p.pos
-                    .store(a.base_offset + a.count as u64, Ordering::Release);
-                p.credit.avail.fetch_sub(a.count as i64, Ordering::AcqRel);
-            }
-            p.wake.notify_one();
-            false
-        });
-    }
-
-    pub fn wake_all(&self) {
-        for p in self.parked.lock().drain(..) {
-            p.wake.notify_one();
+        let frame = OutFrame::push(
+            self.stream,
+            &Push::Events {
+                partition,
+                base_offset: a.base_offset,
+                count: a.count,
+                timestamp_us: a.timestamp_us,
+                meta: meta.clone(),
+            },
+        );
+        if self.writer.try_send_frame(frame).is_ok() {
+            self.pos
+                .store(a.base_offset + a.count as u64, Ordering::Release);
+            self.credit.take(a.count);
         }
+        true
     }
 
-    fn park(&self, p: &Arc<Parked>) {
-        self.parked.lock().push(p.clone());
-    }
-
-    /// Takes the stream out (if the appender has not already), returning
-    /// its position, which a feed may have advanced.
-    fn unpark(&self, p: &Arc<Parked>) -> u64 {
-        self.parked.lock().retain(|x| !Arc::ptr_eq(x, p));
-        p.pos.load(Ordering::Acquire)
+    fn wake(&self) {
+        self.wake.notify_one();
     }
 }
 
@@ -203,7 +142,7 @@ pub async fn run(
                 if !send(&writer, stream, &push).await {
                     return;
                 }
-                credit.avail.fetch_sub(sent as i64, Ordering::AcqRel);
+                credit.take(sent as u32);
                 pos = end;
             }
             continue;
@@ -224,12 +163,14 @@ pub async fn run(
             writer: writer.clone(),
             wake: Notify::new(),
         });
-        pm.waiters.park(&parked);
+        let sink: Arc<dyn BatchSink> = parked.clone();
+        pm.waiters.park(&sink);
         tokio::select! {
             _ = parked.wake.notified() => {}
-            r = visible.changed() => if r.is_err() { pm.waiters.unpark(&parked); return },
-            r = sealed.changed() => if r.is_err() { pm.waiters.unpark(&parked); return },
+            r = visible.changed() => if r.is_err() { pm.waiters.unpark(&sink); return },
+            r = sealed.changed() => if r.is_err() { pm.waiters.unpark(&sink); return },
         }
-        pos = pm.waiters.unpark(&parked);
+        pm.waiters.unpark(&sink);
+        pos = parked.pos.load(Ordering::Acquire);
     }
 }
