@@ -11,11 +11,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use strom_net::{spawn_writer, Conn, NetError, OutFrame, WriterHandle};
-use strom_proto::{BatchView, ErrorCode, FrameKind, ProtoError, Request, Response, StartPos};
+use strom_proto::{ErrorCode, FrameKind, Request, Response, StartPos};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use crate::batch::ValidBatch;
 use crate::control;
 use crate::error::ServerError;
 use crate::partition::{AppendReply, PartitionManager};
@@ -24,7 +25,7 @@ use crate::state::State;
 use crate::stream;
 
 /// Batches with more data than this are appended under `block_in_place`.
-const BLOCKING_APPEND: usize = 256 << 10;
+const BLOCKING_APPEND: u64 = 256 << 10;
 
 struct Session {
     state: Arc<State>,
@@ -36,8 +37,8 @@ struct Session {
     budget: Arc<Semaphore>,
 }
 
-/// One decoded request with its bulk payload.
-type Incoming = (strom_proto::FrameHeader, Request, Vec<bytes::Bytes>);
+/// One decoded request, with its checked batch if it is a `Produce`.
+type Incoming = (strom_proto::FrameHeader, Request, Option<ValidBatch>);
 
 pub async fn serve(conn: Conn, state: Arc<State>, _slot: OwnedSemaphorePermit) {
     let peer = conn.peer.clone();
@@ -72,8 +73,11 @@ pub async fn serve(conn: Conn, state: Arc<State>, _slot: OwnedSemaphorePermit) {
                 }
             }
         };
-        let (header, req, bulk) = match tokio::time::timeout_at(deadline, read_request(&mut reader))
-            .await
+        let (header, req, batch) = match tokio::time::timeout_at(
+            deadline,
+            read_request(&mut reader),
+        )
+        .await
         {
             Ok(Ok(Some(r))) => r,
             Ok(Ok(None)) => break,
@@ -88,7 +92,7 @@ pub async fn serve(conn: Conn, state: Arc<State>, _slot: OwnedSemaphorePermit) {
             }
         };
         first = false;
-        s.dispatch(header.id, req, bulk).await;
+        s.dispatch(header.id, req, batch).await;
     }
     for (_, (task, _)) in s.streams.drain() {
         task.abort();
@@ -118,11 +122,12 @@ async fn read_request(
         return Err((id, e));
     }
     let req = Request::decode(header.opcode, &body).map_err(|e| (id, NetError::Proto(e)))?;
-    let bulk = if let Request::Produce { count, meta, .. } = &req {
+    let batch = if let Request::Produce { count, meta, .. } = &req {
         let bulk = reader.read_bulk().await.map_err(|e| (id, e))?;
         // A batch whose table disagrees with what was sent is a malformed frame.
-        check_batch(*count, meta, &bulk).map_err(|e| (id, NetError::Proto(e)))?;
-        bulk
+        let batch =
+            ValidBatch::check(*count, meta.clone(), bulk).map_err(|e| (id, NetError::Proto(e)))?;
+        Some(batch)
     } else {
         if reader.pending_bulk() > 0 {
             let e = NetError::BulkMismatch {
@@ -131,9 +136,9 @@ async fn read_request(
             };
             return Err((id, e));
         }
-        Vec::new()
+        None
     };
-    Ok(Some((header, req, bulk)))
+    Ok(Some((header, req, batch)))
 }
 
 /// Total bytes a FetchData asks for (saturating: lengths come from the wire).
@@ -142,23 +147,6 @@ fn requested_bytes(items: &[strom_proto::message::DataItem]) -> u64 {
         .iter()
         .flat_map(|(_, ranges)| ranges.iter())
         .fold(0u64, |acc, (_, len)| acc.saturating_add(*len))
-}
-
-/// Checks a Produce's batch table against its count and bulk payload.
-fn check_batch(count: u32, meta: &bytes::Bytes, bulk: &[bytes::Bytes]) -> Result<(), ProtoError> {
-    let view = BatchView::parse(meta.clone())?;
-    let data_len: u64 = bulk.iter().map(|b| b.len() as u64).sum();
-    if count == 0 || view.count() != count || view.data_len() != data_len {
-        return Err(ProtoError::Invalid {
-            what: "produce batch",
-            detail: format!(
-                "header says {count} events, the table {} events and {} data bytes, {data_len} data bytes were sent",
-                view.count(),
-                view.data_len()
-            ),
-        });
-    }
-    Ok(())
 }
 
 impl Session {
@@ -208,19 +196,16 @@ impl Session {
         }
     }
 
-    async fn dispatch(&mut self, id: u64, req: Request, bulk: Vec<bytes::Bytes>) {
+    async fn dispatch(&mut self, id: u64, req: Request, batch: Option<ValidBatch>) {
         let st = self.state.clone();
         let result = match req {
             Request::Produce {
-                topic,
-                partition,
-                count,
-                meta,
-            } => match self.partition(&topic, partition) {
-                Ok(p) => {
+                topic, partition, ..
+            } => match (self.partition(&topic, partition), batch) {
+                (Ok(p), Some(batch)) => {
                     let writer = self.writer.clone();
                     let handle = tokio::runtime::Handle::current();
-                    let big = bulk.iter().map(|b| b.len()).sum::<usize>() > BLOCKING_APPEND;
+                    let big = batch.size() > BLOCKING_APPEND;
                     let reply: AppendReply = Box::new(move |r| {
                         let resp = match r {
                             Ok(a) => Response::Produced {
@@ -240,13 +225,17 @@ impl Session {
                     // Large batches mean long file writes: let the runtime move
                     // other work off this worker meanwhile.
                     if big {
-                        tokio::task::block_in_place(|| p.append(meta, count, bulk, reply));
+                        tokio::task::block_in_place(|| p.append(batch, reply));
                     } else {
-                        p.append(meta, count, bulk, reply);
+                        p.append(batch, reply);
                     }
                     return;
                 }
-                Err(e) => Err(e),
+                (Err(e), _) => Err(e),
+                (Ok(_), None) => Err(ServerError::coded(
+                    ErrorCode::INTERNAL,
+                    "a produce request reached dispatch without its checked batch",
+                )),
             },
             Request::Subscribe {
                 stream,

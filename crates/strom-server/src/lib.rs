@@ -6,6 +6,7 @@
 //! `PartitionLog` trait and to the network only through `strom-net`; it must
 //! never depend on the client or CLI crates.
 
+mod batch;
 mod config;
 mod conn;
 mod control;

@@ -32,12 +32,13 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use parking_lot::Mutex;
-use strom_proto::{BatchView, Durability, ErrorCode, Overflow, PartitionType, TopicSpec};
+use strom_proto::{Durability, ErrorCode, Overflow, PartitionType, TopicSpec};
 use strom_storage::{
     AppendBatch, Appended, FileLog, LogConfig, MemoryLog, OffsetStore, PartitionLog,
 };
 use tokio::sync::watch;
 
+use crate::batch::ValidBatch;
 use crate::config::ServerConfig;
 use crate::error::ServerError;
 use crate::sink::Waiters;
@@ -54,15 +55,13 @@ struct Unsynced {
 
 /// An append waiting for room in a full `block` partition.
 struct Held {
-    meta: Bytes,
-    count: u32,
-    data: Vec<Bytes>,
+    batch: ValidBatch,
     reply: AppendReply,
 }
 
 impl Held {
     fn size(&self) -> u64 {
-        self.meta.len() as u64 + self.data.iter().map(|d| d.len() as u64).sum::<u64>()
+        self.batch.size()
     }
 }
 
@@ -230,18 +229,13 @@ impl PartitionManager {
     /// batch is appended (and durable, with `always`). A full `block`
     /// partition holds the batch (and `reply`) until consumers free room.
     /// Blocking file I/O: call it off the async workers for large batches.
-    pub fn append(&self, meta: Bytes, count: u32, data: Vec<Bytes>, reply: AppendReply) {
+    pub fn append(&self, batch: ValidBatch, reply: AppendReply) {
         let mut guard = self.appender.lock();
         let Some(ap) = guard.as_mut() else {
             drop(guard);
             return reply(Err(self.closed_error()));
         };
-        let held = Held {
-            meta,
-            count,
-            data,
-            reply,
-        };
+        let held = Held { batch, reply };
         if let Some(bound) = self.block_bound {
             if !self.is_sealed() && (!ap.held.is_empty() || !self.has_room(held.size(), bound)) {
                 ap.held.push_back(held);
@@ -259,7 +253,7 @@ impl PartitionManager {
     /// Appends under the append lock; returns the reply to run after it is
     /// released, unless the syncer took it.
     fn append_locked(&self, ap: &Appender, h: Held) -> Option<Answer> {
-        let appended = match self.append_now(&h.meta, h.count, &h.data) {
+        let appended = match self.append_now(&h.batch) {
             Ok(a) => a,
             Err(e) => return Some((h.reply, Err(e))),
         };
@@ -267,7 +261,7 @@ impl PartitionManager {
             Some(s) => {
                 let job = Unsynced {
                     appended,
-                    meta: h.meta,
+                    meta: h.batch.meta().clone(),
                     reply: h.reply,
                 };
                 match s.send(job) {
@@ -282,7 +276,7 @@ impl PartitionManager {
                 }
             }
             None => {
-                self.make_visible(&appended, &h.meta);
+                self.make_visible(&appended, h.batch.meta());
                 Some((h.reply, Ok(appended)))
             }
         }
@@ -438,12 +432,7 @@ impl PartitionManager {
         self.publish(a.base_offset + a.count as u64);
     }
 
-    fn append_now(
-        &self,
-        meta: &Bytes,
-        count: u32,
-        data: &[Bytes],
-    ) -> Result<Appended, ServerError> {
+    fn append_now(&self, batch: &ValidBatch) -> Result<Appended, ServerError> {
         if self.is_sealed() {
             return Err(ServerError::coded(
                 ErrorCode::TOPIC_CLOSED,
@@ -453,21 +442,11 @@ impl PartitionManager {
                 ),
             ));
         }
-        let view = BatchView::parse(meta.clone()).map_err(|e| {
-            ServerError::coded(ErrorCode::MALFORMED_FRAME, format!("bad batch: {e}"))
+        let appended = self.log.append(AppendBatch {
+            count: batch.count(),
+            meta: batch.meta(),
+            data: batch.data(),
         })?;
-        let data_len: u64 = data.iter().map(|d| d.len() as u64).sum();
-        if view.count() != count || count == 0 || view.data_len() != data_len {
-            return Err(ServerError::coded(
-                ErrorCode::MALFORMED_FRAME,
-                format!(
-                    "batch header says {count} events, its table {} events and {} data bytes, {data_len} data bytes were sent",
-                    view.count(),
-                    view.data_len()
-                ),
-            ));
-        }
-        let appended = self.log.append(AppendBatch { count, meta, data })?;
         if self.retain_on_append {
             self.log.enforce_retention(appended.timestamp_us)?;
         }

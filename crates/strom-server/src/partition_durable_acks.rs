@@ -14,6 +14,7 @@ use strom_storage::vfs::Vfs;
 use strom_storage::{Appended, FileLog, LogConfig, OffsetStore, PartitionLog};
 
 use super::PartitionManager;
+use crate::batch::ValidBatch;
 
 const DIR: &str = "/p";
 
@@ -46,10 +47,9 @@ fn acks_with_always_come_after_fdatasync() {
         for i in 0..40u64 {
             let (meta, data) = batch(i);
             let tx = tx.clone();
+            let batch = ValidBatch::check(1, meta, data).unwrap();
             pm.append(
-                meta,
-                1,
-                data,
+                batch,
                 Box::new(move |r| {
                     let _ = tx.send((i, r.expect("append")));
                 }),
