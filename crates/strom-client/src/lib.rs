@@ -16,6 +16,7 @@ mod driver;
 mod error;
 mod event;
 mod producer;
+pub mod select;
 mod slot;
 mod subscription;
 mod topic;
