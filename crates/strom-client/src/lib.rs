@@ -7,7 +7,8 @@
 //! event's data into buffers the application provides. Network progress
 //! runs on the driver's own threads. Every call routes per partition to the
 //! server that owns it. This crate must never depend on the CLI, and on the
-//! server only for the optional embedded mode.
+//! server only for the optional `embedded` feature (off by default, so a
+//! client carries no server unless it asks for one).
 
 mod conn;
 mod consumer;
