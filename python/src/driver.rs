@@ -16,6 +16,8 @@ use crate::common::{release_pending, ForkSafe};
 use crate::consumer::{start_pos, Ctx, PyConsumer};
 use crate::errors::{self, IntoPy};
 use crate::producer::PyProducer;
+use strom_client::select::Selector;
+
 use crate::select::{ConsumerSelector, PyBroker, PySelection, SelectorKind};
 
 /// A topic description as a dict.
@@ -377,7 +379,7 @@ impl PyTopic {
             Some(s) => {
                 let kind = match s.cast::<PySelection>() {
                     Ok(sel) => match &sel.get().sel {
-                        crate::select::Sel::Fixed(f) => {
+                        Selector::Fixed(f) => {
                             // A fixed selection needs no adapter at all.
                             let f = f.clone();
                             return self.finish(

@@ -18,8 +18,8 @@ use strom_client::{AckFuture, Error, Event};
 use crate::aio;
 use crate::common::{release_pending, wait_loop};
 use crate::errors;
-use crate::layout::Layout;
 use crate::select::PyDest;
+use strom_client::select::ArrayLayout as Layout;
 
 /// Received bytes, owned by Rust and exposed through the buffer protocol
 /// (writable, one-dimensional, format `B`). `Event.data` wraps it in a

@@ -16,7 +16,6 @@ mod driver;
 mod errors;
 mod event;
 mod json;
-mod layout;
 mod producer;
 mod select;
 

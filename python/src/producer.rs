@@ -18,7 +18,7 @@ use crate::aio;
 use crate::common::{release_pending, wait_loop, Export, ForkSafe, Held, Lent};
 use crate::errors::{self, IntoPy};
 use crate::json;
-use crate::layout::{itemsize, Layout};
+use strom_client::select::{itemsize, ArrayLayout as Layout, Order};
 
 /// Where an acknowledged event was stored: `partition` and `offset`.
 /// Unpacks like a tuple: `partition, offset = future.result()`.
@@ -187,9 +187,9 @@ fn array_layout(a: &Bound<'_, PyAny>) -> PyResult<Layout> {
     let shape: Vec<u64> = a.getattr("shape")?.extract()?;
     let flags = a.getattr("flags")?;
     let order = if flags.getattr("c_contiguous")?.extract::<bool>()? {
-        'C'
+        Order::C
     } else if flags.getattr("f_contiguous")?.extract::<bool>()? {
-        'F'
+        Order::F
     } else {
         return Err(PyValueError::new_err(
             "cannot push a non-contiguous numpy array without copying; pass numpy.ascontiguousarray(a)",

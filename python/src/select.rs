@@ -1,7 +1,8 @@
 //! Data selectors and brokers. The built-in selectors (`strom.select.*`)
-//! run in Rust on Strom's network threads and never touch the GIL. Python
-//! callables are accepted too; they run with the GIL held only while they
-//! are called.
+//! are strom-client's engine (`strom_client::select`): this module only
+//! converts Python objects into it, and the engine runs on Strom's network
+//! threads without the GIL. Python callables are accepted too; they run
+//! with the GIL held only while they are called.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -10,132 +11,11 @@ use parking_lot::Mutex;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyEllipsis, PyList, PySlice, PyTuple};
-use serde_json::Value;
+use strom_client::select::{ArrayLayout, AxisIndex, Picked, Predicate, Selector};
 use strom_client::{DataBroker, DataBuffer, DataDescriptor, DataSelector, EventMeta, Selection};
 
 use crate::common::{Export, Held, Lent};
 use crate::json;
-use crate::layout::{self, Index, Layout};
-
-/// Comparison of a `where` selector.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Op {
-    Eq,
-    Ne,
-    Lt,
-    Le,
-    Gt,
-    Ge,
-}
-
-/// A built-in selector, evaluated without the GIL.
-#[derive(Clone, Debug)]
-pub enum Sel {
-    Fixed(Selection),
-    Where {
-        pointer: String,
-        op: Op,
-        value: Value,
-        then: Box<Sel>,
-    },
-    Array(Vec<Index>),
-}
-
-fn compare(a: &Value, op: Op, b: &Value) -> bool {
-    use std::cmp::Ordering as O;
-    let ord = match (a, b) {
-        (Value::Number(x), Value::Number(y)) => x
-            .as_f64()
-            .zip(y.as_f64())
-            .and_then(|(x, y)| x.partial_cmp(&y)),
-        (Value::String(x), Value::String(y)) => Some(x.cmp(y)),
-        (Value::Bool(x), Value::Bool(y)) => Some(x.cmp(y)),
-        _ => None,
-    };
-    match (op, ord) {
-        (Op::Eq, Some(o)) => o == O::Equal,
-        (Op::Ne, Some(o)) => o != O::Equal,
-        (Op::Eq, None) => a == b,
-        (Op::Ne, None) => a != b,
-        (Op::Lt, Some(o)) => o == O::Less,
-        (Op::Le, Some(o)) => o != O::Greater,
-        (Op::Gt, Some(o)) => o == O::Greater,
-        (Op::Ge, Some(o)) => o != O::Less,
-        (_, None) => false,
-    }
-}
-
-/// Something that fails `Selection::resolve`, to report an error through
-/// the selector interface (which has no error channel of its own).
-fn failing() -> Selection {
-    Selection::Range {
-        offset: u64::MAX,
-        len: 1,
-    }
-}
-
-/// The outcome of evaluating a selector on one event.
-pub struct Picked {
-    pub selection: Selection,
-    /// For an array sub-selection: the layout of the bytes fetched.
-    pub layout: Option<Layout>,
-}
-
-impl Sel {
-    pub fn eval(&self, meta: &EventMeta, data: &DataDescriptor) -> Result<Picked, String> {
-        match self {
-            Sel::Fixed(s) => Ok(Picked {
-                selection: s.clone(),
-                layout: None,
-            }),
-            Sel::Where {
-                pointer,
-                op,
-                value,
-                then,
-            } => {
-                let v = meta.json().map_err(|e| e.to_string())?;
-                match v.pointer(pointer) {
-                    Some(x) if compare(x, *op, value) => then.eval(meta, data),
-                    _ => Ok(Picked {
-                        selection: Selection::None,
-                        layout: None,
-                    }),
-                }
-            }
-            Sel::Array(index) => {
-                let Some(l) = Layout::parse(&data.descriptor) else {
-                    return Err(format!(
-                        "event {}/{} has no array descriptor; an array selection needs data pushed as a numpy array",
-                        meta.partition, meta.offset
-                    ));
-                };
-                if l.nbytes() != Some(data.size) {
-                    return Err(format!(
-                        "event {}/{}: the array descriptor describes {:?} bytes but the data has {}",
-                        meta.partition,
-                        meta.offset,
-                        l.nbytes(),
-                        data.size
-                    ));
-                }
-                let (ranges, out) = layout::select(&l, index)?;
-                Ok(Picked {
-                    selection: Selection::Ranges(ranges),
-                    layout: Some(out),
-                })
-            }
-        }
-    }
-
-    fn needs_layouts(&self) -> bool {
-        match self {
-            Sel::Fixed(_) => false,
-            Sel::Where { then, .. } => then.needs_layouts(),
-            Sel::Array(_) => true,
-        }
-    }
-}
 
 /// A data selection: which bytes of each event's data a consumer fetches.
 /// Build one with `strom.select.all()`, `none()`, `range(offset, length)`,
@@ -144,28 +24,12 @@ impl Sel {
 #[pyclass(module = "strom._strom", name = "Selection", frozen)]
 #[derive(Clone)]
 pub struct PySelection {
-    pub sel: Sel,
+    pub sel: Selector,
 }
 
-fn parse_op(op: &str) -> PyResult<Op> {
-    Ok(match op {
-        "==" | "eq" => Op::Eq,
-        "!=" | "ne" => Op::Ne,
-        "<" | "lt" => Op::Lt,
-        "<=" | "le" => Op::Le,
-        ">" | "gt" => Op::Gt,
-        ">=" | "ge" => Op::Ge,
-        _ => {
-            return Err(PyValueError::new_err(format!(
-                "unknown comparison '{op}'; use one of == != < <= > >="
-            )))
-        }
-    })
-}
-
-fn index_item(item: &Bound<'_, PyAny>) -> PyResult<Index> {
+fn index_item(item: &Bound<'_, PyAny>) -> PyResult<AxisIndex> {
     if item.is_instance_of::<PyEllipsis>() {
-        return Ok(Index::Ellipsis);
+        return Ok(AxisIndex::Ellipsis);
     }
     if let Ok(s) = item.cast::<PySlice>() {
         let get = |name: &str| -> PyResult<Option<i64>> {
@@ -176,14 +40,14 @@ fn index_item(item: &Bound<'_, PyAny>) -> PyResult<Index> {
                 v.extract().map(Some)
             }
         };
-        return Ok(Index::Slice {
+        return Ok(AxisIndex::Slice {
             start: get("start")?,
             stop: get("stop")?,
             step: get("step")?.unwrap_or(1),
         });
     }
     if let Ok(i) = item.extract::<i64>() {
-        return Ok(Index::At(i));
+        return Ok(AxisIndex::At(i));
     }
     Err(PyTypeError::new_err(format!(
         "array selections take integers, slices and '...', not {}",
@@ -197,7 +61,7 @@ impl PySelection {
     #[staticmethod]
     fn all() -> Self {
         PySelection {
-            sel: Sel::Fixed(Selection::All),
+            sel: Selector::Fixed(Selection::All),
         }
     }
 
@@ -205,7 +69,7 @@ impl PySelection {
     #[staticmethod]
     fn none() -> Self {
         PySelection {
-            sel: Sel::Fixed(Selection::None),
+            sel: Selector::Fixed(Selection::None),
         }
     }
 
@@ -213,7 +77,7 @@ impl PySelection {
     #[staticmethod]
     fn range(offset: u64, length: u64) -> Self {
         PySelection {
-            sel: Sel::Fixed(Selection::Range {
+            sel: Selector::Fixed(Selection::Range {
                 offset,
                 len: length,
             }),
@@ -224,7 +88,7 @@ impl PySelection {
     #[staticmethod]
     fn strided(offset: u64, block: u64, stride: u64, count: u64) -> Self {
         PySelection {
-            sel: Sel::Fixed(Selection::Strided {
+            sel: Selector::Fixed(Selection::Strided {
                 offset,
                 block,
                 stride,
@@ -237,7 +101,7 @@ impl PySelection {
     #[staticmethod]
     fn ranges(ranges: Vec<(u64, u64)>) -> Self {
         PySelection {
-            sel: Sel::Fixed(Selection::Ranges(ranges)),
+            sel: Selector::Fixed(Selection::Ranges(ranges)),
         }
     }
 
@@ -253,18 +117,12 @@ impl PySelection {
         value: &Bound<'_, PyAny>,
         then: Option<PyRef<'_, PySelection>>,
     ) -> PyResult<Self> {
-        let pointer = if field.starts_with('/') {
-            field.to_string()
-        } else {
-            format!("/{}", field.replace('~', "~0").replace('/', "~1"))
-        };
+        let op = op
+            .parse()
+            .map_err(|e| PyValueError::new_err(format!("{e}")))?;
+        let predicate = Predicate::new(field, op, json::to_value(value)?);
         Ok(PySelection {
-            sel: Sel::Where {
-                pointer,
-                op: parse_op(op)?,
-                value: json::to_value(value)?,
-                then: Box::new(then.map_or(Sel::Fixed(Selection::All), |t| t.sel.clone())),
-            },
+            sel: Selector::where_then(predicate, then.map_or(Selector::all(), |t| t.sel.clone())),
         })
     }
 
@@ -281,7 +139,7 @@ impl PySelection {
             Err(_) => vec![index_item(index)?],
         };
         Ok(PySelection {
-            sel: Sel::Array(items),
+            sel: Selector::Array(items),
         })
     }
 
@@ -292,7 +150,7 @@ impl PySelection {
 
 /// Array layouts of selected events, by `(partition, offset)`, handed from
 /// the selector (network thread) to the event (when pulled).
-pub type Layouts = Arc<Mutex<HashMap<(u32, u64), Layout>>>;
+pub type Layouts = Arc<Mutex<HashMap<(u32, u64), ArrayLayout>>>;
 
 /// The selector a consumer runs: a built-in one, or a Python callable.
 pub struct ConsumerSelector {
@@ -303,14 +161,14 @@ pub struct ConsumerSelector {
 }
 
 pub enum SelectorKind {
-    Builtin(Sel),
+    Builtin(Selector),
     Python(Py<PyAny>),
 }
 
 impl ConsumerSelector {
     pub fn tracks_layouts(&self) -> bool {
         match &self.kind {
-            SelectorKind::Builtin(s) => s.needs_layouts(),
+            SelectorKind::Builtin(s) => s.selects_arrays(),
             SelectorKind::Python(_) => true,
         }
     }
@@ -326,16 +184,25 @@ impl ConsumerSelector {
             let d = descriptor_dict(py, data)?;
             let r = f.bind(py).call1((m, d))?;
             let sel = selection_from(&r)?;
-            sel.eval(meta, data).map_err(PyValueError::new_err)
+            sel.eval(meta, data)
+                .map_err(|e| PyValueError::new_err(e.to_string()))
         })
     }
 }
 
+/// The consumer calls `try_select`: a refused event fails the pull with
+/// `DATA_SELECTOR`, and the pull raises the Python exception kept here.
 impl DataSelector for ConsumerSelector {
     fn select(&self, meta: &EventMeta, data: &DataDescriptor) -> Selection {
+        self.try_select(meta, data).unwrap_or(Selection::None)
+    }
+
+    fn try_select(&self, meta: &EventMeta, data: &DataDescriptor) -> Result<Selection, String> {
         let picked = match &self.kind {
             // A lazily built exception: no GIL needed here.
-            SelectorKind::Builtin(s) => s.eval(meta, data).map_err(PyValueError::new_err),
+            SelectorKind::Builtin(s) => s
+                .eval(meta, data)
+                .map_err(|e| PyValueError::new_err(e.to_string())),
             SelectorKind::Python(f) => self.call_python(f, meta, data),
         };
         match picked {
@@ -343,32 +210,33 @@ impl DataSelector for ConsumerSelector {
                 if let Some(l) = p.layout {
                     self.layouts.lock().insert((meta.partition, meta.offset), l);
                 }
-                p.selection
+                Ok(p.selection)
             }
             Err(e) => {
+                let msg = e.to_string();
                 self.error.lock().get_or_insert(e);
-                failing()
+                Err(msg)
             }
         }
     }
 }
 
 /// Converts what a Python selector returned into a selector.
-pub fn selection_from(r: &Bound<'_, PyAny>) -> PyResult<Sel> {
+pub fn selection_from(r: &Bound<'_, PyAny>) -> PyResult<Selector> {
     if r.is_none() {
-        return Ok(Sel::Fixed(Selection::None));
+        return Ok(Selector::none());
     }
     if let Ok(s) = r.cast::<PySelection>() {
         return Ok(s.get().sel.clone());
     }
     if let Ok(b) = r.extract::<bool>() {
-        return Ok(Sel::Fixed(if b { Selection::All } else { Selection::None }));
+        return Ok(if b { Selector::all() } else { Selector::none() });
     }
     if let Ok((o, l)) = r.extract::<(u64, u64)>() {
-        return Ok(Sel::Fixed(Selection::Range { offset: o, len: l }));
+        return Ok(Selector::Fixed(Selection::Range { offset: o, len: l }));
     }
     if let Ok(rs) = r.extract::<Vec<(u64, u64)>>() {
-        return Ok(Sel::Fixed(Selection::Ranges(rs)));
+        return Ok(Selector::Fixed(Selection::Ranges(rs)));
     }
     Err(PyTypeError::new_err(format!(
         "a data selector must return a strom.select selection, None, a bool, an (offset, length) \
@@ -397,7 +265,7 @@ pub fn descriptor_dict<'py>(
         "descriptor",
         pyo3::types::PyBytes::new(py, &data.descriptor),
     )?;
-    if let Some(l) = Layout::parse(&data.descriptor) {
+    if let Some(l) = ArrayLayout::parse(&data.descriptor) {
         d.set_item("dtype", &l.dtype)?;
         d.set_item("shape", PyTuple::new(py, &l.shape)?)?;
         d.set_item("order", l.order.to_string())?;

@@ -91,7 +91,15 @@ class Producer:
         partition: Optional[int] = None,
         descriptor: Optional[bytes] = None,
     ) -> PushFuture:
-        """Queues an event (zero-copy data) and returns its future."""
+        """Queues an event and returns its future at once.
+
+        The data is not copied: Strom reads the pushed buffer (bytes,
+        bytearray, memoryview, numpy array, any contiguous buffer, or a list
+        of them) in place until the event is stored. Do not modify the
+        buffer before the returned future resolves (``wait()``, ``await``,
+        or ``flush()``/``close()``): a change made earlier may or may not
+        reach the stored event. Push a copy to reuse the buffer at once.
+        """
     def flush(self) -> None:
         """Sends everything pending and waits for the acknowledgements."""
     def close(self) -> None:

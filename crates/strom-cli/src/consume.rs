@@ -1,7 +1,9 @@
 //! `strom consume TOPIC --name N`: prints one JSON line per event on stdout
 //! and acks what the reader took. Without `--follow` it stops once it has
 //! read what the topic held when it started; with `--follow` it waits for
-//! more until the stream ends.
+//! more until the stream ends. `--select EXPR` fetches only what a data
+//! selector picks of each event (the textual form of
+//! `strom_client::select::Selector`).
 //!
 //! Acks follow the output, never lead it: lines are written in batches
 //! (see [`out::Output`]), and an event is acked only once its whole line
@@ -15,6 +17,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use clap::Args;
+use strom_client::select::Selector;
 use strom_client::{ConsumerOptions, ErrorCode, Next, Selection, StartPos};
 use strom_proto::PartitionStatus;
 
@@ -42,6 +45,14 @@ pub struct ConsumeArgs {
     /// Fetch each event's data and print a hex prefix of it.
     #[arg(long)]
     data: bool,
+    /// Fetch only the part of each event's data this selector picks, and
+    /// print `fetched_size` and a hex prefix of it: all | none |
+    /// bytes[START:STOP] | an N-d sub-array of array payloads such as
+    /// '[:, 10:20, ::2]' | FIELD OP VALUE [then DATA], a comparison on a
+    /// metadata field (OP: == != < <= > >=) choosing what to fetch of
+    /// matching events (all of it unless `then` says) and nothing of others.
+    #[arg(long, value_name = "EXPR")]
+    select: Option<Selector>,
     /// Do not ack consumed events.
     #[arg(long)]
     no_ack: bool,
@@ -107,11 +118,11 @@ pub fn run(a: ConsumeArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> {
     let opts = ConsumerOptions {
         start,
         partitions: partitions.clone(),
-        selector: std::sync::Arc::new(if a.data {
-            Selection::All
-        } else {
-            Selection::None
-        }),
+        selector: match &a.select {
+            Some(s) => std::sync::Arc::new(s.clone()),
+            None if a.data => std::sync::Arc::new(Selection::All),
+            None => std::sync::Arc::new(Selection::None),
+        },
         ..Default::default()
     };
     let consumer = topic.consumer_with(&a.name, opts)?;
@@ -189,7 +200,10 @@ pub fn run(a: ConsumeArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> {
             "metadata": meta,
             "data_size": ev.data_size(),
         });
-        if a.data {
+        if a.select.is_some() {
+            line["fetched_size"] = ev.fetched_len().into();
+        }
+        if a.data || a.select.is_some() {
             let data = ev.data_vec();
             let hex: String = data.iter().take(32).map(|b| format!("{b:02x}")).collect();
             line["data_prefix_hex"] = serde_json::Value::String(hex);

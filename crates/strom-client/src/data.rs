@@ -80,9 +80,21 @@ impl EventMeta {
     }
 }
 
-/// Chooses the part of each event's data to fetch.
+/// Chooses the part of each event's data to fetch. The built-in ones are
+/// in [`crate::select`].
 pub trait DataSelector: Send + Sync + 'static {
     fn select(&self, meta: &EventMeta, data: &DataDescriptor) -> Selection;
+
+    /// What the consumer calls: [`select`](Self::select), or a reason to
+    /// refuse the event, which fails the pull with `DATA_SELECTOR`. The
+    /// default never refuses.
+    fn try_select(
+        &self,
+        meta: &EventMeta,
+        data: &DataDescriptor,
+    ) -> std::result::Result<Selection, String> {
+        Ok(self.select(meta, data))
+    }
 }
 
 /// A fixed selection applied to every event (`Selection::All`, ...).

@@ -32,6 +32,38 @@ pub(crate) struct DriverInner {
     embedded: Mutex<Option<strom_server::ServerHandle>>,
 }
 
+/// Runs `f` on `handle`'s runtime and waits for it on this thread, which
+/// must not be one of that runtime's (that would deadlock). A panic in `f`
+/// or a runtime shutting down is an error, never a panic here.
+fn wait<F>(handle: &Handle, f: F) -> Result<F::Output>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    let task = handle.spawn(f);
+    handle.spawn(async move {
+        let _ = tx.send(task.await);
+    });
+    match rx.recv() {
+        Ok(Ok(out)) => Ok(out),
+        Ok(Err(e)) if e.is_panic() => Err(Error::coded(
+            ErrorCode::INTERNAL,
+            format!("a driver task panicked: {}", panic_message(e.into_panic())),
+        )),
+        // Cancelled, or the waiting task itself dropped: the runtime is
+        // shutting down.
+        Ok(Err(_)) | Err(_) => Err(Error::Closed("the driver")),
+    }
+}
+
+fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "(no message)".into())
+}
+
 fn runtime() -> Result<Runtime> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -108,8 +140,7 @@ impl Driver {
     #[cfg(feature = "embedded")]
     pub fn embedded_with(config: strom_server::ServerConfig) -> Result<Driver> {
         let rt = runtime()?;
-        let server = rt
-            .block_on(strom_server::Server::start(config))
+        let server = wait(rt.handle(), strom_server::Server::start(config))?
             .map_err(|e| Error::coded(e.code(), format!("embedded server failed to start: {e}")))?;
         let d = Self::with_runtime(rt, server.addr().to_string());
         *d.inner.embedded.lock() = Some(server);
@@ -125,17 +156,18 @@ impl Driver {
         &self.inner.master
     }
 
-    /// Runs a future on the driver's runtime and waits for it from any thread.
-    pub(crate) fn block_on<F>(&self, f: F) -> F::Output
+    /// Runs a future on the driver's runtime and waits for it from any
+    /// thread but the runtime's own ([`Error::OnDriverThread`]).
+    pub(crate) fn block_on<T, F>(&self, f: F) -> Result<T>
     where
-        F: Future + Send + 'static,
-        F::Output: Send + 'static,
+        F: Future<Output = Result<T>> + Send + 'static,
+        T: Send + 'static,
     {
-        let (tx, rx) = std::sync::mpsc::sync_channel(1);
-        self.inner.handle.spawn(async move {
-            let _ = tx.send(f.await);
-        });
-        rx.recv().expect("the driver runtime dropped a task")
+        let on_own_runtime = Handle::try_current().is_ok_and(|h| h.id() == self.inner.handle.id());
+        if on_own_runtime {
+            return Err(Error::OnDriverThread);
+        }
+        wait(&self.inner.handle, f)?
     }
 
     /// The connection to `addr`, opened on first use and reopened if lost.
@@ -335,5 +367,67 @@ impl Drop for DriverInner {
         if let Some(rt) = self.runtime.lock().take() {
             rt.shutdown_background();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A driver with a runtime and no server (nothing here connects).
+    fn offline() -> Driver {
+        Driver::with_runtime(runtime().unwrap(), "127.0.0.1:9".into())
+    }
+
+    #[test]
+    fn block_on_reports_a_panicking_task_as_an_error_and_keeps_working() {
+        let d = offline();
+        let e = d
+            .block_on(async {
+                if std::hint::black_box(true) {
+                    panic!("boom in a driver task");
+                }
+                Ok(())
+            })
+            .unwrap_err();
+        assert_eq!(e.code(), ErrorCode::INTERNAL);
+        assert!(e.to_string().contains("boom in a driver task"), "{e}");
+        assert_eq!(d.block_on(async { Ok(7) }).unwrap(), 7);
+    }
+
+    #[test]
+    fn block_on_after_the_runtime_shut_down_is_an_error_not_a_panic() {
+        let d = offline();
+        if let Some(rt) = d.inner.runtime.lock().take() {
+            rt.shutdown_background();
+        }
+        let e = d.block_on(async { Ok(()) }).unwrap_err();
+        assert_eq!(e.code(), ErrorCode::SHUTTING_DOWN);
+    }
+
+    #[test]
+    fn block_on_refuses_the_driver_runtime_threads_instead_of_deadlocking() {
+        let d = offline();
+        let inner = d.clone();
+        let nested = d
+            .block_on(async move { Ok(inner.block_on(async { Ok(1) })) })
+            .unwrap();
+        assert!(matches!(nested, Err(Error::OnDriverThread)), "{nested:?}");
+        assert_eq!(
+            nested.unwrap_err().code(),
+            ErrorCode::INVALID_ARGUMENT,
+            "a usage error, with a stable code"
+        );
+    }
+
+    #[test]
+    fn block_on_from_another_runtime_is_allowed() {
+        // Not the driver's threads: waiting cannot deadlock the driver.
+        let d = offline();
+        let other = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let got = other.block_on(async { d.block_on(async { Ok(5) }) });
+        assert_eq!(got.unwrap(), 5);
     }
 }

@@ -30,6 +30,12 @@ pub enum Error {
     Timeout(Duration),
     #[error("{0} is closed")]
     Closed(&'static str),
+    /// A blocking call (anything that waits for a server's answer) made on
+    /// one of the driver's own runtime threads, where waiting would
+    /// deadlock: from a data selector or broker, or from async code the
+    /// driver runs.
+    #[error("a blocking Strom call cannot run on one of the driver's own runtime threads (a data selector, a data broker or a task the driver runs), where waiting for the answer would deadlock; call it from another thread")]
+    OnDriverThread,
     /// A gap: the overflow policy (or time retention) dropped these events
     /// before this reader got them. The consumer carries on after it.
     #[error("events {first}..={last} of partition {partition} of topic '{topic}' were dropped before this reader got them (overflow policy or retention) [{}]", ErrorCode::DATA_EXPIRED)]
@@ -65,6 +71,7 @@ impl Error {
             Error::Selector(_) => ErrorCode::DATA_SELECTOR,
             Error::Timeout(_) => ErrorCode::TIMEOUT,
             Error::Closed(_) => ErrorCode::SHUTTING_DOWN,
+            Error::OnDriverThread => ErrorCode::INVALID_ARGUMENT,
             Error::DataExpired { .. } => ErrorCode::DATA_EXPIRED,
             Error::DataCorrupt { .. } => ErrorCode::DATA_CORRUPT,
         }

@@ -7,7 +7,8 @@
 //! event's data into buffers the application provides. Network progress
 //! runs on the driver's own threads. Every call routes per partition to the
 //! server that owns it. This crate must never depend on the CLI, and on the
-//! server only for the optional embedded mode.
+//! server only for the optional `embedded` feature (off by default, so a
+//! client carries no server unless it asks for one).
 
 mod conn;
 mod consumer;
@@ -16,6 +17,7 @@ mod driver;
 mod error;
 mod event;
 mod producer;
+pub mod select;
 mod slot;
 mod subscription;
 mod topic;

@@ -371,7 +371,11 @@ async fn fetch_batch(
                 size: e.data_len,
                 descriptor: e.descriptor.clone(),
             };
-            let sel = shared.opts.selector.select(&em, &desc);
+            let sel = shared
+                .opts
+                .selector
+                .try_select(&em, &desc)
+                .map_err(Error::Selector)?;
             let rs = sel.resolve(e.data_len).map_err(Error::Selector)?;
             fetched = rs.iter().map(|r| r.1).sum();
             if fetched > 0 {
