@@ -17,11 +17,11 @@
 mod config;
 mod error;
 mod file;
-mod group_commit;
 mod io_util;
 mod memory;
 mod offsets;
 pub mod sim;
+mod sync_gate;
 pub mod vfs;
 
 pub use config::LogConfig;

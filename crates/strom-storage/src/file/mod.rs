@@ -32,8 +32,8 @@ use self::quarantine::Quarantine;
 use self::read::Walk;
 use self::record::{RecordHeader, HEADER_LEN, MAX_META_LEN};
 use self::segment::{OpenMode, Segment};
-use crate::group_commit::GroupCommit;
 use crate::memory::check_ranges;
+use crate::sync_gate::SyncGate;
 use crate::vfs::{RealFs, Vfs};
 use crate::{
     check_batch, now_us, AppendBatch, Appended, LogConfig, LogStats, PartitionLog, Result,
@@ -78,7 +78,7 @@ pub struct FileLog {
     writer: Mutex<Writer>,
     /// Highest sync token handed out.
     written: AtomicU64,
-    group: GroupCommit,
+    group: SyncGate,
     /// Set by the first failed write or fsync: the log then refuses appends
     /// and syncs until reopened (see `fail`).
     failed: Mutex<Option<String>>,
@@ -248,7 +248,7 @@ impl FileLog {
             }),
             writer: Mutex::new(Writer { last_ts, seq: 0 }),
             written: AtomicU64::new(0),
-            group: GroupCommit::default(),
+            group: SyncGate::default(),
             failed: Mutex::new(None),
         })
     }

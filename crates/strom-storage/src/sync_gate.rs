@@ -1,7 +1,13 @@
-//! Group commit: concurrent `sync` callers share one fdatasync. The first
-//! caller whose token is not yet durable syncs everything written so far;
-//! callers covered by an in-progress sync wait for it instead of issuing
-//! their own.
+//! The sync gate: makes `FileLog::sync(token)` idempotent and safe to call
+//! from several threads (the partition's syncer, the interval thread, seal
+//! and shutdown). It tracks the durable watermark, so a token already
+//! durable costs nothing, and callers covered by an in-progress fdatasync
+//! wait for it instead of issuing their own.
+//!
+//! It is not the group-commit *policy*: which appends wait for which sync
+//! before they are acknowledged is decided by the server's partition
+//! syncer, because with replication "durable" becomes "durable on the
+//! in-sync replicas", a rule that belongs above storage.
 
 use parking_lot::{Condvar, Mutex};
 
@@ -16,12 +22,12 @@ struct State {
 }
 
 #[derive(Default)]
-pub(crate) struct GroupCommit {
+pub(crate) struct SyncGate {
     state: Mutex<State>,
     done: Condvar,
 }
 
-impl GroupCommit {
+impl SyncGate {
     /// Returns once `token` is durable. `written` reports the highest token
     /// handed out so far; `do_sync` makes everything written so far durable.
     pub(crate) fn sync(
@@ -63,7 +69,7 @@ mod tests {
 
     #[test]
     fn concurrent_callers_share_syncs() {
-        let gc = Arc::new(GroupCommit::default());
+        let gc = Arc::new(SyncGate::default());
         let written = Arc::new(AtomicU64::new(0));
         let syncs = Arc::new(AtomicU64::new(0));
         let threads: Vec<_> = (0..8)
