@@ -203,3 +203,48 @@ fn peer_closed(s: &mut TcpStream) -> bool {
         ),
     }
 }
+
+#[test]
+fn a_fetch_larger_than_a_frame_is_refused_before_anything_is_read() {
+    let base = tempfile::tempdir().unwrap();
+    let server = server_with(base.path(), "max_frame_bytes = 16777216\n"); // 16 MiB
+    one_big_event(&server, MIB as usize);
+    let before = server.rss_bytes();
+    // 4,000 valid ranges of the whole 1 MiB event: about 4 GB in one answer.
+    let fetch = Request::FetchData {
+        topic: "big".into(),
+        partition: 0,
+        items: vec![(0, vec![(0, MIB); 4000])],
+    };
+    let mut s = connect(&server.addr);
+    s.write_all(&request_frame(7, &fetch, &[])).unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !responses(&got).iter().any(|(id, _)| *id == 7) {
+        assert!(
+            Instant::now() < deadline,
+            "no answer to the oversized fetch"
+        );
+        if let Ok(n) = s.read(&mut buf) {
+            assert!(
+                n > 0,
+                "the server closed the connection instead of answering"
+            );
+            got.extend_from_slice(&buf[..n]);
+        }
+    }
+    match &responses(&got)[0].1 {
+        Response::Error { code, message } => {
+            assert_eq!(*code, strom_proto::ErrorCode::FRAME_TOO_LARGE, "{message}");
+        }
+        other => panic!("expected FRAME_TOO_LARGE, got {other:?}"),
+    }
+    let grown = server.rss_bytes().saturating_sub(before);
+    assert!(
+        grown < 32 * MIB,
+        "the refused fetch still grew the server by {} MiB",
+        grown / MIB
+    );
+    hello_works(&server.addr);
+}
