@@ -210,11 +210,12 @@ fn a_fetch_larger_than_a_frame_is_refused_before_anything_is_read() {
     let server = server_with(base.path(), "max_frame_bytes = 16777216\n"); // 16 MiB
     one_big_event(&server, MIB as usize);
     let before = server.rss_bytes();
-    // 4,000 valid ranges of the whole 1 MiB event: about 4 GB in one answer.
+    // The whole 1 MiB event asked for 4,000 times, each as its own item
+    // (its own read): about 4 GB in one answer.
     let fetch = Request::FetchData {
         topic: "big".into(),
         partition: 0,
-        items: vec![(0, vec![(0, MIB); 4000])],
+        items: vec![(0, vec![(0, MIB)]); 4000],
     };
     let mut s = connect(&server.addr);
     s.write_all(&request_frame(7, &fetch, &[])).unwrap();
