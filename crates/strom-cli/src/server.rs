@@ -25,7 +25,7 @@ pub struct ServerArgs {
 
 pub fn run(args: ServerArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> {
     let mut config = match &args.config {
-        Some(p) => ServerConfig::load(p).map_err(anyhow::Error::msg)?,
+        Some(p) => ServerConfig::load(p)?,
         None => ServerConfig::default(),
     };
     if let Some(d) = args.data_dir {
@@ -40,7 +40,7 @@ pub fn run(args: ServerArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> 
     if args.join.is_some() {
         config.join = args.join;
     }
-    config.validate().map_err(anyhow::Error::msg)?;
+    config.validate()?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .thread_name("strom-server")
         .enable_all()

@@ -75,18 +75,42 @@ impl Default for ServerConfig {
     }
 }
 
+/// Why a configuration cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("invalid config file {path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("invalid configuration: {0}")]
+    Invalid(String),
+}
+
 impl ServerConfig {
     /// Reads a TOML file; every key is optional and unknown keys are errors.
-    pub fn load(path: &Path) -> Result<Self, String> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("cannot read config file {}: {e}", path.display()))?;
-        let cfg: ServerConfig = toml::from_str(&text)
-            .map_err(|e| format!("invalid config file {}: {e}", path.display()))?;
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let cfg: ServerConfig = toml::from_str(&text).map_err(|e| ConfigError::Parse {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })?;
         cfg.validate()?;
         Ok(cfg)
     }
 
-    pub fn validate(&self) -> Result<(), String> {
+    /// Rejects values that cannot work, naming the key.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.check().map_err(ConfigError::Invalid)
+    }
+
+    fn check(&self) -> Result<(), String> {
         if self.max_frame_bytes < 4096 {
             return Err("max_frame_bytes must be at least 4096".into());
         }
@@ -128,5 +152,28 @@ mod tests {
         let ok: ServerConfig = toml::from_str("listen = \"127.0.0.1:9\"").unwrap();
         assert_eq!(ok.listen, "127.0.0.1:9");
         assert_eq!(ok.segment_bytes, 1 << 30);
+    }
+
+    #[test]
+    fn load_errors_are_typed() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("missing.toml");
+        assert!(matches!(
+            ServerConfig::load(&missing),
+            Err(ConfigError::Read { .. })
+        ));
+        let bad = dir.path().join("bad.toml");
+        std::fs::write(&bad, "bogus_key = 1").unwrap();
+        match ServerConfig::load(&bad) {
+            Err(e @ ConfigError::Parse { .. }) => assert!(e.to_string().contains("bogus_key")),
+            other => panic!("expected a parse error, got {other:?}"),
+        }
+        std::fs::write(&bad, "max_frame_bytes = 10").unwrap();
+        match ServerConfig::load(&bad) {
+            Err(e @ ConfigError::Invalid(_)) => {
+                assert!(e.to_string().contains("max_frame_bytes"))
+            }
+            other => panic!("expected an invalid value, got {other:?}"),
+        }
     }
 }

@@ -24,7 +24,7 @@ mod sink;
 mod state;
 mod stream;
 
-pub use config::ServerConfig;
+pub use config::{ConfigError, ServerConfig};
 pub use error::ServerError;
 pub use group::{read_group_file, write_group_file};
 pub use launch::{rank_from_env, rendezvous_file};

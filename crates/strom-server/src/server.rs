@@ -109,7 +109,7 @@ impl Server {
     pub async fn start(mut config: ServerConfig) -> Result<ServerHandle, ServerError> {
         config
             .validate()
-            .map_err(|e| ServerError::coded(ErrorCode::INVALID_ARGUMENT, e))?;
+            .map_err(|e| ServerError::coded(ErrorCode::INVALID_ARGUMENT, e.to_string()))?;
         let (role, rank) = role(&config)?;
         if let Some(r) = rank {
             config.data_dir = config.data_dir.join(format!("rank-{r}"));
