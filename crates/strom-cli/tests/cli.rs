@@ -287,4 +287,6 @@ fn demo_runs_and_reports_throughput() {
         "{}",
         out.stdout
     );
+    // A clean shutdown closes every log before its files go away.
+    assert!(!out.stderr.contains("WARN"), "{}", out.stderr);
 }

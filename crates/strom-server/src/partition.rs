@@ -509,7 +509,7 @@ impl PartitionManager {
         for t in threads {
             let _ = t.join();
         }
-        if let Err(e) = self.log.sync_all() {
+        if let Err(e) = self.log.close() {
             tracing::error!(topic = %self.topic, partition = self.id, error = %e, "final sync failed");
         }
     }

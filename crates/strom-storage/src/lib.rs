@@ -115,6 +115,12 @@ pub trait PartitionLog: Send + Sync + 'static {
     fn failure(&self) -> Option<String> {
         None
     }
+    /// A clean close: makes everything durable and (file backend) writes the
+    /// active segment's index checkpoint, so the next open rescans nothing.
+    /// Dropping an unclosed log does the same, as a fallback.
+    fn close(&self) -> Result<()> {
+        self.sync_all()
+    }
     /// Scrub: checks every CRC of the partition (records and data) while
     /// appends and reads go on, quarantines what is damaged and reports it.
     /// The memory backend has nothing on disk and reports nothing.

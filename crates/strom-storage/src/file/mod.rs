@@ -82,6 +82,8 @@ pub struct FileLog {
     /// Set by the first failed write or fsync: the log then refuses appends
     /// and syncs until reopened (see `fail`).
     failed: Mutex<Option<String>>,
+    /// Closed cleanly (checkpointed) and nothing appended since.
+    closed: std::sync::atomic::AtomicBool,
 }
 
 /// Base offsets of the segments present in `dir` (from `.log` and `.data`).
@@ -250,6 +252,7 @@ impl FileLog {
             written: AtomicU64::new(0),
             group: SyncGate::default(),
             failed: Mutex::new(None),
+            closed: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -357,7 +360,17 @@ impl FileLog {
 }
 
 impl PartitionLog for FileLog {
+    fn close(&self) -> Result<()> {
+        if let Some(cause) = self.failed.lock().clone() {
+            return Err(StorageError::PartitionFailed { cause });
+        }
+        self.checkpoint_on_close()?;
+        self.closed.store(true, Ordering::Release);
+        Ok(())
+    }
+
     fn append(&self, batch: AppendBatch<'_>) -> Result<Appended> {
+        self.closed.store(false, Ordering::Release);
         let data_len = check_batch(&batch, &self.config)?;
         let meta_len = batch.meta.len() as u64;
         if meta_len > MAX_META_LEN {
@@ -656,17 +669,24 @@ impl PartitionLog for FileLog {
     }
 }
 
-impl Drop for FileLog {
-    /// A clean close makes the active segment durable and checkpoints its
-    /// index, so that the next open does not rescan it.
-    fn drop(&mut self) {
-        if self.failed.lock().is_some() {
-            return;
-        }
+impl FileLog {
+    /// Syncs the active segment and checkpoints its index.
+    fn checkpoint_on_close(&self) -> Result<()> {
         let seg = self.active();
         let summary = seg.summary();
-        if let Err(e) = seg.sync().and_then(|()| seg.checkpoint(&summary)) {
-            tracing::warn!(dir = %self.dir.display(), segment = seg.base, error = %e,
+        seg.sync().and_then(|()| seg.checkpoint(&summary))
+    }
+}
+
+impl Drop for FileLog {
+    /// An unclosed log closes on drop: the active segment is made durable
+    /// and its index checkpointed, so that the next open does not rescan it.
+    fn drop(&mut self) {
+        if self.failed.lock().is_some() || self.closed.load(Ordering::Acquire) {
+            return;
+        }
+        if let Err(e) = self.checkpoint_on_close() {
+            tracing::warn!(dir = %self.dir.display(), error = %e,
                 "could not checkpoint the active segment on close; the next open rescans it");
         }
     }
