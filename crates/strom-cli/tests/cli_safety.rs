@@ -256,15 +256,7 @@ fn consume_into_a_closed_pipe_exits_141_quietly_and_acks_only_what_was_read() {
         }
     }
     drop(out);
-    let (code, stderr) = finish(child, "consume into a closed pipe");
-    assert_eq!(
-        code,
-        Some(141),
-        "exit code on a broken pipe; stderr:\n{stderr}"
-    );
-    assert!(stderr.is_empty(), "a broken pipe is quiet, got:\n{stderr}");
-    let second = consume_rest(&gf, "t", "c");
-    assert_exact_resume(&all, &first, &second);
+    quiet_broken_pipe_then_exact_resume(child, "consume into a closed pipe", &gf, &all, &first);
 }
 
 #[test]
@@ -295,15 +287,27 @@ fn consume_piped_into_head_loses_nothing_head_did_not_print() {
     head.wait().expect("head");
     let first: Vec<_> = printed.lines().map(pos).collect();
     assert_eq!(first.len(), 5);
-    let (code, stderr) = finish(child, "consume | head -n 5");
+    quiet_broken_pipe_then_exact_resume(child, "consume | head -n 5", &gf, &all, &first);
+}
+
+/// The consumer exits 141 with nothing on stderr, and a second consumer of
+/// the same name gets exactly what the first did not deliver.
+fn quiet_broken_pipe_then_exact_resume(
+    child: Child,
+    what: &str,
+    gf: &str,
+    all: &[(u32, u64)],
+    first: &[(u32, u64)],
+) {
+    let (code, stderr) = finish(child, what);
     assert_eq!(
         code,
         Some(141),
         "exit code on a broken pipe; stderr:\n{stderr}"
     );
     assert!(stderr.is_empty(), "a broken pipe is quiet, got:\n{stderr}");
-    let second = consume_rest(&gf, "t", "c");
-    assert_exact_resume(&all, &first, &second);
+    let second = consume_rest(gf, "t", "c");
+    assert_exact_resume(all, first, &second);
 }
 
 #[test]
