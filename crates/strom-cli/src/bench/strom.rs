@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use strom_client::{
-    ConsumerOptions, Driver, ErrorCode, Next, Producer, ProducerOptions, Selection, StartPos,
-    Topic, TopicSpec,
+    ConsumerOptions, Driver, ErrorCode, Next, Overflow, PartitionType, Producer, ProducerOptions,
+    Selection, StartPos, Topic, TopicSpec,
 };
 
 use super::sys::pid_listening_on;
@@ -69,6 +69,11 @@ impl Target for StromTarget {
                 self.driver.create_topic(TopicSpec {
                     partition_type: cfg.partition_type,
                     durability: cfg.durability,
+                    // A produce-only run has no consumer to ack, so a
+                    // `block` memory topic would stall once full: measure
+                    // with the bound dropping the oldest batches instead.
+                    overflow: (cfg.partition_type == PartitionType::Memory)
+                        .then_some(Overflow::DropOldest),
                     ..TopicSpec::new(&cfg.topic, cfg.args.partitions)
                 })?
             }
