@@ -1,2 +1,15 @@
 #![no_main]
-libfuzzer_sys::fuzz_target!(|data: &[u8]| strom_fuzz::policy::binary_decode(data));
+use strom_fuzz::{policy, replay};
+
+#[global_allocator]
+static ALLOC: replay::Counting = replay::Counting;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    replay::run_one(
+        "policy_binary",
+        policy::binary_decode,
+        data,
+        policy::bound,
+        "input",
+    )
+});

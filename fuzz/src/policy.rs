@@ -11,6 +11,23 @@ use bytes::Bytes;
 use serde_json::{json, Value};
 use strom_policy::{MetadataInput, TopicPolicy};
 
+/// Size of a decoded JSON value in memory.
+pub const VALUE: usize = std::mem::size_of::<serde_json::Value>();
+
+/// Most bytes one decoded copy may take for an input of `len` bytes: every
+/// input byte can become a `Value` (a one-byte boolean, a 32-byte `Value`),
+/// a vector may be grown to twice its length, and one array of nulls may
+/// hold `MAX_ZERO_WIDTH_ITEMS` items, which take no input bytes at all.
+pub fn one_copy(len: usize) -> usize {
+    4 * VALUE * len + 2 * VALUE * strom_policy::binary::MAX_ZERO_WIDTH_ITEMS as usize + 64 * 1024
+}
+
+/// The binary target holds up to three copies at once (the decoded value,
+/// its clone handed to the encoder, and the re-encoding decoded again).
+pub fn bound(len: usize) -> usize {
+    4 * one_copy(len)
+}
+
 /// A fuzz target: its directory name under `fuzz/corpus/`, and its body.
 pub type Target = (&'static str, fn(&[u8]));
 

@@ -22,6 +22,15 @@ use strom_proto::{
 /// 256 MiB; a small cap exercises the too-large path with short inputs).
 pub const MAX_FRAME: u32 = 1 << 20;
 
+/// Most bytes a decode may hold at once for an input of `len` bytes. A
+/// decoded value legitimately takes a few times its encoding (a 4-byte empty
+/// string becomes a 24-byte `String`, each vector may be grown to twice its
+/// length); an allocation sized by an unchecked length takes up to 4 GiB
+/// times the element size, whatever the input, and blows straight past this.
+pub fn bound(len: usize) -> usize {
+    16 * len + 16 * 1024
+}
+
 /// A fuzz target: its directory name under `fuzz/corpus/`, and its body.
 pub type Target = (&'static str, fn(&[u8]));
 

@@ -5,7 +5,8 @@
 //!
 //! Included with `#[path]` by `crates/strom-proto/tests/hostile_input.rs`
 //! and `crates/strom-policy/tests/hostile_input.rs` (each registers
-//! [`Counting`] as its `#[global_allocator]`); not part of the fuzz crate.
+//! [`Counting`] as its `#[global_allocator]`), and by the fuzz crate, whose
+//! targets run each input through [`run_one`] too.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -94,7 +95,7 @@ impl Rng {
     pub fn new(seed: u64) -> Self {
         Rng(seed)
     }
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -103,7 +104,7 @@ impl Rng {
     }
     /// Uniform in `0..n` (`n > 0`).
     pub fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
+        (self.next_u64() % n as u64) as usize
     }
 }
 
@@ -136,7 +137,7 @@ pub fn mutate(rng: &mut Rng, base: &[u8], pool: &[&[u8]]) -> Vec<u8> {
             }
             1 if len > 0 => {
                 let i = rng.below(len);
-                v[i] = [0, 1, 0x7F, 0x80, 0xFF, rng.next() as u8][rng.below(6)];
+                v[i] = [0, 1, 0x7F, 0x80, 0xFF, rng.next_u64() as u8][rng.below(6)];
             }
             2 if len > 0 => v.truncate(rng.below(len)),
             3 if len >= 4 => {
@@ -163,7 +164,7 @@ pub fn mutate(rng: &mut Rng, base: &[u8], pool: &[&[u8]]) -> Vec<u8> {
             6 => {
                 let i = rng.below(len + 1);
                 let n = rng.below(9);
-                let bytes: Vec<u8> = (0..n).map(|_| rng.next() as u8).collect();
+                let bytes: Vec<u8> = (0..n).map(|_| rng.next_u64() as u8).collect();
                 v.splice(i..i, bytes);
             }
             7 if len > 0 => {

@@ -21,23 +21,6 @@ mod targets;
 #[global_allocator]
 static ALLOC: replay::Counting = replay::Counting;
 
-/// Size of a decoded JSON value in memory.
-const VALUE: usize = std::mem::size_of::<serde_json::Value>();
-
-/// Most bytes one decoded copy may take for an input of `len` bytes: every
-/// input byte can become a `Value` (a one-byte boolean, a 32-byte `Value`),
-/// a vector may be grown to twice its length, and one array of nulls may
-/// hold `MAX_ZERO_WIDTH_ITEMS` items, which take no input bytes at all.
-fn one_copy(len: usize) -> usize {
-    4 * VALUE * len + 2 * VALUE * MAX_ZERO_WIDTH_ITEMS as usize + 64 * 1024
-}
-
-/// The binary target holds up to three copies at once (the decoded value,
-/// its clone handed to the encoder, and the re-encoding decoded again).
-fn bound(len: usize) -> usize {
-    4 * one_copy(len)
-}
-
 fn fuzz_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz")
 }
@@ -54,7 +37,7 @@ fn corpus_and_100k_mutants_decode_without_panic_or_unbounded_allocation() {
         targets::TARGETS,
         100_000,
         0x5354_524F_4D00_0002,
-        bound,
+        targets::bound,
     );
 }
 
@@ -92,7 +75,10 @@ fn many_arrays_of_nulls_cannot_multiply_the_zero_width_cap() {
         assert_eq!(err.code(), 404, "{err}");
         assert!(err.to_string().contains("null items"), "{err}");
     });
-    assert!(peak <= one_copy(hostile.len()), "held {peak} bytes");
+    assert!(
+        peak <= targets::one_copy(hostile.len()),
+        "held {peak} bytes"
+    );
 
     // Up to the cap in all, split over arrays, still decodes.
     let half = MAX_ZERO_WIDTH_ITEMS / 2;

@@ -22,15 +22,6 @@ mod targets;
 #[global_allocator]
 static ALLOC: replay::Counting = replay::Counting;
 
-/// Most bytes a decode may hold at once for an input of `len` bytes. A
-/// decoded value legitimately takes a few times its encoding (a 4-byte empty
-/// string becomes a 24-byte `String`, each vector may be grown to twice its
-/// length); an allocation sized by an unchecked length takes up to 4 GiB
-/// times the element size, whatever the input, and blows straight past this.
-fn bound(len: usize) -> usize {
-    16 * len + 16 * 1024
-}
-
 fn fuzz_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz")
 }
@@ -47,7 +38,7 @@ fn corpus_and_100k_mutants_decode_without_panic_or_unbounded_allocation() {
         targets::TARGETS,
         100_000,
         0x5354_524F_4D00_0001,
-        bound,
+        targets::bound,
     );
 }
 
@@ -113,7 +104,7 @@ proptest! {
         let mut input = vec![opcode];
         input.extend_from_slice(&body);
         for (name, target) in [("request", targets::request as fn(&[u8])), ("response", targets::response), ("push", targets::push)] {
-            replay::run_one(name, target, &input, bound, "proptest input");
+            replay::run_one(name, target, &input, targets::bound, "proptest input");
         }
     }
 
@@ -122,12 +113,12 @@ proptest! {
         let h: [u8; FRAME_HEADER_LEN] = h;
         let mut input = h.to_vec();
         input.extend_from_slice(&body);
-        replay::run_one("frame", targets::frame, &input, bound, "proptest input");
+        replay::run_one("frame", targets::frame, &input, targets::bound, "proptest input");
     }
 
     #[test]
     fn batch_parser_never_panics_and_stays_in_bounds(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
-        replay::run_one("batch", targets::batch, &bytes, bound, "proptest input");
+        replay::run_one("batch", targets::batch, &bytes, targets::bound, "proptest input");
     }
 
     #[test]
