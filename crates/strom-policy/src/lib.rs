@@ -63,7 +63,9 @@ pub enum PolicyError {
 }
 
 impl PolicyError {
-    /// Stable numeric code of this error.
+    /// Stable numeric code of this error, equal to the `strom_proto::ErrorCode`
+    /// constant of the same meaning (pinned by
+    /// `crates/strom-proto/tests/error_codes.rs`).
     pub fn code(&self) -> u16 {
         match self {
             PolicyError::InvalidMetadata { .. } => 400,

@@ -180,7 +180,11 @@ impl<T: Wire> Wire for Vec<T> {
     }
     fn get(r: &mut Reader<'_>) -> Result<Self, ProtoError> {
         let n = r.count(T::MIN_SIZE, "sequence")?;
-        let mut v = Vec::with_capacity(n);
+        // The count is checked against `MIN_SIZE` bytes per element, but an
+        // element can be far larger in memory than its smallest encoding
+        // (structs declare a `MIN_SIZE` of 0): reserve no more than the
+        // bytes that remain, and let a vector of real elements grow.
+        let mut v = Vec::with_capacity(n.min(r.remaining() / std::mem::size_of::<T>().max(1)));
         for _ in 0..n {
             v.push(T::get(r)?);
         }

@@ -59,7 +59,11 @@ pub enum StorageError {
 }
 
 impl StorageError {
-    /// Stable numeric code. 306 and 310 are reserved.
+    /// Stable numeric code, equal to the `strom_proto::ErrorCode` constant of
+    /// the same name (pinned by `crates/strom-proto/tests/error_codes.rs`;
+    /// storage must not depend on the protocol crate). 306 is retired; 310
+    /// (`DATA_EXPIRED`) belongs to the 3xx range but is raised by the server,
+    /// not by storage.
     pub fn code(&self) -> u16 {
         match self {
             StorageError::Io { .. } => 300,

@@ -22,8 +22,16 @@ fn integer(r: &mut Reader<'_>) -> Result<Value, PolicyError> {
     }
 }
 
-/// Decodes one value of `shape` at nesting `depth`.
-pub fn decode(shape: &Shape, r: &mut Reader<'_>, depth: usize) -> Result<Value, PolicyError> {
+/// Decodes one value of `shape` at nesting `depth`. `nulls_left` is how
+/// many more items arrays of nulls may hold in this encoding: they take no
+/// input bytes, so without a total cap a few bytes per array could make
+/// each of many arrays [`MAX_ZERO_WIDTH_ITEMS`] long.
+pub fn decode(
+    shape: &Shape,
+    r: &mut Reader<'_>,
+    depth: usize,
+    nulls_left: &mut u64,
+) -> Result<Value, PolicyError> {
     if depth > MAX_DEPTH {
         return Err(PolicyError::Decode(format!(
             "nesting deeper than {MAX_DEPTH} levels"
@@ -73,26 +81,42 @@ pub fn decode(shape: &Shape, r: &mut Reader<'_>, depth: usize) -> Result<Value, 
             let at = r.position();
             let count = r.varint("array count")?;
             // Every item but a null takes at least one byte.
-            let limit = if **items == Shape::Null {
-                MAX_ZERO_WIDTH_ITEMS
+            let zero_width = **items == Shape::Null;
+            let limit = if zero_width {
+                *nulls_left
             } else {
                 r.remaining() as u64
             };
             let count = match u64::try_from(count) {
                 Ok(c) if c <= limit => c as usize,
+                _ if zero_width => {
+                    return Err(PolicyError::Decode(format!(
+                        "array count {count} at byte {at} exceeds the {limit} null items left \
+                         of the {MAX_ZERO_WIDTH_ITEMS} allowed in one encoding"
+                    )))
+                }
                 _ => {
                     return Err(PolicyError::Decode(format!(
                         "array count {count} at byte {at} exceeds the limit {limit}"
                     )))
                 }
             };
-            let mut values = Vec::with_capacity(count.min(r.remaining()));
+            if zero_width {
+                *nulls_left -= count as u64;
+            }
+            // A null array's count is capped above; any other count is at
+            // most the bytes that remain.
+            let mut values = Vec::with_capacity(if zero_width {
+                count
+            } else {
+                count.min(r.remaining())
+            });
             for _ in 0..count {
-                values.push(decode(items, r, depth + 1)?);
+                values.push(decode(items, r, depth + 1, nulls_left)?);
             }
             Ok(Value::Array(values))
         }
-        Shape::Object(obj) => decode_object(obj, r, depth),
+        Shape::Object(obj) => decode_object(obj, r, depth, nulls_left),
         Shape::Any => {
             let len = r.len("JSON length")?;
             let at = r.position();
@@ -107,6 +131,7 @@ fn decode_object(
     obj: &ObjectShape,
     r: &mut Reader<'_>,
     depth: usize,
+    nulls_left: &mut u64,
 ) -> Result<Value, PolicyError> {
     let at = r.position();
     let bitmap = r.take(obj.bitmap_len(), "presence bitmap")?;
@@ -129,7 +154,7 @@ fn decode_object(
                 .is_some_and(|byte| byte & (1 << (bit % 8)) != 0),
         };
         if present {
-            let value = decode(&field.shape, r, depth + 1)?;
+            let value = decode(&field.shape, r, depth + 1, nulls_left)?;
             map.insert(field.name.clone(), value);
         }
     }

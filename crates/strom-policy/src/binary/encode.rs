@@ -76,12 +76,15 @@ fn put_json(out: &mut Vec<u8>, value: &Value, path: Option<&Path<'_>>) -> Result
     Ok(())
 }
 
-/// Appends the encoding of `value` by `shape` to `out`.
+/// Appends the encoding of `value` by `shape` to `out`. `nulls_left` is
+/// how many more items arrays of nulls may hold in this encoding (they take
+/// no bytes, so the decoder caps their total: [`MAX_ZERO_WIDTH_ITEMS`]).
 pub fn encode(
     shape: &Shape,
     value: &Value,
     out: &mut Vec<u8>,
     path: Option<&Path<'_>>,
+    nulls_left: &mut u64,
 ) -> Result<(), PolicyError> {
     match (shape, value) {
         (Shape::Integer, Value::Number(n)) => match integer_of(n) {
@@ -106,11 +109,17 @@ pub fn encode(
         (Shape::Boolean, Value::Bool(b)) => out.push(u8::from(*b)),
         (Shape::Null, Value::Null) => {}
         (Shape::Array(items), Value::Array(values)) => {
-            if **items == Shape::Null && values.len() as u64 > MAX_ZERO_WIDTH_ITEMS {
-                return Err(PolicyError::Encode(format!(
-                    "field '{}': arrays of nulls are limited to {MAX_ZERO_WIDTH_ITEMS} items",
-                    pointer(path)
-                )));
+            if **items == Shape::Null {
+                match nulls_left.checked_sub(values.len() as u64) {
+                    Some(left) => *nulls_left = left,
+                    None => {
+                        return Err(PolicyError::Encode(format!(
+                            "field '{}': arrays of nulls are limited to \
+                             {MAX_ZERO_WIDTH_ITEMS} items in all",
+                            pointer(path)
+                        )))
+                    }
+                }
             }
             put_len(out, values.len());
             for (i, item) in values.iter().enumerate() {
@@ -118,10 +127,10 @@ pub fn encode(
                     parent: path,
                     segment: Segment::Index(i),
                 };
-                encode(items, item, out, Some(&here))?;
+                encode(items, item, out, Some(&here), nulls_left)?;
             }
         }
-        (Shape::Object(obj), Value::Object(_)) => encode_object(obj, value, out, path)?,
+        (Shape::Object(obj), Value::Object(_)) => encode_object(obj, value, out, path, nulls_left)?,
         (Shape::Any, _) => put_json(out, value, path)?,
         (expected, _) => {
             let name = match expected {
@@ -144,6 +153,7 @@ fn encode_object(
     value: &Value,
     out: &mut Vec<u8>,
     path: Option<&Path<'_>>,
+    nulls_left: &mut u64,
 ) -> Result<(), PolicyError> {
     let Value::Object(map) = value else {
         return Err(mismatch(path, "object", value));
@@ -180,7 +190,7 @@ fn encode_object(
                 parent: path,
                 segment: Segment::Key(&field.name),
             };
-            encode(&field.shape, v, out, Some(&here))?;
+            encode(&field.shape, v, out, Some(&here), nulls_left)?;
         }
     }
     // 3. Extras: members the schema does not list, as one compact JSON object.

@@ -37,7 +37,8 @@
 //!
 //! Decoding is hostile-input safe: every varint and length is checked
 //! against the remaining bytes before use, counts never size an allocation
-//! beyond the remaining input, nesting follows the (depth-capped) schema,
+//! beyond the remaining input, arrays of nulls hold at most
+//! [`MAX_ZERO_WIDTH_ITEMS`] items in all, nesting follows the (depth-capped) schema,
 //! and truncated input, bad tags, invalid UTF-8, non-finite floats, extras
 //! that repeat a schema property and trailing bytes are decode errors.
 
@@ -52,8 +53,9 @@ use crate::PolicyError;
 /// Deepest schema nesting the binary serializer accepts.
 pub const MAX_DEPTH: usize = 64;
 
-/// Longest array of zero-width (`null`) items accepted, since such an
-/// array's length cannot be checked against the remaining bytes.
+/// Most items that arrays of zero-width (`null`) items may hold in one
+/// encoding, all such arrays together, since their lengths cannot be
+/// checked against the remaining bytes.
 pub const MAX_ZERO_WIDTH_ITEMS: u64 = 1 << 16;
 
 /// The binary layout of one schema position.
@@ -110,14 +112,16 @@ impl Shape {
     /// Encodes `value`; errors name the offending field.
     pub fn encode(&self, value: &Value) -> Result<Vec<u8>, PolicyError> {
         let mut out = Vec::with_capacity(64);
-        encode::encode(self, value, &mut out, None)?;
+        let mut nulls_left = MAX_ZERO_WIDTH_ITEMS;
+        encode::encode(self, value, &mut out, None, &mut nulls_left)?;
         Ok(out)
     }
 
     /// Decodes one complete encoding; trailing bytes are an error.
     pub fn decode(&self, bytes: &[u8]) -> Result<Value, PolicyError> {
         let mut reader = wire::Reader::new(bytes);
-        let value = decode::decode(self, &mut reader, 0)?;
+        let mut nulls_left = MAX_ZERO_WIDTH_ITEMS;
+        let value = decode::decode(self, &mut reader, 0, &mut nulls_left)?;
         if !reader.is_empty() {
             return Err(PolicyError::Decode(format!(
                 "{} trailing bytes after the value (at byte {})",
