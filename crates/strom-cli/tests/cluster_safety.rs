@@ -1,0 +1,417 @@
+//! The `strom` command when members fail, and newcomer traps, against the
+//! real binary and real server processes: a group member killed with -9
+//! during `consume` and `produce`, `cluster down`, `--address`, `strom
+//! bench`'s target, and the port-in-use message.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::procs::*;
+use common::{ok, run_cli, CliOutput, ServerProcess};
+use serde_json::Value;
+use strom_client::{Driver, TopicSpec};
+
+/// `strom cluster up` in `dir`: the group file, and the pid and address of
+/// each rank (from its log).
+struct Cluster {
+    dir: std::path::PathBuf,
+    group_file: String,
+    pids: Vec<i32>,
+}
+
+fn cluster_up(dir: &Path, servers: u32) -> Cluster {
+    let d = dir.to_str().expect("utf-8");
+    let n = servers.to_string();
+    let out = ok(
+        run_cli(
+            &["cluster", "up", "--servers", &n, "--data-dir", d],
+            "",
+            &[],
+            CLI_TIMEOUT,
+        ),
+        "cluster up",
+    );
+    let group_file = out.stdout.trim().to_string();
+    let rec: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("cluster.json")).expect("cluster.json"))
+            .expect("cluster.json is JSON");
+    let pids = rec["pids"]
+        .as_array()
+        .expect("pids")
+        .iter()
+        .map(|p| p.as_i64().expect("pid") as i32)
+        .collect();
+    Cluster {
+        dir: dir.to_path_buf(),
+        group_file,
+        pids,
+    }
+}
+
+impl Cluster {
+    /// The pid of the member listening on `addr` (from the members' logs).
+    fn pid_of(&self, addr: &str) -> i32 {
+        let deadline = Instant::now() + CLI_TIMEOUT;
+        loop {
+            for (rank, pid) in self.pids.iter().enumerate() {
+                let log = std::fs::read_to_string(self.dir.join(format!("server-{rank}.log")))
+                    .unwrap_or_default();
+                if log.contains(&format!("listening on {addr}")) {
+                    return *pid;
+                }
+            }
+            assert!(Instant::now() < deadline, "no member log names {addr}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn down(&self) -> CliOutput {
+        run_cli(
+            &[
+                "cluster",
+                "down",
+                "--data-dir",
+                self.dir.to_str().expect("utf-8"),
+            ],
+            "",
+            &[],
+            CLI_TIMEOUT,
+        )
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for &pid in &self.pids {
+            // SAFETY: kill(2) on a pid this test started; no memory involved.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    }
+}
+
+/// A live process, not a zombie waiting for its parent.
+fn running(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rsplit(')')
+            .next()
+            .and_then(|s| s.split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X"),
+        Err(_) => false,
+    }
+}
+
+/// A 3-member group with a 3-partition topic holding 30 events (10 per
+/// partition), and the member owning partition 1 killed with -9. Returns
+/// the cluster, the dead member's id, and partition 1's address.
+fn cluster_with_dead_member(dir: &Path) -> (Cluster, u32) {
+    let c = cluster_up(dir, 3);
+    let d = Driver::connect(&c.group_file).expect("connect");
+    let t = d.create_topic(TopicSpec::new("t", 3)).expect("create");
+    let info = t.describe().expect("describe");
+    let p = t.producer().expect("producer");
+    for i in 0..30u32 {
+        p.push_with(format!("{{\"i\":{i}}}"), (), Some(i % 3), &[])
+            .expect("push");
+    }
+    p.flush().expect("flush");
+    drop(p);
+    let victim = &info.partitions[1];
+    let master_addr = d.master_addr().to_string();
+    assert_ne!(
+        victim.addr, master_addr,
+        "partition 1 should not be on the master"
+    );
+    for other in [&info.partitions[0], &info.partitions[2]] {
+        assert_ne!(other.addr, victim.addr, "partitions spread over members");
+    }
+    let pid = c.pid_of(&victim.addr);
+    // SAFETY: kill(2) on a server this test started.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    while running(pid) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (c, victim.member)
+}
+
+#[test]
+fn consume_reads_live_partitions_when_a_member_is_dead() {
+    let base = tempfile::tempdir().expect("tempdir");
+    let (c, dead) = cluster_with_dead_member(base.path());
+    let out = run_cli(
+        &["--group-file", &c.group_file, "consume", "t", "--name", "c"],
+        "",
+        &[],
+        CLI_TIMEOUT,
+    );
+    let got = positions(&out);
+    let mut per: BTreeMap<u32, usize> = BTreeMap::new();
+    for (p, _) in &got {
+        *per.entry(*p).or_default() += 1;
+    }
+    assert_eq!(
+        per.get(&0),
+        Some(&10),
+        "partition 0 read; stderr:\n{}",
+        out.stderr
+    );
+    assert_eq!(
+        per.get(&2),
+        Some(&10),
+        "partition 2 read; stderr:\n{}",
+        out.stderr
+    );
+    assert_eq!(per.get(&1), None);
+    let lines: Vec<_> = out
+        .stderr
+        .lines()
+        .filter(|l| l.contains("unreachable") || l.contains("unavailable"))
+        .filter(|l| !l.contains("partition(s) were unavailable"))
+        .collect();
+    assert_eq!(
+        lines.len(),
+        1,
+        "one notice for the dead partition:\n{}",
+        out.stderr
+    );
+    assert!(
+        lines[0].contains("partition 1") && lines[0].contains(&format!("member {dead}")),
+        "the notice names the partition and member: {}",
+        lines[0]
+    );
+    assert!(!out.status.success(), "an incomplete read exits non-zero");
+}
+
+#[test]
+fn produce_prints_stored_offsets_and_reports_failures_when_a_member_is_dead() {
+    let base = tempfile::tempdir().expect("tempdir");
+    let (c, dead) = cluster_with_dead_member(base.path());
+    let input: String = (0..30).map(|i| format!("{{\"i\":{i}}}\n")).collect();
+    let out = run_cli(
+        &["--group-file", &c.group_file, "produce", "t"],
+        &input,
+        &[],
+        CLI_TIMEOUT,
+    );
+    assert_eq!(out.status.code(), Some(1), "stderr:\n{}", out.stderr);
+    let got = positions(&out);
+    assert_eq!(
+        got.len(),
+        20,
+        "the events on live partitions are printed; stderr:\n{}",
+        out.stderr
+    );
+    assert!(got.iter().all(|(p, _)| *p != 1));
+    let summary: Vec<_> = out
+        .stderr
+        .lines()
+        .filter(|l| l.contains("partition 1"))
+        .collect();
+    assert!(
+        summary
+            .iter()
+            .any(|l| l.contains("10 events failed") && l.contains(&format!("member {dead}"))),
+        "stderr summarizes the failures by partition:\n{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn cluster_down_stops_every_member_and_says_which() {
+    let base = tempfile::tempdir().expect("tempdir");
+    let c = cluster_up(base.path(), 3);
+    // A member that does not react to SIGTERM (stopped) must still go.
+    // SAFETY: kill(2) on a server this test started.
+    assert_eq!(unsafe { libc::kill(c.pids[2], libc::SIGSTOP) }, 0);
+    // No `kill` on PATH: down must not depend on one.
+    let out = run_cli(
+        &[
+            "cluster",
+            "down",
+            "--data-dir",
+            c.dir.to_str().expect("utf-8"),
+            "--timeout",
+            "1",
+        ],
+        "",
+        &[("PATH", "")],
+        CLI_TIMEOUT,
+    );
+    let out = ok(out, "cluster down");
+    for (rank, pid) in c.pids.iter().enumerate() {
+        assert!(
+            !running(*pid),
+            "rank {rank} (pid {pid}) still runs:\n{}",
+            out.stderr
+        );
+        assert!(
+            out.stderr.contains(&format!("pid {pid}")),
+            "down names pid {pid}:\n{}",
+            out.stderr
+        );
+    }
+    assert!(
+        out.stderr.contains("killed"),
+        "says which it had to kill:\n{}",
+        out.stderr
+    );
+    assert!(!c.dir.join("cluster.json").exists());
+}
+
+#[test]
+fn cluster_down_never_signals_a_process_that_is_not_its_server() {
+    let base = tempfile::tempdir().expect("tempdir");
+    let c = cluster_up(base.path(), 1);
+    // Pretend the member died and its pid went to an unrelated process.
+    let mut other = Command::new("sleep").arg("60").spawn().expect("sleep");
+    let rec_path = c.dir.join("cluster.json");
+    let mut rec: Value =
+        serde_json::from_slice(&std::fs::read(&rec_path).expect("read")).expect("json");
+    rec["pids"] = serde_json::json!([other.id()]);
+    std::fs::write(&rec_path, serde_json::to_vec(&rec).expect("json")).expect("write");
+    let out = c.down();
+    assert!(
+        other.try_wait().expect("polling sleep").is_none(),
+        "down signalled an unrelated process:\n{}",
+        out.stderr
+    );
+    assert!(
+        out.stderr.contains(&format!("pid {}", other.id())) && out.stderr.contains("not"),
+        "down says pid {} is not its server:\n{}",
+        other.id(),
+        out.stderr
+    );
+    let _ = other.kill();
+    let _ = other.wait();
+}
+
+#[test]
+fn commands_reach_a_server_through_address() {
+    let base = tempfile::tempdir().expect("tempdir");
+    let server = ServerProcess::start(base.path());
+    let addr = server.addr.clone();
+    ok(
+        run_cli(
+            &["--address", &addr, "topic", "create", "t"],
+            "",
+            &[],
+            CLI_TIMEOUT,
+        ),
+        "topic create --address",
+    );
+    let out = ok(
+        run_cli(
+            &["--address", &addr, "produce", "t"],
+            "{\"a\":1}\n",
+            &[],
+            CLI_TIMEOUT,
+        ),
+        "produce --address",
+    );
+    assert_eq!(positions(&out), vec![(0, 0)]);
+    let out = ok(
+        run_cli(
+            &["consume", "t", "--name", "c"],
+            "",
+            &[("STROM_ADDRESS", &addr)],
+            CLI_TIMEOUT,
+        ),
+        "consume with STROM_ADDRESS",
+    );
+    assert_eq!(positions(&out), vec![(0, 0)]);
+}
+
+#[test]
+fn bench_says_when_it_uses_an_embedded_server_and_uses_the_group_file_otherwise() {
+    let base = tempfile::tempdir().expect("tempdir");
+    let server = ServerProcess::start(base.path());
+    let gf = server.group_file.to_str().expect("utf-8").to_string();
+    let args = [
+        "bench",
+        "produce",
+        "--events",
+        "200",
+        "--topic",
+        "benchsafety",
+    ];
+    let out = ok(run_cli(&args, "", &[], CLI_TIMEOUT), "bench embedded");
+    assert!(
+        out.stderr.contains("embedded"),
+        "says it is embedded:\n{}",
+        out.stderr
+    );
+    let out = ok(
+        run_cli(&args, "", &[("STROM_GROUP_FILE", &gf)], CLI_TIMEOUT),
+        "bench with STROM_GROUP_FILE",
+    );
+    assert!(!out.stderr.contains("embedded"), "{}", out.stderr);
+    let d = server.connect();
+    let info = d
+        .describe("benchsafety")
+        .expect("bench used the server's topic");
+    let stored: u64 = info.partitions.iter().map(|p| p.next_offset).sum();
+    assert_eq!(stored, 200);
+}
+
+#[test]
+fn port_in_use_is_reported_once() {
+    let base = tempfile::tempdir().expect("tempdir");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port();
+    let listen = format!("127.0.0.1:{port}");
+    let first_dir = base.path().join("a");
+    let mut first = Command::new(common::strom_bin())
+        .args(["server", "--listen", &listen, "--data-dir"])
+        .arg(&first_dir)
+        .env_remove("STROM_GROUP_FILE")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("first server");
+    let mut err = BufReader::new(first.stderr.take().expect("stderr"));
+    let mut line = String::new();
+    while !line.contains("listening on") {
+        line.clear();
+        assert!(
+            err.read_line(&mut line).expect("first server stderr") > 0,
+            "first server exited"
+        );
+    }
+    let second_dir = base.path().join("b");
+    let out = run_cli(
+        &[
+            "server",
+            "--listen",
+            &listen,
+            "--data-dir",
+            second_dir.to_str().expect("utf-8"),
+        ],
+        "",
+        &[],
+        CLI_TIMEOUT,
+    );
+    let _ = first.kill();
+    let _ = first.wait();
+    assert!(!out.status.success());
+    let msg = out.stderr.to_lowercase();
+    assert_eq!(
+        msg.matches("in use").count(),
+        1,
+        "the OS message once, got:\n{}",
+        out.stderr
+    );
+    assert!(
+        out.stderr.contains(&listen),
+        "names the address:\n{}",
+        out.stderr
+    );
+}
