@@ -9,7 +9,7 @@
 //! the way: they may stop the log, but never make it acknowledge what the
 //! disk did not keep.
 //!
-//! `STROM_SIM_SEEDS=N` runs N seeds (default 500); `STROM_SIM_SEED=s` replays
+//! `STROM_SIM_SEEDS=N` runs N seeds (default 2000); `STROM_SIM_SEED=s` replays
 //! one seed. A failing seed is printed.
 
 mod common;
@@ -220,7 +220,7 @@ fn acknowledged_batches_survive_power_loss_at_random_points() {
             let n = std::env::var("STROM_SIM_SEEDS")
                 .ok()
                 .and_then(|s| s.parse().ok())
-                .unwrap_or(500u64);
+                .unwrap_or(2000u64);
             (0..n).collect()
         }
     };
