@@ -37,11 +37,7 @@ fn cli_end_to_end_produce_consume_describe_restart() {
     let base = tempfile::tempdir().expect("tempdir");
     let server = ServerProcess::start(base.path());
     let gf = server.group_file.to_str().expect("utf-8 path").to_string();
-    let strom = |args: &[&str], stdin: &str| {
-        let mut full = vec!["--group-file", gf.as_str()];
-        full.extend_from_slice(args);
-        run_cli(&full, stdin, &[], CLI_TIMEOUT)
-    };
+    let strom = |args: &[&str], stdin: &str| server.cli(args, stdin, CLI_TIMEOUT);
 
     // Create.
     let out = ok(

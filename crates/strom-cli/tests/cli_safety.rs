@@ -256,12 +256,7 @@ fn produce_sigint_prints_every_stored_offset_closes_and_exits_130() {
 fn produce_closes_at_end_of_input_unless_keep_open() {
     let base = tempfile::tempdir().expect("tempdir");
     let server = ServerProcess::start(base.path());
-    let gf = server.group_file.to_str().expect("utf-8").to_string();
-    let strom = |args: &[&str], stdin: &str| {
-        let mut full = vec!["--group-file", gf.as_str()];
-        full.extend_from_slice(args);
-        run_cli(&full, stdin, &[], CLI_TIMEOUT)
-    };
+    let strom = |args: &[&str], stdin: &str| server.cli(args, stdin, CLI_TIMEOUT);
     ok(strom(&["topic", "create", "open"], ""), "create");
     ok(
         strom(&["produce", "open", "--keep-open"], "{\"a\":1}\n"),
@@ -300,12 +295,7 @@ fn produce_closes_at_end_of_input_unless_keep_open() {
 fn produce_max_event_bytes_sets_the_limit_and_the_error_names_it() {
     let base = tempfile::tempdir().expect("tempdir");
     let server = ServerProcess::start(base.path());
-    let gf = server.group_file.to_str().expect("utf-8").to_string();
-    let strom = |args: &[&str], stdin: &str| {
-        let mut full = vec!["--group-file", gf.as_str()];
-        full.extend_from_slice(args);
-        run_cli(&full, stdin, &[], CLI_TIMEOUT)
-    };
+    let strom = |args: &[&str], stdin: &str| server.cli(args, stdin, CLI_TIMEOUT);
     ok(strom(&["topic", "create", "t"], ""), "create");
     let out = strom(
         &[

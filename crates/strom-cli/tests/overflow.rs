@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{run_cli, CliOutput, ServerProcess};
+use common::{CliOutput, ServerProcess};
 use serde_json::Value;
 
 const CLI_TIMEOUT: Duration = Duration::from_secs(60);
@@ -22,12 +22,7 @@ fn describe_json(strom: &dyn Fn(&[&str]) -> CliOutput, name: &str) -> Value {
 fn topic_create_overflow_is_stored_shown_and_refused_on_file_topics() {
     let base = tempfile::tempdir().expect("tempdir");
     let server = ServerProcess::start(base.path());
-    let gf = server.group_file.to_str().expect("utf-8 path").to_string();
-    let strom = |args: &[&str]| {
-        let mut full = vec!["--group-file", gf.as_str()];
-        full.extend_from_slice(args);
-        run_cli(&full, "", &[], CLI_TIMEOUT)
-    };
+    let strom = |args: &[&str]| server.cli(args, "", CLI_TIMEOUT);
 
     // Memory topics block by default, and say so.
     let out = strom(&["topic", "create", "mon-default", "--type", "memory"]);

@@ -129,6 +129,14 @@ impl ServerProcess {
         self.child.id() as i32
     }
 
+    /// Runs `strom --group-file <this server's group file> ARGS`.
+    pub fn cli(&self, args: &[&str], stdin: &str, timeout: Duration) -> CliOutput {
+        let gf = self.group_file.to_str().expect("utf-8 path");
+        let mut full = vec!["--group-file", gf];
+        full.extend_from_slice(args);
+        run_cli(&full, stdin, &[], timeout)
+    }
+
     /// The server's resident set size in bytes (VmRSS).
     pub fn rss_bytes(&self) -> u64 {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()))
@@ -191,6 +199,23 @@ impl Drop for ServerProcess {
     }
 }
 
+/// Waits up to `timeout` for `child` to exit; on timeout kills and reaps it
+/// and returns `None`.
+pub fn wait_bounded(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(s) = child.try_wait().expect("polling strom") {
+            return Some(s);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// Asserts that a CLI run succeeded, showing its output if not.
 pub fn ok(out: CliOutput, what: &str) -> CliOutput {
     assert!(
@@ -245,21 +270,12 @@ pub fn run_cli(args: &[&str], stdin: &str, env: &[(&str, &str)], timeout: Durati
     };
     let out = reader(Box::new(child.stdout.take().expect("stdout is piped")));
     let err = reader(Box::new(child.stderr.take().expect("stderr is piped")));
-    let deadline = Instant::now() + timeout;
-    let status = loop {
-        if let Some(s) = child.try_wait().expect("polling strom") {
-            break s;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "`strom {}` did not finish within {timeout:?}; stderr:\n{}",
-                args.join(" "),
-                err.join().unwrap_or_default()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(10));
+    let Some(status) = wait_bounded(&mut child, timeout) else {
+        panic!(
+            "`strom {}` did not finish within {timeout:?}; stderr:\n{}",
+            args.join(" "),
+            err.join().unwrap_or_default()
+        );
     };
     let _ = writer.join();
     CliOutput {

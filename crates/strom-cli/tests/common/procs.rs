@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 use std::io::{BufReader, Read};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 use strom_client::TopicSpec;
@@ -103,20 +103,11 @@ pub fn finish(mut child: Child, what: &str) -> (Option<i32>, String) {
         let _ = err.read_to_string(&mut s);
         s
     });
-    let deadline = Instant::now() + CLI_TIMEOUT;
-    let status = loop {
-        if let Some(s) = child.try_wait().expect("polling strom") {
-            break s;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "{what} did not exit; stderr:\n{}",
-                reader.join().unwrap_or_default()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(10));
+    let Some(status) = super::wait_bounded(&mut child, CLI_TIMEOUT) else {
+        panic!(
+            "{what} did not exit; stderr:\n{}",
+            reader.join().unwrap_or_default()
+        );
     };
     let stderr = reader.join().expect("stderr reader");
     use std::os::unix::process::ExitStatusExt;
