@@ -8,21 +8,19 @@
 
 mod batch;
 mod config;
-mod conn;
-mod control;
 mod error;
 mod group;
 mod host;
 mod launch;
 mod members;
+mod native;
 mod ownership;
 mod partition;
 mod peers;
 mod registry;
 mod server;
+mod service;
 mod sink;
-mod state;
-mod stream;
 
 pub use config::{ConfigError, ServerConfig};
 pub use error::ServerError;

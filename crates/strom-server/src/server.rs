@@ -13,15 +13,15 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::config::ServerConfig;
-use crate::conn;
 use crate::error::ServerError;
 use crate::group::{read_group_file, write_atomic};
 use crate::host::Host;
 use crate::launch::{rank_from_env, rendezvous_file};
 use crate::members::MemberLink;
+use crate::native;
 use crate::ownership::{check_group_file, DataDirLock};
 use crate::registry::Registry;
-use crate::state::State;
+use crate::service::{ControlService, DataService, Services};
 
 /// How this process finds the master, if it is not the master itself.
 enum Role {
@@ -63,7 +63,7 @@ pub struct Server;
 /// A running server. Dropping it without [`ServerHandle::shutdown`] leaves
 /// the tasks running until the runtime stops.
 pub struct ServerHandle {
-    state: Arc<State>,
+    state: Arc<Services>,
     stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -150,12 +150,15 @@ impl Server {
         if let (Some(reg), Some(g)) = (&registry, &config.group_file) {
             check_group_file(g, reg.group_id()).await?;
         }
-        let state = Arc::new(State {
+        let state = Arc::new(Services {
+            data: DataService::new(host, &config),
+            control: ControlService::new(
+                registry,
+                link,
+                config.max_frame_bytes,
+                config.max_batch_bytes,
+            ),
             config,
-            host,
-            registry,
-            link,
-            addr: addr.clone(),
             _lock: lock,
         });
         let (stop, mut stopped) = watch::channel(false);
@@ -169,7 +172,7 @@ impl Server {
                 tokio::select! {
                     c = listener.accept() => match c {
                         Ok(c) => match slots.clone().try_acquire_owned() {
-                            Ok(slot) => { tokio::spawn(conn::serve(c, accept_state.clone(), slot)); }
+                            Ok(slot) => { tokio::spawn(native::serve(c, accept_state.clone(), slot)); }
                             Err(_) => {
                                 refused += 1;
                                 if refused.is_power_of_two() {
@@ -192,7 +195,7 @@ impl Server {
                 if let (true, Some(g)) = (expected > 1, &state.config.group_file) {
                     write_atomic(&rendezvous_file(g), addr.as_bytes())?;
                 }
-                if let Some(reg) = &state.registry {
+                if let Some(reg) = state.control.master_registry() {
                     reg.publish_initial().await;
                 }
             }
@@ -205,12 +208,12 @@ impl Server {
                 )));
             }
         }
-        tracing::info!(addr = %addr, data_dir = %state.config.data_dir.display(), master = state.registry.is_some(), "strom server listening");
+        tracing::info!(addr = %addr, data_dir = %state.config.data_dir.display(), master = state.control.master_registry().is_some(), "strom server listening");
         Ok(ServerHandle { state, stop, tasks })
     }
 }
 
-fn spawn_retention(state: Arc<State>, mut stopped: watch::Receiver<bool>) -> JoinHandle<()> {
+fn spawn_retention(state: Arc<Services>, mut stopped: watch::Receiver<bool>) -> JoinHandle<()> {
     tokio::spawn(async move {
         let every = Duration::from_millis(state.config.retention_check_ms.max(10));
         loop {
@@ -219,7 +222,8 @@ fn spawn_retention(state: Arc<State>, mut stopped: watch::Receiver<bool>) -> Joi
                 _ = stopped.changed() => break,
             }
             let s = state.clone();
-            let _ = tokio::task::spawn_blocking(move || s.host.enforce_retention(now_us())).await;
+            let _ = tokio::task::spawn_blocking(move || s.data.host().enforce_retention(now_us()))
+                .await;
         }
     })
 }
@@ -227,7 +231,7 @@ fn spawn_retention(state: Arc<State>, mut stopped: watch::Receiver<bool>) -> Joi
 /// A member's life in the group: join the master (under its previous id
 /// after a restart), then heartbeat; rejoin whenever the master is lost.
 async fn membership(
-    state: Arc<State>,
+    state: Arc<Services>,
     want: Option<u32>,
     source: MasterSource,
     mut stopped: watch::Receiver<bool>,
@@ -243,16 +247,17 @@ async fn membership(
                     let _ = write_atomic(&id_file, id.to_string().as_bytes());
                 }
                 want = Some(id);
-                state.link.set_member(id);
+                state.control.link().set_member(id);
                 joined = Some((id, master));
             }),
             Some((id, master)) => {
                 let req = Request::Heartbeat {
                     member: *id,
-                    addr: state.addr.clone(),
+                    addr: state.control.addr().to_string(),
                 };
                 state
-                    .link
+                    .control
+                    .link()
                     .peers()
                     .call(master, &req)
                     .await
@@ -272,16 +277,16 @@ async fn membership(
 }
 
 async fn join_once(
-    state: &State,
+    state: &Services,
     want: Option<u32>,
     source: &MasterSource,
 ) -> Result<(u32, String), String> {
     let master = source.resolve()?;
     let req = Request::Join {
         member: want,
-        addr: state.addr.clone(),
+        addr: state.control.addr().to_string(),
     };
-    match state.link.peers().call(&master, &req).await {
+    match state.control.link().peers().call(&master, &req).await {
         Ok(Response::Joined { member, .. }) => {
             tracing::info!(member, master = %master, "joined the group");
             Ok((member, master))
@@ -301,12 +306,12 @@ pub(crate) fn now_us() -> u64 {
 impl ServerHandle {
     /// The address the server actually bound.
     pub fn addr(&self) -> &str {
-        &self.state.addr
+        self.state.control.addr()
     }
 
     /// This server's member id in its group (0 for the master).
     pub fn member(&self) -> u32 {
-        self.state.member()
+        self.state.control.member()
     }
 
     /// Stops accepting, finishes queued appends and syncs every partition.
@@ -316,7 +321,7 @@ impl ServerHandle {
             let _ = t.await;
         }
         let state = self.state.clone();
-        let _ = tokio::task::spawn_blocking(move || state.host.shutdown()).await;
-        tracing::info!(addr = %self.state.addr, "strom server stopped");
+        let _ = tokio::task::spawn_blocking(move || state.data.host().shutdown()).await;
+        tracing::info!(addr = %self.state.control.addr(), "strom server stopped");
     }
 }

@@ -1,53 +1,41 @@
-//! Control operations for the native protocol: the server's limits,
-//! topics, producers and the group, answered by the registry's typed operations (decode, call,
-//! encode). Every one needs the registry, so a server that is not the
-//! master answers them all with `NOT_MASTER`, in one place. Requests the
-//! master sends to members about their partitions go to the local
+//! Control requests of the native protocol: decode, call the
+//! [`ControlService`] and the registry's typed operations, encode. Requests
+//! the master sends to members about their partitions go to the local
 //! [`crate::members::MemberLink`].
 
-use strom_proto::{GroupMember, Request, Response};
+use strom_proto::{Request, Response};
 
 use crate::error::ServerError;
-use crate::state::State;
+use crate::service::ControlService;
 
 /// Answers one control request.
-pub async fn handle(st: &State, req: Request) -> Result<Response, ServerError> {
+pub async fn handle(svc: &ControlService, req: Request) -> Result<Response, ServerError> {
     match req {
-        Request::Hello { .. } => Ok(hello(st).await),
-        Request::Limits => Ok(Response::Limits {
-            max_frame_bytes: u64::from(st.config.max_frame_bytes),
-            max_batch_bytes: st.config.max_batch_bytes,
-        }),
+        Request::Hello { .. } => {
+            let g = svc.hello().await;
+            Ok(Response::Hello {
+                member: g.member,
+                master: g.master,
+                members: g.members,
+            })
+        }
+        Request::Limits => {
+            let (max_frame_bytes, max_batch_bytes) = svc.limits();
+            Ok(Response::Limits {
+                max_frame_bytes,
+                max_batch_bytes,
+            })
+        }
         req @ (Request::HostPartitions { .. }
         | Request::SealPartitions { .. }
         | Request::DropPartitions { .. }
-        | Request::PartitionStats { .. }) => st.link.local(req).await,
-        req => registry_op(st, req).await,
+        | Request::PartitionStats { .. }) => svc.link().local(req).await,
+        req => registry_op(svc, req).await,
     }
 }
 
-async fn hello(st: &State) -> Response {
-    let members = match &st.registry {
-        Some(r) => r
-            .members()
-            .await
-            .into_iter()
-            .map(|m| GroupMember {
-                id: m.id,
-                addr: m.addr,
-            })
-            .collect(),
-        None => st.link.brief(),
-    };
-    Response::Hello {
-        member: st.member(),
-        master: 0,
-        members,
-    }
-}
-
-async fn registry_op(st: &State, req: Request) -> Result<Response, ServerError> {
-    let r = st.registry()?;
+async fn registry_op(svc: &ControlService, req: Request) -> Result<Response, ServerError> {
+    let r = svc.registry()?;
     Ok(match req {
         Request::CreateTopic { spec, member } => Response::Topic(r.create(spec, member).await?),
         Request::DescribeTopic { name, offsets } => {

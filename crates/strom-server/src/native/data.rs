@@ -1,0 +1,170 @@
+//! Data requests of the native protocol: decode, call the
+//! [`DataService`](crate::service::DataService), encode. Answers that wait
+//! on file work are sent from their own task, so the connection keeps
+//! reading requests meanwhile.
+
+use strom_net::OutFrame;
+use strom_proto::message::DataItem;
+use strom_proto::{ErrorCode, Response, StartPos};
+
+use super::{stream, Session};
+use crate::batch::ValidBatch;
+use crate::error::ServerError;
+use crate::partition::AppendReply;
+use crate::sink::Credit;
+
+impl Session {
+    pub(super) fn produce(
+        &mut self,
+        id: u64,
+        topic: &str,
+        partition: u32,
+        batch: Option<ValidBatch>,
+    ) {
+        let p = match (self.partition(topic, partition), batch) {
+            (Ok(p), Some(batch)) => (p, batch),
+            (Err(e), _) => return self.respond(id, Err(e)),
+            (Ok(_), None) => {
+                let e = ServerError::coded(
+                    ErrorCode::INTERNAL,
+                    "a produce request reached dispatch without its checked batch",
+                );
+                return self.respond(id, Err(e));
+            }
+        };
+        let (p, batch) = p;
+        let writer = self.writer.clone();
+        // The reply may run on the partition's syncer thread, outside the runtime.
+        let handle = tokio::runtime::Handle::current();
+        let reply: AppendReply = Box::new(move |r| {
+            let resp = match r {
+                Ok(a) => Response::Produced {
+                    base_offset: a.base_offset,
+                    count: a.count,
+                    timestamp_us: a.timestamp_us,
+                },
+                Err(e) => Response::error(e.code(), e.to_string()),
+            };
+            if let Err(frame) = writer.try_send_frame(OutFrame::response(id, &resp)) {
+                handle.spawn(async move {
+                    let _ = writer.send(frame).await;
+                });
+            }
+        });
+        self.svc.data.produce(&p, batch, reply);
+    }
+
+    pub(super) fn subscribe(
+        &mut self,
+        stream: u64,
+        topic: &str,
+        partition: u32,
+        consumer: &str,
+        start: StartPos,
+        prefetch: u32,
+    ) -> Result<Response, ServerError> {
+        let p = self.partition(topic, partition)?;
+        let pos = self.svc.data.subscribe_at(&p, consumer, start);
+        let credit = Credit::new(self.svc.data.prefetch(prefetch));
+        self.unsubscribe(stream);
+        let task = tokio::spawn(stream::run(
+            p,
+            stream,
+            pos,
+            credit.clone(),
+            self.writer.clone(),
+        ));
+        self.streams.insert(stream, (task, credit));
+        Ok(Response::Subscribed { start_offset: pos })
+    }
+
+    pub(super) fn credit(&self, stream: u64, events: u32) {
+        if let Some((_, c)) = self.streams.get(&stream) {
+            c.grant(events);
+        }
+    }
+
+    pub(super) fn unsubscribe(&mut self, stream: u64) {
+        if let Some((task, _)) = self.streams.remove(&stream) {
+            task.abort();
+        }
+    }
+
+    pub(super) async fn fetch(
+        &mut self,
+        id: u64,
+        topic: &str,
+        partition: u32,
+        items: Vec<DataItem>,
+    ) {
+        let p = match self.partition(topic, partition) {
+            Ok(p) => p,
+            Err(e) => return self.respond(id, Err(e)),
+        };
+        let wanted = match self.svc.data.fetch_size(&items) {
+            Ok(w) => w,
+            Err(e) => return self.respond(id, Err(e)),
+        };
+        // Stop reading this connection's requests while too much fetched
+        // data waits to be sent: a client that never reads its answers
+        // cannot grow the server.
+        let cap = self.svc.config.max_connection_buffer_bytes;
+        let permits = wanted.clamp(1, cap).min(u32::MAX as u64) as u32;
+        let Ok(permit) = self.budget.clone().acquire_many_owned(permits).await else {
+            return;
+        };
+        let writer = self.writer.clone();
+        let svc = self.svc.clone();
+        tokio::spawn(async move {
+            let frame = match svc.data.fetch(p, items).await {
+                Ok(bulk) => {
+                    let total = bulk.iter().map(|b| b.len() as u64).sum();
+                    OutFrame::response(id, &Response::Data { total })
+                        .with_bulk(bulk)
+                        .with_hold(permit)
+                }
+                Err(e) => OutFrame::response(id, &Response::error(e.code(), e.to_string())),
+            };
+            let _ = writer.send(frame).await;
+        });
+    }
+
+    pub(super) fn commit(
+        &mut self,
+        id: u64,
+        topic: &str,
+        partition: u32,
+        consumer: String,
+        offset: u64,
+    ) {
+        match self.partition(topic, partition) {
+            Ok(p) => {
+                let svc = self.svc.clone();
+                self.respond_later(id, async move {
+                    svc.data.commit(p, consumer, offset).await?;
+                    Ok(Response::Done)
+                });
+            }
+            Err(e) => self.respond(id, Err(e)),
+        }
+    }
+
+    pub(super) fn scrub(&mut self, id: u64, topic: &str, partition: u32) {
+        match self.partition(topic, partition) {
+            Ok(p) => {
+                let svc = self.svc.clone();
+                self.respond_later(id, async move {
+                    let v = svc.data.scrub(p).await?;
+                    Ok(Response::Scrubbed {
+                        segments: v.segments,
+                        batches: v.batches,
+                        bytes: v.bytes,
+                        damaged: v.damaged,
+                        quarantined: v.quarantined,
+                    })
+                });
+            }
+            Err(e) => self.respond(id, Err(e)),
+        }
+    }
+}

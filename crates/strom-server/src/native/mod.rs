@@ -1,0 +1,265 @@
+//! The native protocol front end: one task per client connection that
+//! reads frames, decodes requests, calls the service layer
+//! ([`crate::service`]) and encodes the answers. Nothing below this module
+//! sees a wire message, except the member requests the master sends.
+//!
+//! - `mod.rs`: the connection loop (handshake and frame timeouts, the
+//!   per-connection buffer budget, malformed frames).
+//! - `data.rs`: produce, subscribe, credit, fetch, commit, scrub, offsets.
+//! - `control.rs`: hello, limits, the registry, member requests.
+//! - `stream.rs`: subscriptions pushed to the client (one kind of sink).
+//!
+//! Produce requests are queued to their partition manager in the order they
+//! arrive (which fixes their offsets) and answered when the append is done.
+//! A malformed frame gets an error response, closes this connection and is
+//! logged; other connections carry on.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use strom_net::{spawn_writer, Conn, NetError, OutFrame, WriterHandle};
+use strom_proto::{FrameKind, Request, Response};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::batch::ValidBatch;
+use crate::error::ServerError;
+use crate::partition::PartitionManager;
+use crate::service::Services;
+use crate::sink::Credit;
+
+mod control;
+mod data;
+mod stream;
+
+struct Session {
+    svc: Arc<Services>,
+    writer: WriterHandle,
+    peer: String,
+    partitions: HashMap<(String, u32), Arc<PartitionManager>>,
+    streams: HashMap<u64, (JoinHandle<()>, Arc<Credit>)>,
+    /// Bytes of fetched data read for this connection and not yet written.
+    budget: Arc<Semaphore>,
+}
+
+/// One decoded request, with its checked batch if it is a `Produce`.
+type Incoming = (strom_proto::FrameHeader, Request, Option<ValidBatch>);
+
+pub async fn serve(conn: Conn, svc: Arc<Services>, _slot: OwnedSemaphorePermit) {
+    let peer = conn.peer.clone();
+    let writer = spawn_writer(conn.writer, conn.direct, peer.clone(), |_| {});
+    let mut reader = conn.reader;
+    let cfg = &svc.config;
+    let handshake = Instant::now() + Duration::from_millis(cfg.handshake_timeout_ms);
+    let frame_timeout = Duration::from_millis(cfg.frame_timeout_ms);
+    let budget = Arc::new(Semaphore::new(cfg.max_connection_buffer_bytes as usize));
+    let mut s = Session {
+        svc: svc.clone(),
+        writer,
+        peer: peer.clone(),
+        partitions: HashMap::new(),
+        streams: HashMap::new(),
+        budget,
+    };
+    tracing::debug!(peer = %peer, "connection opened");
+    let mut first = true;
+    loop {
+        // Idle between frames is fine, except before the first one; once a
+        // frame has begun, all of it must arrive in bounded time.
+        let deadline = if first {
+            handshake
+        } else {
+            match reader.ready().await {
+                Ok(true) => Instant::now() + frame_timeout,
+                Ok(false) => break,
+                Err(e) => {
+                    s.reject(0, &e).await;
+                    break;
+                }
+            }
+        };
+        let (header, req, batch) = match tokio::time::timeout_at(
+            deadline,
+            read_request(&mut reader),
+        )
+        .await
+        {
+            Ok(Ok(Some(r))) => r,
+            Ok(Ok(None)) => break,
+            Ok(Err((id, e))) => {
+                s.reject(id, &e).await;
+                break;
+            }
+            Err(_) => {
+                let phase = if first { "first frame" } else { "frame" };
+                tracing::warn!(peer = %peer, phase, "closing a connection that stalled mid-frame or never spoke");
+                break;
+            }
+        };
+        first = false;
+        s.dispatch(header.id, req, batch).await;
+    }
+    for (_, (task, _)) in s.streams.drain() {
+        task.abort();
+    }
+    tracing::debug!(peer = %peer, "connection closed");
+}
+
+/// Reads and decodes one request frame with its bulk payload. An error
+/// carries the request id to answer (0 before the header is known).
+async fn read_request(
+    reader: &mut strom_net::FrameReader<strom_net::BoxRead>,
+) -> Result<Option<Incoming>, (u64, NetError)> {
+    if !reader.ready().await.map_err(|e| (0, e))? {
+        return Ok(None);
+    }
+    let (header, body) = match reader.next().await {
+        Ok(Some(f)) => f,
+        Ok(None) => return Ok(None),
+        Err(e) => return Err((0, e)),
+    };
+    let id = header.id;
+    if header.kind != FrameKind::Request {
+        let e = NetError::Proto(strom_proto::ProtoError::Unknown {
+            what: "frame kind from a client",
+            value: header.kind as u64,
+        });
+        return Err((id, e));
+    }
+    let req = Request::decode(header.opcode, &body).map_err(|e| (id, NetError::Proto(e)))?;
+    let batch = if let Request::Produce { count, meta, .. } = &req {
+        let bulk = reader.read_bulk().await.map_err(|e| (id, e))?;
+        // A batch whose table disagrees with what was sent is a malformed frame.
+        let batch =
+            ValidBatch::check(*count, meta.clone(), bulk).map_err(|e| (id, NetError::Proto(e)))?;
+        Some(batch)
+    } else {
+        if reader.pending_bulk() > 0 {
+            let e = NetError::BulkMismatch {
+                announced: reader.pending_bulk(),
+                expected: 0,
+            };
+            return Err((id, e));
+        }
+        None
+    };
+    Ok(Some((header, req, batch)))
+}
+
+impl Session {
+    /// Answers a malformed frame with an error, and logs it; the caller closes.
+    async fn reject(&self, id: u64, e: &NetError) {
+        if matches!(e, NetError::Closed) || matches!(e, NetError::Io { .. }) {
+            tracing::debug!(peer = %self.peer, error = %e, "connection lost");
+            return;
+        }
+        tracing::warn!(peer = %self.peer, error = %e, "closing connection after a malformed frame");
+        let _ = self
+            .writer
+            .send(OutFrame::response(
+                id,
+                &Response::error(e.code(), e.to_string()),
+            ))
+            .await;
+    }
+
+    /// A hosted partition, cached for this connection's later requests.
+    fn partition(
+        &mut self,
+        topic: &str,
+        partition: u32,
+    ) -> Result<Arc<PartitionManager>, ServerError> {
+        let key = (topic.to_string(), partition);
+        if let Some(p) = self.partitions.get(&key).filter(|p| !p.is_deleted()) {
+            return Ok(p.clone());
+        }
+        let p = self.svc.data.partition(topic, partition)?;
+        self.partitions.insert(key, p.clone());
+        Ok(p)
+    }
+
+    /// Queues the answer to request `id` (none for one-way requests, id 0).
+    fn respond(&self, id: u64, result: Result<Response, ServerError>) {
+        let resp = result.unwrap_or_else(|e| Response::error(e.code(), e.to_string()));
+        if id == 0 {
+            if let Response::Error { message, .. } = &resp {
+                tracing::debug!(peer = %self.peer, error = %message, "one-way request failed");
+            }
+            return;
+        }
+        answer(&self.writer, id, resp);
+    }
+
+    /// Runs `op` off the read loop and sends its answer to request `id`.
+    fn respond_later<F>(&self, id: u64, op: F)
+    where
+        F: std::future::Future<Output = Result<Response, ServerError>> + Send + 'static,
+    {
+        let writer = self.writer.clone();
+        tokio::spawn(async move {
+            let resp = op
+                .await
+                .unwrap_or_else(|e| Response::error(e.code(), e.to_string()));
+            let _ = writer.send(OutFrame::response(id, &resp)).await;
+        });
+    }
+
+    async fn dispatch(&mut self, id: u64, req: Request, batch: Option<ValidBatch>) {
+        match req {
+            Request::Produce {
+                topic, partition, ..
+            } => self.produce(id, &topic, partition, batch),
+            Request::Subscribe {
+                stream,
+                topic,
+                partition,
+                consumer,
+                start,
+                prefetch,
+            } => {
+                let r = self.subscribe(stream, &topic, partition, &consumer, start, prefetch);
+                self.respond(id, r);
+            }
+            Request::Credit { stream, events } => self.credit(stream, events),
+            Request::Unsubscribe { stream } => {
+                self.unsubscribe(stream);
+                self.respond(id, Ok(Response::Done));
+            }
+            Request::FetchData {
+                topic,
+                partition,
+                items,
+            } => self.fetch(id, &topic, partition, items).await,
+            Request::Commit {
+                topic,
+                partition,
+                consumer,
+                offset,
+            } => self.commit(id, &topic, partition, consumer, offset),
+            Request::Scrub { topic, partition } => self.scrub(id, &topic, partition),
+            Request::Offsets { topic, partition } => {
+                let r = self
+                    .partition(&topic, partition)
+                    .map(|p| Response::Offsets(self.svc.data.offsets(&p)));
+                self.respond(id, r);
+            }
+            // Topics, producers and the group: the control operations.
+            req => {
+                let r = control::handle(&self.svc.control, req).await;
+                self.respond(id, r);
+            }
+        }
+    }
+}
+
+/// Queues a response; only a full queue needs a task to wait for room.
+fn answer(writer: &WriterHandle, id: u64, resp: Response) {
+    if let Err(frame) = writer.try_send_frame(OutFrame::response(id, &resp)) {
+        let writer = writer.clone();
+        tokio::spawn(async move {
+            let _ = writer.send(frame).await;
+        });
+    }
+}

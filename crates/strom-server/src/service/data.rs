@@ -1,0 +1,168 @@
+//! Data operations on the partitions this server hosts: produce, the start
+//! position of a subscription, fetch data ranges, commit and list consumer
+//! offsets, scrub. Typed functions over domain values; blocking file work
+//! runs on the blocking pool, never on an async worker's read loop.
+//!
+//! Streaming the metadata of a subscription to a reader is the front end's
+//! job (the native push is in `native/stream.rs`); it parks in the
+//! partition's `Waiters` as a [`crate::sink::BatchSink`].
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use strom_proto::message::DataItem;
+use strom_proto::{ErrorCode, StartPos};
+use strom_storage::VerifyReport;
+
+use crate::batch::ValidBatch;
+use crate::config::ServerConfig;
+use crate::error::ServerError;
+use crate::host::Host;
+use crate::partition::{AppendReply, PartitionManager};
+
+/// Batches with more data than this are appended under `block_in_place`.
+const BLOCKING_APPEND: u64 = 256 << 10;
+
+/// Bytes a response frame needs besides its bulk payload.
+const FRAME_OVERHEAD: u64 = 64;
+
+pub struct DataService {
+    host: Arc<Host>,
+    max_frame_bytes: u32,
+    max_prefetch_events: u32,
+}
+
+fn internal(e: impl std::fmt::Display) -> ServerError {
+    ServerError::coded(ErrorCode::INTERNAL, e.to_string())
+}
+
+/// Runs blocking file work on the blocking pool.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, ServerError> + Send + 'static,
+) -> Result<T, ServerError> {
+    tokio::task::spawn_blocking(f).await.map_err(internal)?
+}
+
+impl DataService {
+    pub fn new(host: Arc<Host>, config: &ServerConfig) -> Self {
+        DataService {
+            host,
+            max_frame_bytes: config.max_frame_bytes,
+            max_prefetch_events: config.max_prefetch_events,
+        }
+    }
+
+    /// The partitions this server hosts.
+    pub fn host(&self) -> &Arc<Host> {
+        &self.host
+    }
+
+    /// A hosted partition, or why it cannot be served.
+    pub fn partition(&self, topic: &str, id: u32) -> Result<Arc<PartitionManager>, ServerError> {
+        self.host.get(topic, id)
+    }
+
+    /// Appends a checked batch; `done` runs once the batch is appended (and
+    /// durable as its partition promises). Calls order the offsets.
+    pub fn produce(&self, p: &PartitionManager, batch: ValidBatch, done: AppendReply) {
+        // Large batches mean long file writes: let the runtime move other
+        // work off this worker meanwhile.
+        if batch.size() > BLOCKING_APPEND {
+            tokio::task::block_in_place(|| p.append(batch, done));
+        } else {
+            p.append(batch, done);
+        }
+    }
+
+    /// Where a subscription of `consumer` starting at `start` begins. Not
+    /// raised to the log's first offset: a reader asking for dropped events
+    /// sees the first batch start past its position, an explicit gap.
+    pub fn subscribe_at(&self, p: &PartitionManager, consumer: &str, start: StartPos) -> u64 {
+        let log = &p.log;
+        let first = log.first_offset();
+        let next = log.next_offset();
+        let pos = match start {
+            StartPos::Committed => p.offsets.get(consumer).unwrap_or(first),
+            StartPos::Beginning => first,
+            StartPos::End => next,
+            StartPos::Offset(o) => o,
+            StartPos::Timestamp(t) => log.offset_for_timestamp(t),
+        }
+        .min(next);
+        p.consumer_at(consumer, pos);
+        pos
+    }
+
+    /// The prefetch a subscription gets: what it asked for, within the
+    /// server's `max_prefetch_events`.
+    pub fn prefetch(&self, requested: u32) -> u32 {
+        requested.clamp(1, self.max_prefetch_events)
+    }
+
+    /// Total bytes a fetch asks for, or `FRAME_TOO_LARGE` if they cannot
+    /// fit one response. Checked before anything is read.
+    pub fn fetch_size(&self, items: &[DataItem]) -> Result<u64, ServerError> {
+        let wanted = items
+            .iter()
+            .flat_map(|(_, ranges)| ranges.iter())
+            .fold(0u64, |acc, (_, len)| acc.saturating_add(*len));
+        self.fits_frame(wanted)?;
+        Ok(wanted)
+    }
+
+    fn fits_frame(&self, bytes: u64) -> Result<(), ServerError> {
+        let max = self.max_frame_bytes;
+        if bytes.saturating_add(FRAME_OVERHEAD) > u64::from(max) {
+            return Err(ServerError::coded(
+                ErrorCode::FRAME_TOO_LARGE,
+                format!("{bytes} bytes requested in one fetch exceed the maximum frame of {max} bytes; fetch fewer ranges at a time"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Reads the requested data ranges of `p`, in order.
+    pub async fn fetch(
+        &self,
+        p: Arc<PartitionManager>,
+        items: Vec<DataItem>,
+    ) -> Result<Vec<Bytes>, ServerError> {
+        self.fetch_size(&items)?;
+        let out = blocking(move || {
+            let mut out = Vec::new();
+            for (base, ranges) in &items {
+                p.log.read_data(*base, ranges, &mut out)?;
+            }
+            Ok(out)
+        })
+        .await?;
+        self.fits_frame(out.iter().map(|b| b.len() as u64).sum())?;
+        Ok(out)
+    }
+
+    /// Durably records that `consumer` has processed `p` below `offset`.
+    pub async fn commit(
+        &self,
+        p: Arc<PartitionManager>,
+        consumer: String,
+        offset: u64,
+    ) -> Result<(), ServerError> {
+        blocking(move || {
+            p.offsets.commit(&consumer, offset)?;
+            // Acked events free room in a full `block` partition.
+            p.consumer_at(&consumer, offset);
+            Ok(())
+        })
+        .await
+    }
+
+    /// Every consumer's committed offset on `p`.
+    pub fn offsets(&self, p: &PartitionManager) -> Vec<(String, u64)> {
+        p.offsets.all()
+    }
+
+    /// Reads all of `p` and checks every checksum (quarantining damage).
+    pub async fn scrub(&self, p: Arc<PartitionManager>) -> Result<VerifyReport, ServerError> {
+        blocking(move || Ok(p.log.verify()?)).await
+    }
+}

@@ -1,0 +1,32 @@
+//! The protocol-neutral service layer: what a server does, as typed async
+//! functions over domain values. Front ends (the native protocol in
+//! `native/`; later the Kafka front end, the HTTP endpoint and the C API's
+//! embedded mode) decode their requests, call these, and encode the
+//! answers. Nothing here knows a wire format.
+//!
+//! - [`DataService`]: produce, subscribe positions, fetch, commit, scrub and
+//!   offsets on the partitions this server hosts.
+//! - [`ControlService`]: the server's limits and identity, the registry's
+//!   operations (topics, producers, the group) on the master, and the
+//!   requests the master sends to members about their partitions.
+//!
+//! Both depend only downward: on the registry, the member link, the host
+//! and its partition managers. `server.rs` builds them.
+
+mod control;
+mod data;
+
+pub use control::ControlService;
+pub use data::DataService;
+
+use crate::config::ServerConfig;
+use crate::ownership::DataDirLock;
+
+/// The services of one server process, shared by all its front ends.
+pub struct Services {
+    pub config: ServerConfig,
+    pub data: DataService,
+    pub control: ControlService,
+    /// Held for the server's whole life: one server per data directory.
+    pub(crate) _lock: DataDirLock,
+}
