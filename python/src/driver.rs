@@ -8,7 +8,7 @@ use parking_lot::Mutex;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString};
 use strom_client::{
-    BatchSize, ConsumerOptions, DataBroker, DataSelector, Driver, Durability, ErrorCode, Overflow,
+    Batching, ConsumerOptions, DataBroker, DataSelector, Driver, Durability, ErrorCode, Overflow,
     PartitionType, ProducerOptions, Selection, Topic, TopicInfo, TopicSpec, VecBroker,
 };
 
@@ -297,12 +297,16 @@ impl PyTopic {
 
     /// A new producer. `batch`: `"adaptive"` (default: send whatever is
     /// ready whenever an in-flight slot frees), or a number of events per
-    /// batch; `batch_bytes`: send once this many bytes are batched;
+    /// batch; `batch_bytes`: the batch size in bytes (with `batch` unset,
+    /// send once this many bytes are batched; otherwise the most a batch of
+    /// several events holds; a larger single event goes alone);
     /// `max_batches`: batches in flight per partition (backpressure past
     /// that); `linger`: seconds a partial count/bytes batch waits;
-    /// `max_batch_bytes`: cap on a batch of several events (a larger single
-    /// event goes alone, up to the server's limits).
-    #[pyo3(signature = (batch=None, batch_bytes=None, max_batches=2, linger=0.005, max_batch_bytes=None))]
+    /// `max_event_bytes`: refuse larger events at `push` (default: what the
+    /// server accepts); `max_batch_bytes`: an older name for `batch_bytes`
+    /// when `batch` is given.
+    #[pyo3(signature = (batch=None, batch_bytes=None, max_batches=2, linger=0.005, max_batch_bytes=None, max_event_bytes=None))]
+    #[allow(clippy::too_many_arguments)]
     fn producer(
         &self,
         py: Python<'_>,
@@ -311,31 +315,41 @@ impl PyTopic {
         max_batches: usize,
         linger: f64,
         max_batch_bytes: Option<u64>,
+        max_event_bytes: Option<u64>,
     ) -> PyResult<PyProducer> {
         release_pending(py);
         let t = self.inner.get(py)?;
-        let mut opts = ProducerOptions {
-            max_batches,
-            linger: Duration::from_secs_f64(linger.max(0.0)),
-            ..Default::default()
-        };
-        if let Some(b) = max_batch_bytes {
-            opts.max_batch_bytes = b;
-        }
-        opts.batch = match (batch, batch_bytes) {
-            (_, Some(b)) => BatchSize::Bytes(b),
-            (None, None) => BatchSize::Adaptive,
-            (Some(b), None) if b.is_none() => BatchSize::Adaptive,
-            (Some(b), None) => match b.extract::<String>() {
-                Ok(s) if s == "adaptive" => BatchSize::Adaptive,
+        let trigger = match batch {
+            None => None,
+            Some(b) if b.is_none() => None,
+            Some(b) => Some(match b.extract::<String>() {
+                Ok(s) if s == "adaptive" => Batching::adaptive(),
                 Ok(s) => {
                     return Err(errors::invalid(
                         py,
                         format!("unknown batch mode '{s}'; use 'adaptive' or a count"),
                     ))
                 }
-                Err(_) => BatchSize::Count(b.extract()?),
-            },
+                Err(_) => Batching::count(b.extract()?),
+            }),
+        };
+        let mut batching = match (trigger, batch_bytes.or(max_batch_bytes)) {
+            (Some(t), Some(bytes)) => t.with_bytes(bytes),
+            (Some(t), None) => t,
+            (None, Some(bytes)) if batch_bytes.is_some() => Batching::bytes(bytes),
+            (None, Some(bytes)) => Batching::adaptive().with_bytes(bytes),
+            (None, None) => Batching::adaptive(),
+        };
+        if let Some(n) = max_event_bytes {
+            if n == 0 {
+                return Err(errors::invalid(py, "max_event_bytes must be positive"));
+            }
+            batching = batching.with_max_event_bytes(n);
+        }
+        let opts = ProducerOptions {
+            batch: batching,
+            max_batches,
+            linger: Duration::from_secs_f64(linger.max(0.0)),
         };
         let p = py.detach(|| t.producer_with(opts)).py(py)?;
         Ok(PyProducer {

@@ -154,8 +154,20 @@ class Topic:
         max_batches: int = 2,
         linger: float = 0.005,
         max_batch_bytes: Optional[int] = None,
+        max_event_bytes: Optional[int] = None,
     ) -> Producer:
-        """A new producer."""
+        """A new producer.
+
+        ``batch``: ``"adaptive"`` (default: send whatever is ready whenever
+        an in-flight slot frees) or a number of events per batch.
+        ``batch_bytes``: the batch size in bytes; alone, batches are sent
+        once they hold that many bytes; with ``batch``, it caps a batch of
+        several events (a larger single event goes alone). Default: 256 KiB,
+        or 4 MiB on file topics with durability ``always``.
+        ``max_event_bytes``: larger events are refused by ``push``
+        (default: what the partition's server accepts).
+        ``max_batch_bytes``: an older name for ``batch_bytes`` with ``batch``.
+        """
     def consumer(
         self,
         name: str,

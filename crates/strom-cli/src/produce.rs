@@ -175,9 +175,9 @@ pub fn run(a: ProduceArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> {
     let mut opts = ProducerOptions::default();
     if let Some(n) = a.max_event_bytes {
         anyhow::ensure!(n > 0, "--max-event-bytes must be positive");
-        opts.max_event_bytes = Some(n);
+        opts.batch.max_event_bytes = Some(n);
     }
-    let limit = opts.max_event_bytes.unwrap_or(u64::MAX);
+    let limit = opts.batch.max_event_bytes.unwrap_or(u64::MAX);
     let producer = topic.producer_with(opts)?;
     let data = match (&a.data_file, a.data_size) {
         (Some(f), _) => Bytes::from(

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::{event_payload, read_all, ServerProcess, Stored};
-use strom_client::{BatchSize, Driver, ProducerOptions, TopicSpec};
+use strom_client::{Batching, Driver, ProducerOptions, TopicSpec};
 
 const BATCHES: u64 = 6;
 const PER_BATCH: u64 = 20;
@@ -99,7 +99,7 @@ fn batch_producer(driver: &Driver, topic: &str) -> strom_client::Producer {
         .open_topic(topic)
         .expect("open")
         .producer_with(ProducerOptions {
-            batch: BatchSize::Count(PER_BATCH as u32),
+            batch: Batching::count(PER_BATCH as u32),
             linger: Duration::from_secs(3600),
             ..Default::default()
         })

@@ -10,6 +10,7 @@
 //! server only for the optional `embedded` feature (off by default, so a
 //! client carries no server unless it asks for one).
 
+mod batching;
 mod conn;
 mod consumer;
 mod data;
@@ -22,12 +23,13 @@ mod slot;
 mod subscription;
 mod topic;
 
+pub use batching::{Batching, Trigger};
 pub use consumer::{Consumer, ConsumerOptions, Next, PullFuture};
 pub use data::{DataBroker, DataBuffer, DataDescriptor, DataSelector, EventMeta, VecBroker};
 pub use driver::{Driver, ScrubReport};
 pub use error::{Error, Result};
 pub use event::{AckFuture, Event};
-pub use producer::{BatchSize, Data, EventId, Producer, ProducerOptions, PushFuture};
+pub use producer::{Data, EventId, Producer, ProducerOptions, PushFuture};
 pub use strom_policy::MetadataInput;
 pub use strom_proto::{
     Durability, ErrorCode, MemberInfo, Overflow, PartitionInfo, PartitionType, Selection, StartPos,

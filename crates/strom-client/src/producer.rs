@@ -3,17 +3,10 @@
 //! background runtime with at most `max_batches` in flight per partition.
 //! Past that, `push` blocks (backpressure) instead of growing memory.
 //!
-//! Batching modes: `Count(n)` and `Bytes(n)` send a batch when it is full
-//! (or after `linger`); `Adaptive` sends whatever is ready as soon as an
-//! in-flight slot frees up, so batches grow with load and latency stays low
-//! when idle.
-//!
-//! Size limits: a batch is capped by `max_batch_bytes`, but one event larger
-//! than that goes alone as its own batch. The largest single event is what
-//! the partition's server accepts (its `max_batch_bytes` and
-//! `max_frame_bytes`, learned when the connection opens), or the producer's
-//! `max_event_bytes` if smaller; a larger event is refused by `push` with
-//! `BATCH_TOO_LARGE`, naming the limit and the setting that raises it.
+//! Batching and size limits are one type, [`Batching`] (see `batching.rs`):
+//! `Count(n)` and `Full` send a batch when it is full (or after `linger`);
+//! `Adaptive` sends whatever is ready as soon as an in-flight slot frees
+//! up, so batches grow with load and latency stays low when idle.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -27,55 +20,29 @@ use strom_policy::{MetadataInput, TopicPolicy};
 use strom_proto::{BatchBuilder, PartitionInfo, Request, Response};
 use tokio::sync::mpsc;
 
+use crate::batching::{event_limit, Batching, EventLimit, Trigger};
 use crate::conn::{Callback, ClientConn, ServerLimits};
 use crate::driver::unexpected;
 use crate::error::{Error, Result};
 use crate::slot::Slot;
 use crate::topic::Topic;
 
-/// When a partition's batch is sent.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum BatchSize {
-    /// Send whatever is ready whenever an in-flight slot is free.
-    Adaptive,
-    /// Send once this many events are batched.
-    Count(u32),
-    /// Send once this many bytes (metadata + data) are batched.
-    Bytes(u64),
-}
-
 #[derive(Clone, Debug)]
 pub struct ProducerOptions {
-    pub batch: BatchSize,
+    /// When batches are sent and how large batches and events may be.
+    pub batch: Batching,
     /// Batches per partition sent and not yet acknowledged (at least 1).
     pub max_batches: usize,
-    /// Longest a partial `Count`/`Bytes` batch waits before it is sent.
+    /// Longest a partial `Count`/`Full` batch waits before it is sent.
     pub linger: Duration,
-    /// Bytes at which an `Adaptive` or `Count` batch is sent even if more
-    /// events are ready: large enough to amortize per-batch costs, small
-    /// enough to keep batches pipelined. A larger single event goes alone.
-    /// `None` picks 256 KiB, or 4 MiB on `always` topics, where every batch
-    /// waits for an fdatasync and bigger batches amortize it.
-    pub batch_bytes: Option<u64>,
-    /// The largest batch of several events, in bytes. A single event
-    /// larger than this is sent alone, as its own batch.
-    pub max_batch_bytes: u64,
-    /// The largest single event (metadata + descriptor + data + 16 bytes of
-    /// table entry). `None`: as large as the partition's server accepts
-    /// (its `max_batch_bytes` and `max_frame_bytes`). A larger event is
-    /// refused by `push` with `BATCH_TOO_LARGE`.
-    pub max_event_bytes: Option<u64>,
 }
 
 impl Default for ProducerOptions {
     fn default() -> Self {
         ProducerOptions {
-            batch: BatchSize::Adaptive,
+            batch: Batching::adaptive(),
             max_batches: 2,
             linger: Duration::from_millis(5),
-            batch_bytes: None,
-            max_batch_bytes: 64 << 20,
-            max_event_bytes: None,
         }
     }
 }
@@ -192,61 +159,6 @@ struct Sealed {
     slot: Arc<Slot<BatchAck>>,
 }
 
-/// The largest event a partition takes, and what sets that limit.
-#[derive(Clone, Debug)]
-struct EventLimit {
-    bytes: u64,
-    /// Which setting binds, and how to raise it.
-    reason: String,
-}
-
-/// Frame bytes around a one-event batch: frame header after `frame_len`
-/// (20), `Produce` body without the topic's text (12), batch count (4).
-const FRAME_OVERHEAD: u64 = 36;
-
-/// The largest event (as `push` counts it) that fits the producer's
-/// option, the server's limits (if known) and this client's frame limit.
-fn event_limit(
-    opt: Option<u64>,
-    server: Option<ServerLimits>,
-    addr: &str,
-    topic: &str,
-) -> EventLimit {
-    let frame_extra = FRAME_OVERHEAD + topic.len() as u64;
-    let client_frame = u64::from(strom_proto::DEFAULT_MAX_FRAME);
-    let mut limits = vec![(
-        client_frame.saturating_sub(frame_extra),
-        format!("this client's frame limit is {client_frame} bytes"),
-    )];
-    if let Some(n) = opt {
-        limits.push((
-            n,
-            format!("the producer's max_event_bytes is {n}; raise it"),
-        ));
-    }
-    if let Some(l) = server {
-        limits.push((
-            l.max_batch_bytes.saturating_sub(4),
-            format!(
-                "the server at {addr} has max_batch_bytes = {}; raise max_batch_bytes in its config file",
-                l.max_batch_bytes
-            ),
-        ));
-        limits.push((
-            l.max_frame_bytes.saturating_sub(frame_extra),
-            format!(
-                "the server at {addr} has max_frame_bytes = {}; raise max_frame_bytes (and max_batch_bytes) in its config file",
-                l.max_frame_bytes
-            ),
-        ));
-    }
-    let (bytes, reason) = limits
-        .into_iter()
-        .min_by_key(|l| l.0)
-        .unwrap_or((u64::MAX, String::new()));
-    EventLimit { bytes, reason }
-}
-
 struct QueueState {
     /// The largest event this partition takes.
     limit: EventLimit,
@@ -317,19 +229,7 @@ impl Producer {
         // `always`; memory partitions never sync.
         let fsync_bound = info.spec.durability == strom_proto::Durability::Always
             && info.spec.partition_type == strom_proto::PartitionType::File;
-        let auto_target = if fsync_bound { 4 << 20 } else { 256 << 10 };
-        let batch_target = match opts.batch {
-            BatchSize::Bytes(b) => b,
-            _ => opts.batch_bytes.unwrap_or(auto_target),
-        }
-        .min(opts.max_batch_bytes)
-        .min(
-            limits
-                .values()
-                .map(|l| l.max_batch_bytes.min(l.max_frame_bytes))
-                .min()
-                .unwrap_or(u64::MAX),
-        );
+        let batch_target = opts.batch.target(fsync_bound, limits.values().copied());
         let inner = Arc::new(Inner {
             topic,
             id,
@@ -346,7 +246,7 @@ impl Producer {
             .inner
             .handle
             .spawn(refresh_loop(Arc::downgrade(&inner)));
-        if inner.opts.batch != BatchSize::Adaptive {
+        if inner.opts.batch.trigger != Trigger::Adaptive {
             let weak = Arc::downgrade(&inner);
             inner.topic.driver.inner.handle.spawn(linger_loop(weak));
         }
@@ -396,10 +296,10 @@ impl Producer {
             ));
         }
         loop {
-            let full = match inner.opts.batch {
-                BatchSize::Count(c) => st.builder.count() >= c.max(1),
-                BatchSize::Bytes(b) => st.bytes >= b,
-                BatchSize::Adaptive => false,
+            let full = match inner.opts.batch.trigger {
+                Trigger::Count(c) => st.builder.count() >= c.max(1),
+                Trigger::Full => st.bytes >= inner.batch_target,
+                Trigger::Adaptive => false,
             } || (!st.builder.is_empty() && st.bytes + size > inner.batch_target)
                 || st.builder.count() == u32::MAX;
             if !full {
@@ -421,7 +321,7 @@ impl Producer {
             partition: p,
             index,
         };
-        if inner.opts.batch == BatchSize::Adaptive {
+        if inner.opts.batch.trigger == Trigger::Adaptive {
             inner.dispatch(q, &mut st);
         }
         Ok(fut)
@@ -549,7 +449,7 @@ impl Inner {
     /// in-flight slots are free.
     fn dispatch(self: &Arc<Self>, q: &Arc<PartQueue>, st: &mut QueueState) {
         while st.in_flight < self.opts.max_batches {
-            if st.sealed.is_empty() && self.opts.batch == BatchSize::Adaptive {
+            if st.sealed.is_empty() && self.opts.batch.trigger == Trigger::Adaptive {
                 seal(st);
             }
             let Some(b) = st.sealed.pop_front() else {
@@ -565,7 +465,12 @@ impl Inner {
     }
 
     fn event_limit(&self, addr: &str, server: Option<ServerLimits>) -> EventLimit {
-        event_limit(self.opts.max_event_bytes, server, addr, self.topic.name())
+        event_limit(
+            self.opts.batch.max_event_bytes,
+            server,
+            addr,
+            self.topic.name(),
+        )
     }
 
     fn produce_request(&self, q: &PartQueue, b: &Sealed) -> Request {
@@ -742,40 +647,5 @@ async fn linger_loop(weak: Weak<Inner>) {
                 inner.dispatch(q, &mut st);
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_smallest_limit_binds_and_is_named() {
-        let server = ServerLimits {
-            max_frame_bytes: 1 << 20,
-            max_batch_bytes: 256 << 20,
-        };
-        let l = event_limit(None, Some(server), "h:1", "topic");
-        assert_eq!(l.bytes, (1 << 20) - FRAME_OVERHEAD - 5);
-        assert!(
-            l.reason.contains("max_frame_bytes = 1048576"),
-            "{}",
-            l.reason
-        );
-        let l = event_limit(Some(1000), Some(server), "h:1", "topic");
-        assert_eq!(l.bytes, 1000);
-        assert!(l.reason.contains("max_event_bytes"), "{}", l.reason);
-        let batch = ServerLimits {
-            max_frame_bytes: 256 << 20,
-            max_batch_bytes: 4096,
-        };
-        let l = event_limit(None, Some(batch), "h:1", "t");
-        assert_eq!(l.bytes, 4092, "a one-event batch adds its 4-byte count");
-        assert!(l.reason.contains("max_batch_bytes = 4096"), "{}", l.reason);
-        let l = event_limit(None, None, "h:1", "t");
-        assert_eq!(
-            l.bytes,
-            u64::from(strom_proto::DEFAULT_MAX_FRAME) - FRAME_OVERHEAD - 1
-        );
     }
 }

@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use common::random_bytes;
 use strom_client::{
-    ConsumerOptions, Driver, ErrorCode, Next, Overflow, PartitionType, ProducerOptions, PushFuture,
-    TopicSpec,
+    Batching, ConsumerOptions, Driver, ErrorCode, Next, Overflow, PartitionType, ProducerOptions,
+    PushFuture, TopicSpec,
 };
 
 /// An embedded server whose memory partitions hold at most `bound` bytes.
@@ -268,7 +268,7 @@ fn an_event_above_the_server_limits_is_refused_at_push_naming_the_limit() {
         let t = d.create_topic(TopicSpec::new("limits", 1)).unwrap();
         let p = t
             .producer_with(ProducerOptions {
-                max_batch_bytes: 512 << 10,
+                batch: Batching::adaptive().with_bytes(512 << 10),
                 ..Default::default()
             })
             .unwrap();

@@ -22,7 +22,7 @@ use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
-use strom_client::{BatchSize, Durability, PartitionType};
+use strom_client::{Batching, Durability, PartitionType};
 
 #[derive(Clone, Copy, ValueEnum, PartialEq, Eq, Debug)]
 pub enum Mode {
@@ -105,7 +105,7 @@ pub struct BenchArgs {
 pub struct Config {
     pub args: BenchArgs,
     pub payload: workload::Payload,
-    pub batch: BatchSize,
+    pub batch: Batching,
     pub partition_type: PartitionType,
     pub durability: Durability,
     pub topic: String,
@@ -114,8 +114,8 @@ pub struct Config {
 impl Config {
     fn new(args: BenchArgs) -> anyhow::Result<Config> {
         let batch = match args.batch.as_str() {
-            "adaptive" => BatchSize::Adaptive,
-            n => BatchSize::Count(
+            "adaptive" => Batching::adaptive(),
+            n => Batching::count(
                 n.parse()
                     .ok()
                     .filter(|&c| c > 0)

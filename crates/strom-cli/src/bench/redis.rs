@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use anyhow::Context;
 use redis::Value;
-use strom_client::BatchSize;
+use strom_client::Trigger;
 
 use super::sys::pid_listening_on;
 use super::workload::{now_us, stamp, Pacer, Tally};
@@ -68,9 +68,14 @@ impl Target for RedisTarget {
         let pacer = Pacer::new(cfg.interval());
         let depth = match cfg.batch {
             _ if pacer.is_paced() => 1,
-            BatchSize::Count(n) => n as usize,
-            BatchSize::Bytes(b) => (b as usize / value.len()).max(1),
-            BatchSize::Adaptive => (ADAPTIVE_BYTES / value.len()).clamp(1, READ_COUNT),
+            _ if cfg.batch.trigger == Trigger::Adaptive => {
+                (ADAPTIVE_BYTES / value.len()).clamp(1, READ_COUNT)
+            }
+            b => match (b.trigger, b.bytes) {
+                (Trigger::Count(n), _) => n as usize,
+                (_, Some(bytes)) => (bytes as usize / value.len()).max(1),
+                _ => (ADAPTIVE_BYTES / value.len()).clamp(1, READ_COUNT),
+            },
         };
         Ok(Box::new(RedisProducer {
             conn: self.conn()?,
