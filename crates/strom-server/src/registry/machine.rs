@@ -87,7 +87,7 @@ pub enum RegistryCommand {
     },
     /// A new topic, its id and the owner of each partition included.
     CreateTopic {
-        meta: TopicMeta,
+        meta: Box<TopicMeta>,
     },
     DeleteTopic {
         name: String,
@@ -284,7 +284,8 @@ impl RegistryState {
             C::SetGroupId { group_id } => self.group_id = *group_id,
             C::CreateTopic { meta } => {
                 self.next_topic_id = meta.id + 1;
-                self.topics.insert(meta.spec.name.clone(), meta.clone());
+                self.topics
+                    .insert(meta.spec.name.clone(), meta.as_ref().clone());
             }
             C::DeleteTopic { name } => {
                 self.topics.remove(name);

@@ -181,11 +181,13 @@ impl Store {
     }
 
     /// Index of the last command in the log or the snapshot.
+    #[cfg(test)]
     pub fn last_index(&self) -> u64 {
         self.last_index
     }
 
     /// Records in the current log file.
+    #[cfg(test)]
     pub fn log_records(&self) -> u64 {
         self.log_records
     }

@@ -178,7 +178,9 @@ impl Registry {
             .await;
             return Err(e);
         }
-        if let Err(e) = inner.commit(RegistryCommand::CreateTopic { meta: meta.clone() }) {
+        if let Err(e) = inner.commit(RegistryCommand::CreateTopic {
+            meta: Box::new(meta.clone()),
+        }) {
             self.tell_owners(
                 &inner,
                 &meta,
