@@ -1,0 +1,140 @@
+//! The registry's file names, its typed storage error, and the two file
+//! primitives it is built from: read a whole file, and replace a file
+//! atomically and durably (temp file, fdatasync, rename, fsync of the
+//! directory). All I/O goes through `strom_storage::vfs`, so tests can run
+//! it over a simulated disk that loses unsynced writes.
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+use strom_proto::ErrorCode;
+use strom_storage::vfs::{Vfs, VfsFile};
+
+use crate::error::ServerError;
+
+/// The append-only command log.
+pub const LOG: &str = "registry.log";
+/// The state as of some log index.
+pub const SNAPSHOT: &str = "registry.snapshot";
+/// The registry of versions before the log, read once and renamed.
+pub const OLD_JSON: &str = "registry.json";
+pub const OLD_JSON_MIGRATED: &str = "registry.json.migrated";
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error(
+        "{} is damaged at byte {offset}: {reason}. The registry cannot be read safely, so the \
+         server does not start; restore the data directory from a backup (partition data is \
+         stored apart and is not affected)",
+        file.display()
+    )]
+    Corrupt {
+        file: PathBuf,
+        offset: u64,
+        reason: String,
+    },
+    #[error("I/O error while {context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error("a registry command of {0} bytes is over the 16 MiB limit of a log record")]
+    TooLarge(usize),
+    #[error(
+        "the registry log is unusable after a failed write that could not be undone ({0}); \
+         restart the server"
+    )]
+    Broken(String),
+}
+
+impl StoreError {
+    pub fn corrupt(file: &Path, offset: usize, reason: impl Into<String>) -> Self {
+        StoreError::Corrupt {
+            file: file.to_path_buf(),
+            offset: offset as u64,
+            reason: reason.into(),
+        }
+    }
+
+    pub fn io(what: &str, path: &Path, source: io::Error) -> Self {
+        StoreError::Io {
+            context: format!("{what} {}", path.display()),
+            source,
+        }
+    }
+}
+
+impl From<StoreError> for ServerError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Io { context, source } => ServerError::io(context, source),
+            StoreError::Corrupt { .. } => ServerError::coded(ErrorCode::CORRUPT, e.to_string()),
+            StoreError::TooLarge(_) => {
+                ServerError::coded(ErrorCode::INVALID_ARGUMENT, e.to_string())
+            }
+            StoreError::Broken(_) => ServerError::coded(ErrorCode::STORAGE_IO, e.to_string()),
+        }
+    }
+}
+
+/// Whether `path` exists.
+pub fn exists(vfs: &dyn Vfs, path: &Path) -> Result<bool, StoreError> {
+    vfs.exists(path)
+        .map_err(|e| StoreError::io("looking for", path, e))
+}
+
+/// The whole contents of `path`, or `None` if it does not exist. The buffer
+/// is as large as the file, never as large as a length read from it.
+pub fn read_all(vfs: &dyn Vfs, path: &Path) -> Result<Option<Vec<u8>>, StoreError> {
+    if !exists(vfs, path)? {
+        return Ok(None);
+    }
+    let f = vfs
+        .open(path, false)
+        .map_err(|e| StoreError::io("opening", path, e))?;
+    let len = f.len().map_err(|e| StoreError::io("reading", path, e))?;
+    let len = usize::try_from(len).map_err(|_| StoreError::corrupt(path, 0, "too large"))?;
+    let mut buf = vec![0u8; len];
+    f.read_exact_at(&mut buf, 0)
+        .map_err(|e| StoreError::io("reading", path, e))?;
+    Ok(Some(buf))
+}
+
+/// Removes `path` if it exists.
+pub fn remove_if_exists(vfs: &dyn Vfs, path: &Path) -> Result<(), StoreError> {
+    match vfs.remove_file(path) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(StoreError::io("removing", path, e)),
+        _ => Ok(()),
+    }
+}
+
+/// Replaces `dir/name` with `bytes` atomically and durably, and returns the
+/// new file, open (a log goes on appending to it). On failure, the flag
+/// says whether the new file already took the name (only the directory
+/// sync failed, so a crash may still bring the old file back).
+pub fn replace(
+    vfs: &dyn Vfs,
+    dir: &Path,
+    name: &str,
+    bytes: &[u8],
+) -> Result<Box<dyn VfsFile>, (StoreError, bool)> {
+    let path = dir.join(name);
+    let tmp = dir.join(format!("{name}.tmp"));
+    remove_if_exists(vfs, &tmp).map_err(|e| (e, false))?;
+    let f = vfs
+        .open(&tmp, true)
+        .map_err(|e| (StoreError::io("creating", &tmp, e), false))?;
+    f.write_all_at(&[bytes], 0)
+        .and_then(|_| f.sync_data())
+        .map_err(|e| (StoreError::io("writing", &tmp, e), false))?;
+    vfs.rename(&tmp, &path)
+        .map_err(|e| (StoreError::io("renaming into", &path, e), false))?;
+    sync_dir(vfs, dir).map_err(|e| (e, true))?;
+    Ok(f)
+}
+
+pub fn sync_dir(vfs: &dyn Vfs, dir: &Path) -> Result<(), StoreError> {
+    vfs.sync_dir(dir)
+        .map_err(|e| StoreError::io("syncing the directory", dir, e))
+}

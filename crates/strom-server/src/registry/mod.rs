@@ -1,0 +1,292 @@
+//! The topic registry (master database), held by member 0 of a group:
+//! topics with their specs and policies, where each partition lives,
+//! end-of-stream bookkeeping (registered and closed producers), and the
+//! group's members with their last heartbeat.
+//!
+//! It is a state machine fed by a command log, the shape a Raft log
+//! replays: each operation validates against the current state, makes every
+//! choice (ids, placement), performs the member calls that must come first
+//! (hosting partitions), then *commits* a [`RegistryCommand`]: appended to
+//! `registry.log` and fdatasync'ed, and only then applied to the in-memory
+//! [`RegistryState`]. If the append fails the state is unchanged and the
+//! caller gets the error. Heartbeat times are volatile and kept outside the
+//! machine. Control-plane operations are serialized by one async lock; the
+//! data path never takes it.
+//!
+//! Modules: `machine` (state and commands, pure), `record` (file framing,
+//! pure), `files`, `snapshot` and `store` (persistence), `topics` (the topic
+//! operations).
+
+mod files;
+mod machine;
+mod record;
+mod snapshot;
+mod store;
+#[cfg(test)]
+mod tests;
+mod topics;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use strom_proto::{ErrorCode, GroupFile, GroupMember, MemberInfo, Request};
+use strom_storage::vfs::{RealFs, Vfs};
+use tokio::sync::Mutex;
+
+use crate::error::ServerError;
+use crate::group::write_group_file;
+use crate::members::MemberLink;
+
+use machine::{RegistryCommand, RegistryState};
+use store::{Limits, Store};
+
+/// A member not heard from for this long is reported dead.
+pub const HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(3);
+
+pub struct Registry {
+    /// Reaches members (this server included) for host/seal/drop/stats.
+    link: Arc<MemberLink>,
+    group_id: u64,
+    group_file: Option<PathBuf>,
+    /// Members expected before the group file is first written (launcher size).
+    expected: u32,
+    inner: Mutex<Inner>,
+}
+
+/// What the registry's lock guards: the machine, its log, and volatile state.
+struct Inner {
+    state: RegistryState,
+    store: Store,
+    /// When each member was last heard from (not part of the machine).
+    last_seen: HashMap<u32, Instant>,
+    /// The least id the next topic may take: a failed create uses up its id
+    /// (a member may still hold its partitions) while this process lives.
+    topic_id_floor: u64,
+}
+
+impl Inner {
+    /// Appends `cmd` to the log durably, then applies it. If the append
+    /// fails, the state is unchanged and the error is returned.
+    fn commit(&mut self, cmd: RegistryCommand) -> Result<(), ServerError> {
+        self.state.check(&cmd).map_err(|e| {
+            ServerError::coded(
+                ErrorCode::INTERNAL,
+                format!("registry command rejected: {e}"),
+            )
+        })?;
+        self.store.append(&cmd)?;
+        self.state.apply_checked(&cmd);
+        if self.store.compaction_due() {
+            if let Err(e) = self.store.compact(&self.state) {
+                tracing::warn!(error = %e, "could not compact the registry log; it keeps growing and compaction is retried after the next change");
+            }
+        }
+        Ok(())
+    }
+
+    fn alive(&self, id: u32) -> bool {
+        id == 0
+            || self
+                .last_seen
+                .get(&id)
+                .is_some_and(|t| t.elapsed() < HEARTBEAT_TIMEOUT)
+    }
+
+    fn addr_of(&self, member: u32) -> String {
+        self.state.members.get(&member).cloned().unwrap_or_default()
+    }
+
+    fn group_members(&self) -> Vec<GroupMember> {
+        self.state
+            .members
+            .iter()
+            .map(|(id, addr)| GroupMember {
+                id: *id,
+                addr: addr.clone(),
+            })
+            .collect()
+    }
+}
+
+impl Registry {
+    pub fn open(
+        data_dir: &Path,
+        group_file: Option<PathBuf>,
+        expected: u32,
+        link: Arc<MemberLink>,
+    ) -> Result<Self, ServerError> {
+        Self::open_with(
+            Arc::new(RealFs),
+            data_dir,
+            group_file,
+            expected,
+            link,
+            Limits::default(),
+        )
+    }
+
+    fn open_with(
+        vfs: Arc<dyn Vfs>,
+        data_dir: &Path,
+        group_file: Option<PathBuf>,
+        expected: u32,
+        link: Arc<MemberLink>,
+        limits: Limits,
+    ) -> Result<Self, ServerError> {
+        let (store, state) = Store::open(vfs, data_dir, limits)?;
+        let now = Instant::now();
+        // Known members count as dead until they heartbeat again.
+        let unheard = now.checked_sub(HEARTBEAT_TIMEOUT * 2).unwrap_or(now);
+        let mut last_seen: HashMap<u32, Instant> =
+            state.members.keys().map(|id| (*id, unheard)).collect();
+        last_seen.insert(0, now);
+        let mut inner = Inner {
+            topic_id_floor: state.next_topic_id,
+            state,
+            store,
+            last_seen,
+        };
+        if inner.state.group_id == 0 {
+            // Recorded before any group file carries it.
+            inner.commit(RegistryCommand::SetGroupId {
+                group_id: new_group_id(),
+            })?;
+        }
+        let addr = link.addr().to_string();
+        if inner.state.members.get(&0) != Some(&addr) {
+            inner.commit(RegistryCommand::MemberJoined { id: 0, addr })?;
+        }
+        Ok(Registry {
+            link,
+            group_id: inner.state.group_id,
+            group_file,
+            expected: expected.max(1),
+            inner: Mutex::new(inner),
+        })
+    }
+
+    /// The group's id, written into the group file.
+    pub fn group_id(&self) -> u64 {
+        self.group_id
+    }
+
+    /// Writes the group file once the expected members have all joined.
+    fn publish_group(&self, inner: &Inner) {
+        let Some(path) = &self.group_file else { return };
+        if (inner.state.members.len() as u32) < self.expected {
+            return;
+        }
+        let g = GroupFile {
+            members: inner.group_members(),
+            master: 0,
+            group_id: self.group_id,
+        };
+        if let Err(e) = write_group_file(path, &g) {
+            tracing::error!(path = %path.display(), error = %e, "cannot write the group file");
+        }
+    }
+
+    pub async fn publish_initial(&self) {
+        let inner = self.inner.lock().await;
+        self.publish_group(&inner);
+    }
+
+    pub async fn members(&self) -> Vec<MemberInfo> {
+        let inner = self.inner.lock().await;
+        inner
+            .state
+            .members
+            .iter()
+            .map(|(id, addr)| MemberInfo {
+                id: *id,
+                addr: addr.clone(),
+                alive: inner.alive(*id),
+                last_seen_ms: match inner.last_seen.get(id) {
+                    Some(t) if *id != 0 => t.elapsed().as_millis() as u64,
+                    _ => 0,
+                },
+            })
+            .collect()
+    }
+
+    /// Admits a member (or a restarted one under its old id); returns its id.
+    pub async fn join(&self, want: Option<u32>, addr: String) -> Result<u32, ServerError> {
+        let mut inner = self.inner.lock().await;
+        let id = match want {
+            Some(0) => {
+                return Err(ServerError::coded(
+                    ErrorCode::INVALID_ARGUMENT,
+                    "member id 0 is the registry master; a joining server cannot take it",
+                ))
+            }
+            Some(id) => id,
+            None => inner.state.members.keys().max().map_or(1, |m| m + 1),
+        };
+        inner.commit(RegistryCommand::MemberJoined {
+            id,
+            addr: addr.clone(),
+        })?;
+        inner.last_seen.insert(id, Instant::now());
+        self.publish_group(&inner);
+        tracing::info!(member = id, addr = %addr, "member joined");
+        // Re-send what the member should host (a restarted member may have
+        // missed a seal or a new partition while it was down).
+        let work: Vec<Request> = inner
+            .state
+            .topics
+            .values()
+            .filter_map(|t| {
+                let parts = t.by_member().remove(&id)?;
+                Some(Request::HostPartitions {
+                    topic_id: t.id,
+                    spec: t.spec.clone(),
+                    partitions: parts,
+                    sealed: t.state().ended,
+                })
+            })
+            .collect();
+        drop(inner);
+        let link = self.link.clone();
+        tokio::spawn(async move {
+            for req in work {
+                if let Err(e) = link.call(id, &addr, req).await {
+                    tracing::warn!(member = id, error = %e, "re-hosting partitions on a rejoined member failed");
+                }
+            }
+        });
+        Ok(id)
+    }
+
+    pub async fn heartbeat(&self, member: u32, addr: String) -> Result<(), ServerError> {
+        let mut inner = self.inner.lock().await;
+        let Some(known) = inner.state.members.get(&member) else {
+            return Err(ServerError::coded(
+                ErrorCode::INVALID_ARGUMENT,
+                format!("member {member} is not part of this group; join first"),
+            ));
+        };
+        let moved = *known != addr;
+        inner.last_seen.insert(member, Instant::now());
+        if moved {
+            inner.commit(RegistryCommand::MemberAddress { id: member, addr })?;
+            self.publish_group(&inner);
+        }
+        Ok(())
+    }
+}
+
+/// A random non-zero group id (no RNG dependency: clock, pid and a hash).
+fn new_group_id() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0),
+    );
+    h.write_u32(std::process::id());
+    h.finish().max(1)
+}

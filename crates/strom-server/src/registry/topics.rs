@@ -1,0 +1,374 @@
+//! The registry's topic operations: create, describe, list, delete, add
+//! partitions, and the end-of-stream bookkeeping (register and close
+//! producers, complete). Each validates against the current state, makes
+//! its choices (ids, placement), calls the members that must act first,
+//! and then commits one command; the member calls that follow a change
+//! (seal at end of stream, drop on delete) come after the commit.
+
+use strom_proto::{
+    ErrorCode, PartitionInfo, PartitionStatus, Request, Response, TopicInfo, TopicSpec,
+};
+
+use super::machine::{RegistryCommand, TopicMeta, MAX_PARTITIONS};
+use super::{Inner, Registry};
+use crate::error::ServerError;
+use crate::host::check_topic_name;
+
+fn not_found(name: &str) -> ServerError {
+    ServerError::coded(
+        ErrorCode::TOPIC_NOT_FOUND,
+        format!("no topic named '{name}'"),
+    )
+}
+
+fn topic<'a>(inner: &'a Inner, name: &str) -> Result<&'a TopicMeta, ServerError> {
+    inner.state.topics.get(name).ok_or_else(|| not_found(name))
+}
+
+fn check_open(meta: &TopicMeta) -> Result<(), ServerError> {
+    if meta.state().ended {
+        return Err(ServerError::coded(
+            ErrorCode::TOPIC_CLOSED,
+            format!(
+                "topic '{}' has ended; it accepts no new producers",
+                meta.spec.name
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Chooses owners for `count` new partitions starting at index `first`:
+/// round-robin over live members, or all on `member`.
+fn place(
+    inner: &Inner,
+    count: u32,
+    first: u64,
+    member: Option<u32>,
+) -> Result<Vec<u32>, ServerError> {
+    if let Some(m) = member {
+        return match inner.state.members.get(&m) {
+            Some(_) if inner.alive(m) => Ok(vec![m; count as usize]),
+            Some(_) => Err(ServerError::coded(
+                ErrorCode::CONNECTION_FAILED,
+                format!("member {m} is not alive; cannot place partitions on it"),
+            )),
+            None => Err(ServerError::coded(
+                ErrorCode::INVALID_ARGUMENT,
+                format!("there is no member {m} in this group"),
+            )),
+        };
+    }
+    let alive: Vec<u32> = inner
+        .state
+        .members
+        .keys()
+        .copied()
+        .filter(|id| inner.alive(*id))
+        .collect();
+    Ok((0..count as u64)
+        .map(|i| alive[((first + i) % alive.len() as u64) as usize])
+        .collect())
+}
+
+fn check_spec(spec: &TopicSpec) -> Result<(), ServerError> {
+    check_topic_name(&spec.name)?;
+    if spec.partitions == 0 || spec.partitions > MAX_PARTITIONS {
+        return Err(ServerError::coded(
+            ErrorCode::INVALID_TOPIC_SPEC,
+            format!(
+                "a topic needs 1 to {MAX_PARTITIONS} partitions, not {}",
+                spec.partitions
+            ),
+        ));
+    }
+    if spec.segment_bytes.is_some_and(|s| s < 4096) {
+        return Err(ServerError::coded(
+            ErrorCode::INVALID_TOPIC_SPEC,
+            "segment_bytes must be at least 4096",
+        ));
+    }
+    strom_policy::TopicPolicy::new(
+        &spec.validator,
+        spec.schema.as_deref(),
+        &spec.selector,
+        &spec.serializer,
+    )
+    .map_err(|e| ServerError::coded(ErrorCode::BAD_POLICY_SPEC, e.to_string()))?;
+    Ok(())
+}
+
+impl Registry {
+    /// Asks each owner to host its partitions; undoes nothing on failure
+    /// (hosting is idempotent and dropped with the topic).
+    async fn host_on_members(
+        &self,
+        inner: &Inner,
+        meta: &TopicMeta,
+        only: impl Fn(u32) -> bool,
+    ) -> Result<(), ServerError> {
+        for (member, parts) in meta.by_member() {
+            let parts: Vec<u32> = parts.into_iter().filter(|p| only(*p)).collect();
+            if parts.is_empty() {
+                continue;
+            }
+            let req = Request::HostPartitions {
+                topic_id: meta.id,
+                spec: meta.spec.clone(),
+                partitions: parts,
+                sealed: meta.state().ended,
+            };
+            self.link
+                .call(member, &inner.addr_of(member), req)
+                .await
+                .map_err(|e| ServerError::coded(e.code(), format!("member {member}: {e}")))?;
+        }
+        Ok(())
+    }
+
+    /// Sends `req(topic)` to every owner of the topic's partitions, logging
+    /// (not returning) failures: `what` says what could not be done.
+    async fn tell_owners(
+        &self,
+        inner: &Inner,
+        meta: &TopicMeta,
+        req: impl Fn() -> Request,
+        what: &str,
+    ) {
+        for m in meta.by_member().keys() {
+            if let Err(e) = self.link.call(*m, &inner.addr_of(*m), req()).await {
+                tracing::warn!(member = m, topic = %meta.spec.name, error = %e, "{what}");
+            }
+        }
+    }
+
+    pub async fn create(
+        &self,
+        spec: TopicSpec,
+        member: Option<u32>,
+    ) -> Result<TopicInfo, ServerError> {
+        check_spec(&spec)?;
+        let mut inner = self.inner.lock().await;
+        if inner.state.topics.contains_key(&spec.name) {
+            return Err(ServerError::coded(
+                ErrorCode::TOPIC_EXISTS,
+                format!("topic '{}' already exists", spec.name),
+            ));
+        }
+        let id = inner.state.next_topic_id.max(inner.topic_id_floor);
+        let meta = TopicMeta {
+            id,
+            placement: place(&inner, spec.partitions, id, member)?,
+            spec,
+            producers: Default::default(),
+            next_producer: 1,
+            completed: false,
+        };
+        inner.topic_id_floor = id + 1;
+        let drop_req = || Request::DropPartitions {
+            topic: meta.spec.name.clone(),
+        };
+        if let Err(e) = self.host_on_members(&inner, &meta, |_| true).await {
+            self.tell_owners(
+                &inner,
+                &meta,
+                drop_req,
+                "member could not drop the partitions of a failed create",
+            )
+            .await;
+            return Err(e);
+        }
+        if let Err(e) = inner.commit(RegistryCommand::CreateTopic {
+            meta: Box::new(meta.clone()),
+        }) {
+            self.tell_owners(
+                &inner,
+                &meta,
+                drop_req,
+                "member could not drop the partitions of a create that was not recorded",
+            )
+            .await;
+            return Err(e);
+        }
+        tracing::info!(topic = %meta.spec.name, partitions = meta.spec.partitions, "topic created");
+        Ok(self.info(&inner, &meta, true).await)
+    }
+
+    /// The topic's description, with offsets fetched from each owner.
+    async fn info(&self, inner: &Inner, meta: &TopicMeta, offsets: bool) -> TopicInfo {
+        let mut partitions: Vec<PartitionInfo> = meta
+            .placement
+            .iter()
+            .enumerate()
+            .map(|(p, m)| PartitionInfo {
+                id: p as u32,
+                member: *m,
+                addr: inner.addr_of(*m),
+                first_offset: 0,
+                next_offset: 0,
+                status: Default::default(),
+                dropped_events: 0,
+            })
+            .collect();
+        for (member, parts) in meta.by_member().into_iter().filter(|_| offsets) {
+            let req = Request::PartitionStats {
+                topic: meta.spec.name.clone(),
+                partitions: parts.clone(),
+            };
+            let addr = inner.addr_of(member);
+            match self.link.call(member, &addr, req).await {
+                Ok(Response::Stats(stats)) => {
+                    for p in &parts {
+                        partitions[*p as usize].status = PartitionStatus::Unavailable(format!(
+                            "member {member} at {addr} does not serve it"
+                        ));
+                    }
+                    for s in stats {
+                        if let Some(p) = partitions.get_mut(s.id as usize) {
+                            p.first_offset = s.first_offset;
+                            p.next_offset = s.next_offset;
+                            p.status = s.status;
+                            p.dropped_events = s.dropped_events;
+                        }
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::debug!(member, error = %e, "no partition stats from member");
+                    for p in &parts {
+                        partitions[*p as usize].status = PartitionStatus::Unavailable(format!(
+                            "member {member} at {addr} is down or unreachable"
+                        ));
+                    }
+                }
+            }
+        }
+        TopicInfo {
+            spec: meta.spec.clone(),
+            partitions,
+            state: meta.state(),
+        }
+    }
+
+    pub async fn describe(&self, name: &str, offsets: bool) -> Result<TopicInfo, ServerError> {
+        let inner = self.inner.lock().await;
+        let meta = topic(&inner, name)?;
+        Ok(self.info(&inner, meta, offsets).await)
+    }
+
+    pub async fn list(&self) -> Vec<TopicInfo> {
+        let inner = self.inner.lock().await;
+        let mut out = Vec::new();
+        for meta in inner.state.topics.values() {
+            out.push(self.info(&inner, meta, true).await);
+        }
+        out
+    }
+
+    pub async fn delete(&self, name: &str) -> Result<(), ServerError> {
+        let mut inner = self.inner.lock().await;
+        let meta = topic(&inner, name)?.clone();
+        inner.commit(RegistryCommand::DeleteTopic {
+            name: name.to_string(),
+        })?;
+        let drop_req = || Request::DropPartitions {
+            topic: name.to_string(),
+        };
+        self.tell_owners(
+            &inner,
+            &meta,
+            drop_req,
+            "member could not drop a deleted topic's partitions",
+        )
+        .await;
+        tracing::info!(topic = %name, "topic deleted");
+        Ok(())
+    }
+
+    /// Commits a change to a topic's end-of-stream bookkeeping and seals
+    /// every partition if the stream has just ended.
+    async fn commit_and_seal(
+        &self,
+        inner: &mut Inner,
+        name: &str,
+        cmd: RegistryCommand,
+    ) -> Result<(), ServerError> {
+        let ended_before = topic(inner, name)?.state().ended;
+        inner.commit(cmd)?;
+        let meta = topic(inner, name)?;
+        if !ended_before && meta.state().ended {
+            let seal = || Request::SealPartitions {
+                topic: name.to_string(),
+            };
+            // A member that misses it re-seals when it rejoins (see `join`).
+            self.tell_owners(inner, meta, seal, "could not seal partitions on a member")
+                .await;
+        }
+        Ok(())
+    }
+
+    pub async fn register_producer(&self, name: &str) -> Result<u64, ServerError> {
+        let mut inner = self.inner.lock().await;
+        let meta = topic(&inner, name)?;
+        check_open(meta)?;
+        let producer = meta.next_producer;
+        inner.commit(RegistryCommand::RegisterProducer {
+            topic: name.to_string(),
+            producer,
+        })?;
+        Ok(producer)
+    }
+
+    pub async fn close_producer(&self, name: &str, producer: u64) -> Result<(), ServerError> {
+        let mut inner = self.inner.lock().await;
+        if !topic(&inner, name)?.producers.contains_key(&producer) {
+            return Err(ServerError::coded(
+                ErrorCode::PRODUCER_NOT_FOUND,
+                format!("topic '{name}' has no producer {producer}"),
+            ));
+        }
+        let cmd = RegistryCommand::CloseProducer {
+            topic: name.to_string(),
+            producer,
+        };
+        self.commit_and_seal(&mut inner, name, cmd).await
+    }
+
+    pub async fn complete(&self, name: &str) -> Result<(), ServerError> {
+        let mut inner = self.inner.lock().await;
+        let cmd = RegistryCommand::CompleteTopic {
+            topic: name.to_string(),
+        };
+        self.commit_and_seal(&mut inner, name, cmd).await
+    }
+
+    pub async fn add_partitions(
+        &self,
+        name: &str,
+        count: u32,
+        member: Option<u32>,
+    ) -> Result<TopicInfo, ServerError> {
+        let mut inner = self.inner.lock().await;
+        let meta = topic(&inner, name)?;
+        check_open(meta)?;
+        let old = meta.spec.partitions;
+        if count == 0 || old as u64 + count as u64 > MAX_PARTITIONS as u64 {
+            return Err(ServerError::coded(
+                ErrorCode::INVALID_ARGUMENT,
+                format!("cannot add {count} partitions to a topic of {old} (the limit is {MAX_PARTITIONS})"),
+            ));
+        }
+        let placement = place(&inner, count, meta.id + old as u64, member)?;
+        let mut grown = meta.clone();
+        grown.placement.extend_from_slice(&placement);
+        grown.spec.partitions = old + count;
+        self.host_on_members(&inner, &grown, |p| p >= old).await?;
+        inner.commit(RegistryCommand::AddPartitions {
+            topic: name.to_string(),
+            placement,
+        })?;
+        tracing::info!(topic = %name, added = count, "partitions added");
+        let meta = topic(&inner, name)?;
+        Ok(self.info(&inner, meta, true).await)
+    }
+}
