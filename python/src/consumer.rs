@@ -189,6 +189,41 @@ impl PyConsumer {
         self.pull_event(py, timeout)
     }
 
+    /// Every event that has arrived, up to `max`, as a list, in one call:
+    /// waits (GIL released) up to `timeout` seconds (default: for ever) for
+    /// the first, never for more. An empty list when `timeout` passed with
+    /// nothing to take (`timeout=0` drains without waiting); `None` at the
+    /// end of the stream.
+    #[pyo3(signature = (max, timeout=None))]
+    fn pull_batch(
+        &self,
+        py: Python<'_>,
+        max: usize,
+        timeout: Option<f64>,
+    ) -> PyResult<Option<Vec<PyEvent>>> {
+        release_pending(py);
+        if max == 0 {
+            return Err(errors::invalid(py, "pull_batch needs max >= 1"));
+        }
+        let c = self.consumer(py)?;
+        // Fast path: events already queued are taken without releasing the GIL.
+        let r = match c.pull_many(max, Duration::ZERO) {
+            Ok(Some(v)) if v.is_empty() && timeout != Some(0.0) => {
+                wait_loop(py, timeout, move |slice| match c.pull_many(max, slice) {
+                    Ok(Some(v)) if v.is_empty() => None,
+                    r => Some(r),
+                })?
+                .unwrap_or(Ok(Some(Vec::new())))
+            }
+            r => r,
+        };
+        match r {
+            Ok(Some(v)) => Ok(Some(v.into_iter().map(|e| self.ctx.event(e)).collect())),
+            Ok(None) => Ok(None),
+            Err(e) => Err(self.ctx.error(py, &e)),
+        }
+    }
+
     /// Awaitable `pull`: resolves to the next event, or `None` at the end of
     /// the stream, without blocking the event loop.
     #[pyo3(signature = (timeout=None))]

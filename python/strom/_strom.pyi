@@ -116,6 +116,14 @@ class Consumer(Iterator[Event], AsyncIterator[Event]):
     def topic(self) -> str: ...
     def pull(self, timeout: Optional[float] = None) -> Optional[Event]:
         """Next event, or None at the end of the stream; raises strom.TimeoutError."""
+    def pull_batch(self, max: int, timeout: Optional[float] = None) -> Optional[list[Event]]:
+        """Every event that has arrived, up to ``max``, in one call.
+
+        Waits up to ``timeout`` seconds (default: for ever) for the first
+        event, never for more. Returns an empty list when the timeout passed
+        with nothing to take (``timeout=0`` drains without waiting), and
+        None at the end of the stream.
+        """
     def pull_async(self, timeout: Optional[float] = None) -> Awaitable[Optional[Event]]:
         """Awaitable pull: next event or None at the end of the stream."""
     def process(

@@ -42,3 +42,23 @@ def test_byte_sized_batches_deliver_every_event_in_order(driver, options):
         futures = [p.push({"i": i}, bytes(1500)) for i in range(20)]
         offsets = [f.result().offset for f in futures]
     assert offsets == sorted(offsets) and len(set(offsets)) == 20
+
+
+def test_pull_batch_takes_what_has_arrived_and_none_at_the_end(driver):
+    t = driver.create_topic("batchpull", partitions=1)
+    p = t.producer()
+    for f in [p.push({"task": i}) for i in range(10)]:
+        f.result()
+    c = t.consumer("workers")
+    first = c.pull_batch(4, timeout=10)
+    assert [e.offset for e in first] == [0, 1, 2, 3]
+    rest = []
+    while len(rest) < 6:
+        rest += c.pull_batch(100, timeout=10)
+    assert [e.offset for e in rest] == list(range(4, 10))
+    assert c.pull_batch(10, timeout=0) == []  # drains without waiting, no error
+    assert c.pull_batch(10, timeout=0.1) == []
+    with pytest.raises(strom.StromError):
+        c.pull_batch(0)
+    p.close()
+    assert c.pull_batch(10, timeout=10) is None

@@ -332,6 +332,45 @@ impl Consumer {
         }
     }
 
+    /// Takes every event that has arrived, up to `max`, in one call: waits
+    /// up to `timeout` for the first one, never for more. `Ok(None)` at the
+    /// end of the stream (after every event was returned); an empty batch
+    /// when `timeout` passed with nothing to take. An error is returned on
+    /// its own, after the events queued before it.
+    pub fn pull_many(&self, max: usize, timeout: Duration) -> Result<Option<Vec<Event>>> {
+        let deadline = Instant::now() + timeout;
+        let mut out = Vec::new();
+        let mut q = self.shared.queue.lock();
+        loop {
+            while out.len() < max.max(1) {
+                if !out.is_empty() && matches!(q.items.front(), Some(Item::Failed(_))) {
+                    return Ok(Some(out));
+                }
+                match self.take(&mut q) {
+                    Some(Ok(Next::Event(e))) => out.push(e),
+                    Some(Ok(Next::EndOfStream)) if out.is_empty() => return Ok(None),
+                    Some(Ok(Next::EndOfStream)) | None => break,
+                    Some(Err(e)) => return Err(e),
+                }
+            }
+            if !out.is_empty() || self.shared.cond.wait_until(&mut q, deadline).timed_out() {
+                // One last look after the deadline, then whatever there is.
+                if out.is_empty() {
+                    match self.take(&mut q) {
+                        Some(Ok(Next::Event(e))) => out.push(e),
+                        Some(Ok(Next::EndOfStream)) => return Ok(None),
+                        Some(Err(e)) => return Err(e),
+                        None => {}
+                    }
+                    if !out.is_empty() {
+                        continue;
+                    }
+                }
+                return Ok(Some(out));
+            }
+        }
+    }
+
     fn next_blocking(&self, deadline: Option<Instant>) -> Option<Result<Next>> {
         let mut q = self.shared.queue.lock();
         loop {
