@@ -8,7 +8,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use strom_net::TcpTransport;
+use strom_net::Transports;
 use strom_proto::{ErrorCode, GroupFile, MemberInfo, Request, Response, TopicInfo, TopicSpec};
 use tokio::runtime::{Handle, Runtime};
 
@@ -25,7 +25,7 @@ pub struct Driver {
 pub(crate) struct DriverInner {
     runtime: Mutex<Option<Runtime>>,
     pub handle: Handle,
-    transport: TcpTransport,
+    transports: Transports,
     master: String,
     conns: Mutex<HashMap<String, Arc<ClientConn>>>,
     #[cfg(feature = "embedded")]
@@ -79,8 +79,14 @@ fn runtime() -> Result<Runtime> {
 }
 
 impl Driver {
-    /// Connects to the group described by a group file.
+    /// Connects to the group described by a group file, over TCP.
     pub fn connect(group_file: impl AsRef<Path>) -> Result<Driver> {
+        Self::connect_with(group_file, Transports::default())
+    }
+
+    /// Connects to the group described by a group file, reaching each
+    /// member through the transport its address's scheme names.
+    pub fn connect_with(group_file: impl AsRef<Path>, transports: Transports) -> Result<Driver> {
         let path = group_file.as_ref();
         let text = std::fs::read(path).map_err(|e| {
             Error::GroupFile(format!("cannot read group file {}: {e}", path.display()))
@@ -98,13 +104,19 @@ impl Driver {
                     path.display()
                 ))
             })?;
-        Self::connect_addr(&master.addr)
+        Self::connect_addr_with(&master.addr, transports)
     }
 
-    /// Connects to the server holding the registry at `host:port`.
+    /// Connects to the server holding the registry at `host:port`, over TCP.
     pub fn connect_addr(addr: &str) -> Result<Driver> {
+        Self::connect_addr_with(addr, Transports::default())
+    }
+
+    /// Connects to the server holding the registry at `addr` (`host:port`
+    /// or `scheme://…`) through `transports`.
+    pub fn connect_addr_with(addr: &str, transports: Transports) -> Result<Driver> {
         let rt = runtime()?;
-        let d = Self::with_runtime(rt, addr.to_string());
+        let d = Self::with_runtime(rt, addr.to_string(), transports);
         d.block_on({
             let d = d.clone();
             async move { d.conn(&d.inner.master).await.map(|_| ()) }
@@ -112,12 +124,12 @@ impl Driver {
         Ok(d)
     }
 
-    fn with_runtime(rt: Runtime, master: String) -> Driver {
+    fn with_runtime(rt: Runtime, master: String, transports: Transports) -> Driver {
         Driver {
             inner: Arc::new(DriverInner {
                 handle: rt.handle().clone(),
                 runtime: Mutex::new(Some(rt)),
-                transport: TcpTransport::default(),
+                transports,
                 master,
                 conns: Mutex::new(HashMap::new()),
                 #[cfg(feature = "embedded")]
@@ -142,7 +154,30 @@ impl Driver {
         let rt = runtime()?;
         let server = wait(rt.handle(), strom_server::Server::start(config))?
             .map_err(|e| Error::coded(e.code(), format!("embedded server failed to start: {e}")))?;
-        let d = Self::with_runtime(rt, server.addr().to_string());
+        let d = Self::with_runtime(rt, server.addr().to_string(), Transports::default());
+        *d.inner.embedded.lock() = Some(server);
+        d.block_on({
+            let d = d.clone();
+            async move { d.conn(&d.inner.master).await.map(|_| ()) }
+        })?;
+        Ok(d)
+    }
+
+    /// [`embedded_with`](Self::embedded_with), with the transports the
+    /// server listens on (`config.listen` names one by its scheme) and the
+    /// driver connects through. With an in-process transport
+    /// ([`MemTransport`](strom_net::MemTransport), `listen = "mem://name"`)
+    /// no socket is opened at all.
+    #[cfg(feature = "embedded")]
+    pub fn embedded_over(
+        config: strom_server::ServerConfig,
+        transports: Transports,
+    ) -> Result<Driver> {
+        let rt = runtime()?;
+        let start = strom_server::Server::start_with(config, transports.clone());
+        let server = wait(rt.handle(), start)?
+            .map_err(|e| Error::coded(e.code(), format!("embedded server failed to start: {e}")))?;
+        let d = Self::with_runtime(rt, server.addr().to_string(), transports);
         *d.inner.embedded.lock() = Some(server);
         d.block_on({
             let d = d.clone();
@@ -175,7 +210,7 @@ impl Driver {
         if let Some(c) = self.inner.conns.lock().get(addr).filter(|c| !c.is_dead()) {
             return Ok(c.clone());
         }
-        let c = ClientConn::connect(&self.inner.transport, addr)
+        let c = ClientConn::connect(&self.inner.transports, addr)
             .await
             .map_err(|e| {
                 Error::coded(
@@ -376,7 +411,11 @@ mod tests {
 
     /// A driver with a runtime and no server (nothing here connects).
     fn offline() -> Driver {
-        Driver::with_runtime(runtime().unwrap(), "127.0.0.1:9".into())
+        Driver::with_runtime(
+            runtime().unwrap(),
+            "127.0.0.1:9".into(),
+            Transports::default(),
+        )
     }
 
     #[test]
@@ -418,6 +457,46 @@ mod tests {
             ErrorCode::INVALID_ARGUMENT,
             "a usage error, with a stable code"
         );
+    }
+
+    /// The whole stack over a transport whose bulk payloads move out of
+    /// band: producer data reaches the server and fetched data lands in
+    /// the consumer's buffers without ever being inline on the stream.
+    #[cfg(feature = "embedded")]
+    #[test]
+    fn events_and_their_data_round_trip_over_an_out_of_band_bulk_transport() {
+        use crate::Next;
+        let dir = tempfile::tempdir().unwrap();
+        let transports =
+            Transports::default().with("mem", Arc::new(strom_net::MemTransport::default()));
+        let config = strom_server::ServerConfig {
+            data_dir: dir.path().to_path_buf(),
+            listen: "mem://embedded".into(),
+            ..Default::default()
+        };
+        let d = Driver::embedded_over(config, transports).unwrap();
+        assert_eq!(d.master_addr(), "mem://embedded");
+        let t = d.create_topic(TopicSpec::new("oob", 2)).unwrap();
+        let p = t.producer().unwrap();
+        let sizes = [0usize, 10, 40_000, 3 << 20];
+        let data = |i: usize, n: usize| (0..n).map(|k| (k * 7 + i) as u8).collect::<Vec<u8>>();
+        let futs: Vec<_> = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| p.push(serde_json::json!({ "i": i }), data(i, n)).unwrap())
+            .collect();
+        p.close().unwrap();
+        for f in futs {
+            f.wait().unwrap();
+        }
+        let c = t.consumer("c").unwrap();
+        let mut seen = 0;
+        while let Next::Event(e) = c.pull_timeout(std::time::Duration::from_secs(10)).unwrap() {
+            let i = e.json().unwrap()["i"].as_u64().unwrap() as usize;
+            assert_eq!(e.data(), &data(i, sizes[i])[..], "event {i}");
+            seen += 1;
+        }
+        assert_eq!(seen, sizes.len());
     }
 
     #[test]

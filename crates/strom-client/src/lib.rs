@@ -30,6 +30,7 @@ pub use driver::{Driver, ScrubReport};
 pub use error::{Error, Result};
 pub use event::{AckFuture, Event};
 pub use producer::{Data, EventId, Producer, ProducerOptions, PushFuture};
+pub use strom_net::{MemTransport, Transport, Transports};
 pub use strom_policy::MetadataInput;
 pub use strom_proto::{
     Durability, ErrorCode, MemberInfo, Overflow, PartitionInfo, PartitionType, Selection, StartPos,

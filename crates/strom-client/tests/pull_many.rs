@@ -31,7 +31,10 @@ fn pull_many_takes_what_has_arrived_up_to_max_then_reports_the_end() {
     assert_eq!(offsets(&rest), (4..10).collect::<Vec<_>>());
     // Nothing more has arrived: an empty batch after the timeout, no error.
     let started = Instant::now();
-    let empty = c.pull_many(10, Duration::from_millis(200)).unwrap().unwrap();
+    let empty = c
+        .pull_many(10, Duration::from_millis(200))
+        .unwrap()
+        .unwrap();
     assert!(empty.is_empty());
     assert!(started.elapsed() >= Duration::from_millis(150));
     // Zero timeout drains without waiting.

@@ -1,5 +1,7 @@
 //! Transport errors.
 
+use std::sync::Arc;
+
 use strom_proto::{ErrorCode, ProtoError};
 
 #[derive(Debug, thiserror::Error)]
@@ -16,6 +18,18 @@ pub enum NetError {
     Closed,
     #[error("bulk payload of {announced} bytes does not match the {expected} bytes expected")]
     BulkMismatch { announced: u64, expected: u64 },
+    /// A multiplexed connection ended before this request's answer came;
+    /// every request then in flight shares the cause.
+    #[error("connection to {peer} was lost: {cause}")]
+    Lost {
+        peer: String,
+        #[source]
+        cause: Arc<NetError>,
+    },
+    #[error("no transport for scheme '{scheme}' (known: {known})")]
+    UnknownScheme { scheme: String, known: String },
+    #[error("the fill plan does not fit the {buffers} buffers lent for the response")]
+    FillPlan { buffers: usize },
 }
 
 impl NetError {
@@ -28,9 +42,14 @@ impl NetError {
 
     pub fn code(&self) -> ErrorCode {
         match self {
-            NetError::Io { .. } | NetError::Closed => ErrorCode::CONNECTION_CLOSED,
+            NetError::Io { .. } | NetError::Closed | NetError::Lost { .. } => {
+                ErrorCode::CONNECTION_CLOSED
+            }
             NetError::Proto(p) => p.code(),
             NetError::BulkMismatch { .. } => ErrorCode::MALFORMED_FRAME,
+            NetError::UnknownScheme { .. } | NetError::FillPlan { .. } => {
+                ErrorCode::INVALID_ARGUMENT
+            }
         }
     }
 }

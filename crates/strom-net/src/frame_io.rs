@@ -6,6 +6,10 @@
 //! announces a huge frame and sends nothing costs nothing.
 //! [`FrameWriter`] coalesces small frames into one write and writes large bulk
 //! chunks directly from the caller's buffers.
+//!
+//! Both move bulk payloads inline on the stream unless the transport gave
+//! them an out-of-band bulk path ([`crate::bulk`]); callers use the same
+//! methods either way.
 
 use std::sync::Arc;
 
@@ -15,6 +19,7 @@ use strom_proto::{FrameHeader, FrameKind, Push, Request, Response, FRAME_HEADER_
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 
+use crate::bulk::{BulkReceiver, BulkSender};
 use crate::error::NetError;
 
 const READ_CHUNK: usize = 64 << 10;
@@ -27,9 +32,12 @@ pub struct FrameReader<R> {
     buf: BytesMut,
     max_frame: u32,
     pending_bulk: u64,
+    /// The out-of-band bulk path (None: payloads follow the body inline).
+    bulk: Option<Box<dyn BulkReceiver>>,
 }
 
 impl<R: AsyncRead + Unpin> FrameReader<R> {
+    /// A reader of frames whose bulk payloads follow their body inline.
     pub fn new(inner: R, max_frame: u32) -> Self {
         FrameReader {
             inner,
@@ -37,7 +45,21 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
             buf: BytesMut::new(),
             max_frame,
             pending_bulk: 0,
+            bulk: None,
         }
+    }
+
+    /// A reader of frames whose bulk payloads arrive through `bulk`.
+    pub fn with_bulk(inner: R, max_frame: u32, bulk: Box<dyn BulkReceiver>) -> Self {
+        FrameReader {
+            bulk: Some(bulk),
+            ..Self::new(inner, max_frame)
+        }
+    }
+
+    /// Whether bulk payloads travel inline on the frame stream.
+    pub fn bulk_is_inline(&self) -> bool {
+        self.bulk.is_none()
     }
 
     /// Reads more bytes into the buffer; `Ok(false)` on end of stream.
@@ -131,6 +153,11 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                 expected: dst.len() as u64,
             });
         }
+        if let Some(bulk) = &mut self.bulk {
+            bulk.read_into(dst).await?;
+            self.pending_bulk -= dst.len() as u64;
+            return Ok(());
+        }
         let from_buf = dst.len().min(self.buf.len());
         dst[..from_buf].copy_from_slice(&self.buf[..from_buf]);
         self.buf.advance(from_buf);
@@ -146,6 +173,11 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
 
     /// Reads the rest of the bulk payload as chunks of at most 4 MiB each.
     pub async fn read_bulk(&mut self) -> Result<Vec<Bytes>, NetError> {
+        if let Some(bulk) = &mut self.bulk {
+            let out = bulk.read(self.pending_bulk).await?;
+            self.pending_bulk = 0;
+            return Ok(out);
+        }
         let mut out = Vec::new();
         while self.pending_bulk > 0 {
             let want = self.pending_bulk.min(BULK_CHUNK as u64) as usize;
@@ -177,6 +209,14 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
 
     /// Discards the rest of the bulk payload.
     pub async fn skip_bulk(&mut self) -> Result<(), NetError> {
+        if let Some(bulk) = &mut self.bulk {
+            bulk.skip(self.pending_bulk).await?;
+            self.pending_bulk = 0;
+            return Ok(());
+        }
+        if self.pending_bulk == 0 {
+            return Ok(());
+        }
         let mut scratch = vec![0u8; (self.pending_bulk.min(READ_CHUNK as u64)) as usize];
         while self.pending_bulk > 0 {
             let n = self.pending_bulk.min(scratch.len() as u64) as usize;
@@ -248,16 +288,33 @@ pub struct FrameWriter<W> {
     inner: W,
     buf: BytesMut,
     max_frame: u32,
+    /// The out-of-band bulk path (None: payloads follow the body inline).
+    bulk: Option<Arc<dyn BulkSender>>,
 }
 
 impl<W: AsyncWrite + Unpin> FrameWriter<W> {
+    /// A writer of frames whose bulk payloads follow their body inline.
     pub fn new(inner: W, max_frame: u32) -> Self {
         FrameWriter {
             inner,
             // Allocated on the first write: an idle connection costs little.
             buf: BytesMut::new(),
             max_frame,
+            bulk: None,
         }
+    }
+
+    /// A writer of frames whose bulk payloads go through `bulk`.
+    pub fn with_bulk(inner: W, max_frame: u32, bulk: Arc<dyn BulkSender>) -> Self {
+        FrameWriter {
+            bulk: Some(bulk),
+            ..Self::new(inner, max_frame)
+        }
+    }
+
+    /// Whether bulk payloads travel inline on the frame stream.
+    pub fn bulk_is_inline(&self) -> bool {
+        self.bulk.is_none()
     }
 
     /// Queues a frame; small parts are coalesced, large bulk chunks written directly.
@@ -270,9 +327,13 @@ impl<W: AsyncWrite + Unpin> FrameWriter<W> {
             bulk_len: f.bulk_len(),
         }
         .encode(self.max_frame)?;
+        if let (Some(bulk), false) = (&self.bulk, f.bulk.is_empty()) {
+            bulk.send(&f.bulk).await?;
+        }
         self.buf.extend_from_slice(&header);
         self.buf.extend_from_slice(&f.body);
-        for chunk in &f.bulk {
+        let inline: &[Bytes] = if self.bulk.is_none() { &f.bulk } else { &[] };
+        for chunk in inline {
             if chunk.len() <= COPY_LIMIT {
                 self.buf.extend_from_slice(chunk);
             } else {
@@ -345,6 +406,8 @@ struct Gate {
     queued: Mutex<usize>,
     direct: Option<Arc<dyn DirectWrite>>,
     max_frame: u32,
+    /// Bulk payloads go inline (else frames with one skip the direct write).
+    inline_bulk: bool,
 }
 
 enum Direct {
@@ -363,7 +426,10 @@ impl Gate {
             return Direct::Skip(f);
         };
         let total = FRAME_HEADER_LEN as u64 + f.body.len() as u64 + f.bulk_len();
-        if total > DIRECT_MAX_BYTES || f.bulk.len() + 2 > DIRECT_MAX_PIECES {
+        if total > DIRECT_MAX_BYTES
+            || f.bulk.len() + 2 > DIRECT_MAX_PIECES
+            || (!self.inline_bulk && !f.bulk.is_empty())
+        {
             return Direct::Skip(f);
         }
         let header = match (FrameHeader {
@@ -483,6 +549,11 @@ impl WriterHandle {
     pub fn is_closed(&self) -> bool {
         self.tx.is_closed()
     }
+
+    /// The largest frame this connection writes (`frame_len`).
+    pub fn max_frame(&self) -> u32 {
+        self.gate.max_frame
+    }
 }
 
 /// Starts a task that writes queued frames, batching whatever is queued into
@@ -503,6 +574,7 @@ where
         queued: Mutex::new(0),
         direct,
         max_frame: writer.max_frame,
+        inline_bulk: writer.bulk_is_inline(),
     });
     let task_gate = gate.clone();
     tokio::spawn(async move {

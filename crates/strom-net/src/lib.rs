@@ -1,21 +1,42 @@
-//! Strom transports.
+//! Strom transports: framed messages plus *bulk* payloads.
 //!
-//! Every transport offers framed messages plus *bulk* payloads. Over TCP (and
-//! Unix sockets) a bulk payload is streamed right after the frame body, and the
-//! receiver reads it straight into its destination buffer. Shared memory and
-//! libfabric transports will implement the same [`Transport`] trait with
-//! one-sided copies. This crate knows frames, never message semantics, and
-//! must not depend on storage, server or client crates.
+//! This crate owns how bytes move between Strom processes: a [`Transport`]
+//! connects and listens, and gives each connection as a [`Conn`], a
+//! [`FrameReader`] and a [`FrameWriter`] (plus a [`WriterHandle`] task
+//! that batches writes); [`Transports`] picks a transport by URL scheme
+//! (`tcp://host:port`, or a bare `host:port`); [`MuxConn`] multiplexes
+//! many requests, their responses and push streams over one connection.
+//! It knows frames (a header, a body, a bulk payload), never message
+//! semantics: it does not decode requests, responses or pushes, and it must
+//! not depend on storage, server or client crates.
+//!
+//! **Bulk is a transport operation.** A frame's header announces its bulk
+//! length; where the bytes travel is up to the transport's bulk path
+//! ([`bulk`]). TCP streams them inline after the body and the receiver
+//! reads them straight into its destination; a shared-memory or RDMA
+//! transport moves them one-sidedly through a [`BulkSender`] /
+//! [`BulkReceiver`] pair (as the in-process [`MemTransport`] does). Callers
+//! send a payload as `OutFrame::bulk` and receive it through
+//! [`FrameReader::read_bulk_into`], [`FrameReader::read_bulk`] or
+//! [`FrameReader::skip_bulk`], and never assume it is inline.
 
+pub mod bulk;
 mod error;
 mod frame_io;
+mod mem;
+pub mod mux;
 mod tcp;
+mod transports;
 
+pub use bulk::{BulkReceiver, BulkSender};
 pub use error::NetError;
 pub use frame_io::{
     spawn_writer, DirectWrite, FrameReader, FrameWriter, Hold, OutFrame, WriterHandle,
 };
+pub use mem::MemTransport;
+pub use mux::{Complete, FillPlan, LentBuffer, MuxConn, PushHandler, Reply, Waiter};
 pub use tcp::TcpTransport;
+pub use transports::{Transports, DEFAULT_SCHEME};
 
 use std::future::Future;
 use std::pin::Pin;
@@ -26,7 +47,8 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 pub type BoxRead = Box<dyn AsyncRead + Send + Unpin>;
 pub type BoxWrite = Box<dyn AsyncWrite + Send + Unpin>;
 
-/// An established connection, split into its two directions.
+/// An established connection, split into its two directions. The transport
+/// builds the reader and writer with its bulk path (inline for TCP).
 pub struct Conn {
     pub reader: FrameReader<BoxRead>,
     pub writer: FrameWriter<BoxWrite>,
@@ -39,13 +61,15 @@ pub struct Conn {
 
 /// Accepts incoming connections.
 pub trait Listener: Send {
-    /// The address actually bound (after port 0 was resolved).
+    /// The address actually bound (after port 0 was resolved), in a form
+    /// [`Transports`] resolves back to this transport.
     fn local_addr(&self) -> String;
     fn accept(&mut self) -> BoxFuture<'_, Result<Conn, NetError>>;
 }
 
-/// A way to reach servers: TCP today; Unix socket + shared memory and
-/// libfabric later.
+/// A way to reach servers: TCP and the in-process [`MemTransport`] today;
+/// Unix socket + shared memory and libfabric later. Each enforces its own
+/// maximum frame size on everything it reads and writes.
 pub trait Transport: Send + Sync + 'static {
     fn name(&self) -> &'static str;
     fn connect<'a>(&'a self, addr: &'a str) -> BoxFuture<'a, Result<Conn, NetError>>;

@@ -1,5 +1,6 @@
-//! TCP transport: frames and streamed bulk payloads over a socket, with
-//! Nagle disabled so small frames go out at once.
+//! TCP transport: frames over a socket, with bulk payloads streamed inline
+//! after each body (the inline bulk path), and Nagle disabled so small
+//! frames go out at once.
 
 use std::io::IoSlice;
 use std::pin::Pin;

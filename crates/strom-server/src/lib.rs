@@ -27,3 +27,4 @@ pub use error::ServerError;
 pub use group::{read_group_file, write_group_file};
 pub use launch::{rank_from_env, rendezvous_file};
 pub use server::{Server, ServerHandle};
+pub use strom_net::Transports;

@@ -23,12 +23,13 @@ pub struct MemberLink {
 }
 
 impl MemberLink {
-    pub fn new(member: u32, addr: String, host: Arc<Host>) -> Self {
+    /// `peers` reaches the other members (through the server's transports).
+    pub fn new(member: u32, addr: String, host: Arc<Host>, peers: Peers) -> Self {
         MemberLink {
             member: AtomicU32::new(member),
             addr,
             host,
-            peers: Peers::default(),
+            peers,
         }
     }
 

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use strom_net::{TcpTransport, Transport};
+use strom_net::Transports;
 use strom_proto::{ErrorCode, Request, Response};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -20,6 +20,7 @@ use crate::launch::{rank_from_env, rendezvous_file};
 use crate::members::MemberLink;
 use crate::native;
 use crate::ownership::{check_group_file, DataDirLock};
+use crate::peers::Peers;
 use crate::registry::Registry;
 use crate::service::{ControlService, DataService, Services};
 
@@ -105,8 +106,21 @@ fn role(config: &ServerConfig) -> Result<(Role, Option<u32>), ServerError> {
 
 impl Server {
     /// Binds, reopens every hosted partition, takes its place in the group
-    /// and starts serving. Must run inside a multi-threaded tokio runtime.
-    pub async fn start(mut config: ServerConfig) -> Result<ServerHandle, ServerError> {
+    /// and starts serving, over TCP with the configured `max_frame_bytes`.
+    /// Must run inside a multi-threaded tokio runtime.
+    pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
+        let transports = Transports::tcp(config.max_frame_bytes);
+        Self::start_with(config, transports).await
+    }
+
+    /// [`start`](Self::start) with the transports to listen on
+    /// (`config.listen` names one by its scheme) and to reach the other
+    /// members through. Each transport enforces its own frame limit: build
+    /// them with `config.max_frame_bytes`, as `start` does.
+    pub async fn start_with(
+        mut config: ServerConfig,
+        transports: Transports,
+    ) -> Result<ServerHandle, ServerError> {
         config
             .validate()
             .map_err(|e| ServerError::coded(ErrorCode::INVALID_ARGUMENT, e.to_string()))?;
@@ -121,10 +135,7 @@ impl Server {
             )
         })?;
         let lock = DataDirLock::acquire(&config.data_dir)?;
-        let transport = TcpTransport {
-            max_frame: config.max_frame_bytes,
-        };
-        let mut listener = transport.listen(&config.listen).await?;
+        let mut listener = transports.listen(&config.listen).await?;
         let addr = listener.local_addr();
         let host = {
             let config = config.clone();
@@ -137,7 +148,13 @@ impl Server {
             Role::Master { .. } => 0,
             Role::Member { .. } => u32::MAX,
         };
-        let link = Arc::new(MemberLink::new(initial_member, addr.clone(), host.clone()));
+        let peers = Peers::new(transports);
+        let link = Arc::new(MemberLink::new(
+            initial_member,
+            addr.clone(),
+            host.clone(),
+            peers,
+        ));
         let registry = match &role {
             Role::Master { expected } => Some(Registry::open(
                 &config.data_dir,
@@ -323,5 +340,68 @@ impl ServerHandle {
         let state = self.state.clone();
         let _ = tokio::task::spawn_blocking(move || state.data.host().shutdown()).await;
         tracing::info!(addr = %self.state.control.addr(), "strom server stopped");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use strom_net::{MemTransport, MuxConn, OutFrame};
+
+    use super::*;
+    use crate::peers::tests::{fake_member, hello};
+
+    fn config(dir: &std::path::Path) -> ServerConfig {
+        ServerConfig {
+            data_dir: dir.to_path_buf(),
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn peer_calls_use_the_configured_max_frame_bytes() {
+        let (member, _) = fake_member().await;
+        let dir = tempfile::tempdir().unwrap();
+        let server = Server::start(ServerConfig {
+            max_frame_bytes: 8192,
+            ..config(dir.path())
+        })
+        .await
+        .unwrap();
+        let big = hello(&"x".repeat(10_000));
+        let e = server
+            .state
+            .control
+            .link()
+            .peers()
+            .call(&member, &big)
+            .await;
+        let e = e.unwrap_err().to_string();
+        assert!(e.contains("maximum frame size of 8192"), "{e}");
+        server.shutdown().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_server_listens_on_whatever_transport_its_listen_url_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let transports = Transports::default().with("mem", Arc::new(MemTransport::default()));
+        let server = Server::start_with(
+            ServerConfig {
+                listen: "mem://solo".into(),
+                ..config(dir.path())
+            },
+            transports.clone(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(server.addr(), "mem://solo");
+        let conn = transports.connect(server.addr()).await.unwrap();
+        let mux: Arc<MuxConn> = MuxConn::start(conn, server.addr());
+        let reply = mux
+            .call(OutFrame::request(0, &Request::Limits))
+            .await
+            .unwrap();
+        let limits = Response::decode(reply.header.opcode, &reply.body).unwrap();
+        assert!(matches!(limits, Response::Limits { .. }), "{limits:?}");
+        server.shutdown().await;
     }
 }

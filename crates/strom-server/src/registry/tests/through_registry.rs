@@ -20,7 +20,8 @@ fn link(dir: &Path) -> Arc<MemberLink> {
         ..Default::default()
     };
     let host = Arc::new(Host::open(&config).unwrap());
-    Arc::new(MemberLink::new(0, ADDR.into(), host))
+    let peers = crate::peers::Peers::new(strom_net::Transports::default());
+    Arc::new(MemberLink::new(0, ADDR.into(), host, peers))
 }
 
 async fn state(r: &Registry) -> RegistryState {

@@ -1,0 +1,485 @@
+//! A multiplexed connection, at the frame level.
+//!
+//! [`MuxConn`] lets many requests be in flight on one connection. It gives
+//! each request a fresh id and keeps its completion in a pending map; a
+//! reader task matches response frames to completions by id and routes
+//! push frames to stream handlers by stream id. Callers get each frame as
+//! it arrived, `(FrameHeader, body)`, and encode and decode messages
+//! themselves: this module never looks inside a body.
+//!
+//! **Bulk into lent buffers.** A request may lend buffers and a
+//! [`FillPlan`] for its response's bulk payload. If the response announces
+//! exactly the planned bytes, the reader reads them straight into the
+//! buffers (no intermediate copy). If it announces none (an error
+//! response), the buffers come back unfilled. Anything else is
+//! [`NetError::BulkMismatch`] and ends the connection.
+//!
+//! **Completions** are either a [`Waiter`] (a task awaits it) or a
+//! [`Complete`] value that runs on the reader task, which is how a producer
+//! settles a batch without a task hop. [`MuxConn::try_send_with`] queues a
+//! request from any thread without waiting.
+//!
+//! **Loss.** When the connection ends (the peer closed it, a read or write
+//! failed, a frame was malformed, or [`MuxConn::kill`]), every pending
+//! request fails with [`NetError::Lost`] and every stream handler is
+//! dropped, which tells its stream that it is over.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use bytes::{Bytes, BytesMut};
+use parking_lot::Mutex;
+use strom_proto::{FrameHeader, FrameKind, ProtoError};
+use tokio::sync::oneshot;
+use tokio::task::AbortHandle;
+
+use crate::{spawn_writer, BoxRead, Conn, FrameReader, NetError, OutFrame, WriterHandle};
+
+/// Where the bulk bytes of a response land: `(buffer index, start, len)`
+/// pieces, filled in order.
+pub type FillPlan = Vec<(usize, usize, usize)>;
+
+/// Memory a caller lends to a request, for its response's bulk payload.
+pub trait LentBuffer: Send + 'static {
+    /// The bytes the fill plan indexes into.
+    fn bulk_dst(&mut self) -> &mut [u8];
+}
+
+impl LentBuffer for Vec<u8> {
+    fn bulk_dst(&mut self) -> &mut [u8] {
+        self
+    }
+}
+
+impl LentBuffer for BytesMut {
+    fn bulk_dst(&mut self) -> &mut [u8] {
+        self
+    }
+}
+
+/// A response, as it arrived, with the buffers the request lent (filled if
+/// and only if `header.bulk_len > 0`).
+pub struct Reply<B> {
+    pub header: FrameHeader,
+    pub body: Bytes,
+    pub buffers: Vec<B>,
+}
+
+impl<B> Reply<B> {
+    /// Whether the response's bulk payload was read into the buffers.
+    pub fn filled(&self) -> bool {
+        self.header.bulk_len > 0
+    }
+}
+
+/// What a request's outcome is handed to on the reader task.
+pub trait Complete<B>: Send + 'static {
+    /// Takes the outcome. An `Err` returned here (the caller found the
+    /// response malformed) ends the connection with that error.
+    fn complete(self, outcome: Result<Reply<B>, NetError>) -> Result<(), NetError>;
+}
+
+/// The plain completion: a boxed closure.
+pub type Callback<B> = Box<dyn FnOnce(Result<Reply<B>, NetError>) + Send>;
+
+impl<B: 'static> Complete<B> for Callback<B> {
+    fn complete(self, outcome: Result<Reply<B>, NetError>) -> Result<(), NetError> {
+        self(outcome);
+        Ok(())
+    }
+}
+
+/// Gets a stream's pushes, in order, on the reader task. An `Err` ends the
+/// connection (a malformed push). It must not call back into the
+/// connection's stream methods (`open_stream`, `close_stream`).
+pub type PushHandler = Box<dyn FnMut(FrameHeader, Bytes) -> Result<(), NetError> + Send>;
+
+enum Completion<B, C> {
+    Waiter(oneshot::Sender<Result<Reply<B>, NetError>>),
+    Callback(C),
+}
+
+impl<B: LentBuffer, C: Complete<B>> Completion<B, C> {
+    fn complete(self, outcome: Result<Reply<B>, NetError>) -> Result<(), NetError> {
+        match self {
+            Completion::Waiter(tx) => {
+                let _ = tx.send(outcome);
+                Ok(())
+            }
+            Completion::Callback(c) => c.complete(outcome),
+        }
+    }
+}
+
+struct Pending<B, C> {
+    done: Completion<B, C>,
+    buffers: Vec<B>,
+    plan: FillPlan,
+    planned: u64,
+}
+
+/// The response of a request sent with [`MuxConn::send`].
+pub struct Waiter<B> {
+    id: u64,
+    rx: oneshot::Receiver<Result<Reply<B>, NetError>>,
+    peer: Arc<str>,
+}
+
+impl<B> Waiter<B> {
+    /// The request id (for [`MuxConn::cancel`]).
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    pub async fn wait(self) -> Result<Reply<B>, NetError> {
+        match self.rx.await {
+            Ok(outcome) => outcome,
+            // Cancelled, or the connection went away without an answer.
+            Err(_) => Err(NetError::Lost {
+                peer: self.peer.to_string(),
+                cause: Arc::new(NetError::Closed),
+            }),
+        }
+    }
+}
+
+/// One connection carrying many requests, responses and push streams.
+/// `B` is the buffer type requests lend, `C` the completion type of
+/// callback requests.
+pub struct MuxConn<B: LentBuffer = Vec<u8>, C: Complete<B> = Callback<B>> {
+    peer: Arc<str>,
+    writer: WriterHandle,
+    pending: Mutex<HashMap<u64, Pending<B, C>>>,
+    streams: Mutex<HashMap<u64, PushHandler>>,
+    next_id: AtomicU64,
+    dead: AtomicBool,
+    reader: OnceLock<AbortHandle>,
+}
+
+impl<B: LentBuffer, C: Complete<B>> MuxConn<B, C> {
+    /// Starts the connection's writer and reader tasks (on the current
+    /// tokio runtime). `peer` names the other end in errors and logs.
+    pub fn start(conn: Conn, peer: &str) -> Arc<Self> {
+        let Conn {
+            reader,
+            writer,
+            direct,
+            ..
+        } = conn;
+        let mux = Arc::new_cyclic(|weak: &std::sync::Weak<Self>| {
+            let weak = weak.clone();
+            let writer = spawn_writer(writer, direct, peer.to_string(), move |e| {
+                if let (Some(e), Some(mux)) = (e, weak.upgrade()) {
+                    mux.kill(e);
+                }
+            });
+            MuxConn {
+                peer: peer.into(),
+                writer,
+                pending: Mutex::new(HashMap::new()),
+                streams: Mutex::new(HashMap::new()),
+                next_id: AtomicU64::new(1),
+                dead: AtomicBool::new(false),
+                reader: OnceLock::new(),
+            }
+        });
+        let task = tokio::spawn(read_loop(mux.clone(), reader));
+        let _ = mux.reader.set(task.abort_handle());
+        mux
+    }
+
+    /// The name of the other end.
+    pub fn peer(&self) -> &str {
+        &self.peer
+    }
+
+    pub fn is_dead(&self) -> bool {
+        self.dead.load(Ordering::Acquire) || self.writer.is_closed()
+    }
+
+    /// Requests waiting for their response.
+    pub fn in_flight(&self) -> usize {
+        self.pending.lock().len()
+    }
+
+    fn lost(&self) -> NetError {
+        NetError::Lost {
+            peer: self.peer.to_string(),
+            cause: Arc::new(NetError::Closed),
+        }
+    }
+
+    /// A frame this connection could never write (too large) fails alone,
+    /// instead of stopping the writer and with it every other request.
+    fn check_size(&self, frame: &OutFrame) -> Result<(), NetError> {
+        let len = 20 + frame.body.len() as u64 + frame.bulk_len();
+        let max = self.writer.max_frame();
+        if len > max as u64 {
+            return Err(NetError::Proto(ProtoError::FrameTooLarge { len, max }));
+        }
+        Ok(())
+    }
+
+    fn register(&self, done: Completion<B, C>, buffers: Vec<B>, plan: FillPlan) -> u64 {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let planned = plan.iter().map(|p| p.2 as u64).sum();
+        let pending = Pending {
+            done,
+            buffers,
+            plan,
+            planned,
+        };
+        self.pending.lock().insert(id, pending);
+        id
+    }
+
+    /// Queues a request (waiting for room in the connection's queue, which
+    /// keeps one task's requests in order) and returns a waiter for its
+    /// response, whose bulk payload is read into `buffers` following
+    /// `plan`. The frame's id is set here.
+    pub async fn send(
+        &self,
+        mut frame: OutFrame,
+        buffers: Vec<B>,
+        plan: FillPlan,
+    ) -> Result<Waiter<B>, NetError> {
+        self.check_size(&frame)?;
+        let (tx, rx) = oneshot::channel();
+        let id = self.register(Completion::Waiter(tx), buffers, plan);
+        frame.id = id;
+        if self.is_dead() || self.writer.send(frame).await.is_err() {
+            self.pending.lock().remove(&id);
+            return Err(self.lost());
+        }
+        Ok(Waiter {
+            id,
+            rx,
+            peer: self.peer.clone(),
+        })
+    }
+
+    /// Sends a request and waits for its response (no bulk expected).
+    pub async fn call(&self, frame: OutFrame) -> Result<Reply<B>, NetError> {
+        self.send(frame, Vec::new(), Vec::new()).await?.wait().await
+    }
+
+    /// Sends a request, waiting for room in the queue; `done` gets the
+    /// outcome on the reader task, or here if the request cannot be sent.
+    pub async fn send_with(&self, mut frame: OutFrame, done: C) {
+        if let Err(e) = self.check_size(&frame) {
+            let _ = done.complete(Err(e));
+            return;
+        }
+        let id = self.register(Completion::Callback(done), Vec::new(), Vec::new());
+        frame.id = id;
+        let lost = self.is_dead() || self.writer.send(frame).await.is_err();
+        if lost {
+            if let Some(p) = self.pending.lock().remove(&id) {
+                let _ = p.done.complete(Err(self.lost()));
+            }
+        }
+    }
+
+    /// Queues a request from any thread without waiting; `done` gets the
+    /// outcome on the reader task (also when the connection is lost).
+    /// Hands the frame and `done` back if the connection is dead, the frame
+    /// too large, or the queue full, so the caller can fall back to
+    /// [`send_with`](Self::send_with).
+    pub fn try_send_with(&self, mut frame: OutFrame, done: C) -> Result<(), (OutFrame, C)> {
+        if self.is_dead() || self.check_size(&frame).is_err() {
+            return Err((frame, done));
+        }
+        let id = self.register(Completion::Callback(done), Vec::new(), Vec::new());
+        frame.id = id;
+        if self.is_dead() {
+            // Lost meanwhile: unless the reader already failed it, hand it back.
+            return match self.take_callback(id) {
+                Some(done) => Err((frame, done)),
+                None => Ok(()),
+            };
+        }
+        match self.writer.try_send_frame(frame) {
+            Ok(()) => Ok(()),
+            Err(frame) => match self.take_callback(id) {
+                Some(done) => Err((frame, done)),
+                None => Ok(()),
+            },
+        }
+    }
+
+    fn take_callback(&self, id: u64) -> Option<C> {
+        match self.pending.lock().remove(&id) {
+            Some(Pending {
+                done: Completion::Callback(done),
+                ..
+            }) => Some(done),
+            _ => None,
+        }
+    }
+
+    /// Sends a request that gets no response (id 0), without waiting.
+    pub fn send_oneway(&self, mut frame: OutFrame) -> Result<(), NetError> {
+        self.check_size(&frame)?;
+        frame.id = 0;
+        self.writer.try_send(frame)
+    }
+
+    /// Forgets a request (a caller that stopped waiting): its response,
+    /// if one comes, is discarded. Returns whether it was still pending.
+    pub fn cancel(&self, id: u64) -> bool {
+        self.pending.lock().remove(&id).is_some()
+    }
+
+    /// Registers a push stream: `handler` gets the pushes with this stream
+    /// id, in order, on the reader task, and is dropped when the connection
+    /// ends. Ignored on a dead connection.
+    pub fn open_stream(&self, stream: u64, handler: PushHandler) {
+        if !self.is_dead() {
+            self.streams.lock().insert(stream, handler);
+        }
+    }
+
+    pub fn close_stream(&self, stream: u64) {
+        let handler = self.streams.lock().remove(&stream);
+        drop(handler);
+    }
+
+    /// Ends the connection: stops the reader, fails every pending request
+    /// with [`NetError::Lost`] (caused by `cause`) and drops every stream
+    /// handler. Must not be called from a push handler (return `Err`).
+    pub fn kill(&self, cause: NetError) {
+        if let Some(reader) = self.reader.get() {
+            reader.abort();
+        }
+        self.fail_all(Arc::new(cause));
+    }
+
+    fn fail_all(&self, cause: Arc<NetError>) {
+        self.dead.store(true, Ordering::Release);
+        let pending: Vec<_> = self.pending.lock().drain().collect();
+        for (_, p) in pending {
+            let _ = p.done.complete(Err(NetError::Lost {
+                peer: self.peer.to_string(),
+                cause: cause.clone(),
+            }));
+        }
+        let streams = std::mem::take(&mut *self.streams.lock());
+        drop(streams);
+    }
+}
+
+async fn read_loop<B: LentBuffer, C: Complete<B>>(
+    mux: Arc<MuxConn<B, C>>,
+    mut reader: FrameReader<BoxRead>,
+) {
+    let cause = loop {
+        match read_one(&mux, &mut reader).await {
+            Ok(true) => {}
+            Ok(false) => break Arc::new(NetError::Closed),
+            Err(e) => break e,
+        }
+    };
+    tracing::debug!(peer = %mux.peer, reason = %cause, "connection ended");
+    mux.fail_all(cause);
+}
+
+/// Reads and routes one frame; `Ok(false)` when the peer closed cleanly.
+async fn read_one<B: LentBuffer, C: Complete<B>>(
+    mux: &MuxConn<B, C>,
+    reader: &mut FrameReader<BoxRead>,
+) -> Result<bool, Arc<NetError>> {
+    let Some((header, body)) = reader.next().await? else {
+        return Ok(false);
+    };
+    match header.kind {
+        FrameKind::Response => {
+            let pending = mux.pending.lock().remove(&header.id);
+            let Some(mut p) = pending else {
+                // Nobody waits for it any more (cancelled).
+                reader.skip_bulk().await?;
+                return Ok(true);
+            };
+            let outcome = match receive_bulk(reader, &header, &mut p).await {
+                Ok(Ok(())) => Ok(Reply {
+                    header,
+                    body,
+                    buffers: p.buffers,
+                }),
+                Ok(Err(refused)) => Err(refused),
+                Err(e) => {
+                    let e = Arc::new(e);
+                    // The request whose answer broke the stream learns why.
+                    let own = match *e {
+                        NetError::BulkMismatch {
+                            announced,
+                            expected,
+                        } => NetError::BulkMismatch {
+                            announced,
+                            expected,
+                        },
+                        _ => NetError::Lost {
+                            peer: mux.peer.to_string(),
+                            cause: e.clone(),
+                        },
+                    };
+                    let _ = p.done.complete(Err(own));
+                    return Err(e);
+                }
+            };
+            p.done.complete(outcome)?;
+        }
+        FrameKind::Push => {
+            reader.skip_bulk().await?;
+            if let Some(handler) = mux.streams.lock().get_mut(&header.id) {
+                handler(header, body)?;
+            }
+        }
+        FrameKind::Request => {
+            return Err(Arc::new(NetError::Proto(ProtoError::Unknown {
+                what: "frame kind from a server",
+                value: header.kind as u64,
+            })))
+        }
+    }
+    Ok(true)
+}
+
+/// Reads a response's bulk payload into the request's lent buffers, or
+/// nothing if it announces none; any other length is a mismatch, which
+/// ends the connection (`Err`). A fill plan that does not fit its buffers
+/// fails only its request (`Ok(Err)`), the payload skipped.
+async fn receive_bulk<B: LentBuffer, C>(
+    reader: &mut FrameReader<BoxRead>,
+    header: &FrameHeader,
+    p: &mut Pending<B, C>,
+) -> Result<Result<(), NetError>, NetError> {
+    if header.bulk_len == 0 {
+        return Ok(Ok(()));
+    }
+    if header.bulk_len != p.planned {
+        return Err(NetError::BulkMismatch {
+            announced: header.bulk_len,
+            expected: p.planned,
+        });
+    }
+    // The plan comes from the caller: check it before reading anything.
+    let fits = p.plan.iter().all(|&(idx, start, len)| {
+        p.buffers.get_mut(idx).is_some_and(|b| {
+            start
+                .checked_add(len)
+                .is_some_and(|end| end <= b.bulk_dst().len())
+        })
+    });
+    if !fits {
+        reader.skip_bulk().await?;
+        return Ok(Err(NetError::FillPlan {
+            buffers: p.buffers.len(),
+        }));
+    }
+    for &(idx, start, len) in &p.plan {
+        let dst = &mut p.buffers[idx].bulk_dst()[start..start + len];
+        reader.read_bulk_into(dst).await?;
+    }
+    Ok(Ok(()))
+}

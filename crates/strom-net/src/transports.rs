@@ -1,0 +1,125 @@
+//! Transports by URL scheme.
+//!
+//! An address is `scheme://rest`, and the scheme picks the transport that
+//! gets `rest`; a bare `host:port` means `tcp`. A server listens, and its
+//! clients and peers connect, through one [`Transports`] registry, so a new
+//! transport (shared memory, libfabric) is one [`Transports::with`] away
+//! from every caller.
+//!
+//! A listener's `local_addr` is an address the same registry resolves back
+//! to it: a bare `host:port` for TCP (so group files stay as they were) and
+//! `scheme://…` for any other transport.
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::{Conn, Listener, NetError, TcpTransport, Transport};
+
+/// The scheme of a bare `host:port` address.
+pub const DEFAULT_SCHEME: &str = "tcp";
+
+/// Transports keyed by URL scheme. Cheap to clone.
+#[derive(Clone)]
+pub struct Transports {
+    by_scheme: Arc<Vec<(String, Arc<dyn Transport>)>>,
+}
+
+impl Transports {
+    /// Only TCP, enforcing `max_frame` on every frame read or written.
+    pub fn tcp(max_frame: u32) -> Self {
+        Transports {
+            by_scheme: Arc::new(Vec::new()),
+        }
+        .with(DEFAULT_SCHEME, Arc::new(TcpTransport { max_frame }))
+    }
+
+    /// This registry with `transport` serving `scheme` (replacing any
+    /// transport registered for it).
+    pub fn with(self, scheme: &str, transport: Arc<dyn Transport>) -> Self {
+        let mut by_scheme: Vec<_> = self
+            .by_scheme
+            .iter()
+            .filter(|(s, _)| s != scheme)
+            .cloned()
+            .collect();
+        by_scheme.push((scheme.to_string(), transport));
+        Transports {
+            by_scheme: Arc::new(by_scheme),
+        }
+    }
+
+    /// The schemes this registry knows.
+    pub fn schemes(&self) -> impl Iterator<Item = &str> {
+        self.by_scheme.iter().map(|(s, _)| s.as_str())
+    }
+
+    /// The transport for `url` and the address it is given (`url` without
+    /// its scheme).
+    pub fn resolve<'a>(&self, url: &'a str) -> Result<(&Arc<dyn Transport>, &'a str), NetError> {
+        let (scheme, rest) = url.split_once("://").unwrap_or((DEFAULT_SCHEME, url));
+        self.by_scheme
+            .iter()
+            .find(|(s, _)| s == scheme)
+            .map(|(_, t)| (t, rest))
+            .ok_or_else(|| NetError::UnknownScheme {
+                scheme: scheme.to_string(),
+                known: self.schemes().collect::<Vec<_>>().join(", "),
+            })
+    }
+
+    /// Connects to `url` with the transport its scheme names.
+    pub async fn connect(&self, url: &str) -> Result<Conn, NetError> {
+        let (transport, addr) = self.resolve(url)?;
+        transport.connect(addr).await
+    }
+
+    /// Listens on `url` with the transport its scheme names.
+    pub async fn listen(&self, url: &str) -> Result<Box<dyn Listener>, NetError> {
+        let (transport, addr) = self.resolve(url)?;
+        transport.listen(addr).await
+    }
+}
+
+impl Default for Transports {
+    /// TCP with the default maximum frame size.
+    fn default() -> Self {
+        Transports::tcp(strom_proto::DEFAULT_MAX_FRAME)
+    }
+}
+
+impl fmt::Debug for Transports {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.schemes()).finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bare_address_means_tcp_and_a_scheme_picks_its_transport() {
+        let t = Transports::default();
+        let (tcp, addr) = t.resolve("127.0.0.1:7000").unwrap();
+        assert_eq!((tcp.name(), addr), ("tcp", "127.0.0.1:7000"));
+        let (tcp, addr) = t.resolve("tcp://node1:7000").unwrap();
+        assert_eq!((tcp.name(), addr), ("tcp", "node1:7000"));
+    }
+
+    #[test]
+    fn an_unknown_scheme_is_an_error_that_names_the_known_ones() {
+        let e = match Transports::default().resolve("ofi://node1:7000") {
+            Err(e) => e,
+            Ok(_) => panic!("ofi is not registered"),
+        };
+        let msg = e.to_string();
+        assert!(msg.contains("'ofi'") && msg.contains("tcp"), "{msg}");
+        assert_eq!(e.code(), strom_proto::ErrorCode::INVALID_ARGUMENT);
+    }
+
+    #[test]
+    fn registering_a_scheme_again_replaces_it() {
+        let t = Transports::tcp(4096).with("tcp", Arc::new(TcpTransport { max_frame: 8192 }));
+        assert_eq!(t.schemes().collect::<Vec<_>>(), ["tcp"]);
+    }
+}

@@ -1,0 +1,388 @@
+//! `MuxConn` against a small fake peer built from strom-net's own frame
+//! I/O, over TCP (bulk inline) and over the in-process transport (bulk out
+//! of band). The opcodes below are this test's own, not Strom messages.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use strom_net::{spawn_writer, Conn, MemTransport, MuxConn, NetError, OutFrame, Reply, Transports};
+use strom_proto::{FrameKind, ProtoError};
+use tokio::sync::mpsc;
+
+/// Answers with the request's body.
+const ECHO: u16 = 1;
+/// Body: u64 n. Answers with n bulk bytes `i as u8`.
+const DATA: u16 = 2;
+/// Answers with the request's body after 300 ms.
+const SLOW: u16 = 3;
+/// Body: u64 stream. Answers, then pushes bodies "0", "1", "2" on it.
+const PUSH: u16 = 4;
+/// Body: u64 n. Answers with n + 1 bulk bytes (a mismatch).
+const TOO_MUCH: u16 = 5;
+/// Closes the connection without answering.
+const HANG_UP: u16 = 6;
+/// Answers with the request's bulk length (u64) as the body.
+const UPLOAD: u16 = 7;
+
+fn u64_body(n: u64) -> Bytes {
+    Bytes::copy_from_slice(&n.to_le_bytes())
+}
+
+fn frame(opcode: u16, body: Bytes) -> OutFrame {
+    OutFrame {
+        kind: FrameKind::Request,
+        opcode,
+        id: 0,
+        body,
+        bulk: Vec::new(),
+        hold: None,
+    }
+}
+
+fn answer(kind: FrameKind, id: u64, body: Bytes, bulk: Vec<Bytes>) -> OutFrame {
+    OutFrame {
+        kind,
+        opcode: 0,
+        id,
+        body,
+        bulk,
+        hold: None,
+    }
+}
+
+async fn serve(conn: Conn) {
+    let writer = spawn_writer(conn.writer, conn.direct, conn.peer, |_| {});
+    // Set on HANG_UP: late answers are dropped, so the connection closes.
+    let hung_up = Arc::new(AtomicBool::new(false));
+    let mut reader = conn.reader;
+    while let Ok(Some((h, body))) = reader.next().await {
+        let arg = body
+            .get(..8)
+            .map(|b| u64::from_le_bytes(b.try_into().unwrap()))
+            .unwrap_or(0);
+        let bulk = reader.read_bulk().await.unwrap();
+        let resp = match h.opcode {
+            ECHO => answer(FrameKind::Response, h.id, body, vec![]),
+            DATA | TOO_MUCH => {
+                let n = arg + u64::from(h.opcode == TOO_MUCH);
+                let data: Vec<u8> = (0..n).map(|i| i as u8).collect();
+                answer(FrameKind::Response, h.id, body, vec![data.into()])
+            }
+            SLOW => {
+                let (w, hung_up) = (writer.clone(), hung_up.clone());
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                    if hung_up.load(Ordering::Acquire) {
+                        return;
+                    }
+                    let _ = w
+                        .send(answer(FrameKind::Response, h.id, body, vec![]))
+                        .await;
+                });
+                continue;
+            }
+            PUSH => {
+                let _ = writer
+                    .send(answer(FrameKind::Response, h.id, body, vec![]))
+                    .await;
+                for i in 0..3u8 {
+                    let push = answer(FrameKind::Push, arg, Bytes::from(vec![b'0' + i]), vec![]);
+                    let _ = writer.send(push).await;
+                }
+                continue;
+            }
+            HANG_UP => {
+                hung_up.store(true, Ordering::Release);
+                return;
+            }
+            UPLOAD => {
+                let len: u64 = bulk.iter().map(|b| b.len() as u64).sum();
+                answer(FrameKind::Response, h.id, u64_body(len), vec![])
+            }
+            _ => return,
+        };
+        if writer.send(resp).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// A fake peer listening on `url`; returns the address to connect to.
+async fn fake_peer(transports: &Transports, url: &str) -> String {
+    let mut listener = transports.listen(url).await.unwrap();
+    let addr = listener.local_addr();
+    tokio::spawn(async move {
+        while let Ok(c) = listener.accept().await {
+            tokio::spawn(serve(c));
+        }
+    });
+    addr
+}
+
+/// Both transports, each with a fake peer and a connection to it.
+async fn connections() -> Vec<Arc<MuxConn>> {
+    let tcp = Transports::default();
+    let mem = Transports::default().with("mem", Arc::new(MemTransport::default()));
+    let mut out = Vec::new();
+    for (t, url) in [(tcp, "127.0.0.1:0"), (mem, "mem://peer")] {
+        let addr = fake_peer(&t, url).await;
+        let conn = t.connect(&addr).await.unwrap();
+        out.push(MuxConn::start(conn, &addr));
+    }
+    out
+}
+
+#[tokio::test]
+async fn responses_reach_their_callers_in_whatever_order_they_come() {
+    for c in connections().await {
+        let slow = c
+            .send(frame(SLOW, "slow".into()), vec![], vec![])
+            .await
+            .unwrap();
+        let fast = c
+            .send(frame(ECHO, "fast".into()), vec![], vec![])
+            .await
+            .unwrap();
+        assert_eq!(c.in_flight(), 2);
+        let fast = fast.wait().await.unwrap();
+        assert_eq!(fast.body, "fast");
+        assert_eq!(c.in_flight(), 1, "{}: the slow call is still out", c.peer());
+        assert_eq!(slow.wait().await.unwrap().body, "slow");
+    }
+}
+
+#[tokio::test]
+async fn many_concurrent_calls_share_one_connection() {
+    for c in connections().await {
+        let calls = (0..64u64).map(|i| {
+            let c = c.clone();
+            tokio::spawn(async move { c.call(frame(ECHO, u64_body(i))).await })
+        });
+        for (i, call) in calls.enumerate() {
+            let reply = call.await.unwrap().unwrap();
+            assert_eq!(reply.body, u64_body(i as u64));
+        }
+    }
+}
+
+#[tokio::test]
+async fn bulk_lands_in_the_lent_buffers_following_the_plan() {
+    for c in connections().await {
+        let buffers = vec![vec![0xffu8; 6], vec![0xffu8; 4]];
+        // 3 bytes at 2.. of the first buffer, then 4 at 0.. of the second.
+        let plan = vec![(0, 2, 3), (1, 0, 4)];
+        let w = c
+            .send(frame(DATA, u64_body(7)), buffers, plan)
+            .await
+            .unwrap();
+        let reply = w.wait().await.unwrap();
+        assert!(reply.filled());
+        assert_eq!(reply.buffers[0], [0xff, 0xff, 0, 1, 2, 0xff]);
+        assert_eq!(reply.buffers[1], [3, 4, 5, 6]);
+        // The connection carries on.
+        assert_eq!(
+            c.call(frame(ECHO, "after".into())).await.unwrap().body,
+            "after"
+        );
+    }
+}
+
+#[tokio::test]
+async fn an_answer_without_bulk_hands_the_lent_buffers_back_unfilled() {
+    for c in connections().await {
+        let w = c.send(
+            frame(ECHO, "refused".into()),
+            vec![vec![9u8; 4]],
+            vec![(0, 0, 4)],
+        );
+        let reply: Reply<Vec<u8>> = w.await.unwrap().wait().await.unwrap();
+        assert!(!reply.filled());
+        assert_eq!(reply.buffers, [vec![9u8; 4]]);
+        assert!(!c.is_dead());
+    }
+}
+
+#[tokio::test]
+async fn a_bulk_mismatch_fails_its_request_and_ends_the_connection() {
+    for c in connections().await {
+        let slow = c
+            .send(frame(SLOW, "x".into()), vec![], vec![])
+            .await
+            .unwrap();
+        let w = c.send(
+            frame(TOO_MUCH, u64_body(4)),
+            vec![vec![0u8; 4]],
+            vec![(0, 0, 4)],
+        );
+        let e = w.await.unwrap().wait().await.err().unwrap();
+        assert!(
+            matches!(
+                e,
+                NetError::BulkMismatch {
+                    announced: 5,
+                    expected: 4
+                }
+            ),
+            "{e}"
+        );
+        let e = slow.wait().await.err().unwrap();
+        assert!(matches!(e, NetError::Lost { .. }), "{e}");
+        assert!(c.is_dead());
+        assert!(c.call(frame(ECHO, "late".into())).await.is_err());
+    }
+}
+
+#[tokio::test]
+async fn a_fill_plan_that_does_not_fit_fails_only_its_request() {
+    for c in connections().await {
+        let w = c.send(
+            frame(DATA, u64_body(8)),
+            vec![vec![0u8; 4]],
+            vec![(0, 0, 8)],
+        );
+        let e = w.await.unwrap().wait().await.err().unwrap();
+        assert!(matches!(e, NetError::FillPlan { buffers: 1 }), "{e}");
+        assert_eq!(c.call(frame(ECHO, "ok".into())).await.unwrap().body, "ok");
+    }
+}
+
+#[tokio::test]
+async fn pushes_reach_their_stream_handler_in_order() {
+    for c in connections().await {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        c.open_stream(
+            77,
+            Box::new(move |h, body| {
+                assert_eq!(h.kind, FrameKind::Push);
+                let _ = tx.send(body);
+                Ok(())
+            }),
+        );
+        c.call(frame(PUSH, u64_body(77))).await.unwrap();
+        for want in ["0", "1", "2"] {
+            assert_eq!(rx.recv().await.unwrap(), want);
+        }
+        c.close_stream(77);
+        assert!(rx.recv().await.is_none(), "closing drops the handler");
+    }
+}
+
+#[tokio::test]
+async fn a_push_handler_error_ends_the_connection() {
+    for c in connections().await {
+        c.open_stream(5, Box::new(|_, _| Err(ProtoError::Trailing(1).into())));
+        let _ = c.call(frame(PUSH, u64_body(5))).await;
+        let slow = c.send(frame(SLOW, "x".into()), vec![], vec![]).await;
+        if let Ok(w) = slow {
+            assert!(w.wait().await.is_err());
+        }
+        assert!(c.is_dead());
+    }
+}
+
+#[tokio::test]
+async fn requests_sent_from_other_threads_complete_through_callbacks() {
+    for c in connections().await {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let threads: Vec<_> = (0..4u64)
+            .map(|i| {
+                let (c, tx) = (c.clone(), tx.clone());
+                std::thread::spawn(move || {
+                    let mut f = frame(UPLOAD, Bytes::new());
+                    f.bulk = vec![Bytes::from(vec![1u8; 1000 * (i as usize + 1)])];
+                    let done: strom_net::mux::Callback<Vec<u8>> = Box::new(move |r| {
+                        let _ = tx.send(r.map(|reply| reply.body));
+                    });
+                    if let Err((f, done)) = c.try_send_with(f, done) {
+                        // Queue full: the caller falls back to waiting for room.
+                        let c = c.clone();
+                        tokio::runtime::Builder::new_current_thread()
+                            .build()
+                            .unwrap()
+                            .block_on(async move { c.send_with(f, done).await });
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let mut lens = Vec::new();
+        for _ in 0..4 {
+            let body = rx.recv().await.unwrap().unwrap();
+            lens.push(u64::from_le_bytes(body[..8].try_into().unwrap()));
+        }
+        lens.sort();
+        assert_eq!(lens, [1000, 2000, 3000, 4000]);
+    }
+}
+
+#[tokio::test]
+async fn losing_the_connection_fails_every_pending_request_and_drops_streams() {
+    for c in connections().await {
+        let (tx, mut rx) = mpsc::unbounded_channel::<Bytes>();
+        c.open_stream(
+            9,
+            Box::new(move |_, b| {
+                let _ = tx.send(b);
+                Ok(())
+            }),
+        );
+        let slow = c
+            .send(frame(SLOW, "x".into()), vec![], vec![])
+            .await
+            .unwrap();
+        let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+        c.send_with(
+            frame(SLOW, "y".into()),
+            Box::new(move |r| {
+                let _ = done_tx.send(r.is_err());
+            }),
+        )
+        .await;
+        c.send_oneway(frame(HANG_UP, Bytes::new())).unwrap();
+        let e = slow.wait().await.err().unwrap();
+        assert!(matches!(&e, NetError::Lost { .. }), "{e}");
+        assert_eq!(e.code(), strom_proto::ErrorCode::CONNECTION_CLOSED);
+        assert!(done_rx.await.unwrap(), "the callback got the loss");
+        assert!(rx.recv().await.is_none(), "stream handler dropped");
+        assert!(c.is_dead());
+    }
+}
+
+#[tokio::test]
+async fn a_frame_too_large_for_the_connection_fails_alone() {
+    let t = Transports::tcp(4096);
+    let addr = fake_peer(&t, "127.0.0.1:0").await;
+    let c: Arc<MuxConn> = MuxConn::start(t.connect(&addr).await.unwrap(), &addr);
+    let e = c
+        .call(frame(ECHO, Bytes::from(vec![0u8; 5000])))
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(e.code(), strom_proto::ErrorCode::FRAME_TOO_LARGE, "{e}");
+    assert_eq!(
+        c.call(frame(ECHO, "small".into())).await.unwrap().body,
+        "small"
+    );
+}
+
+#[tokio::test]
+async fn a_cancelled_request_is_forgotten_and_its_late_answer_skipped() {
+    for c in connections().await {
+        let w = c
+            .send(frame(SLOW, "x".into()), vec![], vec![])
+            .await
+            .unwrap();
+        assert!(c.cancel(w.id()));
+        assert!(w.wait().await.is_err());
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert_eq!(
+            c.call(frame(ECHO, "next".into())).await.unwrap().body,
+            "next"
+        );
+        assert_eq!(c.in_flight(), 0);
+    }
+}
