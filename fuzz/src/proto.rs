@@ -15,7 +15,7 @@ use strom_proto::topic::{
 };
 use strom_proto::{
     BatchBuilder, BatchView, ErrorCode, FrameHeader, FrameKind, Push, Request, Response,
-    FRAME_HEADER_LEN,
+    FRAME_HEADER_LEN, PROTOCOL_VERSION,
 };
 
 /// The frame cap the `frame` target decodes with (the server default is
@@ -50,20 +50,20 @@ macro_rules! check_message {
         /// re-encode to a body of the same length that decodes to the same
         /// message. A decoded batch section (`Produce`, `Events`) goes
         /// through [`batch`].
-        pub fn $name(opcode: u16, body: &[u8]) {
+        pub fn $name(version: u8, opcode: u16, body: &[u8]) {
             let body = Bytes::copy_from_slice(body);
-            let Ok(msg) = $ty::decode(opcode, &body) else {
+            let Ok(msg) = $ty::decode(version, opcode, &body) else {
                 return;
             };
             assert_eq!(msg.opcode(), opcode, "{msg:?} decoded from opcode {opcode}");
             let mut out = BytesMut::new();
-            msg.encode(&mut out);
+            msg.encode(version, &mut out);
             assert_eq!(
                 out.len(),
                 body.len(),
                 "{msg:?} re-encodes to another length"
             );
-            let again = $ty::decode(opcode, &out.freeze());
+            let again = $ty::decode(version, opcode, &out.freeze());
             assert_eq!(
                 again.as_ref(),
                 Ok(&msg),
@@ -110,21 +110,21 @@ impl BatchSection for Push {
 /// and opcodes past the last one check the unknown-opcode path).
 pub fn request(data: &[u8]) {
     if let Some((&op, body)) = data.split_first() {
-        request_body(op.into(), body);
+        request_body(PROTOCOL_VERSION, op.into(), body);
     }
 }
 
 /// Input: one opcode byte, then a response body.
 pub fn response(data: &[u8]) {
     if let Some((&op, body)) = data.split_first() {
-        response_body(op.into(), body);
+        response_body(PROTOCOL_VERSION, op.into(), body);
     }
 }
 
 /// Input: one opcode byte, then a push body.
 pub fn push(data: &[u8]) {
     if let Some((&op, body)) = data.split_first() {
-        push_body(op.into(), body);
+        push_body(PROTOCOL_VERSION, op.into(), body);
     }
 }
 
@@ -175,9 +175,9 @@ pub fn frame(data: &[u8]) {
         return;
     };
     match h.kind {
-        FrameKind::Request => request_body(h.opcode, body),
-        FrameKind::Response => response_body(h.opcode, body),
-        FrameKind::Push => push_body(h.opcode, body),
+        FrameKind::Request => request_body(h.version, h.opcode, body),
+        FrameKind::Response => response_body(h.version, h.opcode, body),
+        FrameKind::Push => push_body(h.version, h.opcode, body),
     }
 }
 
@@ -189,6 +189,7 @@ fn with_opcode(opcode: u16, body: &BytesMut) -> Vec<u8> {
 
 fn framed(kind: FrameKind, opcode: u16, id: u64, body: &BytesMut, bulk: &[u8]) -> Vec<u8> {
     let h = FrameHeader {
+        version: PROTOCOL_VERSION,
         kind,
         opcode,
         id,
@@ -263,6 +264,7 @@ pub fn sample_requests() -> Vec<Request> {
     vec![
         Request::Hello {
             client: "strom-cli 0.1".into(),
+            max_version: PROTOCOL_VERSION,
         },
         Request::CreateTopic {
             spec: spec(),
@@ -366,6 +368,7 @@ pub fn sample_responses() -> Vec<Response> {
                 id: 0,
                 addr: "127.0.0.1:7400".into(),
             }],
+            version: PROTOCOL_VERSION,
         },
         Response::Topic(topic_info()),
         Response::Topics(vec![topic_info(), topic_info()]),
@@ -436,7 +439,7 @@ pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
         b
     };
     for m in sample_requests() {
-        let body = enc(&|b| m.encode(b));
+        let body = enc(&|b| m.encode(PROTOCOL_VERSION, b));
         let op = m.opcode();
         out.push(("request", format!("op{op:02}"), with_opcode(op, &body)));
         let bulk: &[u8] = if op == 9 { &[7; 32] } else { &[] };
@@ -444,7 +447,7 @@ pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
         out.push(("frame", format!("request-op{op:02}"), f));
     }
     for m in sample_responses() {
-        let body = enc(&|b| m.encode(b));
+        let body = enc(&|b| m.encode(PROTOCOL_VERSION, b));
         let op = m.opcode();
         out.push(("response", format!("op{op:02}"), with_opcode(op, &body)));
         let bulk: &[u8] = if op == 9 { &[1; 20] } else { &[] };
@@ -452,7 +455,7 @@ pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
         out.push(("frame", format!("response-op{op:02}"), f));
     }
     for m in sample_pushes() {
-        let body = enc(&|b| m.encode(b));
+        let body = enc(&|b| m.encode(PROTOCOL_VERSION, b));
         let op = m.opcode();
         out.push(("push", format!("op{op:02}"), with_opcode(op, &body)));
         let f = framed(FrameKind::Push, op, 5, &body, &[]);

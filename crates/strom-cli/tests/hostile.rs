@@ -4,15 +4,14 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{BufMut, Bytes, BytesMut};
 use common::raw::{
-    assert_error_reply, connect, expect_closed, header, request_frame, responses, CLOSE_TIMEOUT,
+    assert_error_reply, connect, expect_closed, header, read_until_reply, request_frame,
 };
 use common::{event_payload, Rng, ServerProcess};
 use strom_client::{ConsumerOptions, Driver, Next, StartPos, TopicSpec};
@@ -52,33 +51,6 @@ fn lying_produce(id: u64, topic: &str, meta: Bytes, bulk: &[u8]) -> Vec<u8> {
 }
 
 /// Reads until the response to `id` arrived (or the connection closed).
-fn read_until_reply(s: &mut TcpStream, id: u64, what: &str) -> Vec<u8> {
-    let deadline = Instant::now() + CLOSE_TIMEOUT;
-    let mut got = Vec::new();
-    let mut buf = [0u8; 4096];
-    while !responses(&got).iter().any(|(i, _)| *i == id || *i == 0) {
-        match s.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => got.extend_from_slice(&buf[..n]),
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock
-                        | std::io::ErrorKind::TimedOut
-                        | std::io::ErrorKind::Interrupted
-                ) =>
-            {
-                assert!(
-                    Instant::now() < deadline,
-                    "{what}: no answer within {CLOSE_TIMEOUT:?}"
-                );
-            }
-            Err(_) => break,
-        }
-    }
-    got
-}
-
 /// The well-behaved client: rounds of 20 events produced to the single
 /// partition of `topic`, then read back and checked, until `stop`.
 fn good_client(

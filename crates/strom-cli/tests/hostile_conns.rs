@@ -35,6 +35,7 @@ fn hello_works(addr: &str) {
     let mut s = connect(addr);
     let hello = Request::Hello {
         client: "probe".into(),
+        max_version: strom_proto::PROTOCOL_VERSION,
     };
     s.write_all(&request_frame(1, &hello, &[])).unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -116,6 +117,7 @@ fn stalled_connections_are_closed_and_idle_ones_are_not() {
     let mut second = connect(&server.addr);
     let hello = Request::Hello {
         client: "stall".into(),
+        max_version: strom_proto::PROTOCOL_VERSION,
     };
     second.write_all(&request_frame(1, &hello, &[])).unwrap();
     second
@@ -179,7 +181,10 @@ fn connections_past_the_limit_are_closed_at_accept() {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let mut s = connect(&server.addr);
-        let hello = Request::Hello { client: "x".into() };
+        let hello = Request::Hello {
+            client: "x".into(),
+            max_version: strom_proto::PROTOCOL_VERSION,
+        };
         s.write_all(&request_frame(1, &hello, &[])).unwrap();
         let mut buf = [0u8; 4096];
         if matches!(s.read(&mut buf), Ok(n) if n > 0) {

@@ -7,11 +7,12 @@
 //! connection loss into [`Error`]s, and learns the server's limits when the
 //! connection opens.
 
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
 use strom_net::{Complete, LentBuffer, MuxConn, NetError, OutFrame, Reply, Transports};
-use strom_proto::{ErrorCode, Push, Request, Response};
+use strom_proto::{ErrorCode, Push, Request, Response, MIN_PROTOCOL_VERSION, PROTOCOL_VERSION};
 
 use crate::data::DataBuffer;
 use crate::error::{Error, Result};
@@ -57,7 +58,7 @@ fn decode(
         Ok(reply) => reply,
         Err(e) => return (Err(net_error(e)), None),
     };
-    match Response::decode(reply.header.opcode, &reply.body) {
+    match Response::decode(reply.header.version, reply.header.opcode, &reply.body) {
         Ok(Response::Error { code, message }) => (Err(Error::Coded { code, message }), None),
         Ok(resp) => (Ok((resp, reply.buffers)), None),
         Err(e) => (Err(Error::Proto(e.clone())), Some(NetError::Proto(e))),
@@ -116,6 +117,8 @@ pub(crate) struct ServerLimits {
 
 pub(crate) struct ClientConn {
     limits: OnceLock<ServerLimits>,
+    /// The protocol version settled by `Hello` (requests are encoded at it).
+    version: AtomicU8,
     mux: Arc<MuxConn<Buffer, Typed>>,
 }
 
@@ -126,8 +129,27 @@ impl ClientConn {
         let conn = transports.connect(addr).await?;
         let c = Arc::new(ClientConn {
             limits: OnceLock::new(),
+            version: AtomicU8::new(MIN_PROTOCOL_VERSION),
             mux: MuxConn::start(conn, addr),
         });
+        let hello = Request::Hello {
+            client: format!("strom-client {}", env!("CARGO_PKG_VERSION")),
+            max_version: PROTOCOL_VERSION,
+        };
+        match c.call(&hello, Vec::new()).await? {
+            Response::Hello { version, .. }
+                if (MIN_PROTOCOL_VERSION..=PROTOCOL_VERSION).contains(&version) =>
+            {
+                c.version.store(version, Ordering::Release);
+            }
+            Response::Hello { version, .. } => {
+                return Err(Error::coded(
+                    ErrorCode::UNSUPPORTED_VERSION,
+                    format!("server {addr} chose protocol version {version}; this client speaks {MIN_PROTOCOL_VERSION} to {PROTOCOL_VERSION}"),
+                ))
+            }
+            other => return Err(crate::driver::unexpected(other)),
+        }
         match c.call(&Request::Limits, Vec::new()).await? {
             Response::Limits {
                 max_frame_bytes,
@@ -141,6 +163,11 @@ impl ClientConn {
             other => return Err(crate::driver::unexpected(other)),
         }
         Ok(c)
+    }
+
+    /// The protocol version of this connection.
+    fn version(&self) -> u8 {
+        self.version.load(Ordering::Acquire)
     }
 
     /// The server's size limits, learned when the connection opened.
@@ -181,7 +208,7 @@ impl ClientConn {
         plan: FillPlan,
     ) -> Result<ResponseWaiter> {
         let planned = plan.iter().map(|p| p.2 as u64).sum();
-        let frame = OutFrame::request(0, req).with_bulk(bulk);
+        let frame = OutFrame::request(self.version(), 0, req).with_bulk(bulk);
         let waiter = self
             .mux
             .send(frame, buffers, plan)
@@ -198,7 +225,7 @@ impl ClientConn {
     /// keeps one caller's requests in order); `done` runs on the reader task
     /// with the outcome, or here if the connection is already lost.
     pub async fn send_with(&self, req: &Request, bulk: Vec<Bytes>, done: Callback) {
-        let frame = OutFrame::request(0, req).with_bulk(bulk);
+        let frame = OutFrame::request(self.version(), 0, req).with_bulk(bulk);
         self.mux.send_with(frame, Typed(done)).await;
     }
 
@@ -215,7 +242,7 @@ impl ClientConn {
         if self.is_dead() {
             return Err((bulk, done));
         }
-        let frame = OutFrame::request(0, req).with_bulk(bulk);
+        let frame = OutFrame::request(self.version(), 0, req).with_bulk(bulk);
         self.mux
             .try_send_with(frame, Typed(done))
             .map_err(|(frame, Typed(done))| (frame.bulk, done))
@@ -223,7 +250,9 @@ impl ClientConn {
 
     /// Sends a request that gets no response (id 0), without waiting.
     pub fn send_oneway(&self, req: &Request) {
-        let _ = self.mux.send_oneway(OutFrame::request(0, req));
+        let _ = self
+            .mux
+            .send_oneway(OutFrame::request(self.version(), 0, req));
     }
 
     /// Registers a push stream: `handler` gets its pushes, in order, on
@@ -233,7 +262,7 @@ impl ClientConn {
         self.mux.open_stream(
             stream,
             Box::new(move |header, body| {
-                handler(Push::decode(header.opcode, &body)?);
+                handler(Push::decode(header.version, header.opcode, &body)?);
                 Ok(())
             }),
         );

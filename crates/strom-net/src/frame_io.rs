@@ -229,6 +229,8 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
 /// A frame ready to send: encoded body plus bulk chunks sent without copying.
 #[derive(Debug)]
 pub struct OutFrame {
+    /// The protocol version the body was encoded in.
+    pub version: u8,
     pub kind: FrameKind,
     pub opcode: u16,
     pub id: u64,
@@ -249,10 +251,17 @@ impl std::fmt::Debug for Hold {
 }
 
 impl OutFrame {
-    fn new(kind: FrameKind, opcode: u16, id: u64, encode: impl FnOnce(&mut BytesMut)) -> Self {
+    fn new(
+        version: u8,
+        kind: FrameKind,
+        opcode: u16,
+        id: u64,
+        encode: impl FnOnce(&mut BytesMut),
+    ) -> Self {
         let mut body = BytesMut::new();
         encode(&mut body);
         OutFrame {
+            version,
             kind,
             opcode,
             id,
@@ -261,14 +270,23 @@ impl OutFrame {
             hold: None,
         }
     }
-    pub fn request(id: u64, msg: &Request) -> Self {
-        Self::new(FrameKind::Request, msg.opcode(), id, |b| msg.encode(b))
+    /// A request encoded at protocol `version` (the connection's).
+    pub fn request(version: u8, id: u64, msg: &Request) -> Self {
+        Self::new(version, FrameKind::Request, msg.opcode(), id, |b| {
+            msg.encode(version, b)
+        })
     }
-    pub fn response(id: u64, msg: &Response) -> Self {
-        Self::new(FrameKind::Response, msg.opcode(), id, |b| msg.encode(b))
+    /// A response encoded at protocol `version` (the connection's).
+    pub fn response(version: u8, id: u64, msg: &Response) -> Self {
+        Self::new(version, FrameKind::Response, msg.opcode(), id, |b| {
+            msg.encode(version, b)
+        })
     }
-    pub fn push(stream: u64, msg: &Push) -> Self {
-        Self::new(FrameKind::Push, msg.opcode(), stream, |b| msg.encode(b))
+    /// A push encoded at protocol `version` (the connection's).
+    pub fn push(version: u8, stream: u64, msg: &Push) -> Self {
+        Self::new(version, FrameKind::Push, msg.opcode(), stream, |b| {
+            msg.encode(version, b)
+        })
     }
     pub fn with_bulk(mut self, bulk: Vec<Bytes>) -> Self {
         self.bulk = bulk;
@@ -320,6 +338,7 @@ impl<W: AsyncWrite + Unpin> FrameWriter<W> {
     /// Queues a frame; small parts are coalesced, large bulk chunks written directly.
     pub async fn write(&mut self, f: &OutFrame) -> Result<(), NetError> {
         let header = FrameHeader {
+            version: f.version,
             kind: f.kind,
             opcode: f.opcode,
             id: f.id,
@@ -433,6 +452,7 @@ impl Gate {
             return Direct::Skip(f);
         }
         let header = match (FrameHeader {
+            version: f.version,
             kind: f.kind,
             opcode: f.opcode,
             id: f.id,

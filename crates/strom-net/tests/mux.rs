@@ -32,6 +32,7 @@ fn u64_body(n: u64) -> Bytes {
 
 fn frame(opcode: u16, body: Bytes) -> OutFrame {
     OutFrame {
+        version: strom_proto::PROTOCOL_VERSION,
         kind: FrameKind::Request,
         opcode,
         id: 0,
@@ -43,6 +44,7 @@ fn frame(opcode: u16, body: Bytes) -> OutFrame {
 
 fn answer(kind: FrameKind, id: u64, body: Bytes, bulk: Vec<Bytes>) -> OutFrame {
     OutFrame {
+        version: strom_proto::PROTOCOL_VERSION,
         kind,
         opcode: 0,
         id,

@@ -4,7 +4,7 @@
 //! offset size field
 //!      0    4 frame_len   bytes after this field (20 + body_len + bulk_len), LE
 //!      4    2 magic       0x5354 ("ST")
-//!      6    1 version     protocol version (1)
+//!      6    1 version     protocol version the body is encoded in
 //!      7    1 kind        0 request, 1 response, 2 push (server-initiated)
 //!      8    2 opcode      message type
 //!     10    2 flags       reserved, 0
@@ -18,7 +18,7 @@
 //! its final destination once it has decoded the body.
 
 use crate::error::ProtoError;
-use crate::PROTOCOL_VERSION;
+use crate::{MIN_PROTOCOL_VERSION, PROTOCOL_VERSION};
 
 pub const FRAME_HEADER_LEN: usize = 24;
 pub const MAGIC: u16 = 0x5354;
@@ -32,6 +32,8 @@ pub enum FrameKind {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FrameHeader {
+    /// The protocol version the body is encoded in.
+    pub version: u8,
     pub kind: FrameKind,
     pub opcode: u16,
     pub id: u64,
@@ -52,7 +54,7 @@ impl FrameHeader {
         let mut h = [0u8; FRAME_HEADER_LEN];
         h[0..4].copy_from_slice(&(frame_len as u32).to_le_bytes());
         h[4..6].copy_from_slice(&MAGIC.to_le_bytes());
-        h[6] = PROTOCOL_VERSION;
+        h[6] = self.version;
         h[7] = self.kind as u8;
         h[8..10].copy_from_slice(&self.opcode.to_le_bytes());
         h[12..20].copy_from_slice(&self.id.to_le_bytes());
@@ -68,8 +70,9 @@ impl FrameHeader {
         if magic != MAGIC {
             return Err(ProtoError::BadMagic(magic));
         }
-        if h[6] != PROTOCOL_VERSION {
-            return Err(ProtoError::UnsupportedVersion(h[6]));
+        let version = h[6];
+        if !(MIN_PROTOCOL_VERSION..=PROTOCOL_VERSION).contains(&version) {
+            return Err(ProtoError::UnsupportedVersion(version));
         }
         if frame_len > max_frame {
             return Err(ProtoError::FrameTooLarge {
@@ -96,6 +99,7 @@ impl FrameHeader {
             ));
         }
         Ok(FrameHeader {
+            version,
             kind,
             opcode: u16::from_le_bytes([h[8], h[9]]),
             id: u64::from_le_bytes(h[12..20].try_into().expect("8-byte slice")),
@@ -112,6 +116,7 @@ mod tests {
     #[test]
     fn header_round_trips() {
         let h = FrameHeader {
+            version: PROTOCOL_VERSION,
             kind: FrameKind::Push,
             opcode: 7,
             id: 42,
@@ -125,6 +130,7 @@ mod tests {
     #[test]
     fn rejects_oversized_and_garbage() {
         let mut h = FrameHeader {
+            version: PROTOCOL_VERSION,
             kind: FrameKind::Request,
             opcode: 1,
             id: 1,
@@ -142,5 +148,26 @@ mod tests {
             FrameHeader::decode(&[0xAB; FRAME_HEADER_LEN], 1024),
             Err(ProtoError::BadMagic(_))
         ));
+    }
+
+    #[test]
+    fn a_version_outside_the_supported_range_is_refused_by_number() {
+        for v in [0u8, PROTOCOL_VERSION + 1, u8::MAX] {
+            let mut h = FrameHeader {
+                version: MIN_PROTOCOL_VERSION,
+                kind: FrameKind::Request,
+                opcode: 1,
+                id: 1,
+                body_len: 0,
+                bulk_len: 0,
+            }
+            .encode(1024)
+            .unwrap();
+            h[6] = v;
+            assert!(matches!(
+                FrameHeader::decode(&h, 1024),
+                Err(ProtoError::UnsupportedVersion(got)) if got == v
+            ));
+        }
     }
 }

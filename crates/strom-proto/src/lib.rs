@@ -25,7 +25,12 @@ pub use topic::{
     PartitionType, StartPos, TopicInfo, TopicSpec, TopicState,
 };
 
-/// Version of the wire protocol spoken by this build.
+/// The newest version of the wire protocol this build speaks. Every frame
+/// header carries the version its body is encoded in; a connection starts
+/// at [`MIN_PROTOCOL_VERSION`] and `Hello` settles the newest version both
+/// sides speak (docs/protocol.md, "Versions").
 pub const PROTOCOL_VERSION: u8 = 1;
+/// The oldest version this build still reads and writes.
+pub const MIN_PROTOCOL_VERSION: u8 = 1;
 /// Default cap on one frame (header excluded): 256 MiB.
 pub const DEFAULT_MAX_FRAME: u32 = 256 << 20;

@@ -11,6 +11,8 @@ use bytes::{Bytes, BytesMut};
 use crate::codec::{Reader, Wire};
 use crate::error::{ErrorCode, ProtoError};
 use crate::topic::{GroupMember, MemberInfo, PartitionInfo, StartPos, TopicInfo, TopicSpec};
+#[cfg(test)]
+use crate::PROTOCOL_VERSION;
 
 /// A byte range `(position, length)`.
 pub type Range = (u64, u64);
@@ -21,8 +23,13 @@ pub type DataItem = (u64, Vec<Range>);
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Request {
+    /// The first request of a connection, always sent at version
+    /// [`crate::MIN_PROTOCOL_VERSION`]: who the client is and the newest
+    /// protocol version it speaks. The answer names the version both sides
+    /// use from then on.
     Hello {
         client: String,
+        max_version: u8,
     },
     /// Creates a topic; `member` places every partition on one member,
     /// otherwise partitions are spread round-robin over live members.
@@ -149,10 +156,13 @@ pub enum Response {
         message: String,
     },
     Done,
+    /// `version`: the protocol version of the rest of the connection, the
+    /// newest both sides speak.
     Hello {
         member: u32,
         master: u32,
         members: Vec<GroupMember>,
+        version: u8,
     },
     Topic(TopicInfo),
     Topics(Vec<TopicInfo>),
@@ -232,28 +242,35 @@ impl Wire for ErrorCode {
 
 /// Defines `opcode()`, `encode()` and `decode()` for a message enum.
 /// `@rest` marks a final `Bytes` field that takes the remainder of the body.
+/// `field @ N` marks a field added in protocol version `N`: encoded only for
+/// peers that negotiated `N` or later, and decoded as its `Default` from
+/// older ones. That is how a message grows without breaking older peers.
 macro_rules! messages {
-    ($ty:ident { $($op:literal => $var:ident $({ $($f:ident),* $(; @rest $rest:ident)? })? $(( $tuple:ident ))?,)* }) => {
+    ($ty:ident { $($op:literal => $var:ident $({ $($f:ident $(@ $since:literal)?),* $(; @rest $rest:ident)? })? $(( $tuple:ident ))?,)* }) => {
         impl $ty {
             pub fn opcode(&self) -> u16 {
                 match self { $($ty::$var { .. } => $op,)* }
             }
 
-            /// Encodes the body; the opcode goes in the frame header.
+            /// Encodes the body for a peer speaking protocol `version`; the
+            /// opcode and the version go in the frame header.
             #[allow(unused_variables)]
-            pub fn encode(&self, out: &mut BytesMut) {
+            pub fn encode(&self, version: u8, out: &mut BytesMut) {
                 match self {
                     $($ty::$var $({ $($f,)* $($rest)? })? $(( $tuple ))? => {
-                        $($( $f.put(out); )* $( out.extend_from_slice($rest); )?)?
+                        $($( if messages!(@sent version $(, $since)?) { $f.put(out); } )* $( out.extend_from_slice($rest); )?)?
                         $( $tuple.put(out); )?
                     })*
                 }
             }
 
-            pub fn decode(opcode: u16, body: &Bytes) -> Result<Self, ProtoError> {
+            /// Decodes a body encoded at protocol `version` (the frame
+            /// header's); fields newer than `version` take their default.
+            #[allow(unused_variables)]
+            pub fn decode(version: u8, opcode: u16, body: &Bytes) -> Result<Self, ProtoError> {
                 let mut r = Reader::new(body);
                 let msg = match opcode {
-                    $($op => messages!(@build r, $ty, $var $({ $($f),* $(; @rest $rest)? })? $(( $tuple ))?),)*
+                    $($op => messages!(@build r, version, $ty, $var $({ $($f $(@ $since)?),* $(; @rest $rest)? })? $(( $tuple ))?),)*
                     other => return Err(ProtoError::Unknown { what: "opcode", value: other as u64 }),
                 };
                 r.finish()?;
@@ -261,19 +278,25 @@ macro_rules! messages {
             }
         }
     };
-    (@build $r:ident, $ty:ident, $var:ident { $($f:ident),* $(; @rest $rest:ident)? }) => {
-        $ty::$var { $($f: Wire::get(&mut $r)?,)* $($rest: $r.rest(),)? }
+    (@sent $v:ident) => { true };
+    (@sent $v:ident, $since:literal) => { $v >= $since };
+    (@get $r:ident, $v:ident) => { Wire::get(&mut $r)? };
+    (@get $r:ident, $v:ident, $since:literal) => {
+        if $v >= $since { Wire::get(&mut $r)? } else { Default::default() }
     };
-    (@build $r:ident, $ty:ident, $var:ident ( $tuple:ident )) => {
+    (@build $r:ident, $v:ident, $ty:ident, $var:ident { $($f:ident $(@ $since:literal)?),* $(; @rest $rest:ident)? }) => {
+        $ty::$var { $($f: messages!(@get $r, $v $(, $since)?),)* $($rest: $r.rest(),)? }
+    };
+    (@build $r:ident, $v:ident, $ty:ident, $var:ident ( $tuple:ident )) => {
         $ty::$var(Wire::get(&mut $r)?)
     };
-    (@build $r:ident, $ty:ident, $var:ident) => {
+    (@build $r:ident, $v:ident, $ty:ident, $var:ident) => {
         $ty::$var
     };
 }
 
 messages!(Request {
-    1 => Hello { client },
+    1 => Hello { client, max_version },
     2 => CreateTopic { spec, member },
     3 => DescribeTopic { name, offsets },
     4 => ListTopics,
@@ -303,7 +326,7 @@ messages!(Request {
 messages!(Response {
     1 => Error { code, message },
     2 => Done,
-    3 => Hello { member, master, members },
+    3 => Hello { member, master, members, version },
     4 => Topic(info),
     5 => Topics(infos),
     6 => Producer { id },
@@ -341,13 +364,19 @@ mod tests {
 
     fn round_trip_req(m: Request) {
         let mut b = BytesMut::new();
-        m.encode(&mut b);
-        assert_eq!(Request::decode(m.opcode(), &b.freeze()).unwrap(), m);
+        m.encode(PROTOCOL_VERSION, &mut b);
+        assert_eq!(
+            Request::decode(PROTOCOL_VERSION, m.opcode(), &b.freeze()).unwrap(),
+            m
+        );
     }
 
     #[test]
     fn requests_round_trip() {
-        round_trip_req(Request::Hello { client: "x".into() });
+        round_trip_req(Request::Hello {
+            client: "x".into(),
+            max_version: 3,
+        });
         round_trip_req(Request::CreateTopic {
             spec: TopicSpec::new("t", 3),
             member: Some(2),
@@ -409,8 +438,11 @@ mod tests {
             },
         ] {
             let mut b = BytesMut::new();
-            m.encode(&mut b);
-            assert_eq!(Response::decode(m.opcode(), &b.freeze()).unwrap(), m);
+            m.encode(PROTOCOL_VERSION, &mut b);
+            assert_eq!(
+                Response::decode(PROTOCOL_VERSION, m.opcode(), &b.freeze()).unwrap(),
+                m
+            );
         }
         let p = Push::Events {
             partition: 1,
@@ -420,8 +452,11 @@ mod tests {
             meta: Bytes::from_static(b"zz"),
         };
         let mut b = BytesMut::new();
-        p.encode(&mut b);
-        assert_eq!(Push::decode(p.opcode(), &b.freeze()).unwrap(), p);
+        p.encode(PROTOCOL_VERSION, &mut b);
+        assert_eq!(
+            Push::decode(PROTOCOL_VERSION, p.opcode(), &b.freeze()).unwrap(),
+            p
+        );
     }
 
     #[test]
@@ -430,12 +465,12 @@ mod tests {
         spec.overflow = Some(crate::topic::Overflow::Block);
         let m = Request::CreateTopic { spec, member: None };
         let mut b = BytesMut::new();
-        m.encode(&mut b);
+        m.encode(PROTOCOL_VERSION, &mut b);
         // Layout ends with: overflow option tag (1), overflow tag (0), member option (0).
         let n = b.len();
         assert_eq!(&b[n - 3..], &[1, 0, 0]);
         b[n - 2] = 7;
-        match Request::decode(m.opcode(), &b.freeze()) {
+        match Request::decode(PROTOCOL_VERSION, m.opcode(), &b.freeze()) {
             Err(e @ ProtoError::Unknown { .. }) => {
                 assert!(e.to_string().contains("overflow policy"), "{e}")
             }
@@ -445,10 +480,43 @@ mod tests {
 
     #[test]
     fn unknown_opcode_and_trailing_bytes_are_errors() {
-        assert!(Request::decode(999, &Bytes::new()).is_err());
+        assert!(Request::decode(PROTOCOL_VERSION, 999, &Bytes::new()).is_err());
         assert!(matches!(
-            Request::decode(4, &Bytes::from_static(b"x")),
+            Request::decode(PROTOCOL_VERSION, 4, &Bytes::from_static(b"x")),
             Err(ProtoError::Trailing(1))
         ));
+    }
+
+    /// A message as it might grow: `added` arrived in protocol version 2.
+    #[derive(Debug, PartialEq)]
+    enum Grown {
+        Probe { kept: u32, added: u64 },
+    }
+
+    messages!(Grown {
+        1 => Probe { kept, added @ 2 },
+    });
+
+    #[test]
+    fn a_field_added_in_a_later_version_is_neither_sent_to_nor_expected_from_older_peers() {
+        let m = Grown::Probe { kept: 7, added: 9 };
+        assert_eq!(m.opcode(), 1);
+        let (mut v1, mut v2) = (BytesMut::new(), BytesMut::new());
+        m.encode(1, &mut v1);
+        m.encode(2, &mut v2);
+        assert_eq!(v1.len(), 4, "a version-1 peer gets the old layout");
+        assert_eq!(v2.len(), 12);
+        assert_eq!(
+            Grown::decode(1, 1, &v1.freeze()).unwrap(),
+            Grown::Probe { kept: 7, added: 0 },
+            "a version-1 body decodes with the new field at its default"
+        );
+        assert_eq!(Grown::decode(2, 1, &v2.clone().freeze()).unwrap(), m);
+        // The version in the header decides: a version-2 body read as
+        // version 1 has 8 bytes too many, and the reverse is truncated.
+        assert!(Grown::decode(1, 1, &v2.freeze()).is_err());
+        let mut short = BytesMut::new();
+        m.encode(1, &mut short);
+        assert!(Grown::decode(2, 1, &short.freeze()).is_err());
     }
 }

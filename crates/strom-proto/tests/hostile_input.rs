@@ -57,7 +57,7 @@ fn every_opcode_has_a_seed() {
                 .map(Request::opcode)
                 .collect(),
             |op| {
-                Request::decode(op, &Bytes::new())
+                Request::decode(strom_proto::PROTOCOL_VERSION, op, &Bytes::new())
                     .is_err_and(|e| e.code() == ErrorCode::UNKNOWN_OPCODE)
             },
         ),
@@ -68,7 +68,7 @@ fn every_opcode_has_a_seed() {
                 .map(Response::opcode)
                 .collect(),
             |op| {
-                Response::decode(op, &Bytes::new())
+                Response::decode(strom_proto::PROTOCOL_VERSION, op, &Bytes::new())
                     .is_err_and(|e| e.code() == ErrorCode::UNKNOWN_OPCODE)
             },
         ),
@@ -76,7 +76,7 @@ fn every_opcode_has_a_seed() {
             "push",
             targets::sample_pushes().iter().map(Push::opcode).collect(),
             |op| {
-                Push::decode(op, &Bytes::new())
+                Push::decode(strom_proto::PROTOCOL_VERSION, op, &Bytes::new())
                     .is_err_and(|e| e.code() == ErrorCode::UNKNOWN_OPCODE)
             },
         ),
@@ -146,7 +146,7 @@ fn a_count_of_large_structs_reserves_no_more_than_the_input() {
     body[0..4].copy_from_slice(&(len as u32 - 4).to_le_bytes());
     let body = Bytes::from(body);
     let peak = replay::measure(|| {
-        assert!(strom_proto::Response::decode(5, &body).is_err());
+        assert!(strom_proto::Response::decode(strom_proto::PROTOCOL_VERSION, 5, &body).is_err());
     });
     assert!(
         peak <= body.len(),

@@ -16,7 +16,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use strom_net::{OutFrame, TcpTransport, Transport};
-use strom_proto::{ErrorCode, FrameKind, GroupFile, Request, Response};
+use strom_proto::{
+    ErrorCode, FrameKind, GroupFile, Request, Response, MIN_PROTOCOL_VERSION, PROTOCOL_VERSION,
+};
 
 use crate::error::ServerError;
 use crate::group::read_group_file;
@@ -137,16 +139,17 @@ async fn probe(addr: &str) -> bool {
         let mut conn = TcpTransport::default().connect(addr).await.ok()?;
         let hello = Request::Hello {
             client: "strom-server group-file check".into(),
+            max_version: PROTOCOL_VERSION,
         };
         conn.writer
-            .write(&OutFrame::request(1, &hello))
+            .write(&OutFrame::request(MIN_PROTOCOL_VERSION, 1, &hello))
             .await
             .ok()?;
         conn.writer.flush().await.ok()?;
         let (h, body) = conn.reader.next().await.ok()??;
         (h.kind == FrameKind::Response).then_some(())?;
         matches!(
-            Response::decode(h.opcode, &body),
+            Response::decode(h.version, h.opcode, &body),
             Ok(Response::Hello { .. })
         )
         .then_some(())

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use strom_net::{MuxConn, NetError, OutFrame, Transports};
-use strom_proto::{ErrorCode, Request, Response};
+use strom_proto::{ErrorCode, Request, Response, MIN_PROTOCOL_VERSION, PROTOCOL_VERSION};
 use tokio::time::{timeout_at, Instant};
 
 use crate::error::ServerError;
@@ -24,6 +24,8 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 /// tell a slow peer from a silent one).
 struct PeerConn {
     mux: Arc<MuxConn>,
+    /// The protocol version settled with the peer's `Hello`.
+    version: u8,
     answered: AtomicU64,
 }
 
@@ -79,8 +81,11 @@ impl Peers {
             return Ok(c);
         }
         let conn = self.transports.connect(addr).await?;
+        let mux = MuxConn::start(conn, addr);
+        let version = hello(&mux).await?;
         let c = Arc::new(PeerConn {
-            mux: MuxConn::start(conn, addr),
+            mux,
+            version,
             answered: AtomicU64::new(0),
         });
         tracing::debug!(peer = %addr, "connected to a group member");
@@ -99,7 +104,7 @@ impl Peers {
             let answered = c.answered.load(Ordering::Acquire);
             let waiter = c
                 .mux
-                .send(OutFrame::request(0, req), Vec::new(), Vec::new())
+                .send(OutFrame::request(c.version, 0, req), Vec::new(), Vec::new())
                 .await?;
             Ok::<_, NetError>((c, answered, waiter))
         })
@@ -125,7 +130,7 @@ impl Peers {
             }
         };
         c.answered.fetch_add(1, Ordering::AcqRel);
-        match Response::decode(reply.header.opcode, &reply.body) {
+        match Response::decode(reply.header.version, reply.header.opcode, &reply.body) {
             Ok(Response::Error { code, message }) => Err(ServerError::Coded { code, message }),
             Ok(r) => Ok(r),
             Err(e) => {
@@ -133,6 +138,30 @@ impl Peers {
                 Err(unreachable(addr, e))
             }
         }
+    }
+}
+
+/// Settles the protocol version with a newly connected peer: the newest
+/// both speak.
+async fn hello(mux: &MuxConn) -> Result<u8, NetError> {
+    let req = Request::Hello {
+        client: "strom-server peer".into(),
+        max_version: PROTOCOL_VERSION,
+    };
+    let frame = OutFrame::request(MIN_PROTOCOL_VERSION, 0, &req);
+    let reply = mux
+        .send(frame, Vec::new(), Vec::new())
+        .await?
+        .wait()
+        .await?;
+    match Response::decode(reply.header.version, reply.header.opcode, &reply.body)? {
+        Response::Hello { version, .. } => {
+            Ok(version.clamp(MIN_PROTOCOL_VERSION, PROTOCOL_VERSION))
+        }
+        other => Err(NetError::Proto(strom_proto::ProtoError::Unknown {
+            what: "answer to Hello",
+            value: u64::from(other.opcode()),
+        })),
     }
 }
 
@@ -162,15 +191,18 @@ pub(crate) mod tests {
                     let mut reader = conn.reader;
                     while let Ok(Some((h, body))) = reader.next().await {
                         assert_eq!(h.kind, FrameKind::Request);
-                        let Ok(Request::Hello { client }) = Request::decode(h.opcode, &body) else {
+                        let Ok(Request::Hello { client, .. }) =
+                            Request::decode(h.version, h.opcode, &body)
+                        else {
                             return;
                         };
                         let hello = Response::Hello {
                             member: 7,
                             master: 0,
                             members: Vec::new(),
+                            version: PROTOCOL_VERSION,
                         };
-                        let answer = OutFrame::response(h.id, &hello);
+                        let answer = OutFrame::response(h.version, h.id, &hello);
                         match client.as_str() {
                             "never" => {}
                             "slow" => {
@@ -198,6 +230,7 @@ pub(crate) mod tests {
     pub(crate) fn hello(client: &str) -> Request {
         Request::Hello {
             client: client.into(),
+            max_version: PROTOCOL_VERSION,
         }
     }
 

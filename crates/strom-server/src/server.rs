@@ -397,10 +397,15 @@ mod tests {
         let conn = transports.connect(server.addr()).await.unwrap();
         let mux: Arc<MuxConn> = MuxConn::start(conn, server.addr());
         let reply = mux
-            .call(OutFrame::request(0, &Request::Limits))
+            .call(OutFrame::request(
+                strom_proto::MIN_PROTOCOL_VERSION,
+                0,
+                &Request::Limits,
+            ))
             .await
             .unwrap();
-        let limits = Response::decode(reply.header.opcode, &reply.body).unwrap();
+        let limits =
+            Response::decode(reply.header.version, reply.header.opcode, &reply.body).unwrap();
         assert!(matches!(limits, Response::Limits { .. }), "{limits:?}");
         server.shutdown().await;
     }

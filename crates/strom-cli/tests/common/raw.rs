@@ -35,7 +35,7 @@ pub fn header(
 /// A request frame: header, body, bulk.
 pub fn request_frame(id: u64, req: &Request, bulk: &[u8]) -> Vec<u8> {
     let mut body = BytesMut::new();
-    req.encode(&mut body);
+    req.encode(strom_proto::MIN_PROTOCOL_VERSION, &mut body);
     let mut f = header(
         (20 + body.len() + bulk.len()) as u32,
         1,
@@ -102,7 +102,7 @@ pub fn responses(bytes: &[u8]) -> Vec<(u64, Response)> {
         }
         let body =
             Bytes::copy_from_slice(&rest[FRAME_HEADER_LEN..FRAME_HEADER_LEN + h.body_len as usize]);
-        if let Ok(r) = Response::decode(h.opcode, &body) {
+        if let Ok(r) = Response::decode(h.version, h.opcode, &body) {
             out.push((h.id, r));
         }
         rest = &rest[end..];
@@ -118,4 +118,33 @@ pub fn assert_error_reply(got: &[u8], id: u64, what: &str) -> String {
         Some((_, Response::Error { message, .. })) => message.clone(),
         _ => panic!("{what}: expected an error response to request {id}, got {rs:?}"),
     }
+}
+
+/// Reads until the answer to request `id` (or an answer to id 0, a
+/// rejected frame) arrives or the server closes; returns what it sent.
+pub fn read_until_reply(s: &mut TcpStream, id: u64, what: &str) -> Vec<u8> {
+    let deadline = Instant::now() + CLOSE_TIMEOUT;
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !responses(&got).iter().any(|(i, _)| *i == id || *i == 0) {
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock
+                        | std::io::ErrorKind::TimedOut
+                        | std::io::ErrorKind::Interrupted
+                ) =>
+            {
+                assert!(
+                    Instant::now() < deadline,
+                    "{what}: no answer within {CLOSE_TIMEOUT:?}"
+                );
+            }
+            Err(_) => break,
+        }
+    }
+    got
 }

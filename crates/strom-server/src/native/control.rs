@@ -11,14 +11,6 @@ use crate::service::ControlService;
 /// Answers one control request.
 pub async fn handle(svc: &ControlService, req: Request) -> Result<Response, ServerError> {
     match req {
-        Request::Hello { .. } => {
-            let g = svc.hello().await;
-            Ok(Response::Hello {
-                member: g.member,
-                master: g.master,
-                members: g.members,
-            })
-        }
         Request::Limits => {
             let (max_frame_bytes, max_batch_bytes) = svc.limits();
             Ok(Response::Limits {

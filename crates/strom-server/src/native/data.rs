@@ -34,6 +34,7 @@ impl Session {
         };
         let (p, batch) = p;
         let writer = self.writer.clone();
+        let version = self.version;
         // The reply may run on the partition's syncer thread, outside the runtime.
         let handle = tokio::runtime::Handle::current();
         let reply: AppendReply = Box::new(move |r| {
@@ -45,7 +46,7 @@ impl Session {
                 },
                 Err(e) => Response::error(e.code(), e.to_string()),
             };
-            if let Err(frame) = writer.try_send_frame(OutFrame::response(id, &resp)) {
+            if let Err(frame) = writer.try_send_frame(OutFrame::response(version, id, &resp)) {
                 handle.spawn(async move {
                     let _ = writer.send(frame).await;
                 });
@@ -69,6 +70,7 @@ impl Session {
         self.unsubscribe(stream);
         let task = tokio::spawn(stream::run(
             p,
+            self.version,
             stream,
             pos,
             credit.clone(),
@@ -115,15 +117,18 @@ impl Session {
         };
         let writer = self.writer.clone();
         let svc = self.svc.clone();
+        let version = self.version;
         tokio::spawn(async move {
             let frame = match svc.data.fetch(p, items).await {
                 Ok(bulk) => {
                     let total = bulk.iter().map(|b| b.len() as u64).sum();
-                    OutFrame::response(id, &Response::Data { total })
+                    OutFrame::response(version, id, &Response::Data { total })
                         .with_bulk(bulk)
                         .with_hold(permit)
                 }
-                Err(e) => OutFrame::response(id, &Response::error(e.code(), e.to_string())),
+                Err(e) => {
+                    OutFrame::response(version, id, &Response::error(e.code(), e.to_string()))
+                }
             };
             let _ = writer.send(frame).await;
         });

@@ -19,7 +19,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use strom_net::{spawn_writer, Conn, NetError, OutFrame, WriterHandle};
-use strom_proto::{FrameKind, Request, Response};
+use strom_proto::{
+    ErrorCode, FrameKind, Request, Response, MIN_PROTOCOL_VERSION, PROTOCOL_VERSION,
+};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -36,6 +38,8 @@ mod stream;
 
 struct Session {
     svc: Arc<Services>,
+    /// The protocol version of this connection's frames, settled by `Hello`.
+    version: u8,
     writer: WriterHandle,
     peer: String,
     partitions: HashMap<(String, u32), Arc<PartitionManager>>,
@@ -57,6 +61,7 @@ pub async fn serve(conn: Conn, svc: Arc<Services>, _slot: OwnedSemaphorePermit) 
     let budget = Arc::new(Semaphore::new(cfg.max_connection_buffer_bytes as usize));
     let mut s = Session {
         svc: svc.clone(),
+        version: MIN_PROTOCOL_VERSION,
         writer,
         peer: peer.clone(),
         partitions: HashMap::new(),
@@ -128,7 +133,8 @@ async fn read_request(
         });
         return Err((id, e));
     }
-    let req = Request::decode(header.opcode, &body).map_err(|e| (id, NetError::Proto(e)))?;
+    let req = Request::decode(header.version, header.opcode, &body)
+        .map_err(|e| (id, NetError::Proto(e)))?;
     let batch = if let Request::Produce { count, meta, .. } = &req {
         let bulk = reader.read_bulk().await.map_err(|e| (id, e))?;
         // A batch whose table disagrees with what was sent is a malformed frame.
@@ -159,6 +165,7 @@ impl Session {
         let _ = self
             .writer
             .send(OutFrame::response(
+                self.version,
                 id,
                 &Response::error(e.code(), e.to_string()),
             ))
@@ -189,7 +196,7 @@ impl Session {
             }
             return;
         }
-        answer(&self.writer, id, resp);
+        answer(&self.writer, self.version, id, resp);
     }
 
     /// Runs `op` off the read loop and sends its answer to request `id`.
@@ -198,12 +205,37 @@ impl Session {
         F: std::future::Future<Output = Result<Response, ServerError>> + Send + 'static,
     {
         let writer = self.writer.clone();
+        let version = self.version;
         tokio::spawn(async move {
             let resp = op
                 .await
                 .unwrap_or_else(|e| Response::error(e.code(), e.to_string()));
-            let _ = writer.send(OutFrame::response(id, &resp)).await;
+            let _ = writer.send(OutFrame::response(version, id, &resp)).await;
         });
+    }
+
+    /// Settles the connection's protocol version: the newest both sides
+    /// speak. The answer itself goes out at the version the client used for
+    /// its `Hello` (the oldest), as the client cannot know more yet.
+    async fn hello(&mut self, id: u64, client: &str, max_version: u8) {
+        if max_version < MIN_PROTOCOL_VERSION {
+            let e = ServerError::coded(
+                ErrorCode::UNSUPPORTED_VERSION,
+                format!("client '{client}' speaks protocol versions up to {max_version}; this server speaks {MIN_PROTOCOL_VERSION} to {PROTOCOL_VERSION}"),
+            );
+            return self.respond(id, Err(e));
+        }
+        let version = max_version.min(PROTOCOL_VERSION);
+        let g = self.svc.control.hello().await;
+        let resp = Response::Hello {
+            member: g.member,
+            master: g.master,
+            members: g.members,
+            version,
+        };
+        answer(&self.writer, MIN_PROTOCOL_VERSION, id, resp);
+        self.version = version;
+        tracing::debug!(peer = %self.peer, client, version, "hello");
     }
 
     async fn dispatch(&mut self, id: u64, req: Request, batch: Option<ValidBatch>) {
@@ -245,6 +277,10 @@ impl Session {
                     .map(|p| Response::Offsets(self.svc.data.offsets(&p)));
                 self.respond(id, r);
             }
+            Request::Hello {
+                client,
+                max_version,
+            } => self.hello(id, &client, max_version).await,
             // Topics, producers and the group: the control operations.
             req => {
                 let r = control::handle(&self.svc.control, req).await;
@@ -255,8 +291,8 @@ impl Session {
 }
 
 /// Queues a response; only a full queue needs a task to wait for room.
-fn answer(writer: &WriterHandle, id: u64, resp: Response) {
-    if let Err(frame) = writer.try_send_frame(OutFrame::response(id, &resp)) {
+fn answer(writer: &WriterHandle, version: u8, id: u64, resp: Response) {
+    if let Err(frame) = writer.try_send_frame(OutFrame::response(version, id, &resp)) {
         let writer = writer.clone();
         tokio::spawn(async move {
             let _ = writer.send(frame).await;

@@ -33,6 +33,7 @@ const READ_BYTES: usize = 1 << 20;
 /// The native push sink: a caught-up stream parked in the partition's
 /// [`Waiters`], to which the appender hands the next batch as a `Push`.
 struct Parked {
+    version: u8,
     stream: u64,
     pos: AtomicU64,
     credit: Arc<Credit>,
@@ -46,6 +47,7 @@ impl BatchSink for Parked {
             return false;
         }
         let frame = OutFrame::push(
+            self.version,
             self.stream,
             &Push::Events {
                 partition,
@@ -68,17 +70,31 @@ impl BatchSink for Parked {
     }
 }
 
-async fn send(writer: &WriterHandle, stream: u64, push: &Push) -> bool {
-    writer.send(OutFrame::push(stream, push)).await.is_ok()
+/// Where a stream's pushes go: the connection's writer, at its version.
+struct Out<'a> {
+    writer: &'a WriterHandle,
+    version: u8,
+    stream: u64,
+}
+
+async fn send(out: &Out<'_>, push: &Push) -> bool {
+    let frame = OutFrame::push(out.version, out.stream, push);
+    out.writer.send(frame).await.is_ok()
 }
 
 pub async fn run(
     pm: Arc<PartitionManager>,
+    version: u8,
     stream: u64,
     mut pos: u64,
     credit: Arc<Credit>,
     writer: WriterHandle,
 ) {
+    let out = Out {
+        writer: &writer,
+        version,
+        stream,
+    };
     let mut visible = pm.watch_visible();
     let mut sealed = pm.watch_sealed();
     loop {
@@ -87,7 +103,7 @@ pub async fn run(
                 code: ErrorCode::TOPIC_NOT_FOUND,
                 message: format!("topic '{}' was deleted", pm.topic),
             };
-            send(&writer, stream, &push).await;
+            send(&out, &push).await;
             return;
         }
         let vis = *visible.borrow_and_update();
@@ -110,7 +126,7 @@ pub async fn run(
                         last,
                         code: ErrorCode::DATA_CORRUPT,
                     };
-                    if !send(&writer, stream, &push).await {
+                    if !send(&out, &push).await {
                         return;
                     }
                     pos = pos.max(last.saturating_add(1));
@@ -122,7 +138,7 @@ pub async fn run(
                         code: ErrorCode(e.code()),
                         message: e.to_string(),
                     };
-                    send(&writer, stream, &push).await;
+                    send(&out, &push).await;
                     return;
                 }
             };
@@ -139,7 +155,7 @@ pub async fn run(
                     timestamp_us: b.timestamp_us,
                     meta: b.meta,
                 };
-                if !send(&writer, stream, &push).await {
+                if !send(&out, &push).await {
                     return;
                 }
                 credit.take(sent as u32);
@@ -152,11 +168,12 @@ pub async fn run(
                 partition: pm.id,
                 end_offset: pos,
             };
-            send(&writer, stream, &push).await;
+            send(&out, &push).await;
             return;
         }
         // Caught up: park so the appender can push the next batch directly.
         let parked = Arc::new(Parked {
+            version,
             stream,
             pos: AtomicU64::new(pos),
             credit: credit.clone(),
