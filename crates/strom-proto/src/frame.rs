@@ -127,10 +127,10 @@ mod tests {
         assert_eq!(FrameHeader::decode(&enc, 1 << 20).unwrap(), h);
     }
 
-    #[test]
-    fn rejects_oversized_and_garbage() {
-        let mut h = FrameHeader {
-            version: PROTOCOL_VERSION,
+    /// An encoded empty request header.
+    fn empty_request() -> [u8; FRAME_HEADER_LEN] {
+        FrameHeader {
+            version: MIN_PROTOCOL_VERSION,
             kind: FrameKind::Request,
             opcode: 1,
             id: 1,
@@ -138,7 +138,12 @@ mod tests {
             bulk_len: 0,
         }
         .encode(1024)
-        .unwrap();
+        .unwrap()
+    }
+
+    #[test]
+    fn rejects_oversized_and_garbage() {
+        let mut h = empty_request();
         h[0..4].copy_from_slice(&u32::MAX.to_le_bytes());
         assert!(matches!(
             FrameHeader::decode(&h, 1024),
@@ -153,16 +158,7 @@ mod tests {
     #[test]
     fn a_version_outside_the_supported_range_is_refused_by_number() {
         for v in [0u8, PROTOCOL_VERSION + 1, u8::MAX] {
-            let mut h = FrameHeader {
-                version: MIN_PROTOCOL_VERSION,
-                kind: FrameKind::Request,
-                opcode: 1,
-                id: 1,
-                body_len: 0,
-                bulk_len: 0,
-            }
-            .encode(1024)
-            .unwrap();
+            let mut h = empty_request();
             h[6] = v;
             assert!(matches!(
                 FrameHeader::decode(&h, 1024),

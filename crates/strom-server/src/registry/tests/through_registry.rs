@@ -79,23 +79,26 @@ async fn a_reopened_registry_has_the_state_of_the_live_one() {
     assert_eq!(e.code(), ErrorCode::TOPIC_NOT_FOUND);
 }
 
+/// A registry over the simulated disk `fs`, in `dir`.
+fn open_sim(fs: &SimFs, dir: &'static std::path::Path, link: &Arc<MemberLink>) -> Registry {
+    Registry::open_with(
+        Arc::new(fs.clone()),
+        dir,
+        None,
+        1,
+        link.clone(),
+        Limits::default(),
+    )
+    .unwrap()
+}
+
 #[tokio::test]
 async fn a_failed_append_changes_nothing_and_returns_the_error() {
     let tmp = tempfile::tempdir().unwrap();
     let fs = SimFs::new();
     let dir = sim_dir(&fs);
     let link = link(tmp.path());
-    let open = |fs: &SimFs| {
-        Registry::open_with(
-            Arc::new(fs.clone()),
-            dir,
-            None,
-            1,
-            link.clone(),
-            Limits::default(),
-        )
-        .unwrap()
-    };
+    let open = |fs: &SimFs| open_sim(fs, dir, &link);
     let r = open(&fs);
     r.create(TopicSpec::new("t", 1), Some(0)).await.unwrap();
     let before = state(&r).await;
@@ -133,17 +136,7 @@ async fn many_changes_compact_the_log_into_a_snapshot() {
     let fs = SimFs::new();
     let dir = sim_dir(&fs);
     let link = link(tmp.path());
-    let open = || {
-        Registry::open_with(
-            Arc::new(fs.clone()),
-            dir,
-            None,
-            1,
-            link.clone(),
-            Limits::default(),
-        )
-        .unwrap()
-    };
+    let open = || open_sim(&fs, dir, &link);
     let r = open();
     r.create(TopicSpec::new("t", 1), Some(0)).await.unwrap();
     for _ in 0..1_100 {
