@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use strom_proto::{ErrorCode, Request, Response};
+use tokio::sync::Notify;
 
 use crate::driver::{Driver, DriverInner};
 use crate::error::Error;
@@ -47,10 +48,12 @@ impl Lease {
 pub(crate) struct Leases {
     held: Mutex<HashMap<(String, u64), Weak<Lease>>>,
     started: AtomicBool,
+    /// Wakes the renewal task when a lease is added (it may be shorter
+    /// than the ones the task is sleeping for).
+    added: Arc<Notify>,
 }
 
-/// Renewals are sent at least this often, and at most this rarely when no
-/// leased producer is alive.
+/// How often the renewal task looks again when no leased producer is alive.
 const IDLE: Duration = Duration::from_secs(1);
 
 impl Leases {
@@ -69,7 +72,12 @@ impl Leases {
             .insert((topic.to_string(), producer), Arc::downgrade(&lease));
         if !leases.started.swap(true, Ordering::AcqRel) {
             let weak = Arc::downgrade(&driver.inner);
-            driver.inner.handle.spawn(renew_loop(weak));
+            driver
+                .inner
+                .handle
+                .spawn(renew_loop(weak, leases.added.clone()));
+        } else {
+            leases.added.notify_one();
         }
         lease
     }
@@ -92,24 +100,23 @@ impl Leases {
     }
 }
 
-/// Renews every live lease of the driver, every third of the shortest.
-async fn renew_loop(weak: Weak<DriverInner>) {
+/// Renews every live lease of the driver, every third of the shortest,
+/// and at once when a lease is added.
+async fn renew_loop(weak: Weak<DriverInner>, added: Arc<Notify>) {
     loop {
         let every = {
             let Some(inner) = weak.upgrade() else { return };
             let live = inner.leases.live();
-            let every = live
-                .iter()
-                .map(|l| l.duration / 3)
-                .min()
-                .unwrap_or(IDLE)
-                .min(IDLE);
+            let every = live.iter().map(|l| l.duration / 3).min().unwrap_or(IDLE);
             if !live.is_empty() {
                 renew(Driver { inner }, live).await;
             }
             every
         };
-        tokio::time::sleep(every).await;
+        tokio::select! {
+            _ = tokio::time::sleep(every) => {}
+            _ = added.notified() => {}
+        }
     }
 }
 

@@ -120,3 +120,25 @@ fn a_producer_without_a_lease_stays_open_after_it_is_dropped() {
     let st = d.describe("kept").unwrap().state;
     assert_eq!((st.open_producers, st.ended), (1, false), "{st:?}");
 }
+
+#[test]
+fn a_short_lease_opened_after_a_long_one_is_renewed_in_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Driver::embedded(dir.path()).unwrap();
+    let t = d.create_topic(TopicSpec::new("mixed", 1)).unwrap();
+    let long = t
+        .producer_with(ProducerOptions {
+            lease: Some(Duration::from_secs(60)),
+            ..Default::default()
+        })
+        .unwrap();
+    // The renewal task now sleeps for a third of 60 s; a new short lease
+    // must wake it.
+    std::thread::sleep(Duration::from_millis(200));
+    let short = t.producer_with(leased()).unwrap();
+    std::thread::sleep(LEASE * 3);
+    let st = d.describe("mixed").unwrap().state;
+    assert_eq!((st.open_producers, st.expired_producers), (2, 0), "{st:?}");
+    short.close().unwrap();
+    long.close().unwrap();
+}
