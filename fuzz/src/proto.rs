@@ -254,6 +254,7 @@ fn topic_info() -> TopicInfo {
             open_producers: 1,
             closed_producers: 2,
             ended: false,
+            expired_producers: 1,
         },
     }
 }
@@ -347,6 +348,13 @@ pub fn sample_requests() -> Vec<Request> {
             topic: t(),
             partition: 0,
         },
+        Request::OpenProducer {
+            topic: t(),
+            lease_ms: 10_000,
+        },
+        Request::RenewLeases {
+            producers: vec![(t(), 1), (t(), 2)],
+        },
     ]
 }
 
@@ -397,6 +405,13 @@ pub fn sample_responses() -> Vec<Response> {
             bytes: 1 << 20,
             damaged: vec![(10, 12)],
             quarantined: vec![(4, 4), (10, 12)],
+        },
+        Response::ProducerLease {
+            id: 4,
+            lease_ms: 10_000,
+        },
+        Response::Leases {
+            lost: vec![("runs".into(), 3)],
         },
     ]
 }

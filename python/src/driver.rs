@@ -52,6 +52,7 @@ fn info_dict<'py>(py: Python<'py>, info: &TopicInfo) -> PyResult<Bound<'py, PyDi
     let st = PyDict::new(py);
     st.set_item("open_producers", info.state.open_producers)?;
     st.set_item("closed_producers", info.state.closed_producers)?;
+    st.set_item("expired_producers", info.state.expired_producers)?;
     st.set_item("ended", info.state.ended)?;
     d.set_item("state", st)?;
     Ok(d)
@@ -304,8 +305,13 @@ impl PyTopic {
     /// that); `linger`: seconds a partial count/bytes batch waits;
     /// `max_event_bytes`: refuse larger events at `push` (default: what the
     /// server accepts); `max_batch_bytes`: an older name for `batch_bytes`
-    /// when `batch` is given.
-    #[pyo3(signature = (batch=None, batch_bytes=None, max_batches=2, linger=0.005, max_batch_bytes=None, max_event_bytes=None))]
+    /// when `batch` is given; `lease`: seconds the producer's lease lasts,
+    /// renewed in the background on the client's own threads (even while
+    /// Python holds the GIL); if the process dies its part of the stream
+    /// ends once the lease runs out. 0 (default) takes the server's
+    /// `producer_lease_ms`; `None` takes no lease (the producer stays open
+    /// until closed, even after the process exits).
+    #[pyo3(signature = (batch=None, batch_bytes=None, max_batches=2, linger=0.005, max_batch_bytes=None, max_event_bytes=None, lease=Some(0.0)))]
     #[allow(clippy::too_many_arguments)]
     fn producer(
         &self,
@@ -316,6 +322,7 @@ impl PyTopic {
         linger: f64,
         max_batch_bytes: Option<u64>,
         max_event_bytes: Option<u64>,
+        lease: Option<f64>,
     ) -> PyResult<PyProducer> {
         release_pending(py);
         let t = self.inner.get(py)?;
@@ -350,6 +357,16 @@ impl PyTopic {
             batch: batching,
             max_batches,
             linger: Duration::from_secs_f64(linger.max(0.0)),
+            lease: match lease {
+                None => None,
+                Some(s) if s.is_finite() && s >= 0.0 => Some(Duration::from_secs_f64(s)),
+                Some(s) => {
+                    return Err(errors::invalid(
+                        py,
+                        format!("lease must be a number of seconds >= 0 or None, not {s}"),
+                    ))
+                }
+            },
         };
         let p = py.detach(|| t.producer_with(opts)).py(py)?;
         Ok(PyProducer {

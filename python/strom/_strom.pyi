@@ -163,6 +163,7 @@ class Topic:
         linger: float = 0.005,
         max_batch_bytes: Optional[int] = None,
         max_event_bytes: Optional[int] = None,
+        lease: Optional[float] = 0.0,
     ) -> Producer:
         """A new producer.
 
@@ -175,6 +176,12 @@ class Topic:
         ``max_event_bytes``: larger events are refused by ``push``
         (default: what the partition's server accepts).
         ``max_batch_bytes``: an older name for ``batch_bytes`` with ``batch``.
+        ``lease``: seconds the producer's lease lasts (clamped to 1..300),
+        renewed on the client's own threads, even while Python holds the
+        GIL; if the process dies its part of the stream ends when the lease
+        runs out (``describe()["state"]["expired_producers"]``). ``0``
+        (default) takes the server's ``producer_lease_ms``; ``None`` takes
+        no lease: the producer stays open until closed.
         """
     def consumer(
         self,

@@ -11,8 +11,12 @@
 //!   on; stderr sums up the failures per partition, exit 1;
 //! - a line that cannot be produced: stop there, exit 1.
 //!
-//! In the last two cases the producer stays open, so the rest can still
-//! be produced; `strom topic complete` ends the stream.
+//! In the last two cases the producer is not closed. By default it holds
+//! a lease (the server's `producer_lease_ms`, or `--lease SECS`) that this
+//! process renews: once the process exits (or is killed), the lease runs
+//! out and the producer counts as finished, expired. `--keep-open` opens
+//! the producer without a lease, so the stream stays open after the
+//! process exits until `strom topic complete` or another close ends it.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::io::{Read, Write};
@@ -39,9 +43,15 @@ pub struct ProduceArgs {
     /// Send every event to this partition (overrides the topic's selector).
     #[arg(long)]
     partition: Option<u32>,
-    /// Leave this producer open at end of input (the stream does not end).
+    /// Leave this producer open at end of input, without a lease: the
+    /// stream does not end when this process exits.
     #[arg(long)]
     keep_open: bool,
+    /// The producer's lease in seconds (default: the server's
+    /// producer_lease_ms): if this process dies, its part of the stream
+    /// ends this long after its last renewal.
+    #[arg(long, conflicts_with = "keep_open")]
+    lease: Option<f64>,
     /// Accepted for compatibility: closing at end of input is the default.
     #[arg(long, hide = true, conflicts_with = "keep_open")]
     close: bool,
@@ -177,6 +187,17 @@ pub fn run(a: ProduceArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> {
         anyhow::ensure!(n > 0, "--max-event-bytes must be positive");
         opts.batch.max_event_bytes = Some(n);
     }
+    opts.lease = match (a.keep_open, a.lease) {
+        (true, _) => None,
+        (false, None) => Some(Duration::ZERO),
+        (false, Some(s)) => {
+            anyhow::ensure!(
+                s.is_finite() && s > 0.0,
+                "--lease must be a positive number of seconds"
+            );
+            Some(Duration::from_secs_f64(s))
+        }
+    };
     let limit = opts.batch.max_event_bytes.unwrap_or(u64::MAX);
     let producer = topic.producer_with(opts)?;
     let data = match (&a.data_file, a.data_size) {

@@ -199,6 +199,7 @@ fn info_json(t: &TopicInfo, consumers: Option<&[Vec<(String, u64)>]>) -> serde_j
         "state": {
             "open_producers": t.state.open_producers,
             "closed_producers": t.state.closed_producers,
+            "expired_producers": t.state.expired_producers,
             "ended": t.state.ended,
         },
         "partitions": t.partitions.iter().enumerate().map(|(i, p)| serde_json::json!({
@@ -236,8 +237,8 @@ fn print_describe(t: &TopicInfo, consumers: &[Vec<(String, u64)>]) {
         println!("overflow    {o}{how}");
     }
     println!(
-        "stream      open_producers={} closed_producers={} ended={}",
-        t.state.open_producers, t.state.closed_producers, t.state.ended
+        "stream      open_producers={} closed_producers={} expired_producers={} ended={}",
+        t.state.open_producers, t.state.closed_producers, t.state.expired_producers, t.state.ended
     );
     println!(
         "{:>9} {:>22} {:>12} {:>12} {:>10}  CONSUMERS (committed/lag)",

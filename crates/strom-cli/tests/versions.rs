@@ -76,3 +76,48 @@ fn a_frame_in_an_unspoken_version_is_refused_naming_it() {
         other => panic!("expected UNSUPPORTED_VERSION, got {other:?}"),
     }
 }
+
+#[test]
+fn a_version_1_client_registers_producers_and_reads_topic_state_without_leases() {
+    let base = tempfile::tempdir().unwrap();
+    let server = ServerProcess::start(base.path());
+    server
+        .connect()
+        .create_topic(strom_client::TopicSpec::new("old", 1))
+        .unwrap();
+    let mut s = connect(&server.addr);
+    s.write_all(&request_frame(1, &hello(MIN_PROTOCOL_VERSION), &[]))
+        .unwrap();
+    read_until_reply(&mut s, 1, "hello");
+    let ask = |s: &mut std::net::TcpStream, id: u64, req: Request| {
+        s.write_all(&request_frame(id, &req, &[])).unwrap();
+        let got = read_until_reply(s, id, "a version-1 request");
+        let h: [u8; strom_proto::FRAME_HEADER_LEN] =
+            got[..strom_proto::FRAME_HEADER_LEN].try_into().unwrap();
+        let h = strom_proto::FrameHeader::decode(&h, u32::MAX).unwrap();
+        assert_eq!(h.version, MIN_PROTOCOL_VERSION, "answered in version 1");
+        responses(&got).into_iter().next().expect("an answer").1
+    };
+    match ask(
+        &mut s,
+        2,
+        Request::RegisterProducer {
+            topic: "old".into(),
+        },
+    ) {
+        Response::Producer { id } => assert_eq!(id, 1),
+        other => panic!("expected Producer, got {other:?}"),
+    }
+    let describe = Request::DescribeTopic {
+        name: "old".into(),
+        offsets: false,
+    };
+    match ask(&mut s, 3, describe) {
+        // Decoded at version 1: the TopicState has no expired_producers.
+        Response::Topic(info) => {
+            assert_eq!(info.state.open_producers, 1);
+            assert_eq!(info.state.expired_producers, 0);
+        }
+        other => panic!("expected Topic, got {other:?}"),
+    }
+}

@@ -166,7 +166,7 @@ impl ClientConn {
     }
 
     /// The protocol version of this connection.
-    fn version(&self) -> u8 {
+    pub fn version(&self) -> u8 {
         self.version.load(Ordering::Acquire)
     }
 

@@ -14,6 +14,7 @@ use tokio::runtime::{Handle, Runtime};
 
 use crate::conn::ClientConn;
 use crate::error::{Error, Result};
+use crate::lease::Leases;
 use crate::topic::Topic;
 
 /// A cheap-to-clone handle on a Strom deployment.
@@ -28,6 +29,8 @@ pub(crate) struct DriverInner {
     transports: Transports,
     master: String,
     conns: Mutex<HashMap<String, Arc<ClientConn>>>,
+    /// Producer leases renewed by this driver's one renewal task.
+    pub leases: Leases,
     #[cfg(feature = "embedded")]
     embedded: Mutex<Option<strom_server::ServerHandle>>,
 }
@@ -132,6 +135,7 @@ impl Driver {
                 transports,
                 master,
                 conns: Mutex::new(HashMap::new()),
+                leases: Leases::default(),
                 #[cfg(feature = "embedded")]
                 embedded: Mutex::new(None),
             }),
@@ -239,6 +243,11 @@ impl Driver {
             )
         })?;
         conn.call(&req, Vec::new()).await
+    }
+
+    /// The protocol version settled with the registry master.
+    pub(crate) async fn master_version(&self) -> Result<u8> {
+        Ok(self.conn(&self.inner.master).await?.version())
     }
 
     fn admin(&self, req: Request) -> Result<Response> {

@@ -17,6 +17,7 @@ mod data;
 mod driver;
 mod error;
 mod event;
+mod lease;
 mod producer;
 pub mod select;
 mod slot;

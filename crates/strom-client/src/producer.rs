@@ -24,6 +24,7 @@ use crate::batching::{event_limit, Batching, EventLimit, Trigger};
 use crate::conn::{Callback, ClientConn, ServerLimits};
 use crate::driver::unexpected;
 use crate::error::{Error, Result};
+use crate::lease::{Lease, Leases};
 use crate::slot::Slot;
 use crate::topic::Topic;
 
@@ -35,6 +36,14 @@ pub struct ProducerOptions {
     pub max_batches: usize,
     /// Longest a partial `Count`/`Full` batch waits before it is sent.
     pub linger: Duration,
+    /// The producer's lease: the driver renews it in the background, and if
+    /// the process dies the registry master closes this producer's part of
+    /// the stream once the lease runs out (reported as expired). The
+    /// default, `Some(Duration::ZERO)`, takes the server's
+    /// `producer_lease_ms`; other durations are clamped to 1 s ..= 300 s.
+    /// `None` takes no lease: the producer stays open until closed, even
+    /// after its process exits (to hand a stream over to others).
+    pub lease: Option<Duration>,
 }
 
 impl Default for ProducerOptions {
@@ -43,6 +52,7 @@ impl Default for ProducerOptions {
             batch: Batching::adaptive(),
             max_batches: 2,
             linger: Duration::from_millis(5),
+            lease: Some(Duration::ZERO),
         }
     }
 }
@@ -196,10 +206,24 @@ struct Inner {
     closed: AtomicBool,
     /// Bytes at which a batch is sent even if the mode would keep filling it.
     batch_target: u64,
+    /// The producer's lease, renewed by the driver while this is alive.
+    lease: Option<Arc<Lease>>,
+}
+
+impl Inner {
+    /// `PRODUCER_EXPIRED` once the master reported the lease lost.
+    fn check_lease(&self) -> Result<()> {
+        match &self.lease {
+            Some(l) if l.is_expired() => Err(l.error()),
+            _ => Ok(()),
+        }
+    }
 }
 
 /// Pushes events to a topic. Dropping a producer flushes it but does not
 /// close its part of the stream; call [`close`](Self::close) for that.
+/// A leased producer that is dropped stops being renewed, so its part
+/// ends when the lease runs out ([`ProducerOptions::lease`]).
 pub struct Producer {
     inner: Arc<Inner>,
 }
@@ -213,17 +237,7 @@ impl Producer {
         }
         let info = topic.refresh_blocking()?;
         let policy = topic.policy()?;
-        let d = topic.driver.clone();
-        let name = topic.name().to_string();
-        let id = topic.driver.block_on(async move {
-            match d
-                .master_call(Request::RegisterProducer { topic: name })
-                .await?
-            {
-                Response::Producer { id } => Ok(id),
-                other => Err(unexpected(other)),
-            }
-        })?;
+        let (id, lease) = register(&topic, opts.lease)?;
         let limits = learn_limits(&topic, &info.partitions);
         // Large batches amortize the fdatasync of file partitions under
         // `always`; memory partitions never sync.
@@ -238,6 +252,7 @@ impl Producer {
             parts: RwLock::new(Vec::new()),
             closed: AtomicBool::new(false),
             batch_target,
+            lease,
         });
         inner.add_partitions(&info.partitions, &limits);
         inner
@@ -274,6 +289,7 @@ impl Producer {
         if self.inner.closed.load(Ordering::Acquire) {
             return Err(Error::Closed("producer"));
         }
+        self.inner.check_lease()?;
         let parts = self.inner.parts.read();
         let n = parts.len() as u32;
         let (p, meta) = self.inner.policy.prepare(metadata.into(), partition, n)?;
@@ -330,6 +346,7 @@ impl Producer {
     /// Sends every pending event and waits until all are acknowledged.
     /// Returns the first error any batch met since the last flush.
     pub fn flush(&self) -> Result<()> {
+        self.inner.check_lease()?;
         let mut first = None;
         let parts = self.inner.parts.read().clone();
         for q in &parts {
@@ -361,6 +378,10 @@ impl Producer {
         if self.inner.closed.swap(true, Ordering::AcqRel) {
             return flushed;
         }
+        if let Some(l) = &self.inner.lease {
+            self.inner.topic.driver.inner.leases.release(l);
+            self.inner.check_lease()?;
+        }
         let d = self.inner.topic.driver.clone();
         let req = Request::CloseProducer {
             topic: self.inner.topic.name().to_string(),
@@ -385,12 +406,47 @@ impl Producer {
 
 impl Drop for Producer {
     fn drop(&mut self) {
-        if !self.inner.closed.load(Ordering::Acquire) {
+        let expired = self.inner.lease.as_ref().is_some_and(|l| l.is_expired());
+        if !expired && !self.inner.closed.load(Ordering::Acquire) {
             if let Err(e) = self.flush() {
                 tracing::warn!(topic = %self.inner.topic.name(), error = %e, "flush on producer drop failed");
             }
         }
     }
+}
+
+/// Registers the producer with the registry master: with a lease (held by
+/// the driver's renewal task) unless `lease` is `None`, or when the master
+/// speaks protocol 1, which has no leases.
+fn register(topic: &Topic, lease: Option<Duration>) -> Result<(u64, Option<Arc<Lease>>)> {
+    let d = topic.driver.clone();
+    let name = topic.name().to_string();
+    // 0 asks for the server's default; anything else is at least 1 ms.
+    let lease_ms = lease.map(|l| match l.as_millis() {
+        0 if l.is_zero() => 0,
+        ms => ms.clamp(1, u128::from(u32::MAX)) as u32,
+    });
+    let (id, granted) = topic.driver.block_on(async move {
+        let version = d.master_version().await?;
+        let req = match lease_ms {
+            Some(lease_ms) if version >= 2 => Request::OpenProducer { topic: name, lease_ms },
+            Some(_) => {
+                tracing::warn!(topic = %name, version, "the registry master speaks no producer leases (protocol 1); the producer stays open until closed");
+                Request::RegisterProducer { topic: name }
+            }
+            None => Request::RegisterProducer { topic: name },
+        };
+        match d.master_call(req).await? {
+            Response::Producer { id } => Ok((id, None)),
+            Response::ProducerLease { id, lease_ms } => Ok((id, Some(lease_ms))),
+            other => Err(unexpected(other)),
+        }
+    })?;
+    let lease = granted.map(|ms| {
+        let duration = Duration::from_millis(u64::from(ms));
+        Leases::hold(&topic.driver, topic.name(), id, duration)
+    });
+    Ok((id, lease))
 }
 
 fn seal(st: &mut QueueState) {

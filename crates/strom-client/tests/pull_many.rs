@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use strom_client::{Driver, TopicSpec};
+use strom_client::{Batching, Driver, ProducerOptions, TopicSpec};
 
 fn offsets(events: &[strom_client::Event]) -> Vec<u64> {
     events.iter().map(|e| e.offset).collect()
@@ -14,7 +14,14 @@ fn pull_many_takes_what_has_arrived_up_to_max_then_reports_the_end() {
     let dir = tempfile::tempdir().unwrap();
     let d = Driver::embedded(dir.path()).unwrap();
     let t = d.create_topic(TopicSpec::new("tasks", 1)).unwrap();
-    let p = t.producer().unwrap();
+    // One batch of ten, so they all arrive together: with adaptive batching
+    // the first event goes alone and the first `pull_many` could see only it.
+    let p = t
+        .producer_with(ProducerOptions {
+            batch: Batching::count(10),
+            ..Default::default()
+        })
+        .unwrap();
     for i in 0..10 {
         p.push(format!("{{\"task\":{i}}}"), ()).unwrap();
     }

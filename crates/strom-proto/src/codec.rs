@@ -13,11 +13,28 @@ use crate::error::ProtoError;
 pub struct Reader<'a> {
     buf: &'a Bytes,
     pos: usize,
+    version: u8,
 }
 
 impl<'a> Reader<'a> {
+    /// A reader of bytes encoded at this build's [`crate::PROTOCOL_VERSION`].
     pub fn new(buf: &'a Bytes) -> Self {
-        Reader { buf, pos: 0 }
+        Self::at(buf, crate::PROTOCOL_VERSION)
+    }
+
+    /// A reader of bytes encoded at protocol `version` (a frame header's):
+    /// nested structs read fields added after `version` as their default.
+    pub fn at(buf: &'a Bytes, version: u8) -> Self {
+        Reader {
+            buf,
+            pos: 0,
+            version,
+        }
+    }
+
+    /// The protocol version the bytes were encoded at.
+    pub fn version(&self) -> u8 {
+        self.version
     }
 
     pub fn remaining(&self) -> usize {
@@ -96,6 +113,12 @@ pub trait Wire: Sized {
     /// The fewest bytes any encoding of this type takes (guards allocation).
     const MIN_SIZE: usize;
     fn put(&self, out: &mut BytesMut);
+    /// Encodes for a peer speaking protocol `version`. Only types holding
+    /// fields added in a later version (`wire_struct!` with `field @ N`)
+    /// and the containers around them encode differently per version.
+    fn put_v(&self, _version: u8, out: &mut BytesMut) {
+        self.put(out)
+    }
     fn get(r: &mut Reader<'_>) -> Result<Self, ProtoError>;
 }
 
@@ -162,6 +185,15 @@ impl<T: Wire> Wire for Option<T> {
             }
         }
     }
+    fn put_v(&self, version: u8, out: &mut BytesMut) {
+        match self {
+            None => out.put_u8(0),
+            Some(v) => {
+                out.put_u8(1);
+                v.put_v(version, out)
+            }
+        }
+    }
     fn get(r: &mut Reader<'_>) -> Result<Self, ProtoError> {
         match bool::get(r)? {
             false => Ok(None),
@@ -176,6 +208,12 @@ impl<T: Wire> Wire for Vec<T> {
         out.put_u32_le(self.len() as u32);
         for v in self {
             v.put(out);
+        }
+    }
+    fn put_v(&self, version: u8, out: &mut BytesMut) {
+        out.put_u32_le(self.len() as u32);
+        for v in self {
+            v.put_v(version, out);
         }
     }
     fn get(r: &mut Reader<'_>) -> Result<Self, ProtoError> {
@@ -198,24 +236,43 @@ impl<A: Wire, B: Wire> Wire for (A, B) {
         self.0.put(out);
         self.1.put(out);
     }
+    fn put_v(&self, version: u8, out: &mut BytesMut) {
+        self.0.put_v(version, out);
+        self.1.put_v(version, out);
+    }
     fn get(r: &mut Reader<'_>) -> Result<Self, ProtoError> {
         Ok((A::get(r)?, B::get(r)?))
     }
 }
 
 /// Implements [`Wire`] for a struct by encoding its fields in order.
+/// `field @ N` marks a field added in protocol version `N`: written only for
+/// peers speaking `N` or later (see [`Wire::put_v`]), and read as its
+/// `Default` from bytes of an older version (see [`Reader::version`]).
 #[macro_export]
 macro_rules! wire_struct {
-    ($t:ident { $($f:ident),* $(,)? }) => {
+    ($t:ident { $($f:ident $(@ $since:literal)?),* $(,)? }) => {
         impl $crate::codec::Wire for $t {
             const MIN_SIZE: usize = 0;
             fn put(&self, out: &mut bytes::BytesMut) {
-                $( $crate::codec::Wire::put(&self.$f, out); )*
+                $crate::codec::Wire::put_v(self, $crate::PROTOCOL_VERSION, out)
+            }
+            #[allow(unused_variables)]
+            fn put_v(&self, version: u8, out: &mut bytes::BytesMut) {
+                $( if $crate::wire_struct!(@sent version $(, $since)?) {
+                    $crate::codec::Wire::put_v(&self.$f, version, out);
+                } )*
             }
             fn get(r: &mut $crate::codec::Reader<'_>) -> Result<Self, $crate::error::ProtoError> {
-                Ok($t { $( $f: $crate::codec::Wire::get(r)?, )* })
+                Ok($t { $( $f: $crate::wire_struct!(@get r $(, $since)?), )* })
             }
         }
+    };
+    (@sent $v:expr) => { true };
+    (@sent $v:expr, $since:literal) => { $v >= $since };
+    (@get $r:ident) => { $crate::codec::Wire::get($r)? };
+    (@get $r:ident, $since:literal) => {
+        if $r.version() >= $since { $crate::codec::Wire::get($r)? } else { Default::default() }
     };
 }
 

@@ -46,6 +46,7 @@ codes! {
     PARTITION_UNAVAILABLE = 207, "the member hosting the partition is down or the partition could not be opened";
     DATA_DIR_LOCKED = 208, "another server process holds the data directory";
     GROUP_FILE_LIVE = 209, "the group file names live members of another group";
+    PRODUCER_EXPIRED = 214, "the producer's lease ran out; its part of the stream was closed";
     STORAGE_IO = 300, "storage I/O error";
     CORRUPT = 301, "corrupt data detected in storage";
     OFFSET_OUT_OF_RANGE = 302, "offset is outside the partition's range";

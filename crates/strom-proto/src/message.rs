@@ -147,6 +147,19 @@ pub enum Request {
         topic: String,
         partition: u32,
     },
+    /// Registers a producer holding a lease of `lease_ms` (the server
+    /// clamps it to its range; 0 asks for the server's default). The client
+    /// must renew it with [`Request::RenewLeases`] or the producer expires
+    /// and counts as closed. Protocol version 2.
+    OpenProducer {
+        topic: String,
+        lease_ms: u32,
+    },
+    /// Renews the leases of every listed `(topic, producer)`: one request
+    /// per client process. Protocol version 2.
+    RenewLeases {
+        producers: Vec<(String, u64)>,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -204,6 +217,16 @@ pub enum Response {
         damaged: Vec<(u64, u64)>,
         quarantined: Vec<(u64, u64)>,
     },
+    /// Answer to [`Request::OpenProducer`]: the id and the lease granted.
+    ProducerLease {
+        id: u64,
+        lease_ms: u32,
+    },
+    /// Answer to [`Request::RenewLeases`]: the producers whose lease could
+    /// not be renewed (expired, closed, or unknown). They must stop.
+    Leases {
+        lost: Vec<(String, u64)>,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -258,8 +281,8 @@ macro_rules! messages {
             pub fn encode(&self, version: u8, out: &mut BytesMut) {
                 match self {
                     $($ty::$var $({ $($f,)* $($rest)? })? $(( $tuple ))? => {
-                        $($( if messages!(@sent version $(, $since)?) { $f.put(out); } )* $( out.extend_from_slice($rest); )?)?
-                        $( $tuple.put(out); )?
+                        $($( if messages!(@sent version $(, $since)?) { $f.put_v(version, out); } )* $( out.extend_from_slice($rest); )?)?
+                        $( $tuple.put_v(version, out); )?
                     })*
                 }
             }
@@ -268,7 +291,7 @@ macro_rules! messages {
             /// header's); fields newer than `version` take their default.
             #[allow(unused_variables)]
             pub fn decode(version: u8, opcode: u16, body: &Bytes) -> Result<Self, ProtoError> {
-                let mut r = Reader::new(body);
+                let mut r = Reader::at(body, version);
                 let msg = match opcode {
                     $($op => messages!(@build r, version, $ty, $var $({ $($f $(@ $since)?),* $(; @rest $rest)? })? $(( $tuple ))?),)*
                     other => return Err(ProtoError::Unknown { what: "opcode", value: other as u64 }),
@@ -321,6 +344,8 @@ messages!(Request {
     23 => PartitionStats { topic, partitions },
     24 => Limits,
     25 => Scrub { topic, partition },
+    26 => OpenProducer { topic, lease_ms },
+    27 => RenewLeases { producers },
 });
 
 messages!(Response {
@@ -339,6 +364,8 @@ messages!(Response {
     13 => Stats(stats),
     14 => Limits { max_frame_bytes, max_batch_bytes },
     15 => Scrubbed { segments, batches, bytes, damaged, quarantined },
+    16 => ProducerLease { id, lease_ms },
+    17 => Leases { lost },
 });
 
 messages!(Push {
@@ -485,6 +512,60 @@ mod tests {
             Request::decode(PROTOCOL_VERSION, 4, &Bytes::from_static(b"x")),
             Err(ProtoError::Trailing(1))
         ));
+    }
+
+    #[test]
+    fn lease_messages_round_trip() {
+        round_trip_req(Request::OpenProducer {
+            topic: "t".into(),
+            lease_ms: 1500,
+        });
+        round_trip_req(Request::RenewLeases {
+            producers: vec![("t".into(), 3), ("u".into(), 1)],
+        });
+        for m in [
+            Response::ProducerLease {
+                id: 4,
+                lease_ms: 1000,
+            },
+            Response::Leases {
+                lost: vec![("t".into(), 3)],
+            },
+        ] {
+            let mut b = BytesMut::new();
+            m.encode(PROTOCOL_VERSION, &mut b);
+            assert_eq!(
+                Response::decode(PROTOCOL_VERSION, m.opcode(), &b.freeze()).unwrap(),
+                m
+            );
+        }
+    }
+
+    #[test]
+    fn expired_producers_nested_in_a_topic_is_sent_only_at_version_2() {
+        let state = TopicState {
+            open_producers: 1,
+            closed_producers: 2,
+            ended: false,
+            expired_producers: 3,
+        };
+        let info = TopicInfo {
+            spec: TopicSpec::new("t", 1),
+            partitions: vec![],
+            state,
+        };
+        let m = Response::Topics(vec![info.clone()]);
+        let (mut v1, mut v2) = (BytesMut::new(), BytesMut::new());
+        m.encode(1, &mut v1);
+        m.encode(2, &mut v2);
+        assert_eq!(v2.len(), v1.len() + 4, "version 1 omits the u32 count");
+        let mut old = info.clone();
+        old.state.expired_producers = 0;
+        assert_eq!(
+            Response::decode(1, m.opcode(), &v1.freeze()).unwrap(),
+            Response::Topics(vec![old])
+        );
+        assert_eq!(Response::decode(2, m.opcode(), &v2.freeze()).unwrap(), m);
     }
 
     /// A message as it might grow: `added` arrived in protocol version 2.

@@ -354,13 +354,19 @@ pub struct TopicState {
     pub open_producers: u32,
     /// Producers that closed their part of the stream.
     pub closed_producers: u32,
-    /// The stream has ended: every producer closed, or the topic was completed.
+    /// The stream has ended: every producer closed or expired, or the topic
+    /// was completed.
     pub ended: bool,
+    /// Producers whose lease ran out; their part of the stream is closed
+    /// (not counted in `closed_producers`). Protocol version 2; 0 from a
+    /// version-1 peer.
+    pub expired_producers: u32,
 }
 wire_struct!(TopicState {
     open_producers,
     closed_producers,
-    ended
+    ended,
+    expired_producers @ 2
 });
 
 #[derive(Clone, Debug, PartialEq, Eq)]

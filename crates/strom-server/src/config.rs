@@ -48,6 +48,10 @@ pub struct ServerConfig {
     /// Bytes of fetched data one connection may have read but not yet sent;
     /// past it the server stops reading that connection's requests.
     pub max_connection_buffer_bytes: u64,
+    /// The lease, in milliseconds, of a producer that asks for the default:
+    /// a leased producer not renewed for this long expires, and its part of
+    /// the stream is closed. Requested leases are clamped to 1000..=300000.
+    pub producer_lease_ms: u32,
 }
 
 impl Default for ServerConfig {
@@ -71,6 +75,7 @@ impl Default for ServerConfig {
             handshake_timeout_ms: 10_000,
             frame_timeout_ms: 60_000,
             max_connection_buffer_bytes: 256 << 20,
+            producer_lease_ms: 10_000,
         }
     }
 }
@@ -133,6 +138,13 @@ impl ServerConfig {
             || self.max_connection_buffer_bytes < 1 << 20
         {
             return Err("max_connections, handshake_timeout_ms and frame_timeout_ms must be positive, and max_connection_buffer_bytes at least 1 MiB".into());
+        }
+        let (lo, hi) = crate::registry::LEASE_RANGE_MS;
+        if !(lo..=hi).contains(&self.producer_lease_ms) {
+            return Err(format!(
+                "producer_lease_ms must be between {lo} and {hi}, not {}",
+                self.producer_lease_ms
+            ));
         }
         if self.segment_bytes < 4096 {
             return Err("segment_bytes must be at least 4096".into());

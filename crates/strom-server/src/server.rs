@@ -156,12 +156,15 @@ impl Server {
             peers,
         ));
         let registry = match &role {
-            Role::Master { expected } => Some(Registry::open(
-                &config.data_dir,
-                config.group_file.clone(),
-                *expected,
-                link.clone(),
-            )?),
+            Role::Master { expected } => Some(
+                Registry::open(
+                    &config.data_dir,
+                    config.group_file.clone(),
+                    *expected,
+                    link.clone(),
+                )?
+                .with_default_lease(config.producer_lease_ms),
+            ),
             Role::Member { .. } => None,
         };
         if let (Some(reg), Some(g)) = (&registry, &config.group_file) {
@@ -215,6 +218,7 @@ impl Server {
                 if let Some(reg) = state.control.master_registry() {
                     reg.publish_initial().await;
                 }
+                tasks.push(spawn_lease_loop(state.clone(), stop.subscribe()));
             }
             Role::Member { want, master } => {
                 tasks.push(tokio::spawn(membership(
@@ -241,6 +245,36 @@ fn spawn_retention(state: Arc<Services>, mut stopped: watch::Receiver<bool>) -> 
             let s = state.clone();
             let _ = tokio::task::spawn_blocking(move || s.data.host().enforce_retention(now_us()))
                 .await;
+        }
+    })
+}
+
+/// On the master: expires producers whose lease ran out, every 250 ms. A
+/// tick that comes late (the process was stalled) first extends every lease
+/// by the delay, so a stalled master does not expire live producers.
+fn spawn_lease_loop(state: Arc<Services>, mut stopped: watch::Receiver<bool>) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let every = Duration::from_millis(250);
+        let mut last = std::time::Instant::now();
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(every) => {}
+                _ = stopped.changed() => break,
+            }
+            let Some(reg) = state.control.master_registry() else {
+                break;
+            };
+            let late = last.elapsed().saturating_sub(every);
+            last = std::time::Instant::now();
+            if late > Duration::from_secs(1) {
+                tracing::warn!(
+                    late_ms = late.as_millis() as u64,
+                    "lease loop ran late; extending producer leases by the delay"
+                );
+                reg.extend_leases(late).await;
+                continue;
+            }
+            reg.expire_due().await;
         }
     })
 }

@@ -41,7 +41,13 @@ pub fn fill(
     let t = d
         .create_topic(TopicSpec::new(topic, partitions))
         .expect("creating the topic");
-    let p = t.producer().expect("a producer");
+    // No lease: the topic stays open after this producer is dropped.
+    let p = t
+        .producer_with(strom_client::ProducerOptions {
+            lease: None,
+            ..Default::default()
+        })
+        .expect("a producer");
     let pad = "x".repeat(meta_pad);
     let futures: Vec<_> = (0..n)
         .map(|i| {

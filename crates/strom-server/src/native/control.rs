@@ -45,6 +45,13 @@ async fn registry_op(svc: &ControlService, req: Request) -> Result<Response, Ser
         Request::RegisterProducer { topic } => Response::Producer {
             id: r.register_producer(&topic).await?,
         },
+        Request::OpenProducer { topic, lease_ms } => {
+            let (id, lease_ms) = r.open_producer(&topic, lease_ms).await?;
+            Response::ProducerLease { id, lease_ms }
+        }
+        Request::RenewLeases { producers } => Response::Leases {
+            lost: r.renew(producers).await,
+        },
         Request::CloseProducer { topic, producer } => {
             r.close_producer(&topic, producer).await?;
             Response::Done

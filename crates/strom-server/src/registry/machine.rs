@@ -9,7 +9,7 @@
 //! state. That is the contract a replicated (Raft) log needs. Volatile
 //! things, such as when a member last sent a heartbeat, live outside.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 use strom_proto::{GroupMember, TopicSpec, TopicState};
@@ -28,16 +28,26 @@ pub struct TopicMeta {
     pub producers: BTreeMap<u64, bool>,
     pub next_producer: u64,
     pub completed: bool,
+    /// Open producers holding a lease: producer id -> lease in milliseconds.
+    /// A producer leaves it when it closes or expires.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub leases: BTreeMap<u64, u32>,
+    /// Producers whose lease ran out. Each also counts as closed in
+    /// `producers`, so the end of stream is decided as for a close.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub expired: BTreeSet<u64>,
 }
 
 impl TopicMeta {
     pub fn state(&self) -> TopicState {
-        let closed = self.producers.values().filter(|c| **c).count() as u32;
-        let open = self.producers.len() as u32 - closed;
+        let finished = self.producers.values().filter(|c| **c).count() as u32;
+        let open = self.producers.len() as u32 - finished;
+        let expired = self.expired.len() as u32;
         TopicState {
             open_producers: open,
-            closed_producers: closed,
-            ended: self.completed || (open == 0 && closed > 0),
+            closed_producers: finished - expired,
+            ended: self.completed || (open == 0 && finished > 0),
+            expired_producers: expired,
         }
     }
 
@@ -92,8 +102,17 @@ pub enum RegistryCommand {
     DeleteTopic {
         name: String,
     },
-    /// A producer registered under the id `producer`.
+    /// A producer registered under the id `producer`, holding a lease of
+    /// `lease_ms` if set (absent in records written before leases).
     RegisterProducer {
+        topic: String,
+        producer: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        lease_ms: Option<u32>,
+    },
+    /// A leased producer was not renewed in time: its part of the stream is
+    /// closed, and it is reported as expired rather than closed.
+    ExpireProducer {
         topic: String,
         producer: u64,
     },
@@ -229,7 +248,9 @@ impl RegistryState {
             C::DeleteTopic { name } | C::CompleteTopic { topic: name } => {
                 self.topic(name)?;
             }
-            C::RegisterProducer { topic, producer } => {
+            C::RegisterProducer {
+                topic, producer, ..
+            } => {
                 let t = self.topic(topic)?;
                 if t.state().ended {
                     return fail(format!("topic '{topic}' has ended"));
@@ -244,6 +265,13 @@ impl RegistryState {
             C::CloseProducer { topic, producer } => {
                 if !self.topic(topic)?.producers.contains_key(producer) {
                     return fail(format!("topic '{topic}' has no producer {producer}"));
+                }
+            }
+            C::ExpireProducer { topic, producer } => {
+                if !self.topic(topic)?.leases.contains_key(producer) {
+                    return fail(format!(
+                        "producer {producer} of topic '{topic}' holds no open lease"
+                    ));
                 }
             }
             C::AddPartitions { topic, placement } => {
@@ -290,19 +318,30 @@ impl RegistryState {
             C::DeleteTopic { name } => {
                 self.topics.remove(name);
             }
-            C::RegisterProducer { topic, producer } => {
+            C::RegisterProducer {
+                topic,
+                producer,
+                lease_ms,
+            } => {
                 if let Some(t) = self.topics.get_mut(topic) {
                     t.producers.insert(*producer, false);
                     t.next_producer = producer + 1;
+                    if let Some(ms) = lease_ms {
+                        t.leases.insert(*producer, *ms);
+                    }
                 }
             }
             C::CloseProducer { topic, producer } => {
-                if let Some(closed) = self
-                    .topics
-                    .get_mut(topic)
-                    .and_then(|t| t.producers.get_mut(producer))
-                {
-                    *closed = true;
+                if let Some(t) = self.topics.get_mut(topic) {
+                    t.producers.insert(*producer, true);
+                    t.leases.remove(producer);
+                }
+            }
+            C::ExpireProducer { topic, producer } => {
+                if let Some(t) = self.topics.get_mut(topic) {
+                    t.producers.insert(*producer, true);
+                    t.leases.remove(producer);
+                    t.expired.insert(*producer);
                 }
             }
             C::CompleteTopic { topic } => {

@@ -15,9 +15,10 @@
 //!
 //! Modules: `machine` (state and commands, pure), `record` (file framing,
 //! pure), `files`, `snapshot` and `store` (persistence), `topics` (the topic
-//! operations).
+//! operations), `leases` (producer leases: open, renew, expire).
 
 mod files;
+mod leases;
 mod machine;
 mod record;
 mod snapshot;
@@ -45,7 +46,12 @@ use store::{Limits, Store};
 /// A member not heard from for this long is reported dead.
 pub const HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(3);
 
+/// The shortest and longest producer lease granted, in milliseconds.
+pub const LEASE_RANGE_MS: (u32, u32) = (1_000, 300_000);
+
 pub struct Registry {
+    /// The lease granted to a producer that asks for the default (0).
+    default_lease_ms: u32,
     /// Reaches members (this server included) for host/seal/drop/stats.
     link: Arc<MemberLink>,
     group_id: u64,
@@ -64,6 +70,9 @@ struct Inner {
     /// The least id the next topic may take: a failed create uses up its id
     /// (a member may still hold its partitions) while this process lives.
     topic_id_floor: u64,
+    /// When each leased open producer expires unless renewed (volatile:
+    /// after a restart every one gets a full lease of grace).
+    lease_deadline: HashMap<(String, u64), Instant>,
 }
 
 impl Inner {
@@ -142,11 +151,26 @@ impl Registry {
         let mut last_seen: HashMap<u32, Instant> =
             state.members.keys().map(|id| (*id, unheard)).collect();
         last_seen.insert(0, now);
+        // Leases are volatile: every leased open producer starts with a
+        // full lease, as members start with a full heartbeat timeout.
+        let lease_deadline = state
+            .topics
+            .values()
+            .flat_map(|t| {
+                t.leases.iter().map(|(p, ms)| {
+                    (
+                        (t.spec.name.clone(), *p),
+                        now + Duration::from_millis(u64::from(*ms)),
+                    )
+                })
+            })
+            .collect();
         let mut inner = Inner {
             topic_id_floor: state.next_topic_id,
             state,
             store,
             last_seen,
+            lease_deadline,
         };
         if inner.state.group_id == 0 {
             // Recorded before any group file carries it.
@@ -159,12 +183,20 @@ impl Registry {
             inner.commit(RegistryCommand::MemberJoined { id: 0, addr })?;
         }
         Ok(Registry {
+            default_lease_ms: 10_000,
             link,
             group_id: inner.state.group_id,
             group_file,
             expected: expected.max(1),
             inner: Mutex::new(inner),
         })
+    }
+
+    /// Sets the lease granted to producers that ask for the default
+    /// (`producer_lease_ms`), clamped to [`LEASE_RANGE_MS`].
+    pub fn with_default_lease(mut self, ms: u32) -> Self {
+        self.default_lease_ms = ms.clamp(LEASE_RANGE_MS.0, LEASE_RANGE_MS.1);
+        self
     }
 
     /// The group's id, written into the group file.

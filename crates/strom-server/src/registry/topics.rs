@@ -163,6 +163,8 @@ impl Registry {
             producers: Default::default(),
             next_producer: 1,
             completed: false,
+            leases: Default::default(),
+            expired: Default::default(),
         };
         inner.topic_id_floor = id + 1;
         let drop_req = || Request::DropPartitions {
@@ -287,7 +289,7 @@ impl Registry {
 
     /// Commits a change to a topic's end-of-stream bookkeeping and seals
     /// every partition if the stream has just ended.
-    async fn commit_and_seal(
+    pub(super) async fn commit_and_seal(
         &self,
         inner: &mut Inner,
         name: &str,
@@ -307,26 +309,36 @@ impl Registry {
         Ok(())
     }
 
+    /// The id the next producer of an open topic takes.
+    pub(super) fn next_producer(&self, inner: &Inner, name: &str) -> Result<u64, ServerError> {
+        let meta = topic(inner, name)?;
+        check_open(meta)?;
+        Ok(meta.next_producer)
+    }
+
+    /// Registers a producer without a lease: it stays open until closed.
     pub async fn register_producer(&self, name: &str) -> Result<u64, ServerError> {
         let mut inner = self.inner.lock().await;
-        let meta = topic(&inner, name)?;
-        check_open(meta)?;
-        let producer = meta.next_producer;
+        let producer = self.next_producer(&inner, name)?;
         inner.commit(RegistryCommand::RegisterProducer {
             topic: name.to_string(),
             producer,
+            lease_ms: None,
         })?;
         Ok(producer)
     }
 
     pub async fn close_producer(&self, name: &str, producer: u64) -> Result<(), ServerError> {
         let mut inner = self.inner.lock().await;
-        if !topic(&inner, name)?.producers.contains_key(&producer) {
+        let meta = topic(&inner, name)?;
+        if !meta.producers.contains_key(&producer) {
             return Err(ServerError::coded(
                 ErrorCode::PRODUCER_NOT_FOUND,
                 format!("topic '{name}' has no producer {producer}"),
             ));
         }
+        Registry::check_not_expired(meta, producer)?;
+        inner.lease_deadline.remove(&(name.to_string(), producer));
         let cmd = RegistryCommand::CloseProducer {
             topic: name.to_string(),
             producer,

@@ -56,6 +56,11 @@ fn a_rejected_command_leaves_the_state_unchanged() {
         RegistryCommand::RegisterProducer {
             topic: t.spec.name.clone(),
             producer: t.next_producer - 1,
+            lease_ms: None,
+        },
+        RegistryCommand::ExpireProducer {
+            topic: t.spec.name.clone(),
+            producer: u64::MAX,
         },
         RegistryCommand::CloseProducer {
             topic: t.spec.name.clone(),

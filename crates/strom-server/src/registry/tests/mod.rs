@@ -1,6 +1,7 @@
 //! Tests of the registry: the pure machine, recovery of its files, power
 //! loss on a simulated disk, and operations through a live [`Registry`].
 
+mod leases;
 mod machine;
 mod power_loss;
 mod recovery;
@@ -41,6 +42,8 @@ fn create(state: &RegistryState, name: &str, placement: Vec<u32>) -> RegistryCom
             producers: Default::default(),
             next_producer: 1,
             completed: false,
+            leases: Default::default(),
+            expired: Default::default(),
         }),
     }
 }
@@ -71,6 +74,19 @@ fn random_command(st: &RegistryState, rng: &mut SimRng) -> RegistryCommand {
             C::RegisterProducer {
                 topic: t.spec.name.clone(),
                 producer: t.next_producer + rng.below(2),
+                lease_ms: (rng.below(2) == 0).then_some(1000),
+            }
+        }
+        3 if rng.below(2) == 0 => {
+            match any_topic.and_then(|t| pick(rng, t.leases.keys()).map(|p| (t, *p))) {
+                Some((t, p)) => C::ExpireProducer {
+                    topic: t.spec.name.clone(),
+                    producer: p,
+                },
+                None => C::MemberJoined {
+                    id: rng.below(6) as u32,
+                    addr: format!("10.0.0.{}:1", rng.below(250)),
+                },
             }
         }
         3 => match any_topic.and_then(|t| pick(rng, t.producers.keys()).map(|p| (t, *p))) {

@@ -14,7 +14,7 @@ use crate::members::MemberLink;
 
 const ADDR: &str = "127.0.0.1:7000";
 
-fn link(dir: &Path) -> Arc<MemberLink> {
+pub(super) fn link(dir: &Path) -> Arc<MemberLink> {
     let config = ServerConfig {
         data_dir: dir.join("host"),
         ..Default::default()
