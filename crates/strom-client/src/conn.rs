@@ -148,7 +148,7 @@ impl ClientConn {
                     format!("server {addr} chose protocol version {version}; this client speaks {MIN_PROTOCOL_VERSION} to {PROTOCOL_VERSION}"),
                 ))
             }
-            other => return Err(crate::driver::unexpected(other)),
+            other => return Err(crate::error::unexpected(other)),
         }
         match c.call(&Request::Limits, Vec::new()).await? {
             Response::Limits {
@@ -160,7 +160,7 @@ impl ClientConn {
                     max_batch_bytes,
                 });
             }
-            other => return Err(crate::driver::unexpected(other)),
+            other => return Err(crate::error::unexpected(other)),
         }
         Ok(c)
     }

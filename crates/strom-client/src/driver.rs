@@ -13,7 +13,7 @@ use strom_proto::{ErrorCode, GroupFile, MemberInfo, Request, Response, TopicInfo
 use tokio::runtime::{Handle, Runtime};
 
 use crate::conn::ClientConn;
-use crate::error::{Error, Result};
+use crate::error::{unexpected, Error, Result};
 use crate::lease::Leases;
 use crate::topic::Topic;
 
@@ -392,13 +392,6 @@ pub struct ScrubReport {
     pub damaged: Vec<(u64, u64)>,
     /// Every quarantined range of the partition after the pass.
     pub quarantined: Vec<(u64, u64)>,
-}
-
-pub(crate) fn unexpected(r: Response) -> Error {
-    Error::coded(
-        ErrorCode::INTERNAL,
-        format!("unexpected response from the server: {r:?}"),
-    )
 }
 
 impl Drop for DriverInner {

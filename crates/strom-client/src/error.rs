@@ -148,3 +148,12 @@ impl Error {
         }
     }
 }
+
+/// A response of the wrong kind for its request: a server bug, reported as
+/// `INTERNAL` with what came back.
+pub(crate) fn unexpected(r: strom_proto::Response) -> Error {
+    Error::coded(
+        ErrorCode::INTERNAL,
+        format!("unexpected response from the server: {r:?}"),
+    )
+}

@@ -22,7 +22,7 @@ use tokio::sync::mpsc;
 
 use crate::batching::{event_limit, Batching, EventLimit, Trigger};
 use crate::conn::{Callback, ClientConn, ServerLimits};
-use crate::driver::unexpected;
+use crate::error::unexpected;
 use crate::error::{Error, Result};
 use crate::lease::{Lease, Leases};
 use crate::slot::Slot;

@@ -16,7 +16,7 @@ use tokio::sync::mpsc;
 
 use crate::consumer::{Item, PartSub, Shared};
 use crate::data::{plan_fill, DataBuffer, DataDescriptor, EventMeta};
-use crate::driver::unexpected;
+use crate::error::unexpected;
 use crate::error::{Error, Result};
 use crate::event::Event;
 

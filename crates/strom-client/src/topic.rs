@@ -60,7 +60,7 @@ impl Topic {
                 *self.info.write() = info.clone();
                 Ok(info)
             }
-            other => Err(crate::driver::unexpected(other)),
+            other => Err(crate::error::unexpected(other)),
         }
     }
 
