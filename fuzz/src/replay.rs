@@ -292,3 +292,34 @@ pub fn check_seed_corpus(root: &Path, seeds: &[Seed]) {
         );
     }
 }
+
+/// The stable-toolchain harness of one fuzz target module, `targets`
+/// (its `seeds`, `TARGETS` and `bound`): the committed seed corpus is
+/// current, and the corpus plus 100,000 inputs mutated from `seed` decode
+/// without panic or unbounded allocation. Expands in a test file that
+/// includes this module as `replay` (with `#[macro_use]`) and sets
+/// `replay::Counting` as its global allocator.
+#[allow(unused_macros)]
+macro_rules! replay_tests {
+    ($seed:expr) => {
+        fn fuzz_root() -> std::path::PathBuf {
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz")
+        }
+
+        #[test]
+        fn seed_corpus_is_committed_and_current() {
+            replay::check_seed_corpus(&fuzz_root(), &targets::seeds());
+        }
+
+        #[test]
+        fn corpus_and_100k_mutants_decode_without_panic_or_unbounded_allocation() {
+            replay::replay_and_mutate(
+                &fuzz_root(),
+                targets::TARGETS,
+                100_000,
+                $seed,
+                targets::bound,
+            );
+        }
+    };
+}

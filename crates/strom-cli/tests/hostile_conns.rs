@@ -17,12 +17,6 @@ use strom_proto::{Request, Response};
 
 const MIB: u64 = 1 << 20;
 
-fn server_with(base: &std::path::Path, config: &str) -> ServerProcess {
-    let file = base.join("server.toml");
-    std::fs::write(&file, config).unwrap();
-    ServerProcess::start_with(base, &["--config", file.to_str().unwrap()])
-}
-
 /// Creates a file topic holding one event with `size` bytes of data.
 fn one_big_event(server: &ServerProcess, size: usize) {
     let d = server.connect();
@@ -54,7 +48,7 @@ fn hello_works(addr: &str) {
 #[test]
 fn fetch_flood_without_reading_answers_keeps_server_memory_bounded() {
     let base = tempfile::tempdir().unwrap();
-    let server = server_with(
+    let server = ServerProcess::start_with_config(
         base.path(),
         "max_connection_buffer_bytes = 4194304\n", // 4 MiB
     );
@@ -99,7 +93,7 @@ fn fetch_flood_without_reading_answers_keeps_server_memory_bounded() {
 #[test]
 fn stalled_connections_are_closed_and_idle_ones_are_not() {
     let base = tempfile::tempdir().unwrap();
-    let server = server_with(
+    let server = ServerProcess::start_with_config(
         base.path(),
         "handshake_timeout_ms = 500\nframe_timeout_ms = 500\n",
     );
@@ -159,7 +153,7 @@ fn stalled_connections_are_closed_and_idle_ones_are_not() {
 #[test]
 fn connections_past_the_limit_are_closed_at_accept() {
     let base = tempfile::tempdir().unwrap();
-    let server = server_with(base.path(), "max_connections = 20\n");
+    let server = ServerProcess::start_with_config(base.path(), "max_connections = 20\n");
     // The test's own probes below need a slot: hold 19 of the 20.
     let held: Vec<TcpStream> = (0..19).map(|_| connect(&server.addr)).collect();
     hello_works(&server.addr);
@@ -212,7 +206,7 @@ fn peer_closed(s: &mut TcpStream) -> bool {
 #[test]
 fn a_fetch_larger_than_a_frame_is_refused_before_anything_is_read() {
     let base = tempfile::tempdir().unwrap();
-    let server = server_with(base.path(), "max_frame_bytes = 16777216\n"); // 16 MiB
+    let server = ServerProcess::start_with_config(base.path(), "max_frame_bytes = 16777216\n"); // 16 MiB
     one_big_event(&server, MIB as usize);
     let before = server.rss_bytes();
     // The whole 1 MiB event asked for 4,000 times, each as its own item

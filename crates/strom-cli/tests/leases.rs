@@ -17,13 +17,10 @@ use serde_json::Value;
 const LEASE: Duration = Duration::from_millis(1500);
 
 fn server_with_short_lease(base: &std::path::Path) -> ServerProcess {
-    let file = base.join("server.toml");
-    std::fs::write(
-        &file,
-        format!("producer_lease_ms = {}\n", LEASE.as_millis()),
+    ServerProcess::start_with_config(
+        base,
+        &format!("producer_lease_ms = {}\n", LEASE.as_millis()),
     )
-    .unwrap();
-    ServerProcess::start_with(base, &["--config", file.to_str().unwrap()])
 }
 
 /// `topic describe TOPIC --json`'s `state` object.

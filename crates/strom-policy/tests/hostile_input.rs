@@ -7,12 +7,11 @@
 //! run over the committed corpus and 100,000 deterministically mutated
 //! inputs under a counting global allocator.
 
-use std::path::{Path, PathBuf};
-
 use strom_policy::binary::MAX_ZERO_WIDTH_ITEMS;
 use strom_policy::TopicPolicy;
 
 #[allow(dead_code)]
+#[macro_use]
 #[path = "../../../fuzz/src/replay.rs"]
 mod replay;
 #[path = "../../../fuzz/src/policy.rs"]
@@ -21,25 +20,7 @@ mod targets;
 #[global_allocator]
 static ALLOC: replay::Counting = replay::Counting;
 
-fn fuzz_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz")
-}
-
-#[test]
-fn seed_corpus_is_committed_and_current() {
-    replay::check_seed_corpus(&fuzz_root(), &targets::seeds());
-}
-
-#[test]
-fn corpus_and_100k_mutants_decode_without_panic_or_unbounded_allocation() {
-    replay::replay_and_mutate(
-        &fuzz_root(),
-        targets::TARGETS,
-        100_000,
-        0x5354_524F_4D00_0002,
-        targets::bound,
-    );
-}
+replay_tests!(0x5354_524F_4D00_0002);
 
 const NESTED_NULLS: &str = r#"{"type":"array","items":{"type":"array","items":{"type":"null"}}}"#;
 

@@ -7,13 +7,12 @@
 //! run over the committed corpus, 100,000 deterministically mutated inputs,
 //! and proptest's random ones, all under a counting global allocator.
 
-use std::path::{Path, PathBuf};
-
 use bytes::Bytes;
 use proptest::prelude::*;
 use strom_proto::{BatchBuilder, BatchView, FRAME_HEADER_LEN};
 
 #[allow(dead_code)]
+#[macro_use]
 #[path = "../../../fuzz/src/replay.rs"]
 mod replay;
 #[path = "../../../fuzz/src/proto.rs"]
@@ -22,25 +21,7 @@ mod targets;
 #[global_allocator]
 static ALLOC: replay::Counting = replay::Counting;
 
-fn fuzz_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz")
-}
-
-#[test]
-fn seed_corpus_is_committed_and_current() {
-    replay::check_seed_corpus(&fuzz_root(), &targets::seeds());
-}
-
-#[test]
-fn corpus_and_100k_mutants_decode_without_panic_or_unbounded_allocation() {
-    replay::replay_and_mutate(
-        &fuzz_root(),
-        targets::TARGETS,
-        100_000,
-        0x5354_524F_4D00_0001,
-        targets::bound,
-    );
-}
+replay_tests!(0x5354_524F_4D00_0001);
 
 /// The samples behind the seeds name opcodes 1..=N of each message kind,
 /// and N + 1 is unknown to the decoder: an opcode added without a sample

@@ -43,6 +43,15 @@ impl ServerProcess {
         Self::start_with(base, &[])
     }
 
+    /// [`ServerProcess::start`] with `config` (TOML) as its config file,
+    /// written to `base/server.toml`.
+    #[allow(dead_code)] // not every test binary uses it
+    pub fn start_with_config(base: &Path, config: &str) -> ServerProcess {
+        let file = base.join("server.toml");
+        std::fs::write(&file, config).expect("writing the server's config file");
+        Self::start_with(base, &["--config", file.to_str().expect("utf-8 path")])
+    }
+
     /// [`ServerProcess::start`] with extra `strom server` arguments.
     pub fn start_with(base: &Path, extra: &[&str]) -> ServerProcess {
         let data_dir = base.join("data");
