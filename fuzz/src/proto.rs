@@ -14,7 +14,8 @@ use strom_proto::topic::{
     StartPos, TopicInfo, TopicSpec, TopicState,
 };
 use strom_proto::{
-    BatchBuilder, BatchView, ErrorCode, FrameHeader, FrameKind, Push, Request, Response,
+    BatchBuilder, BatchView, ConsumerGroupInfo, ConsumerGroupMode, ConsumerGroupSpec, ErrorCode,
+    FrameHeader, FrameKind, GroupConsumerInfo, GroupPartitionInfo, Push, Request, Response, Run,
     FRAME_HEADER_LEN, PROTOCOL_VERSION,
 };
 
@@ -355,7 +356,71 @@ pub fn sample_requests() -> Vec<Request> {
         Request::RenewLeases {
             producers: vec![(t(), 1), (t(), 2)],
         },
+        Request::JoinConsumerGroup {
+            stream: 4,
+            spec: sample_group_spec(),
+            consumer: Some(3),
+            label: "worker-1".into(),
+        },
+        Request::ConsumerHeartbeat {
+            group: "g".into(),
+            consumer: 3,
+            owned: vec![(0, 2), (4, 5)],
+            done: vec![(4, 100)],
+        },
+        Request::LeaveConsumerGroup {
+            group: "g".into(),
+            consumer: 3,
+        },
+        Request::DescribeConsumerGroup { group: "g".into() },
+        Request::ListConsumerGroups,
+        Request::DeleteConsumerGroup { group: "g".into() },
+        Request::GroupSubscribe {
+            stream: 5,
+            spec: sample_group_spec(),
+            partition: 1,
+            consumer: 3,
+            epoch: 0,
+            prefetch: 64,
+        },
+        Request::GroupAck {
+            topic: t(),
+            partition: 1,
+            group: "g".into(),
+            acks: vec![(10, 3), (20, 1)],
+            nacks: vec![(14, 1)],
+        },
+        Request::GroupCommit {
+            topic: t(),
+            partition: 1,
+            group: "g".into(),
+            consumer: 3,
+            epoch: 2,
+            offset: 40,
+        },
+        Request::FenceGroupPartition {
+            topic: t(),
+            partition: 1,
+            group: "g".into(),
+            consumer: 3,
+            epoch: 2,
+        },
+        Request::ConsumerGroupStats {
+            spec: sample_group_spec(),
+            partitions: vec![0, 1],
+        },
+        Request::DropConsumerGroup {
+            topic: t(),
+            group: "g".into(),
+        },
     ]
+}
+
+fn sample_group_spec() -> ConsumerGroupSpec {
+    let mut spec = ConsumerGroupSpec::new("g", "runs", ConsumerGroupMode::Shared);
+    spec.max_deliveries = 3;
+    spec.dead_letter = Some(spec.default_dead_letter());
+    spec
 }
 
 /// One example of every response.
@@ -413,7 +478,50 @@ pub fn sample_responses() -> Vec<Response> {
         Response::Leases {
             lost: vec![("runs".into(), 3)],
         },
+        Response::ConsumerJoined {
+            consumer: 3,
+            spec: sample_group_spec(),
+            generation: 2,
+        },
+        Response::ConsumerAssignment {
+            generation: 2,
+            assigned: vec![(0, 1), (3, 4)],
+            ended: false,
+            heartbeat_ms: 3000,
+        },
+        Response::ConsumerGroup(sample_group_info()),
+        Response::ConsumerGroups(vec![sample_group_info()]),
+        Response::GroupStats(sample_group_info().partitions),
+        Response::Acked { floor: 17 },
     ]
+}
+
+fn sample_group_info() -> ConsumerGroupInfo {
+    ConsumerGroupInfo {
+        spec: sample_group_spec(),
+        generation: 2,
+        consumers: vec![GroupConsumerInfo {
+            id: 3,
+            label: "worker-1".into(),
+            alive: true,
+            last_seen_ms: 12,
+            partitions: vec![1],
+        }],
+        partitions: vec![GroupPartitionInfo {
+            partition: 1,
+            member: 0,
+            holder: Some((3, 2)),
+            committed: 10,
+            next_offset: 30,
+            pending: 4,
+            acked_above: 2,
+            redelivered: 1,
+            dead_lettered: 0,
+            pending_by_consumer: vec![(3, 4)],
+            status: PartitionStatus::Ok,
+        }],
+        ended: false,
+    }
 }
 
 /// One example of every push.
@@ -439,6 +547,24 @@ pub fn sample_pushes() -> Vec<Push> {
             first: 10,
             last: 12,
             code: ErrorCode::DATA_CORRUPT,
+        },
+        Push::Deliver {
+            partition: 1,
+            runs: vec![Run {
+                batch_base: 10,
+                first: 1,
+                count: 2,
+                data_pos: 8,
+                timestamp_us: 1_700_000_000_000_000,
+                deliveries: 2,
+            }],
+            meta: batch_seed(),
+        },
+        Push::ConsumerAssignment {
+            generation: 3,
+            assigned: vec![(2, 7)],
+            ended: true,
+            heartbeat_ms: 3000,
         },
     ]
 }

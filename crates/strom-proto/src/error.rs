@@ -46,6 +46,10 @@ codes! {
     PARTITION_UNAVAILABLE = 207, "the member hosting the partition is down or the partition could not be opened";
     DATA_DIR_LOCKED = 208, "another server process holds the data directory";
     GROUP_FILE_LIVE = 209, "the group file names live members of another group";
+    CONSUMER_GROUP_NOT_FOUND = 210, "no consumer group with that name";
+    CONSUMER_GROUP_MISMATCH = 211, "the consumer group exists for another topic or mode";
+    FENCED = 212, "another member holds the partition now (stale consumer or epoch)";
+    UNKNOWN_CONSUMER = 213, "the consumer is not a member of the group (its session expired); join again";
     PRODUCER_EXPIRED = 214, "the producer's lease ran out; its part of the stream was closed";
     STORAGE_IO = 300, "storage I/O error";
     CORRUPT = 301, "corrupt data detected in storage";

@@ -11,6 +11,7 @@ pub mod batch;
 pub mod codec;
 pub mod error;
 pub mod frame;
+pub mod group;
 pub mod message;
 pub mod selection;
 pub mod topic;
@@ -18,6 +19,10 @@ pub mod topic;
 pub use batch::{BatchBuilder, BatchView, EventEntry};
 pub use error::{ErrorCode, ProtoError};
 pub use frame::{FrameHeader, FrameKind, FRAME_HEADER_LEN};
+pub use group::{
+    ConsumerGroupInfo, ConsumerGroupMode, ConsumerGroupSpec, GroupConsumerInfo, GroupPartitionInfo,
+    Run,
+};
 pub use message::{Push, Request, Response};
 pub use selection::Selection;
 pub use topic::{

@@ -10,6 +10,7 @@ use bytes::{Bytes, BytesMut};
 
 use crate::codec::{Reader, Wire};
 use crate::error::{ErrorCode, ProtoError};
+use crate::group::{ConsumerGroupInfo, ConsumerGroupSpec, GroupPartitionInfo, Run};
 use crate::topic::{GroupMember, MemberInfo, PartitionInfo, StartPos, TopicInfo, TopicSpec};
 #[cfg(test)]
 use crate::PROTOCOL_VERSION;
@@ -160,6 +161,82 @@ pub enum Request {
     RenewLeases {
         producers: Vec<(String, u64)>,
     },
+    /// Joins (creating it if missing) a consumer group, to the master.
+    /// `consumer` rejoins under a previous id. Pushes of the membership
+    /// (`ConsumerAssignment`, partitioned groups) go to `stream`. Protocol 2.
+    JoinConsumerGroup {
+        stream: u64,
+        spec: ConsumerGroupSpec,
+        consumer: Option<u64>,
+        label: String,
+    },
+    /// A member is alive; `owned` lists `(partition, epoch)` it holds and
+    /// `done` `(partition, end offset)` it read and committed to the end.
+    ConsumerHeartbeat {
+        group: String,
+        consumer: u64,
+        owned: Vec<(u32, u64)>,
+        done: Vec<(u32, u64)>,
+    },
+    LeaveConsumerGroup {
+        group: String,
+        consumer: u64,
+    },
+    DescribeConsumerGroup {
+        group: String,
+    },
+    ListConsumerGroups,
+    DeleteConsumerGroup {
+        group: String,
+    },
+    /// Starts a consumer group's stream of one partition, to its owner:
+    /// `Events` pushes (partitioned, checked against `epoch`) or `Deliver`
+    /// pushes (shared). Credit and `Unsubscribe` work as for `Subscribe`.
+    GroupSubscribe {
+        stream: u64,
+        spec: ConsumerGroupSpec,
+        partition: u32,
+        consumer: u64,
+        epoch: u64,
+        prefetch: u32,
+    },
+    /// Shared groups: resolves `acks` and redelivers `nacks` at once, as
+    /// ranges `(first, count)`. Answered once the acks are durable.
+    GroupAck {
+        topic: String,
+        partition: u32,
+        group: String,
+        acks: Vec<(u64, u32)>,
+        nacks: Vec<(u64, u32)>,
+    },
+    /// Partitioned groups: commits `offset` for the holder `(consumer, epoch)`.
+    GroupCommit {
+        topic: String,
+        partition: u32,
+        group: String,
+        consumer: u64,
+        epoch: u64,
+        offset: u64,
+    },
+    /// Master → owner: only `(consumer, epoch)` may read and commit the
+    /// partition from now on (answered once durable).
+    FenceGroupPartition {
+        topic: String,
+        partition: u32,
+        group: String,
+        consumer: u64,
+        epoch: u64,
+    },
+    /// A consumer group's state on the receiving server's partitions.
+    ConsumerGroupStats {
+        spec: ConsumerGroupSpec,
+        partitions: Vec<u32>,
+    },
+    /// Master → owner: forget the consumer group's state on a topic.
+    DropConsumerGroup {
+        topic: String,
+        group: String,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -227,6 +304,28 @@ pub enum Response {
     Leases {
         lost: Vec<(String, u64)>,
     },
+    /// Answer to [`Request::JoinConsumerGroup`]: the member's id and the
+    /// group's spec as stored (which wins over the one asked for).
+    ConsumerJoined {
+        consumer: u64,
+        spec: ConsumerGroupSpec,
+        generation: u64,
+    },
+    /// The partitions a member of a partitioned group may hold, with their
+    /// epochs (also pushed when it changes).
+    ConsumerAssignment {
+        generation: u64,
+        assigned: Vec<(u32, u64)>,
+        ended: bool,
+        heartbeat_ms: u32,
+    },
+    ConsumerGroup(ConsumerGroupInfo),
+    ConsumerGroups(Vec<ConsumerGroupInfo>),
+    GroupStats(Vec<GroupPartitionInfo>),
+    /// Answer to [`Request::GroupAck`]: the partition's new floor.
+    Acked {
+        floor: u64,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -250,6 +349,20 @@ pub enum Push {
         first: u64,
         last: u64,
         code: ErrorCode,
+    },
+    /// Shared groups: events for this member, as runs of stored batches;
+    /// `meta` holds exactly the runs' events, in order.
+    Deliver {
+        partition: u32,
+        runs: Vec<Run>,
+        meta: Bytes,
+    },
+    /// Partitioned groups: the member's assignment changed.
+    ConsumerAssignment {
+        generation: u64,
+        assigned: Vec<(u32, u64)>,
+        ended: bool,
+        heartbeat_ms: u32,
     },
 }
 
@@ -346,6 +459,18 @@ messages!(Request {
     25 => Scrub { topic, partition },
     26 => OpenProducer { topic, lease_ms },
     27 => RenewLeases { producers },
+    28 => JoinConsumerGroup { stream, spec, consumer, label },
+    29 => ConsumerHeartbeat { group, consumer, owned, done },
+    30 => LeaveConsumerGroup { group, consumer },
+    31 => DescribeConsumerGroup { group },
+    32 => ListConsumerGroups,
+    33 => DeleteConsumerGroup { group },
+    34 => GroupSubscribe { stream, spec, partition, consumer, epoch, prefetch },
+    35 => GroupAck { topic, partition, group, acks, nacks },
+    36 => GroupCommit { topic, partition, group, consumer, epoch, offset },
+    37 => FenceGroupPartition { topic, partition, group, consumer, epoch },
+    38 => ConsumerGroupStats { spec, partitions },
+    39 => DropConsumerGroup { topic, group },
 });
 
 messages!(Response {
@@ -366,6 +491,12 @@ messages!(Response {
     15 => Scrubbed { segments, batches, bytes, damaged, quarantined },
     16 => ProducerLease { id, lease_ms },
     17 => Leases { lost },
+    18 => ConsumerJoined { consumer, spec, generation },
+    19 => ConsumerAssignment { generation, assigned, ended, heartbeat_ms },
+    20 => ConsumerGroup(info),
+    21 => ConsumerGroups(infos),
+    22 => GroupStats(stats),
+    23 => Acked { floor },
 });
 
 messages!(Push {
@@ -373,6 +504,8 @@ messages!(Push {
     2 => EndOfStream { partition, end_offset },
     3 => StreamError { code, message },
     4 => Gap { partition, first, last, code },
+    5 => Deliver { partition, runs; @rest meta },
+    6 => ConsumerAssignment { generation, assigned, ended, heartbeat_ms },
 });
 
 impl Response {

@@ -383,6 +383,7 @@ wire_struct!(TopicInfo {
 
 /// Where a subscription starts reading.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum StartPos {
     /// After the consumer name's last committed ack; the beginning if none.
     Committed,
