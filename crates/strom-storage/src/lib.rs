@@ -20,6 +20,7 @@ mod file;
 mod io_util;
 mod memory;
 mod offsets;
+pub mod record;
 pub mod sim;
 mod sync_gate;
 pub mod vfs;
