@@ -1,6 +1,8 @@
 //! strom-storage owns the partition log: an ordered, append-only log of
 //! *batches* of events, in two backends (`MemoryLog`, `FileLog`), plus the
-//! per-partition consumer offset store (`OffsetStore`).
+//! per-partition consumer offset store (`OffsetStore`) and the ack ledger of
+//! each shared consumer group on a partition (`ledger`: `ShareLedger`,
+//! `LedgerFile`).
 //!
 //! Storage takes bytes and returns bytes. Each batch carries an opaque `meta`
 //! section (storage never parses it) and a `data` section written straight
@@ -18,8 +20,10 @@ mod config;
 mod error;
 mod file;
 mod io_util;
+pub mod ledger;
 mod memory;
 mod offsets;
+pub mod record;
 pub mod sim;
 mod sync_gate;
 pub mod vfs;
@@ -27,6 +31,7 @@ pub mod vfs;
 pub use config::LogConfig;
 pub use error::{Result, StorageError};
 pub use file::FileLog;
+pub use ledger::{DeadLetter, LedgerFile, LedgerRecord, LedgerSnapshot, ShareLedger};
 pub use memory::MemoryLog;
 pub use offsets::OffsetStore;
 

@@ -19,6 +19,9 @@ pub const SNAPSHOT: &str = "registry.snapshot";
 /// The registry of versions before the log, read once and renamed.
 pub const OLD_JSON: &str = "registry.json";
 pub const OLD_JSON_MIGRATED: &str = "registry.json.migrated";
+/// File magics of the log and the snapshot (framing: `strom_storage::record`).
+pub const LOG_MAGIC: [u8; 4] = *b"STRG";
+pub const SNAPSHOT_MAGIC: [u8; 4] = *b"STRS";
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {

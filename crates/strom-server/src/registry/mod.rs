@@ -13,14 +13,14 @@
 //! machine. Control-plane operations are serialized by one async lock; the
 //! data path never takes it.
 //!
-//! Modules: `machine` (state and commands, pure), `record` (file framing,
-//! pure), `files`, `snapshot` and `store` (persistence), `topics` (the topic
-//! operations), `leases` (producer leases: open, renew, expire).
+//! Modules: `machine` (state and commands, pure), `files`, `snapshot` and
+//! `store` (persistence; the file framing is `strom_storage::record`),
+//! `topics` (the topic operations), `leases` (producer leases: open, renew,
+//! expire).
 
 mod files;
 mod leases;
 mod machine;
-mod record;
 mod snapshot;
 mod store;
 #[cfg(test)]

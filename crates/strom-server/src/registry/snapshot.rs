@@ -4,11 +4,11 @@
 
 use std::path::Path;
 
+use strom_storage::record::{self, FILE_HEADER};
 use strom_storage::vfs::Vfs;
 
-use super::files::{self, StoreError, OLD_JSON, OLD_JSON_MIGRATED, SNAPSHOT};
+use super::files::{self, StoreError, OLD_JSON, OLD_JSON_MIGRATED, SNAPSHOT, SNAPSHOT_MAGIC};
 use super::machine::{Persisted, RegistryState};
-use super::record::{self, FILE_HEADER, SNAPSHOT_MAGIC};
 
 /// Writes the state as of log index `index` (temp file, fdatasync, rename,
 /// fsync of the directory). On failure the previous snapshot, if any, may
@@ -43,8 +43,8 @@ pub fn load(vfs: &dyn Vfs, dir: &Path) -> Result<Option<(u64, RegistryState)>, S
     let Some(buf) = files::read_all(vfs, &path)? else {
         return Ok(None);
     };
-    let rec =
-        record::decode_snapshot(&buf).map_err(|d| StoreError::corrupt(&path, d.at, d.reason))?;
+    let rec = record::decode_snapshot(&buf, SNAPSHOT_MAGIC, "registry snapshot")
+        .map_err(|d| StoreError::corrupt(&path, d.at, d.reason))?;
     let at = FILE_HEADER + record::HEADER;
     let p: Persisted = serde_json::from_slice(rec.payload)
         .map_err(|e| StoreError::corrupt(&path, at, format!("the state does not decode: {e}")))?;

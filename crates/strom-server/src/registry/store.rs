@@ -14,11 +14,11 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use strom_storage::record::{self, FILE_HEADER, MAX_RECORD};
 use strom_storage::vfs::{Vfs, VfsFile};
 
-use super::files::{self, StoreError, LOG, OLD_JSON, SNAPSHOT};
+use super::files::{self, StoreError, LOG, LOG_MAGIC, OLD_JSON, SNAPSHOT};
 use super::machine::{RegistryCommand, RegistryState};
-use super::record::{self, FILE_HEADER, LOG_MAGIC, MAX_RECORD};
 use super::snapshot;
 
 /// When the log is compacted: after an append that brings it to either bound.
@@ -124,7 +124,8 @@ impl Store {
             tracing::warn!(file = %path.display(), bytes = buf.len(), "the registry log stops inside its header; starting it again");
             return Store::fresh(vfs, dir, limits, snap_index);
         }
-        let scan = record::scan_log(buf).map_err(|d| StoreError::corrupt(&path, d.at, d.reason))?;
+        let scan = record::scan_log(buf, LOG_MAGIC, "registry log")
+            .map_err(|d| StoreError::corrupt(&path, d.at, d.reason))?;
         let mut last = snap_index;
         let mut stale = 0u64;
         for r in &scan.records {

@@ -3,8 +3,9 @@
 
 use std::fs;
 
-use super::super::files::{LOG, SNAPSHOT};
-use super::super::record::{self, FILE_HEADER};
+use strom_storage::record::{self, FILE_HEADER};
+
+use super::super::files::{LOG, LOG_MAGIC, SNAPSHOT, SNAPSHOT_MAGIC};
 use super::super::snapshot;
 use super::*;
 
@@ -147,7 +148,7 @@ fn a_damaged_snapshot_refuses_to_open() {
     // A snapshot that frames well but holds an inconsistent state.
     let mut body = serde_json::to_value(st.to_persisted()).unwrap();
     body["next_topic_id"] = 0.into();
-    let mut bytes = record::file_header(record::SNAPSHOT_MAGIC).to_vec();
+    let mut bytes = record::file_header(SNAPSHOT_MAGIC).to_vec();
     bytes.extend_from_slice(&record::encode(20, &serde_json::to_vec(&body).unwrap()));
     fs::write(&snap, &bytes).unwrap();
     assert!(open_err(tmp.path()).to_string().contains("inconsistent"));
@@ -208,7 +209,7 @@ fn garbage_files_give_an_error_never_a_panic() {
         let mut bytes: Vec<u8> = (0..len).map(|_| rng.next_u64() as u8).collect();
         let header = rng.below(2) == 0;
         if header && bytes.len() >= FILE_HEADER + 4 {
-            bytes[..FILE_HEADER].copy_from_slice(&record::file_header(record::LOG_MAGIC));
+            bytes[..FILE_HEADER].copy_from_slice(&record::file_header(LOG_MAGIC));
             if rng.below(2) == 0 {
                 // A hostile length right after the header.
                 bytes[FILE_HEADER..FILE_HEADER + 4].copy_from_slice(&u32::MAX.to_le_bytes());
@@ -216,7 +217,7 @@ fn garbage_files_give_an_error_never_a_panic() {
         }
         let name = if round % 2 == 0 { LOG } else { SNAPSHOT };
         if name == SNAPSHOT && header && bytes.len() >= FILE_HEADER {
-            bytes[..4].copy_from_slice(&record::SNAPSHOT_MAGIC);
+            bytes[..4].copy_from_slice(&SNAPSHOT_MAGIC);
         }
         fs::write(tmp.path().join(name), &bytes).unwrap();
         match open_real(tmp.path()) {

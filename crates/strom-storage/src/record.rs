@@ -1,9 +1,13 @@
-//! The framing of the registry's files, as pure functions over bytes (no
-//! I/O): an 8-byte file header (4-byte magic, u32 version), then records of
-//! `[u32 len][u32 crc32c][u64 index][len bytes of JSON]`, little endian.
+//! The framing of small append-only logs and their snapshots, as pure
+//! functions over bytes (no I/O). Both the server's topic registry
+//! (`registry.log`, `registry.snapshot`) and the shared-group ack ledger
+//! ([`crate::ledger`]) use it; each file kind passes its own magic.
+//!
+//! Layout: an 8-byte file header (4-byte magic, u32 version), then records of
+//! `[u32 len][u32 crc32c][u64 index][len bytes of payload]`, little endian.
 //! The CRC covers the length, the index and the payload. Every length is
 //! checked against a cap and against the bytes that remain before anything
-//! is sliced or allocated.
+//! is sliced or allocated. The payload is opaque here.
 //!
 //! [`scan_log`] tells a torn tail (damage with nothing valid after it: a
 //! crash during an append) from damage in the middle (a valid record
@@ -15,8 +19,7 @@ pub const HEADER: usize = 16;
 pub const FILE_HEADER: usize = 8;
 /// The largest record the log accepts (a snapshot is bounded by `u32` only).
 pub const MAX_RECORD: usize = 16 << 20;
-pub const LOG_MAGIC: [u8; 4] = *b"STRG";
-pub const SNAPSHOT_MAGIC: [u8; 4] = *b"STRS";
+/// The format version written in every file header.
 pub const VERSION: u32 = 1;
 
 /// Damage found at byte `at` of a file.
@@ -125,12 +128,13 @@ pub struct LogScan<'a> {
     pub torn: Option<Damage>,
 }
 
-/// Reads a log file (header included). Records must have consecutive
+/// Reads a log file (header included) whose header carries `magic`; `what`
+/// names the file kind in damage reasons. Records must have consecutive
 /// indexes. Damage with no valid record after it is a torn tail; damage
 /// followed by a valid record, or a valid record out of sequence, is
 /// corruption and is returned as the error.
-pub fn scan_log(buf: &[u8]) -> Result<LogScan<'_>, Damage> {
-    check_file_header(buf, LOG_MAGIC, "registry log")?;
+pub fn scan_log<'a>(buf: &'a [u8], magic: [u8; 4], what: &str) -> Result<LogScan<'a>, Damage> {
+    check_file_header(buf, magic, what)?;
     let mut records: Vec<Record<'_>> = Vec::new();
     let mut at = FILE_HEADER;
     while at < buf.len() {
@@ -201,9 +205,14 @@ fn later_record(buf: &[u8], from: usize, first: u64) -> Option<String> {
     None
 }
 
-/// Reads a snapshot file: the header and exactly one record (any size).
-pub fn decode_snapshot(buf: &[u8]) -> Result<Record<'_>, Damage> {
-    check_file_header(buf, SNAPSHOT_MAGIC, "registry snapshot")?;
+/// Reads a snapshot file: the header (with `magic`) and exactly one record
+/// (any size).
+pub fn decode_snapshot<'a>(
+    buf: &'a [u8],
+    magic: [u8; 4],
+    what: &str,
+) -> Result<Record<'a>, Damage> {
+    check_file_header(buf, magic, what)?;
     let (rec, end) = decode_at(buf, FILE_HEADER, u32::MAX as usize).map_err(|reason| Damage {
         at: FILE_HEADER,
         reason,
