@@ -19,7 +19,9 @@ use tokio::task::JoinHandle;
 use crate::conn::ClientConn;
 use crate::data::{DataBroker, DataSelector, VecBroker};
 use crate::error::{Error, Result};
-use crate::event::{Event, Owner, PartitionAcks};
+use crate::event::{AckTarget, Event, Owner, PartitionAcks};
+use crate::group::Membership;
+use crate::share::ShareAcks;
 use crate::subscription::{refresh_loop, run_partition};
 use crate::topic::Topic;
 
@@ -81,16 +83,36 @@ pub(crate) struct PartSub {
     pub owner: Arc<Mutex<Owner>>,
     /// The connection the current subscription runs on.
     pub conn: Mutex<Option<Arc<ClientConn>>>,
-    pub acks: Arc<PartitionAcks>,
+    pub acks: AckTarget,
     pub stream: AtomicU64,
 }
 
 impl PartSub {
-    pub fn new(topic: &Topic, name: &str, partition: u32, member: u32, addr: String) -> Arc<Self> {
+    /// A partition read under `name`, or in a shared group when `group` is
+    /// set (then `name` is the group's).
+    pub fn new(
+        topic: &Topic,
+        name: &str,
+        group: Option<&Membership>,
+        partition: u32,
+        member: u32,
+        addr: String,
+    ) -> Arc<Self> {
         let owner = Arc::new(Mutex::new(Owner { member, addr }));
+        let acks = match group {
+            Some(g) if g.is_shared() => {
+                AckTarget::Share(ShareAcks::new(topic, partition, name, owner.clone()))
+            }
+            _ => AckTarget::Offsets(PartitionAcks::new(
+                topic,
+                partition,
+                name.into(),
+                owner.clone(),
+            )),
+        };
         Arc::new(PartSub {
             partition,
-            acks: PartitionAcks::new(topic, partition, name.into(), owner.clone()),
+            acks,
             owner,
             conn: Mutex::new(None),
             stream: AtomicU64::new(0),
@@ -139,6 +161,8 @@ impl DataBudget {
 pub(crate) struct Shared {
     pub topic: Topic,
     pub name: String,
+    /// The consumer group this consumer is a member of.
+    pub group: Option<Arc<Membership>>,
     pub policy: Arc<TopicPolicy>,
     pub opts: ConsumerOptions,
     /// Grows when partitions are added (if the consumer follows all).
@@ -190,6 +214,17 @@ pub struct Consumer {
 
 impl Consumer {
     pub(crate) fn new(topic: Topic, name: &str, opts: ConsumerOptions) -> Result<Consumer> {
+        Self::with_group(topic, name, opts, None)
+    }
+
+    /// A consumer reading as `name`, or as a member of `group` (then `name`
+    /// is the group's name).
+    pub(crate) fn with_group(
+        topic: Topic,
+        name: &str,
+        opts: ConsumerOptions,
+        group: Option<Arc<Membership>>,
+    ) -> Result<Consumer> {
         if name.is_empty() {
             return Err(Error::InvalidArgument(
                 "a consumer needs a non-empty name".into(),
@@ -210,11 +245,19 @@ impl Consumer {
                     info.partitions.len()
                 ))
             })?;
-            parts.push(PartSub::new(&topic, name, p, pi.member, pi.addr.clone()));
+            parts.push(PartSub::new(
+                &topic,
+                name,
+                group.as_deref(),
+                p,
+                pi.member,
+                pi.addr.clone(),
+            ));
         }
         let n = parts.len();
         let shared = Arc::new(Shared {
             name: name.into(),
+            group,
             policy: Arc::new(topic.policy()?),
             topic,
             opts: ConsumerOptions {
@@ -273,6 +316,16 @@ impl Consumer {
 
     pub fn name(&self) -> &str {
         &self.shared.name
+    }
+
+    /// The consumer group this consumer is a member of, if any.
+    pub fn group(&self) -> Option<&str> {
+        self.shared.group.as_ref().map(|g| g.spec.name.as_str())
+    }
+
+    /// The member id this consumer holds in its consumer group.
+    pub fn member_id(&self) -> Option<u64> {
+        self.shared.group.as_ref().map(|g| g.consumer())
     }
 
     pub fn topic(&self) -> &Topic {
@@ -400,6 +453,11 @@ impl Consumer {
     /// Moves every partition to `pos` (offset, timestamp, beginning, end,
     /// or back to the committed offsets). Queued events are dropped.
     pub fn seek(&self, pos: StartPos) -> Result<()> {
+        if self.shared.group.as_ref().is_some_and(|g| g.is_shared()) {
+            return Err(Error::InvalidArgument(
+                "a shared consumer group has no position to seek: the group hands out what is not acked yet".into(),
+            ));
+        }
         self.stop_partitions();
         let epoch = {
             let mut q = self.shared.queue.lock();
@@ -455,6 +513,9 @@ impl Drop for Consumer {
             r.abort();
         }
         self.stop_partitions();
+        if let Some(g) = &self.shared.group {
+            g.leave();
+        }
     }
 }
 

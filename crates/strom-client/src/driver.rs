@@ -245,12 +245,21 @@ impl Driver {
         conn.call(&req, Vec::new()).await
     }
 
+    /// Sends a one-way request to the registry master if connected (best
+    /// effort, never waits: for drop paths).
+    pub(crate) fn master_oneway(&self, req: &Request) {
+        let conn = self.inner.conns.lock().get(&self.inner.master).cloned();
+        if let Some(c) = conn.filter(|c| !c.is_dead()) {
+            c.send_oneway(req);
+        }
+    }
+
     /// The protocol version settled with the registry master.
     pub(crate) async fn master_version(&self) -> Result<u8> {
         Ok(self.conn(&self.inner.master).await?.version())
     }
 
-    fn admin(&self, req: Request) -> Result<Response> {
+    pub(crate) fn admin(&self, req: Request) -> Result<Response> {
         let d = self.clone();
         self.block_on(async move { d.master_call(req).await })
     }

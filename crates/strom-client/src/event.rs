@@ -4,7 +4,8 @@
 //! commits the highest acked offset of each partition to the server, one
 //! commit in flight at a time, so acks never cost one request per event.
 //! The returned [`AckFuture`] resolves once the commit covering it is
-//! persisted.
+//! persisted. Events of a shared consumer group are acked one by one
+//! instead (`share.rs`), with the same future.
 
 use std::ops::Deref;
 use std::sync::Arc;
@@ -16,6 +17,7 @@ use strom_proto::{ErrorCode, Request};
 
 use crate::data::{DataBuffer, EventMeta};
 use crate::error::{Error, Result};
+use crate::share::ShareAcks;
 use crate::topic::Topic;
 
 /// One consumed event: metadata, the fetched part of its data, and its ack.
@@ -27,7 +29,19 @@ pub struct Event {
     pub(crate) fetched: u64,
     pub(crate) buffers: Vec<Box<dyn DataBuffer>>,
     pub(crate) descriptor: bytes::Bytes,
-    pub(crate) acks: Arc<PartitionAcks>,
+    pub(crate) acks: AckTarget,
+    /// Deliveries of this event so far, this one included (shared groups;
+    /// 1 otherwise).
+    pub(crate) deliveries: u32,
+}
+
+/// Where an event's ack goes.
+#[derive(Clone)]
+pub(crate) enum AckTarget {
+    /// Cumulative: the partition's committed offset of a consumer name.
+    Offsets(Arc<PartitionAcks>),
+    /// One by one: a shared group's acks of the partition.
+    Share(Arc<ShareAcks>),
 }
 
 impl Deref for Event {
@@ -84,10 +98,73 @@ impl Event {
         &self.meta
     }
 
-    /// Marks this event (and every earlier one of its partition) consumed
-    /// for the consumer's name; persisted on the server in the background.
+    /// Marks this event consumed; persisted on the server in the
+    /// background. For a named consumer this covers every earlier event of
+    /// its partition too; in a shared group it covers this event alone.
     pub fn ack(&self) -> AckFuture {
-        self.acks.ack(self.meta.offset + 1)
+        match &self.acks {
+            AckTarget::Offsets(a) => a.ack(self.meta.offset + 1),
+            AckTarget::Share(s) => s.ack(self.meta.offset),
+        }
+    }
+
+    /// Shared groups: gives the event back, to be delivered again (to any
+    /// member) now rather than after its visibility timeout. It counts as
+    /// a delivery. `INVALID_ARGUMENT` for other consumers.
+    pub fn nack(&self) -> AckFuture {
+        match &self.acks {
+            AckTarget::Share(s) => s.nack(self.meta.offset),
+            AckTarget::Offsets(a) => AckFuture::failed(
+                a.clone(),
+                Error::InvalidArgument("nack applies to events of a shared consumer group".into()),
+            ),
+        }
+    }
+
+    /// How many times this event was delivered, this time included: above
+    /// 1 when a shared group delivers it again (its member died, did not
+    /// ack in time, or gave it back). Always 1 for other consumers.
+    pub fn deliveries(&self) -> u32 {
+        self.deliveries
+    }
+}
+
+/// Something whose acks resolve by ticket: `Some(result)` once ticket
+/// `t` is settled.
+pub(crate) trait AckSource: Send + Sync {
+    /// Checks ticket `t`; registers `waker` if it is not settled yet.
+    fn poll_ticket(&self, t: u64, waker: Option<&Waker>) -> Option<Result<()>>;
+    /// Waits for ticket `t` until `deadline`; `None` on timeout.
+    fn wait_ticket(&self, t: u64, deadline: Option<Instant>) -> Option<Result<()>>;
+}
+
+impl AckSource for PartitionAcks {
+    fn poll_ticket(&self, t: u64, waker: Option<&Waker>) -> Option<Result<()>> {
+        let mut st = self.state.lock();
+        let r = self.check(&mut st, t);
+        if r.is_none() {
+            if let Some(w) = waker {
+                st.wakers.push(w.clone());
+            }
+        }
+        r
+    }
+
+    fn wait_ticket(&self, t: u64, deadline: Option<Instant>) -> Option<Result<()>> {
+        let mut st = self.state.lock();
+        loop {
+            if let Some(r) = self.check(&mut st, t) {
+                return Some(r);
+            }
+            match deadline {
+                None => self.cond.wait(&mut st),
+                Some(d) => {
+                    if self.cond.wait_until(&mut st, d).timed_out() {
+                        return None;
+                    }
+                }
+            }
+        }
     }
 }
 
@@ -144,10 +221,7 @@ impl PartitionAcks {
                 .handle
                 .spawn(self.clone().commit_loop());
         }
-        AckFuture {
-            acks: self.clone(),
-            offset: next,
-        }
+        AckFuture::new(self.clone(), next)
     }
 
     async fn commit_loop(self: Arc<Self>) {
@@ -202,30 +276,51 @@ impl PartitionAcks {
 
 /// Resolves once the ack is persisted on the server.
 pub struct AckFuture {
-    acks: Arc<PartitionAcks>,
-    offset: u64,
+    src: Arc<dyn AckSource>,
+    ticket: u64,
+    /// Settled before it was ever polled (a refused nack).
+    failed: Mutex<Option<Error>>,
 }
 
 impl AckFuture {
+    pub(crate) fn new(src: Arc<dyn AckSource>, ticket: u64) -> Self {
+        AckFuture {
+            src,
+            ticket,
+            failed: Mutex::new(None),
+        }
+    }
+
+    fn failed(src: Arc<dyn AckSource>, e: Error) -> Self {
+        AckFuture {
+            src,
+            ticket: 0,
+            failed: Mutex::new(Some(e)),
+        }
+    }
+
     pub fn wait(self) -> Result<()> {
         self.wait_timeout(None)
     }
 
     pub fn wait_timeout(&self, timeout: Option<Duration>) -> Result<()> {
+        if let Some(e) = self.failed.lock().take() {
+            return Err(e);
+        }
         let deadline = timeout.map(|t| Instant::now() + t);
-        let mut st = self.acks.state.lock();
-        loop {
-            if let Some(r) = self.acks.check(&mut st, self.offset) {
-                return r;
-            }
-            match deadline {
-                None => self.acks.cond.wait(&mut st),
-                Some(d) => {
-                    if self.acks.cond.wait_until(&mut st, d).timed_out() {
-                        return Err(Error::Timeout(timeout.unwrap_or_default()));
-                    }
-                }
-            }
+        self.src
+            .wait_ticket(self.ticket, deadline)
+            .unwrap_or_else(|| Err(Error::Timeout(timeout.unwrap_or_default())))
+    }
+
+    /// Polls through a shared reference (for bindings).
+    pub fn poll_ref(&self, cx: &mut Context<'_>) -> Poll<Result<()>> {
+        if let Some(e) = self.failed.lock().take() {
+            return Poll::Ready(Err(e));
+        }
+        match self.src.poll_ticket(self.ticket, Some(cx.waker())) {
+            Some(r) => Poll::Ready(r),
+            None => Poll::Pending,
         }
     }
 }
@@ -234,19 +329,5 @@ impl std::future::Future for AckFuture {
     type Output = Result<()>;
     fn poll(self: std::pin::Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
         self.poll_ref(cx)
-    }
-}
-
-impl AckFuture {
-    /// Polls through a shared reference (for bindings).
-    pub fn poll_ref(&self, cx: &mut Context<'_>) -> Poll<Result<()>> {
-        let mut st = self.acks.state.lock();
-        match self.acks.check(&mut st, self.offset) {
-            Some(r) => Poll::Ready(r),
-            None => {
-                st.wakers.push(cx.waker().clone());
-                Poll::Pending
-            }
-        }
     }
 }

@@ -17,9 +17,11 @@ mod data;
 mod driver;
 mod error;
 mod event;
+mod group;
 mod lease;
 mod producer;
 pub mod select;
+mod share;
 mod slot;
 mod subscription;
 mod topic;
@@ -30,11 +32,12 @@ pub use data::{DataBroker, DataBuffer, DataDescriptor, DataSelector, EventMeta, 
 pub use driver::{Driver, ScrubReport};
 pub use error::{Error, Result};
 pub use event::{AckFuture, Event};
+pub use group::{ConsumerGroupMode, GroupOptions};
 pub use producer::{Data, EventId, Producer, ProducerOptions, PushFuture};
 pub use strom_net::{MemTransport, Transport, Transports};
 pub use strom_policy::MetadataInput;
 pub use strom_proto::{
-    Durability, ErrorCode, MemberInfo, Overflow, PartitionInfo, PartitionType, Selection, StartPos,
-    TopicInfo, TopicSpec,
+    ConsumerGroupInfo, Durability, ErrorCode, GroupPartitionInfo, MemberInfo, Overflow,
+    PartitionInfo, PartitionType, Selection, StartPos, TopicInfo, TopicSpec,
 };
 pub use topic::Topic;

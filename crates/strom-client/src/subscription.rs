@@ -11,7 +11,8 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use strom_proto::{BatchView, ErrorCode, Push, Request, Response, StartPos};
+use strom_proto::message::DataItem;
+use strom_proto::{BatchView, ErrorCode, EventEntry, Push, Request, Response, Run, StartPos};
 use tokio::sync::mpsc;
 
 use crate::consumer::{Item, PartSub, Shared};
@@ -129,6 +130,9 @@ impl StreamCtx {
     /// Delivers a batch that has no data to fetch right on the reader task
     /// (one thread hand-off less) when nothing is queued ahead of it.
     fn try_inline(&self, push: &Push) -> bool {
+        if let Push::Deliver { runs, meta, .. } = push {
+            return self.try_inline_runs(runs, meta);
+        }
         let Push::Events {
             base_offset,
             count,
@@ -167,6 +171,7 @@ impl StreamCtx {
                 buffers: Vec::new(),
                 descriptor: e.descriptor,
                 acks: self.sub.acks.clone(),
+                deliveries: 1,
             })
             .collect();
         self.pos
@@ -176,6 +181,103 @@ impl StreamCtx {
                 .deliver(self.epoch, Item::Events(self.slot as u32, events));
         }
         true
+    }
+
+    /// The same for a shared group's delivery without data.
+    fn try_inline_runs(&self, runs: &[Run], meta: &bytes::Bytes) -> bool {
+        if self.queued.load(Ordering::Acquire) != 0 {
+            return false;
+        }
+        let Ok(items) = delivered(runs, meta) else {
+            return false;
+        };
+        if items.iter().any(|i| i.entry.data_len != 0) {
+            return false;
+        }
+        let events: VecDeque<Event> = items
+            .into_iter()
+            .map(|i| self.shared.event(&self.sub, i, 0, Vec::new()))
+            .collect();
+        if !events.is_empty() {
+            self.shared
+                .deliver(self.epoch, Item::Events(self.slot as u32, events));
+        }
+        true
+    }
+}
+
+/// One event as pushed: where it is stored and what it is.
+pub(crate) struct Incoming {
+    pub offset: u64,
+    pub timestamp_us: u64,
+    /// Base offset of the stored batch holding it (what `FetchData` names).
+    pub batch_base: u64,
+    /// Its entry, with `data_pos` in the stored batch's data section.
+    pub entry: EventEntry,
+    pub deliveries: u32,
+}
+
+/// The events of a shared group's `Deliver` push: its section holds
+/// exactly the runs' events, in run order.
+fn delivered(runs: &[Run], meta: &bytes::Bytes) -> Result<Vec<Incoming>> {
+    let view = BatchView::parse(meta.clone())?;
+    let total: u64 = runs.iter().map(|r| u64::from(r.count)).sum();
+    if total != u64::from(view.count()) {
+        return Err(Error::coded(
+            ErrorCode::MALFORMED_FRAME,
+            format!(
+                "a delivery names {total} events but carries {}",
+                view.count()
+            ),
+        ));
+    }
+    let mut entries = view.iter();
+    let mut out = Vec::with_capacity(total as usize);
+    for r in runs {
+        let mut pos = r.data_pos;
+        for k in 0..u64::from(r.count) {
+            let Some(mut entry) = entries.next() else {
+                break;
+            };
+            entry.data_pos = pos;
+            pos = pos.saturating_add(entry.data_len);
+            out.push(Incoming {
+                offset: r.offset().saturating_add(k),
+                timestamp_us: r.timestamp_us,
+                batch_base: r.batch_base,
+                entry,
+                deliveries: r.deliveries,
+            });
+        }
+    }
+    Ok(out)
+}
+
+impl Shared {
+    /// An event of partition `sub` whose selected data (`fetched` bytes)
+    /// is in `buffers`.
+    fn event(
+        &self,
+        sub: &PartSub,
+        i: Incoming,
+        fetched: u64,
+        buffers: Vec<Box<dyn DataBuffer>>,
+    ) -> Event {
+        Event {
+            meta: EventMeta::new(
+                sub.partition,
+                i.offset,
+                i.timestamp_us,
+                i.entry.metadata,
+                self.policy.clone(),
+            ),
+            data_size: i.entry.data_len,
+            fetched,
+            buffers,
+            descriptor: i.entry.descriptor,
+            acks: sub.acks.clone(),
+            deliveries: i.deliveries,
+        }
     }
 }
 
@@ -212,13 +314,23 @@ async fn subscribe_and_stream(
     );
     *sub.conn.lock() = Some(conn.clone());
     sub.stream.store(stream, Ordering::Release);
-    let req = Request::Subscribe {
-        stream,
-        topic: shared.topic.name().to_string(),
-        partition: sub.partition,
-        consumer: shared.name.clone(),
-        start,
-        prefetch: shared.opts.prefetch,
+    let req = match &shared.group {
+        Some(g) => Request::GroupSubscribe {
+            stream,
+            spec: g.spec.clone(),
+            partition: sub.partition,
+            consumer: g.consumer(),
+            epoch: 0,
+            prefetch: shared.opts.prefetch,
+        },
+        None => Request::Subscribe {
+            stream,
+            topic: shared.topic.name().to_string(),
+            partition: sub.partition,
+            consumer: shared.name.clone(),
+            start,
+            prefetch: shared.opts.prefetch,
+        },
     };
     let start_offset = match conn.call(&req, Vec::new()).await? {
         Response::Subscribed { start_offset } => start_offset,
@@ -290,8 +402,36 @@ async fn stream_loop(ctx: &StreamCtx, rx: &mut mpsc::UnboundedReceiver<Push>) ->
                     return Ok(());
                 }
             }
+            Push::Deliver { runs, meta, .. } => {
+                let items = delivered(&runs, &meta)?;
+                let events = match fetch_events(shared, sub, items).await {
+                    Ok(events) => events,
+                    // Dropped or damaged meanwhile: the owner resolves or
+                    // redelivers them; nothing to hand out here.
+                    Err(e)
+                        if matches!(
+                            e.code(),
+                            ErrorCode::OFFSET_OUT_OF_RANGE | ErrorCode::DATA_CORRUPT
+                        ) =>
+                    {
+                        tracing::warn!(error = %e, "delivered events could not be fetched");
+                        ctx.queued.fetch_sub(1, Ordering::AcqRel);
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                };
+                let held: u64 = events.iter().map(|e| e.fetched_len()).sum();
+                if !events.is_empty() && !shared.deliver(epoch, Item::Events(slot as u32, events)) {
+                    shared.budget.release(held);
+                    return Ok(());
+                }
+            }
+            Push::ConsumerAssignment { .. } => {}
             Push::EndOfStream { end_offset, .. } => {
-                note_lost(&mut lost, ctx.pos.load(Ordering::Acquire), end_offset);
+                // A shared group's stream has no position of its own.
+                if shared.group.is_none() {
+                    note_lost(&mut lost, ctx.pos.load(Ordering::Acquire), end_offset);
+                }
                 report_lost(ctx, &mut lost);
                 shared.deliver(epoch, Item::End(slot as u32));
                 return Ok(());
@@ -336,8 +476,7 @@ fn report_corrupt(ctx: &StreamCtx, first: u64, last: u64) {
     ctx.shared.deliver(ctx.epoch, Item::Failed(e));
 }
 
-/// Turns one pushed batch into events: selection and buffers per event,
-/// then one data request for the whole batch.
+/// Turns one pushed batch into events (those at or after `pos`).
 async fn fetch_batch(
     shared: &Arc<Shared>,
     sub: &Arc<PartSub>,
@@ -347,25 +486,44 @@ async fn fetch_batch(
     meta: bytes::Bytes,
 ) -> Result<VecDeque<Event>> {
     let view = BatchView::parse(meta)?;
-    let mut events = VecDeque::with_capacity(view.count() as usize);
-    let mut ranges = Vec::new();
+    let items = view
+        .iter()
+        .enumerate()
+        .map(|(i, entry)| Incoming {
+            offset: base + i as u64,
+            timestamp_us,
+            batch_base: base,
+            entry,
+            deliveries: 1,
+        })
+        .filter(|i| i.offset >= pos)
+        .collect();
+    fetch_events(shared, sub, items).await
+}
+
+/// Selection and buffers per event, then one data request for them all
+/// (one item per stored batch), straight into the broker's buffers.
+async fn fetch_events(
+    shared: &Arc<Shared>,
+    sub: &Arc<PartSub>,
+    items: Vec<Incoming>,
+) -> Result<VecDeque<Event>> {
+    let mut events = VecDeque::with_capacity(items.len());
+    let mut wanted: Vec<DataItem> = Vec::new();
     let mut buffers: Vec<Box<dyn DataBuffer>> = Vec::new();
     let mut plan = Vec::new();
-    let mut owned = Vec::with_capacity(view.count() as usize);
-    for (i, e) in view.iter().enumerate() {
-        let offset = base + i as u64;
-        if offset < pos {
-            continue;
-        }
+    let mut owned = Vec::with_capacity(items.len());
+    for i in items {
         let em = EventMeta::new(
             sub.partition,
-            offset,
-            timestamp_us,
-            e.metadata,
+            i.offset,
+            i.timestamp_us,
+            i.entry.metadata.clone(),
             shared.policy.clone(),
         );
         let mut fetched = 0;
         let first = buffers.len();
+        let e = &i.entry;
         if e.data_len > 0 {
             let desc = DataDescriptor {
                 size: e.data_len,
@@ -386,21 +544,18 @@ async fn fetch_batch(
                     .map_err(Error::Broker)?;
                 plan_fill(&bufs, first, fetched, &mut plan)?;
                 buffers.extend(bufs);
-                ranges.extend(rs.iter().map(|&(o, l)| (e.data_pos + o, l)));
+                let ranges = rs.iter().map(|&(o, l)| (e.data_pos + o, l));
+                match wanted.last_mut() {
+                    Some((base, r)) if *base == i.batch_base => r.extend(ranges),
+                    _ => wanted.push((i.batch_base, ranges.collect())),
+                }
             }
         }
         owned.push(buffers.len() - first);
-        events.push_back(Event {
-            meta: em,
-            data_size: e.data_len,
-            fetched,
-            buffers: Vec::new(),
-            descriptor: e.descriptor,
-            acks: sub.acks.clone(),
-        });
+        events.push_back(shared.event(sub, i, fetched, Vec::new()));
     }
-    if !ranges.is_empty() {
-        let want: u64 = ranges.iter().map(|r| r.1).sum();
+    if !wanted.is_empty() {
+        let want: u64 = wanted.iter().flat_map(|(_, r)| r.iter()).map(|r| r.1).sum();
         shared
             .budget
             .reserve(want, shared.opts.prefetch_bytes)
@@ -408,7 +563,7 @@ async fn fetch_batch(
         let req = Request::FetchData {
             topic: shared.topic.name().to_string(),
             partition: sub.partition,
-            items: vec![(base, ranges)],
+            items: wanted,
         };
         let conn = sub.conn.lock().clone().ok_or_else(|| {
             Error::coded(
@@ -446,7 +601,14 @@ pub(crate) async fn refresh_loop(weak: Weak<Shared>) {
             continue;
         };
         for p in info.partitions.iter().skip(known) {
-            let sub = PartSub::new(&shared.topic, &shared.name, p.id, p.member, p.addr.clone());
+            let sub = PartSub::new(
+                &shared.topic,
+                &shared.name,
+                shared.group.as_deref(),
+                p.id,
+                p.member,
+                p.addr.clone(),
+            );
             let (slot, epoch) = shared.add_part(sub);
             let start = match shared.opts.start {
                 StartPos::End => StartPos::End,

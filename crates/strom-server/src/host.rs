@@ -321,6 +321,15 @@ impl Host {
             .collect()
     }
 
+    /// The open local partitions of one topic.
+    pub fn partitions_of(&self, topic: &str) -> Vec<Arc<PartitionManager>> {
+        self.topics
+            .lock()
+            .get(topic)
+            .map(|h| h.partitions.values().cloned().collect())
+            .unwrap_or_default()
+    }
+
     fn all(&self) -> Vec<Arc<PartitionManager>> {
         self.topics
             .lock()

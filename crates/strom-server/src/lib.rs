@@ -20,6 +20,7 @@ mod peers;
 mod registry;
 mod server;
 mod service;
+mod share;
 mod sink;
 
 pub use config::{ConfigError, ServerConfig};

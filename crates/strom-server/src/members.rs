@@ -97,6 +97,13 @@ impl MemberLink {
                 self.member(),
                 &self.addr,
             ))),
+            Request::ConsumerGroupStats { spec, partitions } => Ok(Response::GroupStats(
+                crate::share::stats(&host, &spec, &partitions, self.member()),
+            )),
+            Request::DropConsumerGroup { topic, group } => {
+                blocking(move || crate::share::drop_group(&host, &topic, &group)).await?;
+                Ok(Response::Done)
+            }
             other => Err(ServerError::coded(
                 ErrorCode::UNKNOWN_OPCODE,
                 format!("not a member request: opcode {}", other.opcode()),

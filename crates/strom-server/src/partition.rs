@@ -24,7 +24,7 @@
 //! every held append with an error.
 
 use std::collections::{HashMap, VecDeque};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
@@ -81,6 +81,10 @@ pub struct PartitionManager {
     pub id: u32,
     pub log: Arc<dyn PartitionLog>,
     pub offsets: OffsetStore,
+    /// Shared consumer groups reading this partition.
+    pub shares: crate::share::Cursors,
+    /// The partition's directory (file partitions).
+    dir: Option<PathBuf>,
     /// The same log when it is a memory log (overflow and its counter).
     mem: Option<Arc<MemoryLog>>,
     /// `block` overflow: the size bound enforced by holding appends.
@@ -97,6 +101,18 @@ pub struct PartitionManager {
     retain_on_append: bool,
     stop: Arc<AtomicBool>,
     threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+/// An opened log and what goes with it, for [`PartitionManager::start`].
+pub(crate) struct Parts {
+    pub log: Arc<dyn PartitionLog>,
+    pub offsets: OffsetStore,
+    /// The same log when it is a memory log.
+    pub mem: Option<Arc<MemoryLog>>,
+    /// `block` overflow: the size bound enforced by holding appends.
+    pub block_bound: Option<u64>,
+    /// The partition's directory (file partitions).
+    pub dir: Option<PathBuf>,
 }
 
 /// Whether a file partition's directory must already exist.
@@ -164,7 +180,15 @@ impl PartitionManager {
                 None,
             ),
         };
-        Self::start(spec, id, log, offsets, mem, block_bound, sealed)
+        let dir = (spec.partition_type == PartitionType::File).then(|| dir.to_path_buf());
+        let parts = Parts {
+            log,
+            offsets,
+            mem,
+            block_bound,
+            dir,
+        };
+        Self::start(spec, id, parts, sealed)
     }
 
     /// Starts managing an opened log: the syncer (`always`) or interval
@@ -172,15 +196,21 @@ impl PartitionManager {
     pub(crate) fn start(
         spec: &TopicSpec,
         id: u32,
-        log: Arc<dyn PartitionLog>,
-        offsets: OffsetStore,
-        mem: Option<Arc<MemoryLog>>,
-        block_bound: Option<u64>,
+        parts: Parts,
         sealed: bool,
     ) -> Result<Arc<Self>, ServerError> {
+        let Parts {
+            log,
+            offsets,
+            mem,
+            block_bound,
+            dir,
+        } = parts;
         let pm = Arc::new(PartitionManager {
             topic: spec.name.clone(),
             id,
+            shares: Default::default(),
+            dir,
             mem,
             block_bound,
             floors: Mutex::new(HashMap::new()),
@@ -413,6 +443,11 @@ impl PartitionManager {
         *self.sealed.borrow()
     }
 
+    /// The partition's directory (file partitions only).
+    pub fn dir(&self) -> Option<&Path> {
+        self.dir.as_deref()
+    }
+
     pub fn is_deleted(&self) -> bool {
         self.deleted.load(Ordering::Acquire)
     }
@@ -501,6 +536,7 @@ impl PartitionManager {
             .map(|a| a.held)
             .unwrap_or_default();
         self.refuse_held(held, || self.closed_error());
+        self.shares.stop_all();
         self.stop.store(true, Ordering::Release);
         let threads = std::mem::take(&mut *self.threads.lock());
         for t in &threads {

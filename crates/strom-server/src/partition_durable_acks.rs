@@ -33,16 +33,14 @@ fn acks_with_always_come_after_fdatasync() {
         let log = FileLog::create_with(vfs, Path::new(DIR), LogConfig::default()).unwrap();
         let mut spec = TopicSpec::new("t", 1);
         spec.durability = Durability::Always;
-        let pm = PartitionManager::start(
-            &spec,
-            0,
-            Arc::new(log),
-            OffsetStore::in_memory(),
-            None,
-            None,
-            false,
-        )
-        .unwrap();
+        let parts = crate::partition::Parts {
+            log: Arc::new(log),
+            offsets: OffsetStore::in_memory(),
+            mem: None,
+            block_bound: None,
+            dir: None,
+        };
+        let pm = PartitionManager::start(&spec, 0, parts, false).unwrap();
         let (tx, rx) = mpsc::channel::<(u64, Appended)>();
         for i in 0..40u64 {
             let (meta, data) = batch(i);

@@ -249,9 +249,10 @@ fn spawn_retention(state: Arc<Services>, mut stopped: watch::Receiver<bool>) -> 
     })
 }
 
-/// On the master: expires producers whose lease ran out, every 250 ms. A
-/// tick that comes late (the process was stalled) first extends every lease
-/// by the delay, so a stalled master does not expire live producers.
+/// On the master: expires producers whose lease ran out and consumers
+/// whose session did, every 250 ms. A tick that comes late (the process
+/// was stalled) first extends every lease and session by the delay, so a
+/// stalled master expires no live producer or consumer.
 fn spawn_lease_loop(state: Arc<Services>, mut stopped: watch::Receiver<bool>) -> JoinHandle<()> {
     tokio::spawn(async move {
         let every = Duration::from_millis(250);
@@ -272,9 +273,11 @@ fn spawn_lease_loop(state: Arc<Services>, mut stopped: watch::Receiver<bool>) ->
                     "lease loop ran late; extending producer leases by the delay"
                 );
                 reg.extend_leases(late).await;
+                reg.extend_sessions(late).await;
                 continue;
             }
             reg.expire_due().await;
+            reg.expire_consumers().await;
         }
     })
 }

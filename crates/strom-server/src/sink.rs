@@ -92,6 +92,13 @@ impl Credit {
         self.avail.fetch_sub(events as i64, Ordering::AcqRel);
     }
 
+    /// Takes every event of credit granted so far (none if it is negative).
+    pub fn take_all(&self) -> u32 {
+        self.avail
+            .swap(0, Ordering::AcqRel)
+            .clamp(0, u32::MAX as i64) as u32
+    }
+
     pub fn has(&self) -> bool {
         self.avail.load(Ordering::Acquire) > 0
     }

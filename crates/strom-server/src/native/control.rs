@@ -21,7 +21,9 @@ pub async fn handle(svc: &ControlService, req: Request) -> Result<Response, Serv
         req @ (Request::HostPartitions { .. }
         | Request::SealPartitions { .. }
         | Request::DropPartitions { .. }
-        | Request::PartitionStats { .. }) => svc.link().local(req).await,
+        | Request::PartitionStats { .. }
+        | Request::ConsumerGroupStats { .. }
+        | Request::DropConsumerGroup { .. }) => svc.link().local(req).await,
         req => registry_op(svc, req).await,
     }
 }
@@ -70,6 +72,39 @@ async fn registry_op(svc: &ControlService, req: Request) -> Result<Response, Ser
             Response::Done
         }
         Request::Members => Response::Members(r.members().await),
+        Request::JoinConsumerGroup {
+            spec,
+            consumer,
+            label,
+            ..
+        } => {
+            let j = r.join_group(spec, consumer, label).await?;
+            Response::ConsumerJoined {
+                consumer: j.consumer,
+                spec: j.spec,
+                generation: j.generation,
+            }
+        }
+        Request::ConsumerHeartbeat {
+            group, consumer, ..
+        } => Response::ConsumerAssignment {
+            generation: r.group_heartbeat(&group, consumer).await?,
+            assigned: Vec::new(),
+            ended: false,
+            heartbeat_ms: 0,
+        },
+        Request::LeaveConsumerGroup { group, consumer } => {
+            r.leave_group(&group, consumer).await?;
+            Response::Done
+        }
+        Request::DescribeConsumerGroup { group } => {
+            Response::ConsumerGroup(r.describe_group(&group).await?)
+        }
+        Request::ListConsumerGroups => Response::ConsumerGroups(r.list_groups().await),
+        Request::DeleteConsumerGroup { group } => {
+            r.delete_group(&group).await?;
+            Response::Done
+        }
         other => {
             return Err(ServerError::coded(
                 strom_proto::ErrorCode::UNKNOWN_OPCODE,

@@ -34,6 +34,7 @@ use crate::sink::Credit;
 
 mod control;
 mod data;
+mod group;
 mod stream;
 
 struct Session {
@@ -271,6 +272,24 @@ impl Session {
                 offset,
             } => self.commit(id, &topic, partition, consumer, offset),
             Request::Scrub { topic, partition } => self.scrub(id, &topic, partition),
+            Request::GroupSubscribe {
+                stream,
+                spec,
+                partition,
+                consumer,
+                prefetch,
+                ..
+            } => {
+                let r = self.group_subscribe(stream, &spec, partition, consumer, prefetch);
+                self.respond(id, r);
+            }
+            Request::GroupAck {
+                topic,
+                partition,
+                group,
+                acks,
+                nacks,
+            } => self.group_ack(id, &topic, partition, &group, acks, nacks),
             Request::Offsets { topic, partition } => {
                 let r = self
                     .partition(&topic, partition)

@@ -14,6 +14,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 use strom_proto::{GroupMember, TopicSpec, TopicState};
 
+use super::group_machine::{self, ConsumerGroupMeta, GroupCommand};
+
 /// The most partitions a topic may have.
 pub const MAX_PARTITIONS: u32 = 65_536;
 
@@ -139,6 +141,8 @@ pub enum RegistryCommand {
         id: u32,
         addr: String,
     },
+    /// A change to the consumer groups.
+    ConsumerGroup(GroupCommand),
 }
 
 /// Why a command does not apply to a state.
@@ -156,6 +160,7 @@ pub struct RegistryState {
     pub topics: BTreeMap<String, TopicMeta>,
     /// member id -> address
     pub members: BTreeMap<u32, String>,
+    pub consumer_groups: BTreeMap<String, ConsumerGroupMeta>,
 }
 
 /// The state as JSON: the body of a snapshot, and exactly the layout of the
@@ -168,6 +173,8 @@ pub struct Persisted {
     pub next_topic_id: u64,
     pub topics: Vec<TopicMeta>,
     pub members: Vec<GroupMember>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub consumer_groups: Vec<ConsumerGroupMeta>,
 }
 
 impl RegistryState {
@@ -184,6 +191,7 @@ impl RegistryState {
                     addr: addr.clone(),
                 })
                 .collect(),
+            consumer_groups: self.consumer_groups.values().cloned().collect(),
         }
     }
 
@@ -209,6 +217,13 @@ impl RegistryState {
         for m in p.members {
             if st.members.insert(m.id, m.addr).is_some() {
                 return Err(Rejected(format!("member {} appears twice", m.id)));
+            }
+        }
+        for g in p.consumer_groups {
+            st.topic(&g.spec.topic)?;
+            let name = g.spec.name.clone();
+            if st.consumer_groups.insert(name.clone(), g).is_some() {
+                return Err(Rejected(format!("consumer group '{name}' appears twice")));
             }
         }
         Ok(st)
@@ -294,6 +309,7 @@ impl RegistryState {
                     return fail(format!("there is no member {id}"));
                 }
             }
+            C::ConsumerGroup(g) => group_machine::check(self, g)?,
         }
         Ok(())
     }
@@ -317,6 +333,7 @@ impl RegistryState {
             }
             C::DeleteTopic { name } => {
                 self.topics.remove(name);
+                self.consumer_groups.retain(|_, g| g.spec.topic != *name);
             }
             C::RegisterProducer {
                 topic,
@@ -358,6 +375,7 @@ impl RegistryState {
             C::MemberJoined { id, addr } | C::MemberAddress { id, addr } => {
                 self.members.insert(*id, addr.clone());
             }
+            C::ConsumerGroup(g) => group_machine::apply(self, g),
         }
     }
 }

@@ -16,9 +16,12 @@
 //! Modules: `machine` (state and commands, pure), `files`, `snapshot` and
 //! `store` (persistence; the file framing is `strom_storage::record`),
 //! `topics` (the topic operations), `leases` (producer leases: open, renew,
-//! expire).
+//! expire), `group_machine` and `groups` (consumer groups: their commands,
+//! and join, heartbeat, leave, expiry, describe).
 
 mod files;
+mod group_machine;
+mod groups;
 mod leases;
 mod machine;
 mod snapshot;
@@ -50,6 +53,8 @@ pub const HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(3);
 pub const LEASE_RANGE_MS: (u32, u32) = (1_000, 300_000);
 
 pub struct Registry {
+    /// Consumer-group heartbeats (volatile, under their own lock).
+    coord: parking_lot::Mutex<groups::Coordinator>,
     /// The lease granted to a producer that asks for the default (0).
     default_lease_ms: u32,
     /// Reaches members (this server included) for host/seal/drop/stats.
@@ -182,7 +187,11 @@ impl Registry {
         if inner.state.members.get(&0) != Some(&addr) {
             inner.commit(RegistryCommand::MemberJoined { id: 0, addr })?;
         }
+        // Every known consumer gets a full session to heartbeat again.
+        let mut coord = groups::Coordinator::default();
+        Registry::grant_sessions(&mut coord, &inner, now);
         Ok(Registry {
+            coord: parking_lot::Mutex::new(coord),
             default_lease_ms: 10_000,
             link,
             group_id: inner.state.group_id,

@@ -21,7 +21,7 @@ fn not_found(name: &str) -> ServerError {
     )
 }
 
-fn topic<'a>(inner: &'a Inner, name: &str) -> Result<&'a TopicMeta, ServerError> {
+pub(super) fn topic<'a>(inner: &'a Inner, name: &str) -> Result<&'a TopicMeta, ServerError> {
     inner.state.topics.get(name).ok_or_else(|| not_found(name))
 }
 
@@ -128,7 +128,7 @@ impl Registry {
 
     /// Sends `req(topic)` to every owner of the topic's partitions, logging
     /// (not returning) failures: `what` says what could not be done.
-    async fn tell_owners(
+    pub(super) async fn tell_owners(
         &self,
         inner: &Inner,
         meta: &TopicMeta,
@@ -147,6 +147,17 @@ impl Registry {
         spec: TopicSpec,
         member: Option<u32>,
     ) -> Result<TopicInfo, ServerError> {
+        self.create_placed(spec, member, None).await
+    }
+
+    /// Creates a topic whose partition `p` lives where `like[p]` says (a
+    /// dead-letter topic placed like its source), or as [`Self::create`] does.
+    pub(super) async fn create_placed(
+        &self,
+        spec: TopicSpec,
+        member: Option<u32>,
+        like: Option<Vec<u32>>,
+    ) -> Result<TopicInfo, ServerError> {
         check_spec(&spec)?;
         let mut inner = self.inner.lock().await;
         if inner.state.topics.contains_key(&spec.name) {
@@ -156,9 +167,13 @@ impl Registry {
             ));
         }
         let id = inner.state.next_topic_id.max(inner.topic_id_floor);
+        let placement = match like {
+            Some(like) if like.len() == spec.partitions as usize => like,
+            _ => place(&inner, spec.partitions, id, member)?,
+        };
         let meta = TopicMeta {
             id,
-            placement: place(&inner, spec.partitions, id, member)?,
+            placement,
             spec,
             producers: Default::default(),
             next_producer: 1,

@@ -33,7 +33,7 @@ fn open_real(dir: &Path) -> Result<(Store, RegistryState), StoreError> {
     Store::open(Arc::new(RealFs), dir, Limits::default())
 }
 
-fn create(state: &RegistryState, name: &str, placement: Vec<u32>) -> RegistryCommand {
+pub(super) fn create(state: &RegistryState, name: &str, placement: Vec<u32>) -> RegistryCommand {
     RegistryCommand::CreateTopic {
         meta: Box::new(TopicMeta {
             id: state.next_topic_id,

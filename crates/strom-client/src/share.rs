@@ -1,0 +1,252 @@
+//! Acks of a shared consumer group's events, one partition: each event is
+//! acked (or nacked) on its own, out of order. `ack()` queues the offset,
+//! merged into ranges, and returns at once; one `GroupAck` per partition is
+//! in flight at a time, carrying everything queued meanwhile (adaptive: no
+//! linger, no request per event). An [`AckFuture`] resolves when the
+//! request that carried its ack was answered, i.e. when the owner made it
+//! durable.
+//!
+//! If the owner is unreachable, or restarted and has not seen this group's
+//! stream yet, the ranges go back in the queue and are sent again (to the
+//! owner's new address if it moved) for up to [`RETRY_FOR`].
+
+use std::sync::Arc;
+use std::task::Waker;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+use strom_proto::{ErrorCode, Request, Response};
+
+use crate::error::{Error, Result};
+use crate::event::{AckFuture, AckSource, Owner};
+use crate::topic::Topic;
+
+/// How long acks are retried while the owner is away.
+pub(crate) const RETRY_FOR: Duration = Duration::from_secs(120);
+const RETRY_EVERY: Duration = Duration::from_millis(250);
+
+#[derive(Default)]
+struct State {
+    acks: Vec<(u64, u32)>,
+    nacks: Vec<(u64, u32)>,
+    /// The ticket of the latest ack or nack queued.
+    queued: u64,
+    /// Every ticket up to this one is settled.
+    done: u64,
+    in_flight: bool,
+    /// Ticket ranges `[from, upto]` that failed, with the error (the
+    /// latest few).
+    errors: Vec<(u64, u64, ErrorCode, String)>,
+    wakers: Vec<Waker>,
+}
+
+/// Ack bookkeeping of one partition for one shared group.
+pub(crate) struct ShareAcks {
+    topic: Topic,
+    partition: u32,
+    group: String,
+    owner: Arc<Mutex<Owner>>,
+    state: Mutex<State>,
+    cond: Condvar,
+}
+
+/// Adds `offset` to a list of `(first, count)` ranges, merging with the
+/// last range when adjacent.
+fn add(ranges: &mut Vec<(u64, u32)>, offset: u64) {
+    match ranges.last_mut() {
+        Some((first, count)) if *first + u64::from(*count) == offset && *count < u32::MAX => {
+            *count += 1
+        }
+        _ => ranges.push((offset, 1)),
+    }
+}
+
+fn retryable(code: ErrorCode) -> bool {
+    matches!(
+        code,
+        ErrorCode::CONNECTION_FAILED
+            | ErrorCode::CONNECTION_CLOSED
+            | ErrorCode::TIMEOUT
+            | ErrorCode::CONSUMER_GROUP_NOT_FOUND
+            | ErrorCode::PARTITION_UNAVAILABLE
+            | ErrorCode::TOPIC_NOT_FOUND
+    )
+}
+
+impl ShareAcks {
+    pub fn new(topic: &Topic, partition: u32, group: &str, owner: Arc<Mutex<Owner>>) -> Arc<Self> {
+        Arc::new(ShareAcks {
+            topic: topic.clone(),
+            partition,
+            group: group.to_string(),
+            owner,
+            state: Mutex::new(State::default()),
+            cond: Condvar::new(),
+        })
+    }
+
+    pub fn ack(self: &Arc<Self>, offset: u64) -> AckFuture {
+        self.queue(offset, false)
+    }
+
+    pub fn nack(self: &Arc<Self>, offset: u64) -> AckFuture {
+        self.queue(offset, true)
+    }
+
+    fn queue(self: &Arc<Self>, offset: u64, nack: bool) -> AckFuture {
+        let mut st = self.state.lock();
+        add(if nack { &mut st.nacks } else { &mut st.acks }, offset);
+        st.queued += 1;
+        let ticket = st.queued;
+        if !st.in_flight {
+            st.in_flight = true;
+            let me = self.clone();
+            self.topic.driver.inner.handle.spawn(me.send_loop());
+        }
+        AckFuture::new(self.clone(), ticket)
+    }
+
+    async fn send_loop(self: Arc<Self>) {
+        let mut retry_until: Option<Instant> = None;
+        loop {
+            let (acks, nacks, upto) = {
+                let mut st = self.state.lock();
+                if st.acks.is_empty() && st.nacks.is_empty() {
+                    st.in_flight = false;
+                    return;
+                }
+                (
+                    std::mem::take(&mut st.acks),
+                    std::mem::take(&mut st.nacks),
+                    st.queued,
+                )
+            };
+            match self.send(acks.clone(), nacks.clone()).await {
+                Ok(()) => {
+                    retry_until = None;
+                    self.settle(upto, None);
+                }
+                Err(e) if retryable(e.code()) => {
+                    let until = *retry_until.get_or_insert_with(|| Instant::now() + RETRY_FOR);
+                    if Instant::now() >= until {
+                        self.settle(upto, Some(e));
+                        continue;
+                    }
+                    {
+                        let mut st = self.state.lock();
+                        let (mut a, mut n) = (acks, nacks);
+                        a.append(&mut st.acks);
+                        n.append(&mut st.nacks);
+                        st.acks = a;
+                        st.nacks = n;
+                    }
+                    tokio::time::sleep(RETRY_EVERY).await;
+                    self.refresh_owner().await;
+                }
+                Err(e) => self.settle(upto, Some(e)),
+            }
+        }
+    }
+
+    async fn send(&self, acks: Vec<(u64, u32)>, nacks: Vec<(u64, u32)>) -> Result<()> {
+        let req = Request::GroupAck {
+            topic: self.topic.name().to_string(),
+            partition: self.partition,
+            group: self.group.clone(),
+            acks,
+            nacks,
+        };
+        let addr = self.owner.lock().addr.clone();
+        let conn = self.topic.driver.conn(&addr).await?;
+        match conn.call(&req, Vec::new()).await? {
+            Response::Acked { .. } => Ok(()),
+            other => Err(crate::error::unexpected(other)),
+        }
+    }
+
+    async fn refresh_owner(&self) {
+        let Ok(info) = self.topic.refresh().await else {
+            return;
+        };
+        if let Some(p) = info.partitions.get(self.partition as usize) {
+            let mut o = self.owner.lock();
+            o.member = p.member;
+            o.addr = p.addr.clone();
+        }
+    }
+
+    fn settle(&self, upto: u64, error: Option<Error>) {
+        let mut st = self.state.lock();
+        if let Some(e) = error {
+            tracing::warn!(group = %self.group, partition = self.partition, error = %e, "acks failed");
+            if st.errors.len() >= 64 {
+                st.errors.remove(0);
+            }
+            let from = st.done + 1;
+            st.errors.push((from, upto, e.code(), e.to_string()));
+        }
+        st.done = st.done.max(upto);
+        let wakers = std::mem::take(&mut st.wakers);
+        drop(st);
+        self.cond.notify_all();
+        wakers.into_iter().for_each(Waker::wake);
+    }
+
+    fn check(st: &State, t: u64) -> Option<Result<()>> {
+        if st.done < t {
+            return None;
+        }
+        match st
+            .errors
+            .iter()
+            .find(|(from, upto, ..)| (*from..=*upto).contains(&t))
+        {
+            Some((_, _, code, msg)) => Some(Err(Error::coded(*code, format!("ack failed: {msg}")))),
+            None => Some(Ok(())),
+        }
+    }
+}
+
+impl AckSource for ShareAcks {
+    fn poll_ticket(&self, t: u64, waker: Option<&Waker>) -> Option<Result<()>> {
+        let mut st = self.state.lock();
+        let r = Self::check(&st, t);
+        if r.is_none() {
+            if let Some(w) = waker {
+                st.wakers.push(w.clone());
+            }
+        }
+        r
+    }
+
+    fn wait_ticket(&self, t: u64, deadline: Option<Instant>) -> Option<Result<()>> {
+        let mut st = self.state.lock();
+        loop {
+            if let Some(r) = Self::check(&st, t) {
+                return Some(r);
+            }
+            match deadline {
+                None => self.cond.wait(&mut st),
+                Some(d) => {
+                    if self.cond.wait_until(&mut st, d).timed_out() {
+                        return None;
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::add;
+
+    #[test]
+    fn adjacent_offsets_merge_into_ranges() {
+        let mut r = Vec::new();
+        for o in [5, 6, 7, 9, 3, 4] {
+            add(&mut r, o);
+        }
+        assert_eq!(r, vec![(5, 3), (9, 1), (3, 2)]);
+    }
+}
