@@ -35,6 +35,8 @@ pub struct LedgerFile {
     next_index: u64,
     /// Why appends are refused, after a failed write or sync.
     failed: Option<String>,
+    /// Compaction thresholds: records, bytes.
+    compact_at: (u64, u64),
 }
 
 fn io_err(context: &str, path: &Path) -> impl FnOnce(std::io::Error) -> StorageError {
@@ -159,6 +161,7 @@ impl LedgerFile {
             records: 0,
             next_index: 1,
             failed: None,
+            compact_at: (COMPACT_RECORDS, COMPACT_BYTES),
         };
         match replay(path, &buf)? {
             Replay::Found(ledger, valid, records, next) => {
@@ -249,13 +252,13 @@ impl LedgerFile {
         Ok(())
     }
 
-    /// Compacts the file once it holds [`COMPACT_RECORDS`] records or
-    /// [`COMPACT_BYTES`] bytes: a `Snapshot` of `ledger` (the state the
+    /// Compacts the file once it holds 4096 records or 4 MiB (see
+    /// [`LedgerFile::set_compaction_limits`]): a `Snapshot` of `ledger` (the state the
     /// appended records were applied to) is written to `<path>.tmp`,
     /// fdatasync'ed and renamed over the file, and the directory is fsynced.
     pub fn maybe_compact(&mut self, ledger: &ShareLedger) -> Result<()> {
         self.stopped()?;
-        if self.records < COMPACT_RECORDS && self.len < COMPACT_BYTES {
+        if self.records < self.compact_at.0 && self.len < self.compact_at.1 {
             return Ok(());
         }
         let snap = LedgerRecord::Snapshot(Box::new(ledger.snapshot()));
@@ -296,6 +299,13 @@ impl LedgerFile {
         self.records = 1;
         self.next_index = 2;
         Ok(())
+    }
+
+    /// Changes when [`LedgerFile::maybe_compact`] compacts: at `records`
+    /// records or `bytes` bytes (default 4096 and 4 MiB). Tests use small
+    /// limits to compact often.
+    pub fn set_compaction_limits(&mut self, records: u64, bytes: u64) {
+        self.compact_at = (records, bytes);
     }
 
     pub fn path(&self) -> &Path {
