@@ -142,6 +142,29 @@ fn a_well_framed_record_of_unknown_kind_is_corrupt() {
 }
 
 #[test]
+fn a_last_index_near_the_top_wraps_instead_of_overflowing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("g.ledger");
+    // A Start record (kind 1, floor 0, empty spec) with index u64::MAX - 1.
+    let mut start = vec![1u8];
+    start.extend_from_slice(&0u64.to_le_bytes());
+    start.extend_from_slice(&0u32.to_le_bytes());
+    let mut bytes = record::file_header(*b"STRC").to_vec();
+    bytes.extend_from_slice(&record::encode(u64::MAX - 1, &start));
+    std::fs::write(&path, &bytes).unwrap();
+    let (mut f, mut l) = open_real(&path);
+    commit(
+        &mut f,
+        &mut l,
+        &[acked(&[(0, 1)]), acked(&[(1, 1)]), acked(&[(2, 1)])],
+        true,
+    );
+    drop(f);
+    let (_, again) = open_real(&path);
+    assert_eq!(again.floor(), 3);
+}
+
+#[test]
 fn compaction_keeps_state_and_leaves_no_tmp() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("g.ledger");

@@ -80,7 +80,7 @@ fn frame(records: &[LedgerRecord], first: u64) -> Result<Vec<u8>> {
                 payload.len()
             )));
         }
-        out.extend_from_slice(&record::encode(first + i as u64, &payload));
+        out.extend_from_slice(&record::encode(first.wrapping_add(i as u64), &payload));
     }
     Ok(out)
 }
@@ -146,7 +146,6 @@ impl LedgerFile {
         if vfs.exists(&tmp).map_err(io_err("checking", &tmp))? {
             vfs.remove_file(&tmp).map_err(io_err("removing", &tmp))?;
         }
-        let existed = vfs.exists(path).map_err(io_err("checking", path))?;
         let file = vfs.open(path, true).map_err(io_err("opening", path))?;
         let size = file.len().map_err(io_err("reading the size of", path))?;
         let size = usize::try_from(size).map_err(|_| corrupt(path, 0, "the file is too large"))?;
@@ -177,7 +176,7 @@ impl LedgerFile {
                 Ok((lf, ledger))
             }
             Replay::Empty => {
-                if existed && !buf.is_empty() {
+                if !buf.is_empty() {
                     tracing::warn!(path = %path.display(), size = buf.len(),
                         "the shared-group ledger holds no complete record; starting it afresh");
                 }
@@ -242,7 +241,7 @@ impl LedgerFile {
             }
             self.len += bytes.len() as u64;
             self.records += records.len() as u64;
-            self.next_index += records.len() as u64;
+            self.next_index = self.next_index.wrapping_add(records.len() as u64);
         }
         if sync {
             if let Err(e) = self.file.sync_data() {
