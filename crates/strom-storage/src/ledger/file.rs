@@ -35,6 +35,8 @@ pub struct LedgerFile {
     next_index: u64,
     /// Why appends are refused, after a failed write or sync.
     failed: Option<String>,
+    /// Compaction thresholds: records, bytes.
+    compact_at: (u64, u64),
 }
 
 fn io_err(context: &str, path: &Path) -> impl FnOnce(std::io::Error) -> StorageError {
@@ -78,7 +80,7 @@ fn frame(records: &[LedgerRecord], first: u64) -> Result<Vec<u8>> {
                 payload.len()
             )));
         }
-        out.extend_from_slice(&record::encode(first + i as u64, &payload));
+        out.extend_from_slice(&record::encode(first.wrapping_add(i as u64), &payload));
     }
     Ok(out)
 }
@@ -144,7 +146,6 @@ impl LedgerFile {
         if vfs.exists(&tmp).map_err(io_err("checking", &tmp))? {
             vfs.remove_file(&tmp).map_err(io_err("removing", &tmp))?;
         }
-        let existed = vfs.exists(path).map_err(io_err("checking", path))?;
         let file = vfs.open(path, true).map_err(io_err("opening", path))?;
         let size = file.len().map_err(io_err("reading the size of", path))?;
         let size = usize::try_from(size).map_err(|_| corrupt(path, 0, "the file is too large"))?;
@@ -159,6 +160,7 @@ impl LedgerFile {
             records: 0,
             next_index: 1,
             failed: None,
+            compact_at: (COMPACT_RECORDS, COMPACT_BYTES),
         };
         match replay(path, &buf)? {
             Replay::Found(ledger, valid, records, next) => {
@@ -174,7 +176,7 @@ impl LedgerFile {
                 Ok((lf, ledger))
             }
             Replay::Empty => {
-                if existed && !buf.is_empty() {
+                if !buf.is_empty() {
                     tracing::warn!(path = %path.display(), size = buf.len(),
                         "the shared-group ledger holds no complete record; starting it afresh");
                 }
@@ -239,7 +241,7 @@ impl LedgerFile {
             }
             self.len += bytes.len() as u64;
             self.records += records.len() as u64;
-            self.next_index += records.len() as u64;
+            self.next_index = self.next_index.wrapping_add(records.len() as u64);
         }
         if sync {
             if let Err(e) = self.file.sync_data() {
@@ -249,13 +251,13 @@ impl LedgerFile {
         Ok(())
     }
 
-    /// Compacts the file once it holds [`COMPACT_RECORDS`] records or
-    /// [`COMPACT_BYTES`] bytes: a `Snapshot` of `ledger` (the state the
+    /// Compacts the file once it holds 4096 records or 4 MiB (see
+    /// [`LedgerFile::set_compaction_limits`]): a `Snapshot` of `ledger` (the state the
     /// appended records were applied to) is written to `<path>.tmp`,
     /// fdatasync'ed and renamed over the file, and the directory is fsynced.
     pub fn maybe_compact(&mut self, ledger: &ShareLedger) -> Result<()> {
         self.stopped()?;
-        if self.records < COMPACT_RECORDS && self.len < COMPACT_BYTES {
+        if self.records < self.compact_at.0 && self.len < self.compact_at.1 {
             return Ok(());
         }
         let snap = LedgerRecord::Snapshot(Box::new(ledger.snapshot()));
@@ -296,6 +298,13 @@ impl LedgerFile {
         self.records = 1;
         self.next_index = 2;
         Ok(())
+    }
+
+    /// Changes when [`LedgerFile::maybe_compact`] compacts: at `records`
+    /// records or `bytes` bytes (default 4096 and 4 MiB). Tests use small
+    /// limits to compact often.
+    pub fn set_compaction_limits(&mut self, records: u64, bytes: u64) {
+        self.compact_at = (records, bytes);
     }
 
     pub fn path(&self) -> &Path {

@@ -48,13 +48,14 @@ impl ShareLedger {
     pub fn from_snapshot(s: &LedgerSnapshot) -> Self {
         let mut l = ShareLedger::new(s.floor, s.spec.clone());
         l.dispatched = s.dispatched.max(s.floor);
-        for &(first, end) in &s.acked {
-            l.insert_acked(first, end);
-        }
+        // Dead letters first: an acked range may cover one.
         for &(offset, letter) in &s.dead {
             if !l.is_resolved(offset) {
                 l.dead.insert(offset, letter);
             }
+        }
+        for &(first, end) in &s.acked {
+            l.insert_acked(first, end);
         }
         for &(offset, n) in &s.deliveries {
             if !l.is_resolved(offset) {
@@ -433,5 +434,68 @@ mod tests {
         assert_eq!(m, l);
         assert_eq!(m.spec(), b"spec");
         assert_eq!(m.dispatched(), 30);
+    }
+
+    /// Random records against a naive model (a set of resolved offsets).
+    #[test]
+    fn random_records_match_a_naive_model() {
+        use crate::sim::SimRng;
+        use std::collections::BTreeSet;
+        for seed in 0..200 {
+            let mut rng = SimRng::new(seed);
+            let mut l = ShareLedger::new(rng.below(5), Vec::new());
+            let mut floor = l.floor();
+            let mut resolved = BTreeSet::new();
+            let mut acked_total = 0;
+            for _ in 0..60 {
+                match rng.below(8) {
+                    0..=4 => {
+                        let first = rng.below(60);
+                        let count = rng.below(6) as u32;
+                        for o in first..first + u64::from(count) {
+                            if o >= floor && resolved.insert(o) {
+                                acked_total += 1;
+                            }
+                        }
+                        l.apply(&acked(&[(first, count)]));
+                    }
+                    5 | 6 => {
+                        let offset = rng.below(60);
+                        if offset >= floor {
+                            resolved.insert(offset);
+                        }
+                        l.apply(&LedgerRecord::DeadLettered {
+                            offset,
+                            letter: letter(2),
+                        });
+                    }
+                    _ => {
+                        let to = rng.below(40);
+                        let skipped = (floor..to).filter(|o| !resolved.contains(o)).count();
+                        assert_eq!(l.raise_floor(to), skipped as u64, "seed {seed}");
+                        floor = floor.max(to);
+                    }
+                }
+                while resolved.remove(&floor) {
+                    floor += 1;
+                }
+                resolved.retain(|&o| o >= floor);
+                assert_eq!(l.floor(), floor, "seed {seed}");
+                assert_eq!(
+                    l.resolved_above_floor(),
+                    resolved.len() as u64,
+                    "seed {seed}"
+                );
+                assert_eq!(l.acked_total(), acked_total, "seed {seed}");
+                for o in 0..70 {
+                    let want = o < floor || resolved.contains(&o);
+                    assert_eq!(l.is_resolved(o), want, "seed {seed}, offset {o}");
+                }
+                let from = rng.below(70);
+                let next = (from.max(floor)..).find(|o| !resolved.contains(o));
+                assert_eq!(Some(l.next_unresolved(from)), next, "seed {seed}");
+                assert_eq!(ShareLedger::from_snapshot(&l.snapshot()), l, "seed {seed}");
+            }
+        }
     }
 }
