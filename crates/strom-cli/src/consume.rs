@@ -10,6 +10,11 @@
 //! left this process, and, when stdout is a pipe, once the reader took it
 //! out of the pipe. SIGINT and SIGTERM stop the loop; a closed pipe stops
 //! it quietly. Either way what was delivered is acked, and nothing else.
+//!
+//! With `--group G` the process is a member of consumer group G: with
+//! `--mode shared` it gets events no other member holds and acks each one
+//! (lines then carry `deliveries`); without `--follow` it stops once
+//! nothing has come for a moment.
 
 mod out;
 
@@ -27,9 +32,32 @@ use out::{Output, Stop};
 #[derive(Args)]
 pub struct ConsumeArgs {
     topic: String,
-    /// Consumer name; acks are stored under it.
+    /// Consumer name; acks are stored under it. With --group, the
+    /// member's label instead (default host:pid).
+    #[arg(long, required_unless_present = "group")]
+    name: Option<String>,
+    /// Join this consumer group instead of reading as a name.
     #[arg(long)]
-    name: String,
+    group: Option<String>,
+    /// partitioned (members split the partitions) | shared (any member
+    /// gets any event; each is acked on its own).
+    #[arg(long, default_value = "partitioned", requires = "group")]
+    mode: strom_client::ConsumerGroupMode,
+    /// Seconds a silent member keeps its place in the group.
+    #[arg(long, requires = "group")]
+    session_timeout: Option<f64>,
+    /// Shared groups: seconds before an unacked event goes to another member.
+    #[arg(long, requires = "group")]
+    visibility_timeout: Option<f64>,
+    /// Shared groups: deliveries before an event goes to the dead-letter topic.
+    #[arg(long, requires = "group")]
+    max_deliveries: Option<u32>,
+    /// Shared groups: the dead-letter topic (default TOPIC.GROUP.dlq).
+    #[arg(long, requires = "group")]
+    dead_letter: Option<String>,
+    /// Events each partition may push ahead of demand.
+    #[arg(long)]
+    prefetch: Option<u32>,
     /// committed | beginning | end | <offset> | ts:<microseconds>
     #[arg(long, default_value = "committed")]
     from: String,
@@ -85,6 +113,44 @@ fn parse_from(s: &str) -> anyhow::Result<StartPos> {
     })
 }
 
+/// The group options from the command line; `opts` carries prefetch and
+/// selector (a shared member defaults to a prefetch of 64).
+fn group_options(
+    a: &ConsumeArgs,
+    mut opts: ConsumerOptions,
+) -> anyhow::Result<strom_client::GroupOptions> {
+    let secs = |v: Option<f64>, what: &str| -> anyhow::Result<Option<Duration>> {
+        v.map(|s| {
+            Duration::try_from_secs_f64(s)
+                .map_err(|_| anyhow::anyhow!("--{what} takes a number of seconds, not {s}"))
+        })
+        .transpose()
+    };
+    let mut g = strom_client::GroupOptions {
+        mode: a.mode,
+        label: a.name.clone(),
+        max_deliveries: a.max_deliveries,
+        dead_letter: a.dead_letter.clone(),
+        ..Default::default()
+    };
+    if a.from != "committed" {
+        g.start = opts.start;
+    }
+    if let Some(d) = secs(a.session_timeout, "session-timeout")? {
+        g.session_timeout = d;
+    }
+    if let Some(d) = secs(a.visibility_timeout, "visibility-timeout")? {
+        g.visibility_timeout = d;
+    }
+    if a.prefetch.is_none() {
+        opts.prefetch = g.consumer.prefetch;
+    }
+    opts.partitions = None;
+    opts.start = StartPos::Committed;
+    g.consumer = opts;
+    Ok(g)
+}
+
 /// Errors a pull reports for one partition while the others carry on.
 fn partition_unavailable(code: ErrorCode) -> bool {
     matches!(
@@ -115,7 +181,7 @@ pub fn run(a: ConsumeArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> {
             );
         }
     }
-    let opts = ConsumerOptions {
+    let mut opts = ConsumerOptions {
         start,
         partitions: partitions.clone(),
         selector: match &a.select {
@@ -125,12 +191,27 @@ pub fn run(a: ConsumeArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> {
         },
         ..Default::default()
     };
-    let consumer = topic.consumer_with(&a.name, opts)?;
+    if let Some(p) = a.prefetch {
+        opts.prefetch = p;
+    }
+    let consumer = match &a.group {
+        Some(g) => topic.consumer_group(g, group_options(&a, opts)?)?,
+        None => topic.consumer_with(a.name.as_deref().unwrap_or_default(), opts)?,
+    };
+    let grouped = a.group.is_some();
     interrupt::install()?;
-    // Without --follow, stop at each partition's end as of now.
-    let mut remaining: Vec<u64> = info.partitions.iter().map(|p| p.next_offset).collect();
+    // Without --follow, stop at each partition's end as of now (a group
+    // member gets only part of it: it stops when nothing more comes).
+    let mut remaining: Vec<u64> = info
+        .partitions
+        .iter()
+        .map(|p| if grouped { u64::MAX } else { p.next_offset })
+        .collect();
     let mut caught_up: Vec<bool> = info.partitions.iter().map(|p| !wanted(p.id)).collect();
-    let mut out = Output::new(!a.no_ack);
+    let mut out = Output::new(
+        !a.no_ack,
+        grouped && a.mode == strom_client::ConsumerGroupMode::Shared,
+    );
     let mut count = 0u64;
     let mut unavailable = 0u32;
     let mut idle_since: Option<Instant> = None;
@@ -202,6 +283,9 @@ pub fn run(a: ConsumeArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> {
         });
         if a.select.is_some() {
             line["fetched_size"] = ev.fetched_len().into();
+        }
+        if grouped {
+            line["deliveries"] = ev.deliveries().into();
         }
         if a.data || a.select.is_some() {
             let data = ev.data_vec();

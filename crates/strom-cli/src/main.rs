@@ -5,6 +5,7 @@ mod bench;
 mod cluster;
 mod consume;
 mod demo;
+mod group;
 mod interrupt;
 mod produce;
 mod scrub;
@@ -51,6 +52,9 @@ enum Command {
     /// Create, list, describe, complete or delete topics.
     #[command(subcommand)]
     Topic(topic::TopicCmd),
+    /// List, describe or delete consumer groups.
+    #[command(subcommand)]
+    Group(group::GroupCmd),
     /// Produce JSON lines from stdin as events; prints each event's offset.
     Produce(produce::ProduceArgs),
     /// Consume events as JSON lines on stdout.
@@ -124,6 +128,7 @@ fn main() {
             init_logging("warn");
             match other {
                 Command::Topic(c) => topic::run(c, cli.group_file),
+                Command::Group(c) => group::run(c, cli.group_file),
                 Command::Cluster(c) => cluster::run(c, cli.group_file),
                 Command::Status(a) => status::run(a, cli.group_file),
                 Command::Scrub(a) => scrub::run(a, cli.group_file),

@@ -27,11 +27,20 @@ const FLUSH_EVERY: Duration = Duration::from_millis(10);
 const POLL_MS: i32 = 100;
 /// A pipe write this small never blocks once `poll` says writable.
 const PIPE_CHUNK: usize = 4096;
+/// Single acks (shared groups) kept unawaited, at most.
+const SINGLES: usize = 4096;
 /// Acks older than this are awaited at the end at most this long.
 const ACK_TIMEOUT: Duration = Duration::from_secs(30);
 
 pub struct Output {
     ack: bool,
+    /// Ack every event on its own (a shared group), not the latest per
+    /// partition.
+    each: bool,
+    /// Acks of single events not yet known to be durable (`each`).
+    singles: VecDeque<(u32, AckFuture)>,
+    /// The first single ack that failed while the list was trimmed.
+    single_error: Option<anyhow::Error>,
     buf: Vec<u8>,
     /// Bytes written to fd 1 so far.
     written: u64,
@@ -45,7 +54,7 @@ pub struct Output {
 }
 
 impl Output {
-    pub fn new(ack: bool) -> Output {
+    pub fn new(ack: bool, each: bool) -> Output {
         // SAFETY: fstat on fd 1 into a local struct.
         let fifo = unsafe {
             let mut st: libc::stat = std::mem::zeroed();
@@ -53,6 +62,9 @@ impl Output {
         };
         Output {
             ack,
+            each,
+            singles: VecDeque::new(),
+            single_error: None,
             buf: Vec::with_capacity(FLUSH_BYTES * 2),
             written: 0,
             pending: VecDeque::new(),
@@ -156,7 +168,20 @@ impl Output {
         {
             let (_, ev) = self.pending.pop_front().expect("checked");
             self.delivered_events += 1;
-            last.insert(ev.partition, ev);
+            if self.each && self.ack {
+                self.singles.push_back((ev.partition, ev.ack()));
+            } else {
+                last.insert(ev.partition, ev);
+            }
+        }
+        // Keep the list of single acks short: the oldest are long done.
+        while self.singles.len() > SINGLES {
+            if let Some((p, a)) = self.singles.pop_front() {
+                if let Err(e) = a.wait_timeout(Some(ACK_TIMEOUT)) {
+                    let e = anyhow::anyhow!("acking an event of partition {p}: {e}");
+                    self.single_error.get_or_insert(e);
+                }
+            }
         }
         if self.ack {
             for (p, ev) in last {
@@ -188,8 +213,9 @@ impl Output {
 
     /// Waits for the acks sent; the first error, if any.
     pub fn wait_acks(&mut self) -> anyhow::Result<()> {
-        let mut first = None;
-        for (p, ack) in self.acks.drain() {
+        let mut first = self.single_error.take();
+        let singles: Vec<_> = self.singles.drain(..).collect();
+        for (p, ack) in self.acks.drain().chain(singles) {
             if let Err(e) = ack.wait_timeout(Some(ACK_TIMEOUT)) {
                 first.get_or_insert(anyhow::anyhow!("acking partition {p}: {e}"));
             }
