@@ -47,7 +47,7 @@ python-test: python-build wheel
 	$(CARGO) build --quiet -p strom-cli
 	cd $(PY_DIR) && CARGO_TARGET_DIR=$(PY_TARGET) $(CARGO) test --release --lib --quiet
 	STROM_BIN=$(CURDIR)/target/debug/strom STROM_WHEEL_DIR=$(PY_WHEELS) \
-		$(PY) -m pytest -q -p no:cacheprovider --timeout=300 $(PY_DIR)/tests examples/tomography
+		$(PY) -m pytest -q -p no:cacheprovider --timeout=300 $(PY_DIR)/tests examples/tomography examples/task-queue
 
 python-bench: python-build
 	$(PY) -m strom.bench

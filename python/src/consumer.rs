@@ -294,6 +294,18 @@ impl PyConsumer {
         Ok(self.consumer(py)?.name().to_string())
     }
 
+    /// The consumer group this consumer is a member of, or None.
+    #[getter]
+    fn group(&self, py: Python<'_>) -> PyResult<Option<String>> {
+        Ok(self.consumer(py)?.group().map(str::to_string))
+    }
+
+    /// This member's id in its consumer group, or None.
+    #[getter]
+    fn member_id(&self, py: Python<'_>) -> PyResult<Option<u64>> {
+        Ok(self.consumer(py)?.member_id())
+    }
+
     /// The topic's name.
     #[getter]
     fn topic(&self, py: Python<'_>) -> PyResult<String> {

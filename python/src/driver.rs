@@ -244,6 +244,31 @@ impl PyDriver {
         py.detach(|| d.delete_topic(name)).py(py)
     }
 
+    /// A consumer group as a dict: settings, members, and per partition
+    /// the committed position, lag, pending and redelivered events.
+    fn describe_group<'py>(&self, py: Python<'py>, group: &str) -> PyResult<Bound<'py, PyDict>> {
+        let d = self.inner.get(py)?;
+        let g = py.detach(|| d.describe_group(group)).py(py)?;
+        crate::group::info_dict(py, &g)
+    }
+
+    /// Every consumer group, as a list of dicts (see `describe_group`).
+    fn list_groups<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let d = self.inner.get(py)?;
+        let all = py.detach(|| d.list_groups()).py(py)?;
+        let l = PyList::empty(py);
+        for g in &all {
+            l.append(crate::group::info_dict(py, g)?)?;
+        }
+        Ok(l)
+    }
+
+    /// Deletes a consumer group and its state on every partition.
+    fn delete_group(&self, py: Python<'_>, group: &str) -> PyResult<()> {
+        let d = self.inner.get(py)?;
+        py.detach(|| d.delete_group(group)).py(py)
+    }
+
     /// Committed offsets of every consumer name on one partition: `{name: offset}`.
     fn consumer_offsets<'py>(
         &self,
@@ -377,6 +402,16 @@ impl PyTopic {
     /// A consumer named `name`. Acks are kept per name: a consumer that
     /// restarts under the same name resumes after its last ack.
     ///
+    /// With `group="g"` it joins consumer group `g` instead (`name` is then
+    /// the member's label). `mode="shared"`: any member may receive any
+    /// event, each event goes to one member at a time and is acked on its
+    /// own (`ev.ack()`, `ev.nack()`); an event not acked within
+    /// `visibility_timeout` seconds, or held by a member that died, goes to
+    /// another member with `ev.deliveries` raised; after `max_deliveries` it
+    /// goes to the `dead_letter` topic (default `TOPIC.GROUP.dlq`). The
+    /// group's settings are fixed by its first member. `prefetch` defaults
+    /// to 64 in a group.
+    ///
     /// `partitions`: list of partitions to read (default all);
     /// `data_selector`: a `strom.select` selection (run in Rust), or a
     /// callable `f(metadata, info) -> selection` where `info` has `size`,
@@ -387,21 +422,51 @@ impl PyTopic {
     /// `("timestamp", µs)`; `prefetch`: events per partition the server
     /// may send ahead of demand; `prefetch_bytes`: bytes of fetched data
     /// held for events not pulled yet (all partitions).
-    #[pyo3(signature = (name, partitions=None, data_selector=None, data_broker=None, start=None, prefetch=4096, prefetch_bytes=None))]
+    #[pyo3(signature = (name=None, partitions=None, data_selector=None, data_broker=None, start=None, prefetch=None, prefetch_bytes=None, *, group=None, mode="partitioned", session_timeout=10.0, visibility_timeout=30.0, max_deliveries=None, dead_letter=None))]
     #[allow(clippy::too_many_arguments)]
     fn consumer(
         &self,
         py: Python<'_>,
-        name: &str,
+        name: Option<&str>,
         partitions: Option<Vec<u32>>,
         data_selector: Option<&Bound<'_, PyAny>>,
         data_broker: Option<&Bound<'_, PyAny>>,
         start: Option<&Bound<'_, PyAny>>,
-        prefetch: u32,
+        prefetch: Option<u32>,
         prefetch_bytes: Option<u64>,
+        group: Option<String>,
+        mode: &str,
+        session_timeout: f64,
+        visibility_timeout: f64,
+        max_deliveries: Option<u32>,
+        dead_letter: Option<String>,
     ) -> PyResult<PyConsumer> {
         release_pending(py);
         let t = self.inner.get(py)?;
+        let group = match group {
+            None => None,
+            Some(g) => Some(crate::group::options(
+                py,
+                g,
+                name,
+                mode,
+                (session_timeout, visibility_timeout),
+                max_deliveries,
+                dead_letter,
+            )?),
+        };
+        let name = match (name, &group) {
+            (Some(n), None) => n.to_string(),
+            (_, Some((g, _))) => g.clone(),
+            (None, None) => {
+                return Err(errors::invalid(
+                    py,
+                    "a consumer needs a name, or a group to join",
+                ))
+            }
+        };
+        let name = name.as_str();
+        let prefetch = prefetch.unwrap_or(if group.is_some() { 64 } else { 4096 });
         let failure = Arc::new(Mutex::new(None));
         let mut layouts = None;
         let selector: Arc<dyn DataSelector> = match data_selector {
@@ -424,6 +489,7 @@ impl PyTopic {
                                 (prefetch, prefetch_bytes),
                                 failure,
                                 None,
+                                group,
                             );
                         }
                         other => SelectorKind::Builtin(other.clone()),
@@ -457,6 +523,7 @@ impl PyTopic {
             (prefetch, prefetch_bytes),
             failure,
             layouts,
+            group,
         )
     }
 }
@@ -475,6 +542,7 @@ impl PyTopic {
         (prefetch, prefetch_bytes): (u32, Option<u64>),
         failure: Arc<Mutex<Option<PyErr>>>,
         layouts: Option<crate::select::Layouts>,
+        group: Option<(String, strom_client::GroupOptions)>,
     ) -> PyResult<PyConsumer> {
         let broker: Arc<dyn DataBroker> = match data_broker {
             Some(b) if !b.is_none() => {
@@ -505,7 +573,19 @@ impl PyTopic {
         if let Some(b) = prefetch_bytes {
             opts.prefetch_bytes = b;
         }
-        let c = py.detach(|| t.consumer_with(name, opts)).py(py)?;
+        let c = match group {
+            Some((g, mut go)) => {
+                go.consumer = ConsumerOptions {
+                    start: strom_client::StartPos::Committed,
+                    ..opts
+                };
+                if !matches!(start, strom_client::StartPos::Committed) {
+                    go.start = start;
+                }
+                py.detach(|| t.consumer_group(&g, go)).py(py)?
+            }
+            None => py.detach(|| t.consumer_with(name, opts)).py(py)?,
+        };
         Ok(PyConsumer {
             inner: Mutex::new(Some(ForkSafe::new(Arc::new(c), "Consumer"))),
             ctx: Ctx { layouts, failure },

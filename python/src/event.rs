@@ -135,6 +135,10 @@ pub struct PyEvent {
     /// Bytes fetched (the selected part of the data).
     #[pyo3(get)]
     fetched_size: u64,
+    /// Deliveries of this event so far, this one included: above 1 when a
+    /// shared consumer group delivers it again. Always 1 otherwise.
+    #[pyo3(get)]
+    deliveries: u32,
 }
 
 impl PyEvent {
@@ -145,6 +149,7 @@ impl PyEvent {
             timestamp: ev.timestamp_us,
             data_size: ev.data_size(),
             fetched_size: ev.fetched_len(),
+            deliveries: ev.deliveries(),
             ev: Mutex::new(ev),
             selected,
             meta: PyOnceLock::new(),
@@ -253,19 +258,29 @@ impl PyEvent {
             .map(|d| d.clone_ref(py))
     }
 
-    /// Marks this event (and every earlier one of its partition) consumed
-    /// for the consumer's name. Persisted on the server in the background;
-    /// the returned `AckFuture` resolves once it is.
+    /// Marks this event consumed: for a named consumer, with every
+    /// earlier event of its partition; in a shared consumer group, this
+    /// event alone. Persisted on the server in the background; the
+    /// returned `AckFuture` resolves once it is.
     fn ack(&self) -> PyAckFuture {
         PyAckFuture {
             fut: Arc::new(Mutex::new(self.ev.lock().ack())),
         }
     }
 
+    /// Shared consumer groups: gives the event back, to be delivered again
+    /// (to any member) now; it counts as a delivery. Other consumers get
+    /// an error when the future is waited on.
+    fn nack(&self) -> PyAckFuture {
+        PyAckFuture {
+            fut: Arc::new(Mutex::new(self.ev.lock().nack())),
+        }
+    }
+
     fn __repr__(&self) -> String {
         format!(
-            "<Event partition={} offset={} timestamp={} data_size={}>",
-            self.partition, self.offset, self.timestamp, self.data_size
+            "<Event partition={} offset={} timestamp={} data_size={} deliveries={}>",
+            self.partition, self.offset, self.timestamp, self.data_size, self.deliveries
         )
     }
 }

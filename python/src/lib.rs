@@ -15,6 +15,7 @@ mod consumer;
 mod driver;
 mod errors;
 mod event;
+mod group;
 mod json;
 mod producer;
 mod select;

@@ -63,6 +63,8 @@ class Event:
     """Size of the whole data part on the server."""
     fetched_size: int
     """Bytes fetched (the selected part)."""
+    deliveries: int
+    """Deliveries so far, this one included (above 1 when a shared group redelivers)."""
     @property
     def metadata(self) -> Any:
         """Decoded metadata (a dict for JSON objects), decoded once and cached."""
@@ -77,7 +79,10 @@ class Event:
         """The fetched data without copying: a numpy array for array payloads,
         else a memoryview; the broker's own objects with a Python broker."""
     def ack(self) -> AckFuture:
-        """Commits this event (and every earlier one of its partition) for the consumer's name."""
+        """Commits this event (and every earlier one of its partition) for the consumer's name;
+        in a shared consumer group, this event alone."""
+    def nack(self) -> AckFuture:
+        """Shared consumer groups: gives the event back for redelivery now."""
 
 class Producer:
     """Pushes events; a context manager that closes on exit."""
@@ -114,6 +119,10 @@ class Consumer(Iterator[Event], AsyncIterator[Event]):
     def name(self) -> str: ...
     @property
     def topic(self) -> str: ...
+    @property
+    def group(self) -> Optional[str]: ...
+    @property
+    def member_id(self) -> Optional[int]: ...
     def pull(self, timeout: Optional[float] = None) -> Optional[Event]:
         """Next event, or None at the end of the stream; raises strom.TimeoutError."""
     def pull_batch(self, max: int, timeout: Optional[float] = None) -> Optional[list[Event]]:
@@ -185,15 +194,24 @@ class Topic:
         """
     def consumer(
         self,
-        name: str,
+        name: Optional[str] = None,
         partitions: Optional[Sequence[int]] = None,
         data_selector: DataSelectorArg = None,
         data_broker: DataBrokerArg = None,
         start: Optional[Position] = None,
-        prefetch: int = 4096,
+        prefetch: Optional[int] = None,
         prefetch_bytes: Optional[int] = None,
+        *,
+        group: Optional[str] = None,
+        mode: str = "partitioned",
+        session_timeout: float = 10.0,
+        visibility_timeout: float = 30.0,
+        max_deliveries: Optional[int] = None,
+        dead_letter: Optional[str] = None,
     ) -> Consumer:
-        """A consumer named ``name``; resumes after the name's last ack by default."""
+        """A consumer named ``name``; resumes after the name's last ack by default.
+        With ``group=``, a member of that consumer group (``mode="shared"``:
+        a work queue, each event acked on its own)."""
 
 class Driver:
     """A handle on a Strom deployment."""
@@ -235,6 +253,10 @@ class Driver:
         """Deletes a topic and its data."""
     def consumer_offsets(self, topic: str, partition: int) -> dict[str, int]:
         """Committed offsets of every consumer name on one partition."""
+    def describe_group(self, group: str) -> dict[str, Any]:
+        """A consumer group: settings, members, per-partition position, lag, pending."""
+    def list_groups(self) -> list[dict[str, Any]]: ...
+    def delete_group(self, group: str) -> None: ...
 
 class Selection:
     """A data selection (see ``strom.select``)."""

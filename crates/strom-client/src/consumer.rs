@@ -255,13 +255,16 @@ impl Consumer {
             ));
         }
         let n = parts.len();
+        let min_prefetch = if group.is_some() { 1 } else { 2 };
         let shared = Arc::new(Shared {
             name: name.into(),
             group,
             policy: Arc::new(topic.policy()?),
             topic,
+            // A group member may hold as little as one event (credit goes
+            // back after each pull); a named consumer streams at least two.
             opts: ConsumerOptions {
-                prefetch: opts.prefetch.max(2),
+                prefetch: opts.prefetch.max(min_prefetch),
                 ..opts
             },
             parts: RwLock::new(parts),
@@ -360,7 +363,10 @@ impl Consumer {
                     }
                     q.taken[slot] += 1;
                     self.shared.budget.release(ev.fetched_len());
-                    if q.taken[slot] >= self.shared.opts.prefetch / 2 {
+                    // A shared group's window is its unacked events: acks,
+                    // not pulls, give the credit back (on the server).
+                    let per_ack = self.shared.group.as_ref().is_some_and(|g| g.is_shared());
+                    if !per_ack && q.taken[slot] >= (self.shared.opts.prefetch / 2).max(1) {
                         let events = std::mem::take(&mut q.taken[slot]);
                         let p = self.shared.part(slot);
                         let stream = p.stream.load(Ordering::Acquire);

@@ -47,7 +47,9 @@ pub(crate) struct ShareAcks {
     group: String,
     owner: Arc<Mutex<Owner>>,
     state: Mutex<State>,
-    cond: Condvar,
+    /// Shared with the send loop, which drops its own reference to these
+    /// acks before it wakes the waiters (see `send_loop`).
+    cond: Arc<Condvar>,
 }
 
 /// Adds `offset` to a list of `(first, count)` ranges, merging with the
@@ -81,7 +83,7 @@ impl ShareAcks {
             group: group.to_string(),
             owner,
             state: Mutex::new(State::default()),
-            cond: Condvar::new(),
+            cond: Arc::new(Condvar::new()),
         })
     }
 
@@ -106,11 +108,17 @@ impl ShareAcks {
         AckFuture::new(self.clone(), ticket)
     }
 
+    /// Sends what is queued, one request at a time, until nothing is. The
+    /// last round drops this task's reference before it wakes the waiters:
+    /// an application that drops everything once its acks are confirmed
+    /// then drops the driver itself (and an embedded server stops before
+    /// the call returns), not this task later.
     async fn send_loop(self: Arc<Self>) {
         let mut retry_until: Option<Instant> = None;
-        loop {
+        let mut me = Some(self);
+        while let Some(this) = me.take() {
             let (acks, nacks, upto) = {
-                let mut st = self.state.lock();
+                let mut st = this.state.lock();
                 if st.acks.is_empty() && st.nacks.is_empty() {
                     st.in_flight = false;
                     return;
@@ -121,31 +129,41 @@ impl ShareAcks {
                     st.queued,
                 )
             };
-            match self.send(acks.clone(), nacks.clone()).await {
-                Ok(()) => {
-                    retry_until = None;
-                    self.settle(upto, None);
-                }
+            let error = match this.send(acks.clone(), nacks.clone()).await {
+                Ok(()) => None,
                 Err(e) if retryable(e.code()) => {
                     let until = *retry_until.get_or_insert_with(|| Instant::now() + RETRY_FOR);
-                    if Instant::now() >= until {
-                        self.settle(upto, Some(e));
+                    if Instant::now() < until {
+                        this.requeue(acks, nacks);
+                        tokio::time::sleep(RETRY_EVERY).await;
+                        this.refresh_owner().await;
+                        me = Some(this);
                         continue;
                     }
-                    {
-                        let mut st = self.state.lock();
-                        let (mut a, mut n) = (acks, nacks);
-                        a.append(&mut st.acks);
-                        n.append(&mut st.nacks);
-                        st.acks = a;
-                        st.nacks = n;
-                    }
-                    tokio::time::sleep(RETRY_EVERY).await;
-                    self.refresh_owner().await;
+                    Some(e)
                 }
-                Err(e) => self.settle(upto, Some(e)),
+                Err(e) => Some(e),
+            };
+            retry_until = None;
+            let (wakers, last) = this.settle(upto, error);
+            let cond = this.cond.clone();
+            if !last {
+                me = Some(this);
+            } else {
+                drop(this);
             }
+            cond.notify_all();
+            wakers.into_iter().for_each(Waker::wake);
         }
+    }
+
+    /// Puts ranges that could not be sent back in front of the queue.
+    fn requeue(&self, mut acks: Vec<(u64, u32)>, mut nacks: Vec<(u64, u32)>) {
+        let mut st = self.state.lock();
+        acks.append(&mut st.acks);
+        nacks.append(&mut st.nacks);
+        st.acks = acks;
+        st.nacks = nacks;
     }
 
     async fn send(&self, acks: Vec<(u64, u32)>, nacks: Vec<(u64, u32)>) -> Result<()> {
@@ -175,7 +193,10 @@ impl ShareAcks {
         }
     }
 
-    fn settle(&self, upto: u64, error: Option<Error>) {
+    /// Marks every ticket up to `upto` settled; returns the wakers to wake
+    /// and whether the queue is empty (then the loop ends: `in_flight` is
+    /// cleared under the same lock, so a new ack starts a new loop).
+    fn settle(&self, upto: u64, error: Option<Error>) -> (Vec<Waker>, bool) {
         let mut st = self.state.lock();
         if let Some(e) = error {
             tracing::warn!(group = %self.group, partition = self.partition, error = %e, "acks failed");
@@ -186,10 +207,11 @@ impl ShareAcks {
             st.errors.push((from, upto, e.code(), e.to_string()));
         }
         st.done = st.done.max(upto);
-        let wakers = std::mem::take(&mut st.wakers);
-        drop(st);
-        self.cond.notify_all();
-        wakers.into_iter().for_each(Waker::wake);
+        let last = st.acks.is_empty() && st.nacks.is_empty();
+        if last {
+            st.in_flight = false;
+        }
+        (std::mem::take(&mut st.wakers), last)
     }
 
     fn check(st: &State, t: u64) -> Option<Result<()>> {

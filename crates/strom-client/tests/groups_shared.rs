@@ -44,6 +44,25 @@ fn produce(t: &Topic, n: u32, data_len: usize) {
     p.close().unwrap();
 }
 
+/// Opens the embedded server again once the previous one released the
+/// directory: its last driver reference may go away on one of its own
+/// background tasks, shortly after the test dropped its handles.
+fn reopen(dir: &std::path::Path) -> Driver {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        match Driver::embedded(dir) {
+            Ok(d) => return d,
+            Err(e)
+                if e.code() == strom_client::ErrorCode::DATA_DIR_LOCKED
+                    && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(20))
+            }
+            Err(e) => panic!("reopening: {e}"),
+        }
+    }
+}
+
 fn index(e: &Event) -> u64 {
     e.json().unwrap()["i"].as_u64().unwrap()
 }
@@ -277,7 +296,7 @@ fn a_restart_redelivers_exactly_what_was_not_acked() {
         }
         acked
     };
-    let d = Driver::embedded(dir.path()).unwrap();
+    let d = reopen(dir.path());
     let t = d.open_topic("durable").unwrap();
     let c = t.consumer_group("g", shared(100)).unwrap();
     let mut again = BTreeSet::new();

@@ -4,9 +4,12 @@
 //! (`retry`), and the split of a stored batch into contiguous runs for the
 //! members that have credit, served round-robin.
 //!
-//! Credit is charged exactly: a member never holds more undelivered-to-it
-//! events than it granted. Resolution (acks, dead letters) is the ledger's
-//! business; this state only forgets what was resolved.
+//! Credit is charged exactly, and it is the member's *unacked* window (as
+//! RabbitMQ's prefetch): a delivery takes one event of credit, and the
+//! event's ack, nack or expiry gives it back, so a member never holds more
+//! unresolved events than its prefetch, pulled or not. Resolution (acks,
+//! dead letters) is the ledger's business; this state only forgets what was
+//! resolved.
 
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -139,12 +142,21 @@ impl Dispatch {
         }
     }
 
-    /// The events were resolved (acked or dead-lettered): forget them.
+    /// The events were resolved (acked or dead-lettered): forget them, and
+    /// give their holders the credit back.
     pub fn resolved(&mut self, offsets: impl IntoIterator<Item = u64>) {
         for o in offsets {
-            self.pending.remove(&o);
+            if let Some(p) = self.pending.remove(&o) {
+                self.give_back(p.member);
+            }
             self.retry.remove(&o);
             self.dead_due.remove(&o);
+        }
+    }
+
+    fn give_back(&mut self, member: u64) {
+        if let Some(m) = self.members.get_mut(&member) {
+            m.credit = m.credit.saturating_add(1);
         }
     }
 
@@ -153,6 +165,7 @@ impl Dispatch {
     pub fn nack(&mut self, offset: u64, max: u32) -> bool {
         match self.pending.remove(&offset) {
             Some(p) => {
+                self.give_back(p.member);
                 self.requeue(offset, p.deliveries, max);
                 true
             }
@@ -180,14 +193,15 @@ impl Dispatch {
     /// Events whose visibility timeout passed go to the others. Returns how
     /// many.
     pub fn expire(&mut self, now: Instant, max: u32) -> usize {
-        let due: Vec<(u64, u32)> = self
+        let due: Vec<(u64, u64, u32)> = self
             .pending
             .iter()
             .filter(|(_, p)| p.deadline <= now)
-            .map(|(o, p)| (*o, p.deliveries))
+            .map(|(o, p)| (*o, p.member, p.deliveries))
             .collect();
-        for (o, d) in &due {
+        for (o, member, d) in &due {
             self.pending.remove(o);
+            self.give_back(*member);
             self.requeue(*o, *d, max);
         }
         due.len()
@@ -293,6 +307,19 @@ mod tests {
         assert_eq!(d.retry.get(&1), Some(&1));
         d.resolved([0, 1]);
         assert!(d.dead_due.is_empty() && d.retry.is_empty());
+    }
+
+    #[test]
+    fn credit_is_the_unacked_window() {
+        let mut d = with_members(&[2]);
+        d.split(0, &[(0, 0), (1, 0), (2, 0)], Instant::now());
+        assert_eq!(d.credit(), 0, "two unacked events fill a window of two");
+        d.resolved([0]);
+        assert_eq!(d.credit(), 1, "an ack frees one slot");
+        d.nack(1, 0);
+        assert_eq!(d.credit(), 2, "a nack frees one too");
+        d.resolved([7]);
+        assert_eq!(d.credit(), 2, "acking what was not pending changes nothing");
     }
 
     #[test]

@@ -320,6 +320,7 @@ impl ShareCursor {
                 st.retry.insert(o, deliveries - 1);
             }
         }
+        // The member is gone: no credit to give back.
     }
 
     /// Ends every member's stream once the partition is sealed and every
