@@ -272,36 +272,56 @@ impl Shared {
     /// Partitioned groups: stops reading slot `slot` (its partition was
     /// revoked), drops its queued events, and waits for its commit in
     /// flight, so the next holder starts where this one's acks ended.
-    pub async fn revoke(&self, slot: usize) {
+    /// False if the listener was not told of the partition yet (its
+    /// `Assigned` marker was still queued, and now no longer names it).
+    pub async fn revoke(&self, slot: usize) -> bool {
         let sub = self.part(slot);
         if let Some(t) = sub.task.lock().take() {
             t.abort();
         }
         sub.unsubscribe();
-        {
+        let announced = {
             let mut q = self.queue.lock();
             q.dead[slot] = true;
             let mut freed = 0;
-            q.items.retain(|i| match i {
+            let mut announced = true;
+            q.items.retain_mut(|i| match i {
                 Item::Events(s, evs) if *s as usize == slot => {
                     freed += evs.iter().map(|e| e.fetched_len()).sum::<u64>();
                     false
                 }
                 Item::End(s) => *s as usize != slot,
+                Item::Assigned(ps) if ps.contains(&sub.partition) => {
+                    announced = false;
+                    ps.retain(|p| *p != sub.partition);
+                    !ps.is_empty()
+                }
                 _ => true,
             });
             q.taken[slot] = 0;
             self.budget.release(freed);
-        }
+            announced
+        };
         if let AckTarget::Offsets(a) = &sub.acks {
             a.settle(Duration::from_secs(10)).await;
         }
+        announced
     }
 
     /// Queues a marker item (listener calls, the group's end).
     pub fn mark(&self, item: Item) {
         let epoch = self.epoch();
         self.deliver(epoch, item);
+    }
+
+    /// Queues a marker ahead of everything queued: the next pull runs it.
+    pub fn mark_first(&self, item: Item) {
+        let mut q = self.queue.lock();
+        q.items.push_front(item);
+        let wakers = std::mem::take(&mut q.wakers);
+        drop(q);
+        self.cond.notify_all();
+        wakers.into_iter().for_each(Waker::wake);
     }
 }
 

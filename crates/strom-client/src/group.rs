@@ -28,7 +28,8 @@ use crate::topic::Topic;
 /// run on the thread that pulls, inside `pull`, `pull_many` or the
 /// iterator (with the consumer's queue locked: do not pull from them):
 /// `on_assigned` before any event of those partitions is returned,
-/// `on_revoked` after the partitions were given up.
+/// `on_revoked` at the first pull after the partitions were given up
+/// (their queued events dropped, their last commit settled).
 pub trait RebalanceListener: Send + Sync {
     fn on_revoked(&self, _partitions: &[u32]) {}
     fn on_assigned(&self, _partitions: &[u32]) {}

@@ -101,13 +101,15 @@ pub(crate) async fn follow(weak: Weak<Shared>) {
 
 /// Gives up every partition held.
 async fn lose_all(shared: &Arc<Shared>, held: &mut Held) {
-    let lost: Vec<u32> = held.keys().copied().collect();
-    for (_, (slot, _)) in std::mem::take(held) {
-        shared.revoke(slot).await;
+    let mut lost = Vec::new();
+    for (p, (slot, _)) in std::mem::take(held) {
+        if shared.revoke(slot).await {
+            lost.push(p);
+        }
     }
     shared.assigned.lock().clear();
     if !lost.is_empty() {
-        shared.mark(Item::Revoked(lost));
+        shared.mark_first(Item::Revoked(lost));
     }
 }
 
@@ -126,14 +128,19 @@ async fn apply(
         .filter(|(p, (_, e))| want.get(p) != Some(e))
         .map(|(p, _)| *p)
         .collect();
+    let mut announced = Vec::new();
     for p in &revoked {
         if let Some((slot, _)) = held.remove(p) {
-            shared.revoke(slot).await;
+            if shared.revoke(slot).await {
+                announced.push(*p);
+            }
         }
     }
     if !revoked.is_empty() {
         tracing::info!(topic = %shared.topic.name(), partitions = ?revoked, "partitions revoked");
-        shared.mark(Item::Revoked(revoked.clone()));
+    }
+    if !announced.is_empty() {
+        shared.mark_first(Item::Revoked(announced));
     }
     let new: Vec<(u32, u64)> = want
         .iter()
