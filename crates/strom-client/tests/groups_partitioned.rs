@@ -415,3 +415,39 @@ fn the_end_of_the_stream_reaches_every_member() {
         "one member idle, and it ended too"
     );
 }
+
+#[test]
+fn added_partitions_are_split_among_the_members() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Driver::embedded(dir.path()).unwrap();
+    let t = topic(&d, "grows", 2);
+    let a = t.consumer_group("g", opts()).unwrap();
+    let b = t.consumer_group("g", opts()).unwrap();
+    await_assignment(&[&a, &b], "1/1 split", |x| sizes(x) == [1, 1]);
+    let before = (a.assignment(), b.assignment());
+    d.add_partitions("grows", 2, None).unwrap();
+    await_assignment(&[&a, &b], "2/2 split", |x| sizes(x) == [2, 2]);
+    assert!(
+        a.assignment().contains(&before.0[0]),
+        "a kept its partition"
+    );
+    assert!(
+        b.assignment().contains(&before.1[0]),
+        "b kept its partition"
+    );
+    let p = producer(&t);
+    push(&p, 0, 200);
+    p.close().unwrap();
+    let got: Vec<Vec<(u32, u64, u64)>> = std::thread::scope(|s| {
+        let hs: Vec<_> = [&a, &b]
+            .into_iter()
+            .map(|m| s.spawn(move || pull_to_end(m)))
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let parts: BTreeSet<u32> = got.iter().flatten().map(|e| e.0).collect();
+    assert_eq!(parts.len(), 4, "events of the new partitions were read too");
+    let mut all: Vec<u64> = got.iter().flatten().map(|e| e.2).collect();
+    all.sort_unstable();
+    assert_eq!(all, (0..200).collect::<Vec<_>>());
+}
