@@ -414,6 +414,10 @@ fn the_end_of_the_stream_reaches_every_member() {
         1,
         "one member idle, and it ended too"
     );
+    assert!(
+        d.describe_group("g").unwrap().ended,
+        "describe says the group ended"
+    );
 }
 
 #[test]

@@ -55,21 +55,35 @@ struct Plan {
     addr: String,
 }
 
+/// Whether a partitioned group read its whole stream: the topic ended and
+/// every partition was read and committed to its end.
+pub(super) fn group_ended(inner: &Inner, meta: &ConsumerGroupMeta) -> bool {
+    let Some(t) = inner.state.topics.get(&meta.spec.topic) else {
+        return false;
+    };
+    meta.spec.mode == ConsumerGroupMode::Partitioned
+        && t.state().ended
+        && (0..t.spec.partitions).all(|p| meta.done.contains_key(&p))
+}
+
 fn view_of(inner: &Inner, meta: &ConsumerGroupMeta) -> View {
-    let (n, topic_ended) = inner
-        .state
-        .topics
-        .get(&meta.spec.topic)
-        .map_or((0, false), |t| (t.spec.partitions, t.state().ended));
     View {
         generation: meta.generation,
         assignment: meta.assignment.clone(),
-        ended: topic_ended && (0..n).all(|p| meta.done.contains_key(&p)),
+        ended: group_ended(inner, meta),
         heartbeat_ms: (meta.spec.session_ms / 3).clamp(100, MAX_HEARTBEAT_MS),
     }
 }
 
 impl Partitioned {
+    /// The master stalled for `by`: revocations in progress get that much
+    /// longer before their session runs out, as sessions do.
+    pub(super) fn extend_revocations(&mut self, by: Duration) {
+        for since in self.revoking.values_mut() {
+            *since += by;
+        }
+    }
+
     /// The answer to `consumer`: its partitions, less those being revoked.
     fn answer(&self, group: &str, consumer: u64, view: &View) -> Response {
         let assigned = view

@@ -282,9 +282,11 @@ impl Registry {
     /// Pushes every consumer's last heartbeat forward by `by` (the master
     /// stalled, so it could not hear them).
     pub async fn extend_sessions(&self, by: Duration) {
-        for t in self.coord.lock().last_seen.values_mut() {
+        let mut coord = self.coord.lock();
+        for t in coord.last_seen.values_mut() {
             *t += by;
         }
+        coord.parts.extend_revocations(by);
     }
 
     pub async fn describe_group(&self, name: &str) -> Result<ConsumerGroupInfo, ServerError> {
@@ -397,7 +399,7 @@ impl Registry {
             spec: meta.spec.clone(),
             generation: meta.generation,
             consumers,
-            ended: false,
+            ended: super::coordinator::group_ended(inner, meta),
             partitions,
         }
     }
