@@ -455,3 +455,25 @@ fn added_partitions_are_split_among_the_members() {
     all.sort_unstable();
     assert_eq!(all, (0..200).collect::<Vec<_>>());
 }
+
+#[test]
+fn a_plain_commit_under_a_partitioned_groups_name_is_fenced() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Driver::embedded(dir.path()).unwrap();
+    let t = topic(&d, "named", 1);
+    let p = producer(&t);
+    push(&p, 0, 10);
+    let m = t.consumer_group("g", opts()).unwrap();
+    await_assignment(&[&m], "the partition", |x| x[0] == [0]);
+    let plain = t.consumer("g").unwrap();
+    let Next::Event(e) = plain.pull_timeout(Duration::from_secs(5)).unwrap() else {
+        panic!("end of stream");
+    };
+    let err = e.ack().wait().unwrap_err();
+    assert_eq!(err.code(), ErrorCode::FENCED, "{err}");
+    // The member's own acks go through.
+    let Next::Event(e) = m.pull_timeout(Duration::from_secs(5)).unwrap() else {
+        panic!("end of stream");
+    };
+    e.ack().wait().unwrap();
+}
