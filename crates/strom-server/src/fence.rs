@@ -3,11 +3,11 @@
 //! partition for the group and commit its offset.
 //!
 //! The epoch is stored durably in the partition's `OffsetStore` under the
-//! reserved name `"<group>\0fence"` (consumer names cannot hold a NUL
-//! through the client API, and [`is_reserved`] hides these from offset
-//! listings). Epochs are unique per group, so after a restart the epoch
-//! alone identifies the holder; the consumer id is also checked while this
-//! process remembers it. The check plus the commit, and a fence write, run
+//! reserved name `"<group>\0fence"` (group names use the topic-name
+//! alphabet; a plain commit under a name holding a NUL is refused, and
+//! [`is_reserved`] hides these from offset listings). Epochs are unique per
+//! group, so after a restart the epoch alone identifies the holder; the
+//! consumer id is also checked while this process remembers it. The check plus the commit, and a fence write, run
 //! under one mutex per (group, partition); each fence also has a `watch`
 //! that ends the streams of older holders.
 
@@ -168,9 +168,16 @@ pub fn drop_group(host: &Host, topic: &str, group: &str) -> Result<(), ServerErr
     Ok(())
 }
 
-/// `FENCED` if `name` is a partitioned group with a fence on `p`: its
+/// `INVALID_ARGUMENT` for a reserved name; `FENCED` if `name` is a
+/// partitioned group with a fence on `p`: its
 /// offset moves only through `GroupCommit`.
 pub fn refuse_plain(p: &PartitionManager, name: &str) -> Result<(), ServerError> {
+    if is_reserved(name) {
+        return Err(ServerError::coded(
+            ErrorCode::INVALID_ARGUMENT,
+            "a consumer name cannot hold a NUL character",
+        ));
+    }
     if p.offsets.get(&fence_key(name)).is_some_and(|e| e > 0) {
         return Err(ServerError::coded(
             ErrorCode::FENCED,
