@@ -169,8 +169,8 @@ pub fn drop_group(host: &Host, topic: &str, group: &str) -> Result<(), ServerErr
 }
 
 /// `INVALID_ARGUMENT` for a reserved name; `FENCED` if `name` is a
-/// partitioned group with a fence on `p`: its
-/// offset moves only through `GroupCommit`.
+/// partitioned group with a fence on `p`: its offset moves only through
+/// `GroupCommit`.
 pub fn refuse_plain(p: &PartitionManager, name: &str) -> Result<(), ServerError> {
     if is_reserved(name) {
         return Err(ServerError::coded(
