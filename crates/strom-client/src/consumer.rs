@@ -66,12 +66,23 @@ pub(crate) enum Item {
     Events(u32, VecDeque<Event>),
     End(u32),
     Failed(Error),
+    /// Partitioned groups: the listener's `on_assigned`, queued ahead of
+    /// the partitions' events.
+    Assigned(Vec<u32>),
+    /// Partitioned groups: the listener's `on_revoked`.
+    Revoked(Vec<u32>),
+    /// Partitioned groups: the group read the whole stream; stays queued.
+    GroupEnd,
 }
 
 pub(crate) struct Queue {
     items: VecDeque<Item>,
     pub epoch: u64,
     pub ended: Vec<bool>,
+    /// Slots whose partition was revoked: their events are dropped.
+    dead: Vec<bool>,
+    /// A partitioned group's member: the end comes from the group.
+    partitioned: bool,
     /// Events taken per partition since credit was last returned.
     pub taken: Vec<u32>,
     wakers: Vec<Waker>,
@@ -85,6 +96,12 @@ pub(crate) struct PartSub {
     pub conn: Mutex<Option<Arc<ClientConn>>>,
     pub acks: AckTarget,
     pub stream: AtomicU64,
+    /// Partitioned groups: the holder `(consumer, epoch)` it is read as.
+    pub fence: Option<(u64, u64)>,
+    /// Partitioned groups: the partition's end offset, once reached.
+    pub end: AtomicU64,
+    /// Partitioned groups: the subscription task, stopped on revocation.
+    pub task: Mutex<Option<tokio::task::AbortHandle>>,
 }
 
 impl PartSub {
@@ -116,11 +133,49 @@ impl PartSub {
             owner,
             conn: Mutex::new(None),
             stream: AtomicU64::new(0),
+            fence: None,
+            end: AtomicU64::new(u64::MAX),
+            task: Mutex::new(None),
         })
     }
 
+    /// A partition held in partitioned group `group` as `fence`.
+    pub fn held(
+        topic: &Topic,
+        group: &str,
+        partition: u32,
+        owner: Owner,
+        fence: (u64, u64),
+    ) -> Arc<Self> {
+        let owner = Arc::new(Mutex::new(owner));
+        let acks =
+            PartitionAcks::fenced(topic, partition, group.into(), owner.clone(), Some(fence));
+        Arc::new(PartSub {
+            partition,
+            acks: AckTarget::Offsets(acks),
+            owner,
+            conn: Mutex::new(None),
+            stream: AtomicU64::new(0),
+            fence: Some(fence),
+            end: AtomicU64::new(u64::MAX),
+            task: Mutex::new(None),
+        })
+    }
+
+    /// Partitioned groups: `(partition, end)` once the partition was read
+    /// to its end and committed there.
+    pub fn finished(&self) -> Option<(u32, u64)> {
+        let end = self.end.load(Ordering::Acquire);
+        match &self.acks {
+            AckTarget::Offsets(a) if end != u64::MAX && a.committed() >= end => {
+                Some((self.partition, end))
+            }
+            _ => None,
+        }
+    }
+
     /// Stops the current subscription, if any (best effort).
-    fn unsubscribe(&self) {
+    pub fn unsubscribe(&self) {
         let stream = self.stream.swap(0, Ordering::AcqRel);
         if let (true, Some(conn)) = (stream != 0, self.conn.lock().take()) {
             conn.close_stream(stream);
@@ -168,6 +223,8 @@ pub(crate) struct Shared {
     /// Grows when partitions are added (if the consumer follows all).
     pub parts: RwLock<Vec<Arc<PartSub>>>,
     pub tasks: Mutex<Vec<JoinHandle<()>>>,
+    /// Partitioned groups: the partitions held now.
+    pub assigned: Mutex<Vec<u32>>,
     pub budget: DataBudget,
     pub queue: Mutex<Queue>,
     cond: Condvar,
@@ -183,6 +240,11 @@ impl Shared {
         let mut q = self.queue.lock();
         if q.epoch != epoch {
             return false;
+        }
+        if let Item::Events(slot, _) | Item::End(slot) = &item {
+            if q.dead.get(*slot as usize).copied().unwrap_or(false) {
+                return false;
+            }
         }
         q.items.push_back(item);
         let wakers = std::mem::take(&mut q.wakers);
@@ -203,7 +265,63 @@ impl Shared {
         let mut q = self.queue.lock();
         q.ended.push(false);
         q.taken.push(0);
+        q.dead.push(false);
         (parts.len() - 1, q.epoch)
+    }
+
+    /// Partitioned groups: stops reading slot `slot` (its partition was
+    /// revoked), drops its queued events, and waits for its commit in
+    /// flight, so the next holder starts where this one's acks ended.
+    /// False if the listener was not told of the partition yet (its
+    /// `Assigned` marker was still queued, and now no longer names it).
+    pub async fn revoke(&self, slot: usize) -> bool {
+        let sub = self.part(slot);
+        if let Some(t) = sub.task.lock().take() {
+            t.abort();
+        }
+        sub.unsubscribe();
+        let announced = {
+            let mut q = self.queue.lock();
+            q.dead[slot] = true;
+            let mut freed = 0;
+            let mut announced = true;
+            q.items.retain_mut(|i| match i {
+                Item::Events(s, evs) if *s as usize == slot => {
+                    freed += evs.iter().map(|e| e.fetched_len()).sum::<u64>();
+                    false
+                }
+                Item::End(s) => *s as usize != slot,
+                Item::Assigned(ps) if ps.contains(&sub.partition) => {
+                    announced = false;
+                    ps.retain(|p| *p != sub.partition);
+                    !ps.is_empty()
+                }
+                _ => true,
+            });
+            q.taken[slot] = 0;
+            self.budget.release(freed);
+            announced
+        };
+        if let AckTarget::Offsets(a) = &sub.acks {
+            a.settle(Duration::from_secs(10)).await;
+        }
+        announced
+    }
+
+    /// Queues a marker item (listener calls, the group's end).
+    pub fn mark(&self, item: Item) {
+        let epoch = self.epoch();
+        self.deliver(epoch, item);
+    }
+
+    /// Queues a marker ahead of everything queued: the next pull runs it.
+    pub fn mark_first(&self, item: Item) {
+        let mut q = self.queue.lock();
+        q.items.push_front(item);
+        let wakers = std::mem::take(&mut q.wakers);
+        drop(q);
+        self.cond.notify_all();
+        wakers.into_iter().for_each(Waker::wake);
     }
 }
 
@@ -231,11 +349,15 @@ impl Consumer {
             ));
         }
         let info = topic.refresh_blocking()?;
-        let follow_new = opts.partitions.is_none();
-        let partitions = opts
-            .partitions
-            .clone()
-            .unwrap_or_else(|| (0..info.partitions.len() as u32).collect());
+        let partitioned = group.as_ref().is_some_and(|g| !g.is_shared());
+        let follow_new = opts.partitions.is_none() && !partitioned;
+        let partitions = match &opts.partitions {
+            // A partitioned group's member starts with nothing and follows
+            // its assignment.
+            _ if partitioned => Vec::new(),
+            Some(p) => p.clone(),
+            None => (0..info.partitions.len() as u32).collect(),
+        };
         let mut parts = Vec::new();
         for &p in &partitions {
             let pi = info.partitions.get(p as usize).ok_or_else(|| {
@@ -269,11 +391,14 @@ impl Consumer {
             },
             parts: RwLock::new(parts),
             tasks: Mutex::new(Vec::new()),
+            assigned: Mutex::new(Vec::new()),
             budget: DataBudget::default(),
             queue: Mutex::new(Queue {
                 items: VecDeque::new(),
                 epoch: 0,
                 ended: vec![false; n],
+                dead: vec![false; n],
+                partitioned,
                 taken: vec![0; n],
                 wakers: Vec::new(),
             }),
@@ -287,6 +412,10 @@ impl Consumer {
         if follow_new {
             let refresh = refresh_loop(Arc::downgrade(&c.shared));
             *c.refresher.lock() = Some(c.handle().spawn(refresh));
+        }
+        if partitioned {
+            let follow = crate::partitioned::follow(Arc::downgrade(&c.shared));
+            *c.refresher.lock() = Some(c.handle().spawn(follow));
         }
         Ok(c)
     }
@@ -326,6 +455,20 @@ impl Consumer {
         self.shared.group.as_ref().map(|g| g.spec.name.as_str())
     }
 
+    /// The partitions this consumer reads: in a partitioned group, those
+    /// assigned to it now; otherwise every partition it subscribed.
+    pub fn assignment(&self) -> Vec<u32> {
+        if self.shared.queue.lock().partitioned {
+            return self.shared.assigned.lock().clone();
+        }
+        self.shared
+            .parts
+            .read()
+            .iter()
+            .map(|p| p.partition)
+            .collect()
+    }
+
     /// The member id this consumer holds in its consumer group.
     pub fn member_id(&self) -> Option<u64> {
         self.shared.group.as_ref().map(|g| g.consumer())
@@ -348,10 +491,19 @@ impl Consumer {
 
     fn take(&self, q: &mut Queue) -> Option<Result<Next>> {
         loop {
-            if q.ended.iter().all(|e| *e) {
+            if !q.partitioned && q.ended.iter().all(|e| *e) {
                 return Some(Ok(Next::EndOfStream));
             }
             match q.items.front_mut()? {
+                Item::GroupEnd => return Some(Ok(Next::EndOfStream)),
+                Item::Assigned(_) | Item::Revoked(_) => {
+                    let listener = self.shared.group.as_ref().and_then(|g| g.listener.clone());
+                    match (q.items.pop_front(), listener) {
+                        (Some(Item::Assigned(ps)), Some(l)) => l.on_assigned(&ps),
+                        (Some(Item::Revoked(ps)), Some(l)) => l.on_revoked(&ps),
+                        _ => {}
+                    }
+                }
                 Item::Events(slot, events) => {
                     let slot = *slot as usize;
                     let Some(ev) = events.pop_front() else {
@@ -464,6 +616,11 @@ impl Consumer {
                 "a shared consumer group has no position to seek: the group hands out what is not acked yet".into(),
             ));
         }
+        if self.shared.queue.lock().partitioned {
+            return Err(Error::InvalidArgument(
+                "seek is not available to members of a partitioned consumer group yet".into(),
+            ));
+        }
         self.stop_partitions();
         let epoch = {
             let mut q = self.shared.queue.lock();
@@ -479,6 +636,7 @@ impl Consumer {
             self.shared.budget.release(held);
             q.items.clear();
             q.ended.iter_mut().for_each(|e| *e = false);
+            q.dead.iter_mut().for_each(|d| *d = false);
             q.taken.iter_mut().for_each(|t| *t = 0);
             q.epoch
         };

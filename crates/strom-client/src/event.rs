@@ -187,6 +187,9 @@ pub(crate) struct PartitionAcks {
     topic: Topic,
     partition: u32,
     name: String,
+    /// A partitioned group's holder `(consumer, epoch)`: commits go as
+    /// `GroupCommit`, and the owner refuses them once another holds it.
+    fence: Option<(u64, u64)>,
     owner: Arc<Mutex<Owner>>,
     state: Mutex<AckState>,
     cond: Condvar,
@@ -194,10 +197,22 @@ pub(crate) struct PartitionAcks {
 
 impl PartitionAcks {
     pub fn new(topic: &Topic, partition: u32, name: String, owner: Arc<Mutex<Owner>>) -> Arc<Self> {
+        Self::fenced(topic, partition, name, owner, None)
+    }
+
+    /// Acks of a partition held in a partitioned group under `fence`.
+    pub fn fenced(
+        topic: &Topic,
+        partition: u32,
+        name: String,
+        owner: Arc<Mutex<Owner>>,
+        fence: Option<(u64, u64)>,
+    ) -> Arc<Self> {
         Arc::new(PartitionAcks {
             topic: topic.clone(),
             partition,
             name,
+            fence,
             owner,
             state: Mutex::new(AckState {
                 wanted: 0,
@@ -234,11 +249,22 @@ impl PartitionAcks {
                 }
                 st.wanted
             };
-            let req = Request::Commit {
-                topic: self.topic.name().to_string(),
-                partition: self.partition,
-                consumer: self.name.clone(),
-                offset: target,
+            let topic = self.topic.name().to_string();
+            let req = match self.fence {
+                Some((consumer, epoch)) => Request::GroupCommit {
+                    topic,
+                    partition: self.partition,
+                    group: self.name.clone(),
+                    consumer,
+                    epoch,
+                    offset: target,
+                },
+                None => Request::Commit {
+                    topic,
+                    partition: self.partition,
+                    consumer: self.name.clone(),
+                    offset: target,
+                },
             };
             let addr = self.owner.lock().addr.clone();
             let r = match self.topic.driver.conn(&addr).await {
@@ -261,6 +287,26 @@ impl PartitionAcks {
             if failed {
                 return;
             }
+        }
+    }
+
+    /// Everything below `offset` is committed already (where a group's
+    /// subscription started: the group's committed offset).
+    pub fn committed_from(&self, offset: u64) {
+        let mut st = self.state.lock();
+        st.committed = st.committed.max(offset);
+    }
+
+    /// The highest offset known committed.
+    pub fn committed(&self) -> u64 {
+        self.state.lock().committed
+    }
+
+    /// Waits until no commit is in flight (or `limit` passed).
+    pub async fn settle(&self, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        while self.state.lock().in_flight && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
         }
     }
 

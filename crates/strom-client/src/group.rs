@@ -3,13 +3,16 @@
 //! runtime so a busy application keeps its place, rejoin after its session
 //! expired, leave when dropped).
 //!
+//! A *partitioned* group's member starts with no partitions and follows the
+//! assignment its heartbeats bring back (`partitioned.rs`).
+//!
 //! A *shared* group's member subscribes to every partition with
 //! `GroupSubscribe`; the owners push it events no other member holds, and
 //! it acks them one by one (`share.rs`). Everything else (pull, pull_many,
 //! iteration, process, selectors, brokers, end of stream) is the ordinary
 //! [`Consumer`].
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -20,6 +23,17 @@ pub use strom_proto::ConsumerGroupMode;
 use crate::consumer::{Consumer, ConsumerOptions};
 use crate::error::{unexpected, Error, Result};
 use crate::topic::Topic;
+
+/// Told when a partitioned group's member gains or loses partitions. Both
+/// run on the thread that pulls, inside `pull`, `pull_many` or the
+/// iterator (with the consumer's queue locked: do not pull from them):
+/// `on_assigned` before any event of those partitions is returned,
+/// `on_revoked` at the first pull after the partitions were given up
+/// (their queued events dropped, their last commit settled).
+pub trait RebalanceListener: Send + Sync {
+    fn on_revoked(&self, _partitions: &[u32]) {}
+    fn on_assigned(&self, _partitions: &[u32]) {}
+}
 
 /// How a consumer joins a consumer group.
 #[derive(Clone)]
@@ -40,6 +54,8 @@ pub struct GroupOptions {
     pub max_deliveries: Option<u32>,
     /// Shared: the dead-letter topic; default `<topic>.<group>.dlq`.
     pub dead_letter: Option<String>,
+    /// Partitioned: told of partitions assigned and revoked.
+    pub listener: Option<Arc<dyn RebalanceListener>>,
     /// Prefetch (default 64 events per partition), data budget, selector
     /// and broker. `partitions` must be `None`; `start` is ignored.
     pub consumer: ConsumerOptions,
@@ -55,6 +71,7 @@ impl Default for GroupOptions {
             visibility_timeout: Duration::from_secs(30),
             max_deliveries: None,
             dead_letter: None,
+            listener: None,
             consumer: ConsumerOptions {
                 prefetch: 64,
                 ..ConsumerOptions::default()
@@ -104,7 +121,10 @@ pub(crate) struct Membership {
     pub spec: ConsumerGroupSpec,
     consumer: AtomicU64,
     label: String,
-    topic: Topic,
+    pub topic: Topic,
+    pub listener: Option<Arc<dyn RebalanceListener>>,
+    /// Set once the consumer left: never rejoin after that.
+    left: AtomicBool,
 }
 
 impl Membership {
@@ -117,7 +137,12 @@ impl Membership {
     }
 
     /// Joins at the master; the stored spec comes back and wins.
-    async fn join(topic: &Topic, spec: ConsumerGroupSpec, label: String) -> Result<Membership> {
+    async fn join(
+        topic: &Topic,
+        spec: ConsumerGroupSpec,
+        label: String,
+        listener: Option<Arc<dyn RebalanceListener>>,
+    ) -> Result<Membership> {
         if topic.driver.master_version().await? < 2 {
             return Err(Error::coded(
                 ErrorCode::UNSUPPORTED_VERSION,
@@ -130,7 +155,22 @@ impl Membership {
             consumer: AtomicU64::new(consumer),
             label,
             topic: topic.clone(),
+            listener,
+            left: AtomicBool::new(false),
         })
+    }
+
+    pub fn has_left(&self) -> bool {
+        self.left.load(Ordering::Acquire)
+    }
+
+    /// Joins again under a new id (a partitioned member that lost its
+    /// partitions); returns the new id.
+    pub async fn rejoin_fresh(&self) -> Result<u64> {
+        let (c, _) = join_call(&self.topic, self.spec.clone(), None, &self.label).await?;
+        self.consumer.store(c, Ordering::Release);
+        tracing::info!(group = %self.spec.name, consumer = c, "joined the consumer group again");
+        Ok(c)
     }
 
     /// Heartbeats every third of the session; rejoins under the same id if
@@ -173,6 +213,7 @@ impl Membership {
     /// Leaves the group without waiting (best effort: the session would
     /// expire anyway).
     pub fn leave(&self) {
+        self.left.store(true, Ordering::Release);
         self.topic
             .driver
             .master_oneway(&Request::LeaveConsumerGroup {
@@ -203,26 +244,28 @@ async fn join_call(
 impl Topic {
     /// A consumer that joins consumer group `group` of this topic (created
     /// on first use with `opts`; later members get the stored options).
+    /// In a *partitioned* group the members split the partitions: this
+    /// consumer reads those assigned to it (see [`Consumer::assignment`]),
+    /// from the group's committed offsets, and acks cumulatively.
     /// In a *shared* group every member may receive any event, each event
     /// goes to one member at a time, and each is acked on its own.
     pub fn consumer_group(&self, group: &str, opts: GroupOptions) -> Result<Consumer> {
         let spec = opts.spec(group, self.name())?;
-        if spec.mode == ConsumerGroupMode::Partitioned {
-            return Err(Error::InvalidArgument(
-                "partitioned consumer groups are not available in this build; use mode Shared"
-                    .into(),
-            ));
-        }
         let label = opts.label.clone().unwrap_or_else(default_label);
         let topic = self.clone();
+        let listener = opts.listener.clone();
         let m = self
             .driver
-            .block_on(async move { Membership::join(&topic, spec, label).await })?;
+            .block_on(async move { Membership::join(&topic, spec, label, listener).await })?;
         let m = Arc::new(m);
-        self.driver
-            .inner
-            .handle
-            .spawn(Membership::heartbeats(Arc::downgrade(&m)));
+        // A partitioned member heartbeats from the task that follows its
+        // assignment (started by the consumer).
+        if m.is_shared() {
+            self.driver
+                .inner
+                .handle
+                .spawn(Membership::heartbeats(Arc::downgrade(&m)));
+        }
         let copts = ConsumerOptions {
             start: StartPos::Committed,
             ..opts.consumer

@@ -19,6 +19,7 @@ mod error;
 mod event;
 mod group;
 mod lease;
+mod partitioned;
 mod producer;
 pub mod select;
 mod share;
@@ -32,7 +33,7 @@ pub use data::{DataBroker, DataBuffer, DataDescriptor, DataSelector, EventMeta, 
 pub use driver::{Driver, ScrubReport};
 pub use error::{Error, Result};
 pub use event::{AckFuture, Event};
-pub use group::{ConsumerGroupMode, GroupOptions};
+pub use group::{ConsumerGroupMode, GroupOptions, RebalanceListener};
 pub use producer::{Data, EventId, Producer, ProducerOptions, PushFuture};
 pub use strom_net::{MemTransport, Transport, Transports};
 pub use strom_policy::MetadataInput;

@@ -50,6 +50,12 @@ pub(crate) async fn run_partition(
             subscribe_and_stream(&shared, &sub, slot, from, epoch, &mut started, &mut resume).await;
         let e = match result {
             Ok(()) => return,
+            // A partitioned group's partition moved on: the membership
+            // task hears of it from the master and gives it up.
+            Err(e) if sub.fence.is_some() && e.code() == ErrorCode::FENCED => {
+                tracing::debug!(partition = sub.partition, "group subscription fenced");
+                return;
+            }
             Err(e) => e,
         };
         let (member, addr) = {
@@ -319,8 +325,8 @@ async fn subscribe_and_stream(
             stream,
             spec: g.spec.clone(),
             partition: sub.partition,
-            consumer: g.consumer(),
-            epoch: 0,
+            consumer: sub.fence.map_or(g.consumer(), |(c, _)| c),
+            epoch: sub.fence.map_or(0, |(_, e)| e),
             prefetch: shared.opts.prefetch,
         },
         None => Request::Subscribe {
@@ -337,6 +343,10 @@ async fn subscribe_and_stream(
         other => return Err(unexpected(other)),
     };
     ctx.pos.store(start_offset, Ordering::Release);
+    if let (Some(_), crate::event::AckTarget::Offsets(a)) = (sub.fence, &sub.acks) {
+        // The group committed everything before where it resumes.
+        a.committed_from(start_offset);
+    }
     ctx.queued.fetch_sub(1, Ordering::AcqRel);
     if let Some(tx) = started.take() {
         let _ = tx.send(Ok(()));
@@ -429,10 +439,11 @@ async fn stream_loop(ctx: &StreamCtx, rx: &mut mpsc::UnboundedReceiver<Push>) ->
             Push::ConsumerAssignment { .. } => {}
             Push::EndOfStream { end_offset, .. } => {
                 // A shared group's stream has no position of its own.
-                if shared.group.is_none() {
+                if !shared.group.as_ref().is_some_and(|g| g.is_shared()) {
                     note_lost(&mut lost, ctx.pos.load(Ordering::Acquire), end_offset);
                 }
                 report_lost(ctx, &mut lost);
+                sub.end.store(end_offset, Ordering::Release);
                 shared.deliver(epoch, Item::End(slot as u32));
                 return Ok(());
             }

@@ -9,6 +9,7 @@
 mod batch;
 mod config;
 mod error;
+mod fence;
 mod group;
 mod host;
 mod launch;

@@ -101,7 +101,22 @@ impl MemberLink {
                 crate::share::stats(&host, &spec, &partitions, self.member()),
             )),
             Request::DropConsumerGroup { topic, group } => {
-                blocking(move || crate::share::drop_group(&host, &topic, &group)).await?;
+                blocking(move || {
+                    crate::share::drop_group(&host, &topic, &group)?;
+                    crate::fence::drop_group(&host, &topic, &group)
+                })
+                .await?;
+                Ok(Response::Done)
+            }
+            Request::FenceGroupPartition {
+                topic,
+                partition,
+                group,
+                consumer,
+                epoch,
+            } => {
+                let p = host.get(&topic, partition)?;
+                blocking(move || crate::fence::fence(&p, &group, consumer, epoch)).await?;
                 Ok(Response::Done)
             }
             other => Err(ServerError::coded(

@@ -83,6 +83,8 @@ pub struct PartitionManager {
     pub offsets: OffsetStore,
     /// Shared consumer groups reading this partition.
     pub shares: crate::share::Cursors,
+    /// Partitioned consumer groups' fences on this partition.
+    pub fences: crate::fence::Fences,
     /// The partition's directory (file partitions).
     dir: Option<PathBuf>,
     /// The same log when it is a memory log (overflow and its counter).
@@ -210,6 +212,7 @@ impl PartitionManager {
             topic: spec.name.clone(),
             id,
             shares: Default::default(),
+            fences: Default::default(),
             dir,
             mem,
             block_bound,

@@ -250,9 +250,10 @@ fn spawn_retention(state: Arc<Services>, mut stopped: watch::Receiver<bool>) -> 
 }
 
 /// On the master: expires producers whose lease ran out and consumers
-/// whose session did, every 250 ms. A tick that comes late (the process
-/// was stalled) first extends every lease and session by the delay, so a
-/// stalled master expires no live producer or consumer.
+/// whose session did, and moves partitioned groups' partitions, every
+/// 250 ms. A tick that comes late (the process was stalled) first extends
+/// every lease and session by the delay, so a stalled master expires no
+/// live producer or consumer.
 fn spawn_lease_loop(state: Arc<Services>, mut stopped: watch::Receiver<bool>) -> JoinHandle<()> {
     tokio::spawn(async move {
         let every = Duration::from_millis(250);
@@ -278,6 +279,7 @@ fn spawn_lease_loop(state: Arc<Services>, mut stopped: watch::Receiver<bool>) ->
             }
             reg.expire_due().await;
             reg.expire_consumers().await;
+            reg.rebalance_groups().await;
         }
     })
 }

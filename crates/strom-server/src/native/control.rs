@@ -23,7 +23,8 @@ pub async fn handle(svc: &ControlService, req: Request) -> Result<Response, Serv
         | Request::DropPartitions { .. }
         | Request::PartitionStats { .. }
         | Request::ConsumerGroupStats { .. }
-        | Request::DropConsumerGroup { .. }) => svc.link().local(req).await,
+        | Request::DropConsumerGroup { .. }
+        | Request::FenceGroupPartition { .. }) => svc.link().local(req).await,
         req => registry_op(svc, req).await,
     }
 }
@@ -86,13 +87,11 @@ async fn registry_op(svc: &ControlService, req: Request) -> Result<Response, Ser
             }
         }
         Request::ConsumerHeartbeat {
-            group, consumer, ..
-        } => Response::ConsumerAssignment {
-            generation: r.group_heartbeat(&group, consumer).await?,
-            assigned: Vec::new(),
-            ended: false,
-            heartbeat_ms: 0,
-        },
+            group,
+            consumer,
+            owned,
+            done,
+        } => r.consumer_heartbeat(&group, consumer, owned, done).await?,
         Request::LeaveConsumerGroup { group, consumer } => {
             r.leave_group(&group, consumer).await?;
             Response::Done

@@ -1,17 +1,61 @@
-//! Consumer-group streams of the native protocol: `GroupSubscribe` joins a
-//! member stream to a partition's shared cursor (its pushes are `Deliver`
-//! frames), and `GroupAck` resolves or gives back events. The stream's
-//! entry in the session holds the member's place: unsubscribing, or the
-//! connection closing, hands every event it held to the other members.
+//! Consumer-group streams of the native protocol. Shared groups:
+//! `GroupSubscribe` joins a member stream to a partition's shared cursor
+//! (its pushes are `Deliver` frames), and `GroupAck` resolves or gives back
+//! events. The stream's entry in the session holds the member's place:
+//! unsubscribing, or the connection closing, hands every event it held to
+//! the other members. Partitioned groups: `GroupSubscribe` is checked
+//! against the partition's fence and streams from the group's committed
+//! offset until a newer fence ends it (`FENCED`); `GroupCommit` commits
+//! for the fenced holder only (`fence.rs`).
 
 use std::sync::Arc;
 
-use strom_proto::{ConsumerGroupMode, ConsumerGroupSpec, ErrorCode, Response};
+use strom_net::{OutFrame, WriterHandle};
+use strom_proto::{ConsumerGroupMode, ConsumerGroupSpec, ErrorCode, Push, Response, StartPos};
+use tokio::sync::watch;
 
-use super::Session;
+use super::{stream, Session};
 use crate::error::ServerError;
+use crate::fence::{self, Holder};
+use crate::partition::PartitionManager;
 use crate::share::{self, MemberGuard, MemberOut};
 use crate::sink::Credit;
+
+/// A partitioned group's stream: the ordinary stream, until the fence
+/// moves past `epoch`; then `StreamError { FENCED }` ends it.
+#[allow(clippy::too_many_arguments)]
+async fn fenced_stream(
+    pm: Arc<PartitionManager>,
+    version: u8,
+    stream: u64,
+    pos: u64,
+    credit: Arc<Credit>,
+    writer: WriterHandle,
+    mut fence: watch::Receiver<Holder>,
+    epoch: u64,
+) {
+    let moved = async {
+        loop {
+            if fence.borrow_and_update().epoch != epoch {
+                return;
+            }
+            if fence.changed().await.is_err() {
+                return std::future::pending().await;
+            }
+        }
+    };
+    let w = writer.clone();
+    tokio::select! {
+        _ = stream::run(pm, version, stream, pos, credit, w) => {}
+        _ = moved => {
+            let push = Push::StreamError {
+                code: ErrorCode::FENCED,
+                message: format!("the partition was reassigned (epoch {epoch} is fenced)"),
+            };
+            let _ = writer.send(OutFrame::push(version, stream, &push)).await;
+        }
+    }
+}
 
 /// Turns the credit a member grants into credit at the cursor, for as
 /// long as the stream lives; dropping it (abort) leaves the cursor.
@@ -29,13 +73,11 @@ impl Session {
         spec: &ConsumerGroupSpec,
         partition: u32,
         consumer: u64,
+        epoch: u64,
         prefetch: u32,
     ) -> Result<Response, ServerError> {
-        if spec.mode != ConsumerGroupMode::Shared {
-            return Err(ServerError::coded(
-                ErrorCode::INVALID_ARGUMENT,
-                "partitioned consumer groups are not served by this server yet",
-            ));
+        if spec.mode == ConsumerGroupMode::Partitioned {
+            return self.partitioned_subscribe(stream, spec, partition, consumer, epoch, prefetch);
         }
         let p = self.partition(&spec.topic, partition)?;
         let cursor = share::cursor(self.svc.data.host(), &p, spec)?;
@@ -52,6 +94,62 @@ impl Session {
         Ok(Response::Subscribed {
             start_offset: cursor.floor(),
         })
+    }
+
+    fn partitioned_subscribe(
+        &mut self,
+        stream: u64,
+        spec: &ConsumerGroupSpec,
+        partition: u32,
+        consumer: u64,
+        epoch: u64,
+        prefetch: u32,
+    ) -> Result<Response, ServerError> {
+        let p = self.partition(&spec.topic, partition)?;
+        let f = fence::check(&p, &spec.name, consumer, epoch)?;
+        let start = match p.offsets.get(&spec.name) {
+            Some(_) => StartPos::Committed,
+            None => spec.start,
+        };
+        let pos = self.svc.data.subscribe_at(&p, &spec.name, start);
+        let credit = Credit::new(self.svc.data.prefetch(prefetch));
+        self.unsubscribe(stream);
+        let task = tokio::spawn(fenced_stream(
+            p,
+            self.version,
+            stream,
+            pos,
+            credit.clone(),
+            self.writer.clone(),
+            f.watch(),
+            epoch,
+        ));
+        self.streams.insert(stream, (task, credit));
+        Ok(Response::Subscribed { start_offset: pos })
+    }
+
+    /// Commits a partitioned group's offset for its fenced holder.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn group_commit(
+        &mut self,
+        id: u64,
+        topic: &str,
+        partition: u32,
+        group: String,
+        consumer: u64,
+        epoch: u64,
+        offset: u64,
+    ) {
+        let p = match self.partition(topic, partition) {
+            Ok(p) => p,
+            Err(e) => return self.respond(id, Err(e)),
+        };
+        self.respond_later(id, async move {
+            tokio::task::spawn_blocking(move || fence::commit(&p, &group, consumer, epoch, offset))
+                .await
+                .map_err(|e| ServerError::coded(ErrorCode::INTERNAL, e.to_string()))??;
+            Ok(Response::Done)
+        });
     }
 
     pub(super) fn group_ack(

@@ -277,12 +277,20 @@ impl Session {
                 spec,
                 partition,
                 consumer,
+                epoch,
                 prefetch,
-                ..
             } => {
-                let r = self.group_subscribe(stream, &spec, partition, consumer, prefetch);
+                let r = self.group_subscribe(stream, &spec, partition, consumer, epoch, prefetch);
                 self.respond(id, r);
             }
+            Request::GroupCommit {
+                topic,
+                partition,
+                group,
+                consumer,
+                epoch,
+                offset,
+            } => self.group_commit(id, &topic, partition, group, consumer, epoch, offset),
             Request::GroupAck {
                 topic,
                 partition,

@@ -27,10 +27,29 @@ pub const SESSION_RANGE_MS: (u32, u32) = (1_000, 300_000);
 /// Visibility timeouts accepted, in milliseconds.
 pub const VISIBILITY_RANGE_MS: (u32, u32) = (100, 43_200_000);
 
-/// Volatile membership state: when each consumer was last heard from.
+/// Volatile membership state: when each consumer was last heard from,
+/// and the partitioned groups' handoffs (`coordinator.rs`).
 #[derive(Default)]
 pub struct Coordinator {
     last_seen: HashMap<(String, u64), Instant>,
+    pub(super) parts: super::coordinator::Partitioned,
+}
+
+impl Coordinator {
+    /// Records that `consumer` is alive; `UNKNOWN_CONSUMER` if its session
+    /// expired or it left.
+    pub(super) fn touch(&mut self, group: &str, consumer: u64) -> Result<(), ServerError> {
+        match self.last_seen.get_mut(&(group.to_string(), consumer)) {
+            Some(t) => {
+                *t = Instant::now();
+                Ok(())
+            }
+            None => Err(ServerError::coded(
+                ErrorCode::UNKNOWN_CONSUMER,
+                format!("consumer {consumer} is not a member of group '{group}' (its session expired or it left); join again"),
+            )),
+        }
+    }
 }
 
 /// What a consumer learns when it joins.
@@ -190,30 +209,6 @@ impl Registry {
         Ok(())
     }
 
-    /// A consumer is alive. `UNKNOWN_CONSUMER` if its session expired or it
-    /// left: it must join again. Returns the group's generation.
-    pub async fn group_heartbeat(&self, group: &str, consumer: u64) -> Result<u64, ServerError> {
-        {
-            let mut coord = self.coord.lock();
-            match coord.last_seen.get_mut(&(group.to_string(), consumer)) {
-                Some(t) => *t = Instant::now(),
-                None => {
-                    return Err(ServerError::coded(
-                        ErrorCode::UNKNOWN_CONSUMER,
-                        format!("consumer {consumer} is not a member of group '{group}' (its session expired or it left); join again"),
-                    ))
-                }
-            }
-        }
-        let inner = self.inner.lock().await;
-        let meta = inner
-            .state
-            .consumer_groups
-            .get(group)
-            .ok_or_else(|| not_found(group))?;
-        Ok(meta.generation)
-    }
-
     pub async fn leave_group(&self, group: &str, consumer: u64) -> Result<(), ServerError> {
         let mut inner = self.inner.lock().await;
         self.coord
@@ -287,9 +282,11 @@ impl Registry {
     /// Pushes every consumer's last heartbeat forward by `by` (the master
     /// stalled, so it could not hear them).
     pub async fn extend_sessions(&self, by: Duration) {
-        for t in self.coord.lock().last_seen.values_mut() {
+        let mut coord = self.coord.lock();
+        for t in coord.last_seen.values_mut() {
             *t += by;
         }
+        coord.parts.extend_revocations(by);
     }
 
     pub async fn describe_group(&self, name: &str) -> Result<ConsumerGroupInfo, ServerError> {
@@ -402,7 +399,7 @@ impl Registry {
             spec: meta.spec.clone(),
             generation: meta.generation,
             consumers,
-            ended: false,
+            ended: super::coordinator::group_ended(inner, meta),
             partitions,
         }
     }

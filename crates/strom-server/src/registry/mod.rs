@@ -17,8 +17,11 @@
 //! `store` (persistence; the file framing is `strom_storage::record`),
 //! `topics` (the topic operations), `leases` (producer leases: open, renew,
 //! expire), `group_machine` and `groups` (consumer groups: their commands,
-//! and join, heartbeat, leave, expiry, describe).
+//! and join, heartbeat, leave, expiry, describe), `assign` and
+//! `coordinator` (partitioned groups: the sticky assignor and the handoffs).
 
+mod assign;
+mod coordinator;
 mod files;
 mod group_machine;
 mod groups;

@@ -148,6 +148,7 @@ impl DataService {
         offset: u64,
     ) -> Result<(), ServerError> {
         blocking(move || {
+            crate::fence::refuse_plain(&p, &consumer)?;
             p.offsets.commit(&consumer, offset)?;
             // Acked events free room in a full `block` partition.
             p.consumer_at(&consumer, offset);
@@ -158,7 +159,9 @@ impl DataService {
 
     /// Every consumer's committed offset on `p`.
     pub fn offsets(&self, p: &PartitionManager) -> Vec<(String, u64)> {
-        p.offsets.all()
+        let mut all = p.offsets.all();
+        all.retain(|(name, _)| !crate::fence::is_reserved(name));
+        all
     }
 
     /// Reads all of `p` and checks every checksum (quarantining damage).

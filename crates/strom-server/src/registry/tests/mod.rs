@@ -3,6 +3,7 @@
 
 mod leases;
 mod machine;
+mod partitioned;
 mod power_loss;
 mod recovery;
 mod through_registry;
