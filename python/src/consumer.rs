@@ -23,6 +23,10 @@ pub struct Ctx {
     pub layouts: Option<Layouts>,
     /// The exception a Python selector or broker raised, if any.
     pub failure: Arc<Mutex<Option<PyErr>>>,
+    /// The exception an `on_assigned` / `on_revoked` callback raised,
+    /// raised by the next pull (the events of the pull during which it ran
+    /// are still returned, so none is skipped).
+    pub rebalance: Arc<Mutex<Option<PyErr>>>,
 }
 
 impl Ctx {
@@ -118,6 +122,7 @@ impl PyConsumer {
     }
 
     fn pull_event(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<PyEvent>> {
+        self.raise_rebalance()?;
         match self.next(py, timeout)? {
             Some(Next::Event(e)) => Ok(Some(self.ctx.event(e))),
             Some(Next::EndOfStream) => Ok(None),
@@ -125,6 +130,13 @@ impl PyConsumer {
                 py,
                 &Error::Timeout(Duration::from_secs_f64(timeout.unwrap_or(0.0))),
             )),
+        }
+    }
+
+    fn raise_rebalance(&self) -> PyResult<()> {
+        match self.ctx.rebalance.lock().take() {
+            Some(e) => Err(e),
+            None => Ok(()),
         }
     }
 
@@ -205,6 +217,7 @@ impl PyConsumer {
         if max == 0 {
             return Err(errors::invalid(py, "pull_batch needs max >= 1"));
         }
+        self.raise_rebalance()?;
         let c = self.consumer(py)?;
         // Fast path: events already queued are taken without releasing the GIL.
         let r = match c.pull_many(max, Duration::ZERO) {

@@ -286,6 +286,9 @@ impl PyDriver {
     }
 }
 
+/// Where a Python callback's exception waits to be raised.
+type ErrorSlot = Arc<Mutex<Option<PyErr>>>;
+
 /// A topic: makes producers and consumers. Get one from
 /// `Driver.create_topic` or `Driver.open_topic`.
 #[pyclass(module = "strom._strom", name = "Topic", frozen)]
@@ -410,7 +413,11 @@ impl PyTopic {
     /// another member with `ev.deliveries` raised; after `max_deliveries` it
     /// goes to the `dead_letter` topic (default `TOPIC.GROUP.dlq`). The
     /// group's settings are fixed by its first member. `prefetch` defaults
-    /// to 64 in a group.
+    /// to 64 in a group (in a shared group: the most unacked events a
+    /// member holds per partition). `mode="partitioned"` (the default with
+    /// `group`): members split the partitions; `on_assigned(partitions)`
+    /// and `on_revoked(partitions)` are called from inside `pull` before
+    /// any event of a newly assigned partition is returned.
     ///
     /// `partitions`: list of partitions to read (default all);
     /// `data_selector`: a `strom.select` selection (run in Rust), or a
@@ -422,7 +429,7 @@ impl PyTopic {
     /// `("timestamp", µs)`; `prefetch`: events per partition the server
     /// may send ahead of demand; `prefetch_bytes`: bytes of fetched data
     /// held for events not pulled yet (all partitions).
-    #[pyo3(signature = (name=None, partitions=None, data_selector=None, data_broker=None, start=None, prefetch=None, prefetch_bytes=None, *, group=None, mode="partitioned", session_timeout=10.0, visibility_timeout=30.0, max_deliveries=None, dead_letter=None))]
+    #[pyo3(signature = (name=None, partitions=None, data_selector=None, data_broker=None, start=None, prefetch=None, prefetch_bytes=None, *, group=None, mode="partitioned", session_timeout=10.0, visibility_timeout=30.0, max_deliveries=None, dead_letter=None, on_assigned=None, on_revoked=None))]
     #[allow(clippy::too_many_arguments)]
     fn consumer(
         &self,
@@ -440,19 +447,34 @@ impl PyTopic {
         visibility_timeout: f64,
         max_deliveries: Option<u32>,
         dead_letter: Option<String>,
+        on_assigned: Option<Py<PyAny>>,
+        on_revoked: Option<Py<PyAny>>,
     ) -> PyResult<PyConsumer> {
         release_pending(py);
         let t = self.inner.get(py)?;
+        let failure = Arc::new(Mutex::new(None));
+        let rebalance = Arc::new(Mutex::new(None));
+        let listener = (on_assigned.is_some() || on_revoked.is_some()).then(|| {
+            crate::group::PyListener {
+                on_assigned,
+                on_revoked,
+                error: rebalance.clone(),
+            }
+        });
         let group = match group {
             None => None,
             Some(g) => Some(crate::group::options(
                 py,
-                g,
-                name,
-                mode,
-                (session_timeout, visibility_timeout),
-                max_deliveries,
-                dead_letter,
+                crate::group::GroupArgs {
+                    group: g,
+                    label: name,
+                    mode,
+                    session_timeout,
+                    visibility_timeout,
+                    max_deliveries,
+                    dead_letter,
+                    listener,
+                },
             )?),
         };
         let name = match (name, &group) {
@@ -467,7 +489,6 @@ impl PyTopic {
         };
         let name = name.as_str();
         let prefetch = prefetch.unwrap_or(if group.is_some() { 64 } else { 4096 });
-        let failure = Arc::new(Mutex::new(None));
         let mut layouts = None;
         let selector: Arc<dyn DataSelector> = match data_selector {
             None => Arc::new(Selection::All),
@@ -487,7 +508,7 @@ impl PyTopic {
                                 data_broker,
                                 start,
                                 (prefetch, prefetch_bytes),
-                                failure,
+                                (failure, rebalance),
                                 None,
                                 group,
                             );
@@ -521,7 +542,7 @@ impl PyTopic {
             data_broker,
             start,
             (prefetch, prefetch_bytes),
-            failure,
+            (failure, rebalance),
             layouts,
             group,
         )
@@ -540,7 +561,7 @@ impl PyTopic {
         data_broker: Option<&Bound<'_, PyAny>>,
         start: Option<&Bound<'_, PyAny>>,
         (prefetch, prefetch_bytes): (u32, Option<u64>),
-        failure: Arc<Mutex<Option<PyErr>>>,
+        (failure, rebalance): (ErrorSlot, ErrorSlot),
         layouts: Option<crate::select::Layouts>,
         group: Option<(String, strom_client::GroupOptions)>,
     ) -> PyResult<PyConsumer> {
@@ -588,7 +609,11 @@ impl PyTopic {
         };
         Ok(PyConsumer {
             inner: Mutex::new(Some(ForkSafe::new(Arc::new(c), "Consumer"))),
-            ctx: Ctx { layouts, failure },
+            ctx: Ctx {
+                layouts,
+                failure,
+                rebalance,
+            },
         })
     }
 }

@@ -1,31 +1,84 @@
 //! Consumer groups in Python: the keyword arguments of `Topic.consumer`
 //! turned into [`GroupOptions`], and a group's description as a dict.
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use parking_lot::Mutex;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
-use strom_client::{ConsumerGroupInfo, ConsumerGroupMode, GroupOptions};
+use strom_client::{ConsumerGroupInfo, ConsumerGroupMode, GroupOptions, RebalanceListener};
 
 use crate::errors;
+
+/// `on_assigned` / `on_revoked` of a partitioned group, called with the
+/// list of partitions from inside `pull` (the thread that pulls; the GIL is
+/// taken back for the call). An exception is raised from that `pull`.
+pub struct PyListener {
+    pub on_assigned: Option<Py<PyAny>>,
+    pub on_revoked: Option<Py<PyAny>>,
+    pub error: Arc<Mutex<Option<PyErr>>>,
+}
+
+impl PyListener {
+    fn call(&self, f: &Option<Py<PyAny>>, partitions: &[u32]) {
+        let Some(f) = f else { return };
+        Python::attach(|py| {
+            if let Err(e) = f.bind(py).call1((partitions.to_vec(),)) {
+                self.error.lock().get_or_insert(e);
+            }
+        });
+    }
+}
+
+impl RebalanceListener for PyListener {
+    fn on_assigned(&self, partitions: &[u32]) {
+        self.call(&self.on_assigned, partitions);
+    }
+
+    fn on_revoked(&self, partitions: &[u32]) {
+        self.call(&self.on_revoked, partitions);
+    }
+}
 
 fn seconds(py: Python<'_>, s: f64, what: &str) -> PyResult<Duration> {
     Duration::try_from_secs_f64(s)
         .map_err(|_| errors::invalid(py, format!("{what} must be a number of seconds, not {s}")))
 }
 
+/// `Topic.consumer`'s group arguments.
+pub struct GroupArgs<'a> {
+    pub group: String,
+    pub label: Option<&'a str>,
+    pub mode: &'a str,
+    pub session_timeout: f64,
+    pub visibility_timeout: f64,
+    pub max_deliveries: Option<u32>,
+    pub dead_letter: Option<String>,
+    pub listener: Option<PyListener>,
+}
+
 /// `(group name, options)` from `Topic.consumer`'s group arguments.
-pub fn options(
-    py: Python<'_>,
-    group: String,
-    label: Option<&str>,
-    mode: &str,
-    (session, visibility): (f64, f64),
-    max_deliveries: Option<u32>,
-    dead_letter: Option<String>,
-) -> PyResult<(String, GroupOptions)> {
+pub fn options(py: Python<'_>, a: GroupArgs<'_>) -> PyResult<(String, GroupOptions)> {
+    let GroupArgs {
+        group,
+        label,
+        mode,
+        session_timeout: session,
+        visibility_timeout: visibility,
+        max_deliveries,
+        dead_letter,
+        listener,
+    } = a;
     let mode: ConsumerGroupMode = mode.parse().map_err(|e: String| errors::invalid(py, e))?;
+    if listener.is_some() && mode != ConsumerGroupMode::Partitioned {
+        return Err(errors::invalid(
+            py,
+            "on_assigned and on_revoked apply to partitioned groups",
+        ));
+    }
     let opts = GroupOptions {
+        listener: listener.map(|l| Arc::new(l) as Arc<dyn RebalanceListener>),
         mode,
         label: label.map(str::to_string),
         session_timeout: seconds(py, session, "session_timeout")?,
