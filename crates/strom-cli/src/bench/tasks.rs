@@ -311,10 +311,10 @@ pub fn report(cfg: &Config, o: &TaskOpts, outcomes: &[Outcome]) {
             r["system"].as_str().unwrap_or(""),
             r["tasks_per_s"].as_f64().unwrap_or(0.0),
             r["seconds"].as_f64().unwrap_or(0.0),
-            r["p50_us"],
-            r["p99_us"],
-            r["max_us"],
-            r["completed"],
+            r["p50_us"].as_u64().unwrap_or(0),
+            r["p99_us"].as_u64().unwrap_or(0),
+            r["max_us"].as_u64().unwrap_or(0),
+            r["completed"].as_u64().unwrap_or(0),
         );
     }
 }
