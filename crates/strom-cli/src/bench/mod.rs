@@ -94,7 +94,8 @@ pub struct BenchArgs {
     /// Events produced (and, in e2e, delivered) before measuring.
     #[arg(long, default_value_t = 0)]
     warmup: u64,
-    /// e2e: events per second offered in total (0 = as fast as possible).
+    /// e2e: events per second offered in total; tasks: tasks per second
+    /// dispatched (0 = as fast as possible).
     #[arg(long, default_value_t = 0)]
     rate: u64,
     /// Topic (Kafka topic, Redis stream prefix) to use; consume mode reads
