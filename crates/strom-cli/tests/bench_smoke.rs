@@ -169,3 +169,34 @@ fn peer_targets_without_the_feature_say_how_to_build_it() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--features peers"), "{err}");
 }
+
+#[test]
+fn tasks_completes_every_task_through_a_shared_group() {
+    let v = bench(&[
+        "tasks",
+        "--tasks",
+        "2000",
+        "--workers",
+        "3",
+        "--batch",
+        "32",
+        "--task-bytes",
+        "16",
+        "--peers",
+        "strom",
+    ]);
+    assert_eq!(v["mode"], "tasks");
+    assert_eq!(v["tasks"].as_u64(), Some(2000), "{v}");
+    let results = v["results"].as_array().expect("results array");
+    assert_eq!(results.len(), 1, "{v}");
+    let r = &results[0];
+    assert_eq!(r["system"], "strom");
+    assert_eq!(r["completed"].as_u64(), Some(2000), "{v}");
+    assert!(r["taken"].as_u64().unwrap_or(0) >= 2000, "{v}");
+    for key in ["seconds", "tasks_per_s"] {
+        assert!(r[key].as_f64().is_some(), "{key} missing in {v}");
+    }
+    for key in ["p50_us", "p99_us", "max_us"] {
+        assert!(r[key].as_u64().is_some(), "{key} missing in {v}");
+    }
+}

@@ -114,6 +114,7 @@ pub fn run(cfg: &Config, target: &dyn Target) -> anyhow::Result<Result> {
                 total,
             )
         }
+        Mode::Tasks => anyhow::bail!("the tasks mode runs in bench/tasks.rs"),
         Mode::E2e => {
             let expect = per_partition(a.events + a.warmup, a.producers, a.partitions);
             let name = format!("bench-e2e-{}", now_us());

@@ -6,7 +6,8 @@
 //! Layout: [`workload`] defines events and how work is split; each target
 //! module implements [`Target`]; [`engine`] runs workers as threads or as
 //! child processes (`--procs`) and aggregates; this file parses options and
-//! prints results.
+//! prints results. The `tasks` mode (a task queue on consumer groups) has
+//! its own runner in [`tasks`], with [`tasks_strom`] and `tasks_redis`.
 
 mod engine;
 #[cfg(feature = "peers")]
@@ -15,6 +16,10 @@ mod kafka;
 mod redis;
 mod strom;
 mod sys;
+mod tasks;
+#[cfg(feature = "peers")]
+mod tasks_redis;
+mod tasks_strom;
 mod workload;
 
 use std::path::PathBuf;
@@ -29,6 +34,8 @@ pub enum Mode {
     Produce,
     Consume,
     E2e,
+    /// A task queue: Strom shared group vs Redis Streams consumer group.
+    Tasks,
 }
 
 impl Mode {
@@ -37,6 +44,7 @@ impl Mode {
             Mode::Produce => "produce",
             Mode::Consume => "consume",
             Mode::E2e => "e2e",
+            Mode::Tasks => "tasks",
         }
     }
 }
@@ -86,13 +94,37 @@ pub struct BenchArgs {
     /// Events produced (and, in e2e, delivered) before measuring.
     #[arg(long, default_value_t = 0)]
     warmup: u64,
-    /// e2e: events per second offered in total (0 = as fast as possible).
+    /// e2e: events per second offered in total; tasks: tasks per second
+    /// dispatched (0 = as fast as possible).
     #[arg(long, default_value_t = 0)]
     rate: u64,
     /// Topic (Kafka topic, Redis stream prefix) to use; consume mode reads
     /// what a produce run left in it.
     #[arg(long)]
     topic: Option<String>,
+    /// tasks: tasks the dispatcher pushes.
+    #[arg(long, default_value_t = 20_000)]
+    tasks: u64,
+    /// tasks: worker threads in the consumer group (--batch is the most
+    /// tasks a worker takes at once; "adaptive" means 64).
+    #[arg(long, default_value_t = 4)]
+    workers: u32,
+    /// tasks: consumer group mode (only `shared` for now).
+    #[arg(long, default_value = "shared")]
+    group: String,
+    /// tasks: bytes of payload per task (the data part; a field in Redis).
+    #[arg(long, default_value_t = 0)]
+    task_bytes: usize,
+    /// tasks: busy time per task in a worker, in microseconds.
+    #[arg(long, default_value_t = 0)]
+    work_us: u64,
+    /// tasks: systems to run, in order, comma-separated (strom, redis).
+    #[arg(long, default_value = DEFAULT_PEERS)]
+    peers: String,
+    /// tasks: a running Redis server; default: start a private
+    /// `redis-server` (no persistence) on a free loopback port.
+    #[arg(long)]
+    redis_address: Option<String>,
     /// Print one JSON object instead of a human summary.
     #[arg(long)]
     json: bool,
@@ -213,6 +245,11 @@ pub trait Target: Send + Sync {
     fn server_pid(&self) -> Option<u32>;
 }
 
+#[cfg(feature = "peers")]
+const DEFAULT_PEERS: &str = "strom,redis";
+#[cfg(not(feature = "peers"))]
+const DEFAULT_PEERS: &str = "strom";
+
 #[cfg(not(feature = "peers"))]
 const PEERS_HINT: &str = "this strom binary was built without the `peers` feature; rebuild with \
      `cargo build --release -p strom-cli --features peers` (needs cmake and libcurl4-openssl-dev)";
@@ -253,7 +290,74 @@ fn open_target(spec: Option<&str>, group_file: Option<PathBuf>) -> anyhow::Resul
     )
 }
 
+/// `strom bench tasks`: every `--peers` system in turn, one table.
+fn run_tasks(args: BenchArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> {
+    let cfg = Config::new(args)?;
+    let opts = tasks::TaskOpts::new(&cfg)?;
+    if cfg.args.group != "shared" {
+        anyhow::bail!("--group takes `shared` (the only consumer-group mode benchmarked)");
+    }
+    let peers: Vec<&str> = cfg.args.peers.split(',').map(str::trim).collect();
+    if let Some(p) = peers.iter().find(|p| !matches!(**p, "strom" | "redis")) {
+        anyhow::bail!("unknown peer '{p}' in --peers: use strom and/or redis");
+    }
+    let mut outcomes = Vec::new();
+    for (run, peer) in peers.iter().enumerate() {
+        let run = run as u32;
+        if *peer == "strom" {
+            let target = match cfg.args.target.as_deref() {
+                None if group_file.is_some() || crate::has_address() => {
+                    strom::StromTarget::connect("", group_file.clone())?
+                }
+                None | Some("embedded") => strom::StromTarget::embedded()?,
+                Some(t) => match t.strip_prefix("strom://") {
+                    Some(rest) => strom::StromTarget::connect(rest, group_file.clone())?,
+                    None => anyhow::bail!(
+                        "tasks: --target names the Strom side (strom://…); Redis comes from \
+                         --redis-address"
+                    ),
+                },
+            };
+            let q = tasks_strom::StromTasks::new(target.driver(), &cfg, opts.batch, run)?;
+            let r = tasks::run(&q, &opts);
+            q.cleanup();
+            outcomes.push(r?);
+        } else {
+            #[cfg(feature = "peers")]
+            {
+                let local = match &cfg.args.redis_address {
+                    Some(_) => None,
+                    None => Some(tasks_redis::LocalRedis::start()?),
+                };
+                let addr = cfg
+                    .args
+                    .redis_address
+                    .clone()
+                    .or_else(|| local.as_ref().map(|l| l.addr.clone()))
+                    .unwrap_or_default();
+                if let Some(l) = &local {
+                    eprintln!(
+                        "strom bench: started redis-server pid {} on {addr}",
+                        l.pid()
+                    );
+                }
+                let q = tasks_redis::RedisTasks::new(&addr, &cfg, run)?;
+                let r = tasks::run(&q, &opts);
+                q.cleanup();
+                outcomes.push(r?);
+            }
+            #[cfg(not(feature = "peers"))]
+            anyhow::bail!("--peers redis: {PEERS_HINT}");
+        }
+    }
+    tasks::report(&cfg, &opts, &outcomes);
+    Ok(())
+}
+
 pub fn run(args: BenchArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> {
+    if args.mode == Mode::Tasks && args.worker_job.is_none() {
+        return run_tasks(args, group_file);
+    }
     let worker_job = args.worker_job.clone();
     let target_spec = args
         .target

@@ -53,6 +53,10 @@ impl StromTarget {
         })
     }
 
+    pub fn driver(&self) -> &Driver {
+        &self.driver
+    }
+
     fn topic(&self, cfg: &Config) -> anyhow::Result<Topic> {
         match &self.topic {
             Some(t) => Ok(t.clone()),
