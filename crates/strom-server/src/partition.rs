@@ -87,6 +87,8 @@ pub struct PartitionManager {
     pub fences: crate::fence::Fences,
     /// The partition's directory (file partitions).
     dir: Option<PathBuf>,
+    /// The topic's durability (also how shared groups persist acks).
+    pub durability: Durability,
     /// The same log when it is a memory log (overflow and its counter).
     mem: Option<Arc<MemoryLog>>,
     /// `block` overflow: the size bound enforced by holding appends.
@@ -214,6 +216,7 @@ impl PartitionManager {
             shares: Default::default(),
             fences: Default::default(),
             dir,
+            durability: spec.durability,
             mem,
             block_bound,
             floors: Mutex::new(HashMap::new()),

@@ -1,8 +1,12 @@
 //! Acks of a shared group, group-committed: acks from every member stream
 //! queue up; one flusher on the blocking pool writes them all as one
-//! ledger record with one fdatasync, applies them, advances the floor, and
-//! only then answers every request it covered. Nacks need no disk: the
-//! event goes to another member at once.
+//! ledger record, applies them, advances the floor, and only then answers
+//! every request it covered. The write is fdatasync'ed when the topic's
+//! durability is `always`; otherwise acks are as durable as the events
+//! (written before the answer, so they survive the server process being
+//! killed, not a power loss), which keeps an fsync off every task of a
+//! `never` or `interval` work queue. Nacks need no disk: the event goes to
+//! another member at once.
 
 use std::sync::Arc;
 
@@ -144,7 +148,7 @@ impl ShareCursor {
         {
             let mut file = self.file.lock();
             if let Some(f) = file.as_mut() {
-                if let Err(e) = f.append(&records, true) {
+                if let Err(e) = f.append(&records, self.sync_acks) {
                     tracing::error!(group = %self.spec.name, error = %e, "could not persist acks");
                     return Err(e.into());
                 }

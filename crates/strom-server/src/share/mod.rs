@@ -74,6 +74,8 @@ pub struct ShareCursor {
     opened_dispatched: u64,
     wake: Notify,
     stopped: AtomicBool,
+    /// fdatasync each ack flush (the topic's durability is `always`).
+    sync_acks: bool,
 }
 
 /// A member stream's place in a cursor; leaves it when dropped (the
@@ -148,6 +150,7 @@ impl ShareCursor {
             opened_dispatched,
             wake: Notify::new(),
             stopped: AtomicBool::new(false),
+            sync_acks: pm.durability == strom_proto::Durability::Always,
         });
         pm.consumer_at(&cursor.spec.name, floor);
         tokio::spawn(run::run(cursor.clone()));
