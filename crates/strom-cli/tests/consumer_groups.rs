@@ -2,7 +2,9 @@
 //! `strom consume --group G --mode shared` processes split a topic, each
 //! event printed by exactly one of them; `strom group list|describe|delete`
 //! show and remove the group; a member killed with SIGKILL hands what it
-//! held to the others, which print it with `deliveries` above 1.
+//! held to the others, which print it with `deliveries` above 1; members
+//! of a partitioned group read every event between them and all exit at
+//! the end of the stream.
 
 mod common;
 
@@ -151,4 +153,60 @@ fn a_shared_member_killed_with_sigkill_hands_its_events_to_the_others() {
     );
     let v: Value = serde_json::from_str(&d.stdout).expect("JSON");
     assert!(v["redelivered"].as_u64().expect("redelivered") >= 40, "{v}");
+}
+
+#[test]
+fn partitioned_consumers_split_the_partitions_and_all_reach_the_end() {
+    let base = tempfile::tempdir().expect("tempdir");
+    let server = ServerProcess::start(base.path());
+    let gf = server.group_file.to_str().expect("utf-8").to_string();
+    let all: BTreeSet<(u32, u64)> = fill(&server, "t", 6, 600, 0).into_iter().collect();
+    ok(
+        server.cli(&["topic", "complete", "t"], "", CLI_TIMEOUT),
+        "complete",
+    );
+    let outputs: Vec<_> = std::thread::scope(|s| {
+        let runs: Vec<_> = (0..3)
+            .map(|k| {
+                let gf = gf.clone();
+                s.spawn(move || {
+                    let label = format!("w{k}");
+                    let args = [
+                        "--group-file",
+                        &gf,
+                        "consume",
+                        "t",
+                        "--group",
+                        "pg",
+                        "--name",
+                        &label,
+                        "--follow",
+                        "--session-timeout",
+                        "2",
+                    ];
+                    ok(run_cli(&args, "", &[], CLI_TIMEOUT), "partitioned consume")
+                })
+            })
+            .collect();
+        runs.into_iter()
+            .map(|r| r.join().expect("consume thread"))
+            .collect()
+    });
+    let mut seen = BTreeSet::new();
+    for out in &outputs {
+        for (pos, _) in printed(&out.stdout) {
+            seen.insert(pos);
+        }
+    }
+    assert_eq!(seen, all, "every event read by the group");
+    let v: Value = serde_json::from_str(
+        &ok(
+            server.cli(&["group", "describe", "pg", "--json"], "", CLI_TIMEOUT),
+            "describe",
+        )
+        .stdout,
+    )
+    .expect("JSON");
+    assert_eq!(v["mode"], "partitioned");
+    assert_eq!(v["lag"], 0, "{v}");
 }
