@@ -75,7 +75,13 @@ impl ShareCursor {
         };
         if start {
             let me = self.clone();
-            tokio::task::spawn_blocking(move || me.flush_loop());
+            if self.sync_acks {
+                tokio::task::spawn_blocking(move || me.flush_loop());
+            } else {
+                // No fsync: a write to the page cache (or nothing, for a
+                // memory partition) is cheaper than a hop to the blocking pool.
+                me.flush_loop();
+            }
         }
         match rx.await {
             Ok(r) => r.map_err(|(code, message)| ServerError::coded(code, message)),
