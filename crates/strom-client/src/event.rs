@@ -140,28 +140,52 @@ pub(crate) trait AckSource: Send + Sync {
 
 impl AckSource for PartitionAcks {
     fn poll_ticket(&self, t: u64, waker: Option<&Waker>) -> Option<Result<()>> {
-        let mut st = self.state.lock();
-        let r = self.check(&mut st, t);
-        if r.is_none() {
-            if let Some(w) = waker {
-                st.wakers.push(w.clone());
-            }
-        }
-        r
+        poll_settled(
+            &self.state,
+            waker,
+            |st| self.check(st, t),
+            |st| &mut st.wakers,
+        )
     }
 
     fn wait_ticket(&self, t: u64, deadline: Option<Instant>) -> Option<Result<()>> {
-        let mut st = self.state.lock();
-        loop {
-            if let Some(r) = self.check(&mut st, t) {
-                return Some(r);
-            }
-            match deadline {
-                None => self.cond.wait(&mut st),
-                Some(d) => {
-                    if self.cond.wait_until(&mut st, d).timed_out() {
-                        return None;
-                    }
+        wait_settled(&self.state, &self.cond, deadline, |st| self.check(st, t))
+    }
+}
+
+/// Runs `check` under the lock; if nothing is settled yet, registers
+/// `waker` in the list `wakers` picks out of the state.
+pub(crate) fn poll_settled<T>(
+    state: &Mutex<T>,
+    waker: Option<&Waker>,
+    check: impl FnOnce(&mut T) -> Option<Result<()>>,
+    wakers: impl FnOnce(&mut T) -> &mut Vec<Waker>,
+) -> Option<Result<()>> {
+    let mut st = state.lock();
+    let r = check(&mut st);
+    if let (None, Some(w)) = (&r, waker) {
+        wakers(&mut st).push(w.clone());
+    }
+    r
+}
+
+/// Waits on `cond` until `check` settles, or `deadline` passes (`None`).
+pub(crate) fn wait_settled<T>(
+    state: &Mutex<T>,
+    cond: &Condvar,
+    deadline: Option<Instant>,
+    mut check: impl FnMut(&mut T) -> Option<Result<()>>,
+) -> Option<Result<()>> {
+    let mut st = state.lock();
+    loop {
+        if let Some(r) = check(&mut st) {
+            return Some(r);
+        }
+        match deadline {
+            None => cond.wait(&mut st),
+            Some(d) => {
+                if cond.wait_until(&mut st, d).timed_out() {
+                    return None;
                 }
             }
         }

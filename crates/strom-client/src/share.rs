@@ -18,7 +18,7 @@ use parking_lot::{Condvar, Mutex};
 use strom_proto::{ErrorCode, Request, Response};
 
 use crate::error::{Error, Result};
-use crate::event::{AckFuture, AckSource, Owner};
+use crate::event::{poll_settled, wait_settled, AckFuture, AckSource, Owner};
 use crate::topic::Topic;
 
 /// How long acks are retried while the owner is away.
@@ -231,31 +231,16 @@ impl ShareAcks {
 
 impl AckSource for ShareAcks {
     fn poll_ticket(&self, t: u64, waker: Option<&Waker>) -> Option<Result<()>> {
-        let mut st = self.state.lock();
-        let r = Self::check(&st, t);
-        if r.is_none() {
-            if let Some(w) = waker {
-                st.wakers.push(w.clone());
-            }
-        }
-        r
+        poll_settled(
+            &self.state,
+            waker,
+            |st| Self::check(st, t),
+            |st| &mut st.wakers,
+        )
     }
 
     fn wait_ticket(&self, t: u64, deadline: Option<Instant>) -> Option<Result<()>> {
-        let mut st = self.state.lock();
-        loop {
-            if let Some(r) = Self::check(&st, t) {
-                return Some(r);
-            }
-            match deadline {
-                None => self.cond.wait(&mut st),
-                Some(d) => {
-                    if self.cond.wait_until(&mut st, d).timed_out() {
-                        return None;
-                    }
-                }
-            }
-        }
+        wait_settled(&self.state, &self.cond, deadline, |st| Self::check(st, t))
     }
 }
 

@@ -152,14 +152,14 @@ struct RedisConsumer {
     job: ConsumeJob,
 }
 
-fn bulk(v: &Value) -> Option<&[u8]> {
+pub(super) fn bulk(v: &Value) -> Option<&[u8]> {
     match v {
         Value::BulkString(b) => Some(b),
         _ => None,
     }
 }
 
-fn array(v: &Value) -> &[Value] {
+pub(super) fn array(v: &Value) -> &[Value] {
     match v {
         Value::Array(a) | Value::Set(a) => a,
         _ => &[],

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use redis::Value;
 
+use super::redis::{array, bulk};
 use super::tasks::{Collect, Dispatch, Queue, Work, POLL};
 use super::Config;
 
@@ -199,20 +200,6 @@ impl Dispatch for RedisDispatch<'_> {
             self.queued = 0;
         }
         Ok(())
-    }
-}
-
-fn bulk(v: &Value) -> Option<&[u8]> {
-    match v {
-        Value::BulkString(b) => Some(b),
-        _ => None,
-    }
-}
-
-fn array(v: &Value) -> &[Value] {
-    match v {
-        Value::Array(a) | Value::Set(a) => a,
-        _ => &[],
     }
 }
 
