@@ -200,3 +200,24 @@ fn tasks_completes_every_task_through_a_shared_group() {
         assert!(r[key].as_u64().is_some(), "{key} missing in {v}");
     }
 }
+
+#[test]
+fn tasks_completes_every_task_through_a_partitioned_group() {
+    let v = bench(&[
+        "tasks",
+        "--tasks",
+        "2000",
+        "--workers",
+        "3",
+        "--batch",
+        "32",
+        "--group",
+        "partitioned",
+        "--peers",
+        "strom",
+    ]);
+    assert_eq!(v["group"], "partitioned", "{v}");
+    let r = &v["results"].as_array().expect("results array")[0];
+    assert_eq!(r["system"], "strom");
+    assert_eq!(r["completed"].as_u64(), Some(2000), "{v}");
+}

@@ -109,7 +109,9 @@ pub struct BenchArgs {
     /// tasks a worker takes at once; "adaptive" means 64).
     #[arg(long, default_value_t = 4)]
     workers: u32,
-    /// tasks: consumer group mode (only `shared` for now).
+    /// tasks: consumer group mode: `shared` (one task partition, any worker
+    /// takes any task; Strom and Redis) or `partitioned` (one partition per
+    /// worker, each worker reads its own; Strom only).
     #[arg(long, default_value = "shared")]
     group: String,
     /// tasks: bytes of payload per task (the data part; a field in Redis).
@@ -294,10 +296,18 @@ fn open_target(spec: Option<&str>, group_file: Option<PathBuf>) -> anyhow::Resul
 fn run_tasks(args: BenchArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> {
     let cfg = Config::new(args)?;
     let opts = tasks::TaskOpts::new(&cfg)?;
-    if cfg.args.group != "shared" {
-        anyhow::bail!("--group takes `shared` (the only consumer-group mode benchmarked)");
+    let mode: strom_client::ConsumerGroupMode = cfg
+        .args
+        .group
+        .parse()
+        .map_err(|e: String| anyhow::anyhow!("--group: {e}"))?;
+    let mut peers: Vec<&str> = cfg.args.peers.split(',').map(str::trim).collect();
+    if mode == strom_client::ConsumerGroupMode::Partitioned && peers.contains(&"redis") {
+        eprintln!(
+            "strom bench: Redis Streams has no partitioned consumer groups; running Strom only"
+        );
+        peers.retain(|p| *p != "redis");
     }
-    let peers: Vec<&str> = cfg.args.peers.split(',').map(str::trim).collect();
     if let Some(p) = peers.iter().find(|p| !matches!(**p, "strom" | "redis")) {
         anyhow::bail!("unknown peer '{p}' in --peers: use strom and/or redis");
     }
@@ -318,7 +328,7 @@ fn run_tasks(args: BenchArgs, group_file: Option<PathBuf>) -> anyhow::Result<()>
                     ),
                 },
             };
-            let q = tasks_strom::StromTasks::new(target.driver(), &cfg, opts.batch, run)?;
+            let q = tasks_strom::StromTasks::new(target.driver(), &cfg, opts.batch, run, mode)?;
             let r = tasks::run(&q, &opts);
             q.cleanup();
             outcomes.push(r?);

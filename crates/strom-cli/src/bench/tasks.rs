@@ -91,6 +91,11 @@ pub trait Queue: Sync {
     fn dispatcher(&self) -> anyhow::Result<Box<dyn Dispatch + '_>>;
     fn worker(&self, index: u32) -> anyhow::Result<Box<dyn Work + '_>>;
     fn collector(&self) -> anyhow::Result<Box<dyn Collect + '_>>;
+    /// Waits until the workers are ready to take tasks (a partitioned
+    /// group has assigned every partition); called before dispatching.
+    fn ready(&self) -> anyhow::Result<()> {
+        Ok(())
+    }
 }
 
 /// The options of a tasks run.
@@ -175,6 +180,7 @@ pub fn run(q: &dyn Queue, o: &TaskOpts) -> anyhow::Result<Outcome> {
         .map(|i| q.worker(i))
         .collect::<anyhow::Result<Vec<_>>>()?;
     let mut collector = q.collector()?;
+    q.ready()?;
     let done = AtomicBool::new(false);
     let (taken, redelivered) = (AtomicU64::new(0), AtomicU64::new(0));
     let barrier = Barrier::new(workers.len() + 2);

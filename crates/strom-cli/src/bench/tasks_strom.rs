@@ -1,12 +1,16 @@
 //! `strom bench tasks` on Strom: a one-partition tasks topic read by a
 //! shared consumer group (`pull_many`, one ack per task, the acks awaited
-//! at the end of each batch), results pushed by one producer per worker
-//! into a one-partition results topic, read back by a plain consumer.
+//! at the end of each batch), or with `--group partitioned` a tasks topic
+//! of one partition per worker read by a partitioned group; results pushed
+//! by one producer per worker into a one-partition results topic, read
+//! back by a plain consumer.
 
 use bytes::Bytes;
+use std::time::{Duration, Instant};
+
 use strom_client::{
-    AckFuture, ConsumerOptions, Driver, ErrorCode, GroupOptions, Producer, StartPos, Topic,
-    TopicSpec,
+    AckFuture, ConsumerGroupMode, ConsumerOptions, Driver, ErrorCode, GroupOptions, Producer,
+    StartPos, Topic, TopicSpec,
 };
 
 use super::tasks::{Collect, Dispatch, Queue, Work, POLL};
@@ -20,6 +24,7 @@ pub struct StromTasks<'a> {
     group: String,
     batch: u32,
     payload: Bytes,
+    mode: ConsumerGroupMode,
 }
 
 impl<'a> StromTasks<'a> {
@@ -29,19 +34,25 @@ impl<'a> StromTasks<'a> {
         cfg: &Config,
         batch: usize,
         run: u32,
+        mode: ConsumerGroupMode,
     ) -> anyhow::Result<StromTasks<'a>> {
         let base = format!("{}-{run}", cfg.topic);
-        let make = |name: String| -> anyhow::Result<Topic> {
+        let make = |name: String, partitions: u32| -> anyhow::Result<Topic> {
             Ok(driver.create_topic(TopicSpec {
                 partition_type: cfg.partition_type,
                 durability: cfg.durability,
-                ..TopicSpec::new(&name, 1)
+                ..TopicSpec::new(&name, partitions)
             })?)
+        };
+        let task_partitions = match mode {
+            ConsumerGroupMode::Shared => 1,
+            ConsumerGroupMode::Partitioned => cfg.args.workers.max(1),
         };
         Ok(StromTasks {
             driver,
-            tasks: make(format!("{base}-tasks"))?,
-            results: make(format!("{base}-results"))?,
+            tasks: make(format!("{base}-tasks"), task_partitions)?,
+            results: make(format!("{base}-results"), 1)?,
+            mode,
             group: format!("bench-g-{}", now_us()),
             batch: batch as u32,
             payload: Bytes::from(vec![0xA5u8; cfg.args.task_bytes]),
@@ -70,11 +81,17 @@ impl Queue for StromTasks<'_> {
         Ok(Box::new(StromDispatch {
             producer: self.tasks.producer()?,
             payload: self.payload.clone(),
+            partitions: self.tasks.partitions(),
+            next: 0,
         }))
     }
 
     fn worker(&self, _index: u32) -> anyhow::Result<Box<dyn Work + '_>> {
-        let mut opts = GroupOptions::shared();
+        let mut opts = GroupOptions {
+            mode: self.mode,
+            session_timeout: Duration::from_secs(5),
+            ..GroupOptions::default()
+        };
         opts.consumer.prefetch = self.batch;
         Ok(Box::new(StromWorker {
             consumer: self.tasks.consumer_group(&self.group, opts)?,
@@ -93,19 +110,44 @@ impl Queue for StromTasks<'_> {
         )?;
         Ok(Box::new(StromCollect { consumer }))
     }
+
+    fn ready(&self) -> anyhow::Result<()> {
+        if self.mode != ConsumerGroupMode::Partitioned {
+            return Ok(());
+        }
+        // Every partition assigned: dispatching before that would measure
+        // the first rebalance, not the queue.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let g = self.driver.describe_group(&self.group)?;
+            if g.partitions.iter().all(|p| p.holder.is_some()) {
+                return Ok(());
+            }
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "the partitioned group did not assign every partition within 30 s"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
 }
 
 struct StromDispatch {
     producer: Producer,
     payload: Bytes,
+    /// Task partitions, dealt round-robin.
+    partitions: u32,
+    next: u32,
 }
 
 impl Dispatch for StromDispatch {
     fn push(&mut self, meta: &[u8]) -> anyhow::Result<()> {
+        let partition = self.next % self.partitions.max(1);
+        self.next = self.next.wrapping_add(1);
         self.producer.push_with(
             Bytes::copy_from_slice(meta),
             self.payload.clone(),
-            Some(0),
+            Some(partition),
             &[],
         )?;
         Ok(())
