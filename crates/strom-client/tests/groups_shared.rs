@@ -314,3 +314,34 @@ fn a_restart_redelivers_exactly_what_was_not_acked() {
     let expected: BTreeSet<u64> = (0..100).filter(|i| !acked.contains(i)).collect();
     assert_eq!(again, expected, "nothing unacked was lost");
 }
+
+#[test]
+fn a_member_sees_a_lost_connection_not_a_deleted_group_when_its_server_stops() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Driver::embedded(dir.path()).unwrap();
+    let t = topic(&d, "stopping", 1, PartitionType::File);
+    produce(&t, 20, 0);
+    let remote = Driver::connect_addr(d.master_addr()).unwrap();
+    let c = remote
+        .open_topic("stopping")
+        .unwrap()
+        .consumer_group("g", shared(4))
+        .unwrap();
+    assert!(matches!(
+        c.pull_timeout(Duration::from_secs(10)).unwrap(),
+        Next::Event(_)
+    ));
+    drop(t);
+    drop(d); // a clean shutdown of the server
+    let deadline = std::time::Instant::now() + Duration::from_secs(2);
+    while std::time::Instant::now() < deadline {
+        match c.pull_timeout(Duration::from_millis(100)) {
+            Ok(_) => {}
+            Err(e) => assert_ne!(
+                e.code(),
+                strom_client::ErrorCode::CONSUMER_GROUP_NOT_FOUND,
+                "a stopping server is not a deleted group: {e}"
+            ),
+        }
+    }
+}

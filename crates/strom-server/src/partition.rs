@@ -542,7 +542,7 @@ impl PartitionManager {
             .map(|a| a.held)
             .unwrap_or_default();
         self.refuse_held(held, || self.closed_error());
-        self.shares.stop_all();
+        self.shares.close_all();
         self.stop.store(true, Ordering::Release);
         let threads = std::mem::take(&mut *self.threads.lock());
         for t in &threads {

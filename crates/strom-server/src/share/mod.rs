@@ -73,7 +73,11 @@ pub struct ShareCursor {
     /// (ledger `Dispatched`): each counts as delivered at least once.
     opened_dispatched: u64,
     wake: Notify,
+    /// The group was deleted: member streams end with an error.
     stopped: AtomicBool,
+    /// The partition closed (server shutdown): the task ends quietly, and
+    /// members, whose connections close too, subscribe again elsewhere.
+    closed: AtomicBool,
     /// fdatasync each ack flush (the topic's durability is `always`).
     sync_acks: bool,
 }
@@ -150,6 +154,7 @@ impl ShareCursor {
             opened_dispatched,
             wake: Notify::new(),
             stopped: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
             sync_acks: pm.durability == strom_proto::Durability::Always,
         });
         pm.consumer_at(&cursor.spec.name, floor);
@@ -196,7 +201,13 @@ impl ShareCursor {
         self.wake.notify_one();
     }
 
-    /// Stops the task and forgets the members (group or topic dropped).
+    /// Ends the task quietly (the partition closes).
+    pub fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        self.wake.notify_one();
+    }
+
+    /// Stops the task and ends the member streams (the group was deleted).
     pub fn stop(&self) {
         self.stopped.store(true, Ordering::Release);
         self.wake.notify_one();
@@ -354,10 +365,11 @@ impl Cursors {
         }
     }
 
-    /// Stops every cursor (the partition closes or is deleted).
-    pub fn stop_all(&self) {
+    /// Ends every cursor's task (the partition closes or is deleted; a
+    /// deleted topic is reported to the members by the task itself).
+    pub fn close_all(&self) {
         for c in self.map.lock().values() {
-            c.stop();
+            c.close();
         }
     }
 }

@@ -37,14 +37,17 @@ pub(super) async fn run(c: Arc<ShareCursor>) {
     drop(pm);
     loop {
         let Some(pm) = c.pm.upgrade() else { return };
+        if pm.is_deleted() {
+            let msg = format!("topic '{}' was deleted", pm.topic);
+            c.fail_all(ErrorCode::TOPIC_NOT_FOUND, msg);
+            return;
+        }
         if c.stopped.load(Ordering::Acquire) {
             let msg = format!("consumer group '{}' was deleted", c.spec.name);
             c.fail_all(ErrorCode::CONSUMER_GROUP_NOT_FOUND, msg);
             return;
         }
-        if pm.is_deleted() {
-            let msg = format!("topic '{}' was deleted", pm.topic);
-            c.fail_all(ErrorCode::TOPIC_NOT_FOUND, msg);
+        if c.closed.load(Ordering::Acquire) {
             return;
         }
         let vis = *visible.borrow_and_update();
