@@ -480,3 +480,83 @@ fn known_partitions_keep_working_while_the_registry_master_is_down() {
         "{err}"
     );
 }
+
+/// A shared group on a topic spread over two members: each member writes
+/// the dead letters of its own partitions into a dead-letter partition it
+/// hosts (the default dead-letter topic is placed like the source), and a
+/// named dead-letter topic that has no partition on one of the owners is
+/// refused when the group is created, not left to park dead letters.
+#[test]
+fn dead_letters_stay_on_the_member_that_owns_the_partition() {
+    use strom_client::{ErrorCode, GroupOptions, ProducerOptions};
+    let base = tempfile::tempdir().unwrap();
+    let (_ranks, d) = group(base.path(), 2);
+    let src = d.create_topic(TopicSpec::new("src", 2)).unwrap();
+    let placement: Vec<u32> = src.info().partitions.iter().map(|p| p.member).collect();
+    assert_eq!(placement.len(), 2);
+    assert_ne!(placement[0], placement[1], "spread over both members");
+
+    let lonely = placement[0];
+    d.create_topic_on(TopicSpec::new("dlq-one", 1), Some(lonely))
+        .unwrap();
+    let refused = src
+        .consumer_group(
+            "named",
+            GroupOptions {
+                max_deliveries: Some(2),
+                dead_letter: Some("dlq-one".into()),
+                ..GroupOptions::shared()
+            },
+        )
+        .err()
+        .expect("a dead-letter topic missing from one owner is refused");
+    assert_eq!(refused.code(), ErrorCode::INVALID_ARGUMENT, "{refused}");
+    assert!(
+        refused
+            .to_string()
+            .contains(&format!("member {}", placement[1])),
+        "{refused}"
+    );
+
+    let p = src
+        .producer_with(ProducerOptions {
+            lease: None,
+            ..Default::default()
+        })
+        .unwrap();
+    for part in [0u32, 1] {
+        p.push_with(format!("{{\"p\":{part}}}"), (), Some(part), &[])
+            .unwrap()
+            .wait()
+            .unwrap();
+    }
+    p.close().unwrap();
+    let mut o = GroupOptions::shared();
+    o.max_deliveries = Some(2);
+    o.consumer.prefetch = 1;
+    let c = src.consumer_group("g", o).unwrap();
+    while let Next::Event(e) = c.pull_timeout(Duration::from_secs(20)).unwrap() {
+        e.nack().wait().unwrap();
+    }
+    let dlq = d.open_topic("src.g.dlq").unwrap();
+    let dlq_placement: Vec<u32> = dlq.info().partitions.iter().map(|p| p.member).collect();
+    assert_eq!(dlq_placement, placement, "placed like the source");
+    for part in 0..2u32 {
+        let r = dlq
+            .consumer_with(
+                &format!("check-{part}"),
+                ConsumerOptions {
+                    partitions: Some(vec![part]),
+                    start: StartPos::Beginning,
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+        let Next::Event(dead) = r.pull_timeout(Duration::from_secs(20)).unwrap() else {
+            panic!("no dead letter in partition {part}");
+        };
+        let env = dead.json().unwrap();
+        assert_eq!(env["partition"], part, "{env}");
+        assert_eq!(env["deliveries"], 2, "{env}");
+    }
+}

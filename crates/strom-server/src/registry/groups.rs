@@ -117,6 +117,25 @@ fn normalize(mut spec: ConsumerGroupSpec) -> Result<ConsumerGroupSpec, ServerErr
     Ok(spec)
 }
 
+/// Each owner of a source partition writes its dead letters to a
+/// dead-letter partition it hosts itself: an existing dead-letter topic
+/// must have one on every member that owns a partition of the source.
+fn check_dead_letter_placement(
+    topic: &str,
+    source: &[u32],
+    dlq: &str,
+    dlq_placement: &[u32],
+) -> Result<(), ServerError> {
+    for (p, member) in source.iter().enumerate() {
+        if !dlq_placement.contains(member) {
+            return Err(invalid(format!(
+                "dead-letter topic '{dlq}' has no partition on member {member}, which owns partition {p} of topic '{topic}': each member writes dead letters to a dead-letter partition it hosts; leave dead_letter unset to have one placed like the source, or add partitions on member {member} (strom topic add-partitions {dlq} --count 1 --server {member})"
+            )));
+        }
+    }
+    Ok(())
+}
+
 impl Registry {
     /// Joins `spec.name`, creating the group if it does not exist. A later
     /// join naming another topic or mode is refused; other options of the
@@ -192,9 +211,14 @@ impl Registry {
             let mut d = TopicSpec::new(dlq.clone(), source.partitions);
             d.partition_type = source.partition_type;
             d.durability = source.durability;
-            match self.create_placed(d, None, Some(placement)).await {
-                Err(e) if e.code() != ErrorCode::TOPIC_EXISTS => return Err(e),
-                _ => {}
+            match self.create_placed(d, None, Some(placement.clone())).await {
+                Err(e) if e.code() == ErrorCode::TOPIC_EXISTS => {
+                    let inner = self.inner.lock().await;
+                    let existing = super::topics::topic(&inner, dlq)?;
+                    check_dead_letter_placement(&spec.topic, &placement, dlq, &existing.placement)?;
+                }
+                Err(e) => return Err(e),
+                Ok(_) => {}
             }
         }
         let mut inner = self.inner.lock().await;

@@ -86,6 +86,9 @@ impl ShareCursor {
             .map_err(|e| ServerError::coded(strom_proto::ErrorCode::INTERNAL, e.to_string()))?
     }
 
+    /// The dead-letter partition this server writes to: the one with the
+    /// source's index if it is here (the default placement), else one of
+    /// the dead-letter topic's partitions hosted here.
     fn dead_letter_partition(
         &self,
         topic: &str,
@@ -97,7 +100,18 @@ impl ShareCursor {
                 "the server is stopping",
             )
         })?;
-        host.get(topic, source).or_else(|_| host.get(topic, 0))
+        if let Ok(p) = host.get(topic, source) {
+            return Ok(p);
+        }
+        let mut local = host.partitions_of(topic);
+        local.sort_by_key(|p| p.id);
+        match local.len() {
+            0 => Err(ServerError::coded(
+                strom_proto::ErrorCode::PARTITION_UNAVAILABLE,
+                format!("this server hosts no partition of the dead-letter topic '{topic}'"),
+            )),
+            n => Ok(local.swap_remove(source as usize % n)),
+        }
     }
 
     /// The dead letter of `offset`: one event, the envelope as metadata,
