@@ -24,18 +24,31 @@ async fn beat(r: &Registry, consumer: u64, owned: &BTreeMap<u32, u64>) -> BTreeM
     }
 }
 
-#[tokio::test]
-async fn a_revoked_partition_moves_only_once_its_holder_lets_go() {
-    let tmp = tempfile::tempdir().unwrap();
-    let r = Registry::open(tmp.path(), None, 1, link(tmp.path())).unwrap();
-    r.create(TopicSpec::new("t", 4), Some(0)).await.unwrap();
+/// A registry with topic `t` of `partitions` partitions and partitioned
+/// group `g` on it, joined by one consumer; returns the consumer's id.
+async fn one_member_group(
+    dir: &std::path::Path,
+    partitions: u32,
+    session_ms: u32,
+) -> (Registry, ConsumerGroupSpec, u64) {
+    let r = Registry::open(dir, None, 1, link(dir)).unwrap();
+    r.create(TopicSpec::new("t", partitions), Some(0))
+        .await
+        .unwrap();
     let mut spec = ConsumerGroupSpec::new("g", "t", ConsumerGroupMode::Partitioned);
-    spec.session_ms = 60_000;
+    spec.session_ms = session_ms;
     let a = r
         .join_group(spec.clone(), None, "a".into())
         .await
         .unwrap()
         .consumer;
+    (r, spec, a)
+}
+
+#[tokio::test]
+async fn a_revoked_partition_moves_only_once_its_holder_lets_go() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (r, spec, a) = one_member_group(tmp.path(), 4, 60_000).await;
     r.rebalance_groups().await;
     let held_a = beat(&r, a, &BTreeMap::new()).await;
     assert_eq!(held_a.keys().copied().collect::<Vec<_>>(), [0, 1, 2, 3]);
@@ -84,15 +97,7 @@ async fn a_revoked_partition_moves_only_once_its_holder_lets_go() {
 #[tokio::test]
 async fn a_holder_that_never_lets_go_loses_the_partition_after_a_session() {
     let tmp = tempfile::tempdir().unwrap();
-    let r = Registry::open(tmp.path(), None, 1, link(tmp.path())).unwrap();
-    r.create(TopicSpec::new("t", 2), Some(0)).await.unwrap();
-    let mut spec = ConsumerGroupSpec::new("g", "t", ConsumerGroupMode::Partitioned);
-    spec.session_ms = 1_000;
-    let a = r
-        .join_group(spec.clone(), None, "a".into())
-        .await
-        .unwrap()
-        .consumer;
+    let (r, spec, a) = one_member_group(tmp.path(), 2, 1_000).await;
     r.rebalance_groups().await;
     let held = beat(&r, a, &BTreeMap::new()).await;
     assert_eq!(held.len(), 2);
