@@ -11,6 +11,7 @@ mod produce;
 mod scrub;
 mod server;
 mod status;
+mod top;
 mod topic;
 
 use std::path::PathBuf;
@@ -63,6 +64,9 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Measure produce, consume or end-to-end performance; prints numbers.
     Bench(bench::BenchArgs),
+    /// Live rates, storage and consumer lag of servers started with
+    /// --http-listen, refreshing in the terminal.
+    Top(top::TopArgs),
 }
 
 fn init_logging(default: &str) {
@@ -135,6 +139,7 @@ fn main() {
                 Command::Produce(a) => produce::run(a, cli.group_file),
                 Command::Demo(a) => demo::run(a),
                 Command::Bench(a) => bench::run(a, cli.group_file),
+                Command::Top(a) => top::run(a),
                 Command::Server(_) | Command::Consume(_) => unreachable!("handled above"),
             }
         }

@@ -21,6 +21,10 @@ pub struct ServerArgs {
     /// Join the running group of this group file as a new member.
     #[arg(long)]
     join: Option<PathBuf>,
+    /// Serve /metrics (Prometheus), the dashboard (/) and its JSON API on
+    /// this HOST:PORT; port 0 picks a free port.
+    #[arg(long)]
+    http_listen: Option<String>,
 }
 
 pub fn run(args: ServerArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> {
@@ -40,6 +44,9 @@ pub fn run(args: ServerArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> 
     if args.join.is_some() {
         config.join = args.join;
     }
+    if args.http_listen.is_some() {
+        config.http_listen = args.http_listen;
+    }
     config.validate()?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .thread_name("strom-server")
@@ -47,10 +54,22 @@ pub fn run(args: ServerArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> 
         .build()
         .context("starting the server runtime")?;
     rt.block_on(async move {
+        let http_listen = config.http_listen.clone();
         let server = Server::start(config).await?;
         eprintln!("strom server listening on {}", server.addr());
+        let http = match http_listen {
+            Some(addr) => {
+                let h = strom_http::serve(server.services(), &addr).await?;
+                eprintln!("strom http listening on http://{}", h.addr());
+                Some(h)
+            }
+            None => None,
+        };
         wait_for_signal().await?;
         tracing::info!("shutting down");
+        if let Some(h) = http {
+            h.shutdown().await;
+        }
         server.shutdown().await;
         Ok::<_, anyhow::Error>(())
     })?;

@@ -52,6 +52,10 @@ pub struct ServerConfig {
     /// a leased producer not renewed for this long expires, and its part of
     /// the stream is closed. Requested leases are clamped to 1000..=300000.
     pub producer_lease_ms: u32,
+    /// Address of the HTTP endpoint (`/metrics`, the dashboard and its
+    /// JSON API), e.g. `127.0.0.1:9464`; port 0 picks a free port. None
+    /// (the default) serves no HTTP.
+    pub http_listen: Option<String>,
 }
 
 impl Default for ServerConfig {
@@ -76,6 +80,7 @@ impl Default for ServerConfig {
             frame_timeout_ms: 60_000,
             max_connection_buffer_bytes: 256 << 20,
             producer_lease_ms: 10_000,
+            http_listen: None,
         }
     }
 }
@@ -139,6 +144,9 @@ impl ServerConfig {
         {
             return Err("max_connections, handshake_timeout_ms and frame_timeout_ms must be positive, and max_connection_buffer_bytes at least 1 MiB".into());
         }
+        if let Some(h) = &self.http_listen {
+            check_socket_addr("http_listen", h)?;
+        }
         let (lo, hi) = crate::registry::LEASE_RANGE_MS;
         if !(lo..=hi).contains(&self.producer_lease_ms) {
             return Err(format!(
@@ -150,6 +158,16 @@ impl ServerConfig {
             return Err("segment_bytes must be at least 4096".into());
         }
         Ok(())
+    }
+}
+
+/// `HOST:PORT` with a port, or the error naming the setting.
+fn check_socket_addr(setting: &str, addr: &str) -> Result<(), String> {
+    match addr.rsplit_once(':') {
+        Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => Ok(()),
+        _ => Err(format!(
+            "{setting} = '{addr}' is not HOST:PORT (for example 127.0.0.1:9464, or port 0 for a free one)"
+        )),
     }
 }
 

@@ -330,7 +330,8 @@ impl Host {
             .unwrap_or_default()
     }
 
-    fn all(&self) -> Vec<Arc<PartitionManager>> {
+    /// Every open local partition.
+    pub(crate) fn all(&self) -> Vec<Arc<PartitionManager>> {
         self.topics
             .lock()
             .values()

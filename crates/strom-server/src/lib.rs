@@ -23,10 +23,12 @@ mod server;
 mod service;
 mod share;
 mod sink;
+pub mod stats;
 
 pub use config::{ConfigError, ServerConfig};
 pub use error::ServerError;
 pub use group::{read_group_file, write_group_file};
 pub use launch::{rank_from_env, rendezvous_file};
 pub use server::{Server, ServerHandle};
+pub use service::Services;
 pub use strom_net::Transports;

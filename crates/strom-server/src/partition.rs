@@ -100,6 +100,8 @@ pub struct PartitionManager {
     visible: watch::Sender<u64>,
     sealed: watch::Sender<bool>,
     pub waiters: Waiters,
+    /// What this partition counts for the metrics tap.
+    pub stats: Arc<crate::stats::PartitionStats>,
     deleted: AtomicBool,
     /// Apply retention after every append (memory partitions).
     retain_on_append: bool,
@@ -223,6 +225,7 @@ impl PartitionManager {
             visible: watch::Sender::new(log.next_offset()),
             sealed: watch::Sender::new(sealed),
             waiters: Waiters::default(),
+            stats: Default::default(),
             log,
             offsets,
             appender: Mutex::new(None),
@@ -450,6 +453,15 @@ impl PartitionManager {
     }
 
     /// The partition's directory (file partitions only).
+    /// `memory` or `file`.
+    pub fn partition_type(&self) -> &'static str {
+        if self.mem.is_some() {
+            "memory"
+        } else {
+            "file"
+        }
+    }
+
     pub fn dir(&self) -> Option<&Path> {
         self.dir.as_deref()
     }
@@ -483,11 +495,17 @@ impl PartitionManager {
                 ),
             ));
         }
-        let appended = self.log.append(AppendBatch {
-            count: batch.count(),
-            meta: batch.meta(),
-            data: batch.data(),
-        })?;
+        let started = std::time::Instant::now();
+        let appended = self
+            .log
+            .append(AppendBatch {
+                count: batch.count(),
+                meta: batch.meta(),
+                data: batch.data(),
+            })
+            .inspect_err(|_| self.stats.append_failed())?;
+        self.stats
+            .appended(batch.count(), batch.size(), started.elapsed());
         if self.retain_on_append {
             self.log.enforce_retention(appended.timestamp_us)?;
         }
@@ -506,7 +524,10 @@ impl PartitionManager {
                 .map(|u| u.appended.token)
                 .max()
                 .expect("non-empty group");
-            match self.log.sync(token) {
+            let started = std::time::Instant::now();
+            let synced = self.log.sync(token);
+            self.stats.synced(started.elapsed());
+            match synced {
                 Ok(()) => {
                     for u in group {
                         self.make_visible(&u.appended, &u.meta);
@@ -527,7 +548,10 @@ impl PartitionManager {
     fn run_interval(self: Arc<Self>, every: Duration) {
         while !self.stop.load(Ordering::Acquire) {
             std::thread::park_timeout(every);
-            if let Err(e) = self.log.sync_all() {
+            let started = std::time::Instant::now();
+            let synced = self.log.sync_all();
+            self.stats.synced(started.elapsed());
+            if let Err(e) = synced {
                 tracing::warn!(topic = %self.topic, partition = self.id, error = %e, "interval sync failed");
             }
         }

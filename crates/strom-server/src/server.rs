@@ -179,6 +179,7 @@ impl Server {
                 config.max_batch_bytes,
             ),
             config,
+            stats: Default::default(),
             _lock: lock,
         });
         let (stop, mut stopped) = watch::channel(false);
@@ -363,6 +364,12 @@ impl ServerHandle {
     /// The address the server actually bound.
     pub fn addr(&self) -> &str {
         self.state.control.addr()
+    }
+
+    /// The server's services, for front ends started beside the native
+    /// one (the HTTP endpoint).
+    pub fn services(&self) -> Arc<Services> {
+        self.state.clone()
     }
 
     /// This server's member id in its group (0 for the master).

@@ -35,6 +35,7 @@ impl Session {
         let (p, batch) = p;
         let writer = self.writer.clone();
         let version = self.version;
+        let svc = self.svc.clone();
         // The reply may run on the partition's syncer thread, outside the runtime.
         let handle = tokio::runtime::Handle::current();
         let reply: AppendReply = Box::new(move |r| {
@@ -44,7 +45,7 @@ impl Session {
                     count: a.count,
                     timestamp_us: a.timestamp_us,
                 },
-                Err(e) => Response::error(e.code(), e.to_string()),
+                Err(e) => super::failure(&svc, &e),
             };
             if let Err(frame) = writer.try_send_frame(OutFrame::response(version, id, &resp)) {
                 handle.spawn(async move {
@@ -126,9 +127,7 @@ impl Session {
                         .with_bulk(bulk)
                         .with_hold(permit)
                 }
-                Err(e) => {
-                    OutFrame::response(version, id, &Response::error(e.code(), e.to_string()))
-                }
+                Err(e) => OutFrame::response(version, id, &super::failure(&svc, &e)),
             };
             let _ = writer.send(frame).await;
         });

@@ -70,6 +70,7 @@ pub async fn serve(conn: Conn, svc: Arc<Services>, _slot: OwnedSemaphorePermit) 
         budget,
     };
     tracing::debug!(peer = %peer, "connection opened");
+    svc.stats.connection_opened();
     let mut first = true;
     loop {
         // Idle between frames is fine, except before the first one; once a
@@ -110,6 +111,7 @@ pub async fn serve(conn: Conn, svc: Arc<Services>, _slot: OwnedSemaphorePermit) 
     for (_, (task, _)) in s.streams.drain() {
         task.abort();
     }
+    svc.stats.connection_closed();
     tracing::debug!(peer = %peer, "connection closed");
 }
 
@@ -163,6 +165,7 @@ impl Session {
             return;
         }
         tracing::warn!(peer = %self.peer, error = %e, "closing connection after a malformed frame");
+        self.svc.stats.error(e.code().0);
         let _ = self
             .writer
             .send(OutFrame::response(
@@ -190,7 +193,7 @@ impl Session {
 
     /// Queues the answer to request `id` (none for one-way requests, id 0).
     fn respond(&self, id: u64, result: Result<Response, ServerError>) {
-        let resp = result.unwrap_or_else(|e| Response::error(e.code(), e.to_string()));
+        let resp = result.unwrap_or_else(|e| failure(&self.svc, &e));
         if id == 0 {
             if let Response::Error { message, .. } = &resp {
                 tracing::debug!(peer = %self.peer, error = %message, "one-way request failed");
@@ -207,10 +210,9 @@ impl Session {
     {
         let writer = self.writer.clone();
         let version = self.version;
+        let svc = self.svc.clone();
         tokio::spawn(async move {
-            let resp = op
-                .await
-                .unwrap_or_else(|e| Response::error(e.code(), e.to_string()));
+            let resp = op.await.unwrap_or_else(|e| failure(&svc, &e));
             let _ = writer.send(OutFrame::response(version, id, &resp)).await;
         });
     }
@@ -315,6 +317,12 @@ impl Session {
             }
         }
     }
+}
+
+/// The error answer for `e`, counted by its code for the metrics tap.
+pub(crate) fn failure(svc: &Services, e: &ServerError) -> Response {
+    svc.stats.error(e.code().0);
+    Response::error(e.code(), e.to_string())
 }
 
 /// Queues a response; only a full queue needs a task to wait for room.

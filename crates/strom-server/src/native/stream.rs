@@ -26,6 +26,7 @@ use tokio::sync::Notify;
 
 use crate::partition::PartitionManager;
 use crate::sink::{BatchSink, Credit};
+use crate::stats::PartitionStats;
 
 /// Most metadata bytes read from the log per step.
 const READ_BYTES: usize = 1 << 20;
@@ -39,6 +40,7 @@ struct Parked {
     credit: Arc<Credit>,
     writer: WriterHandle,
     wake: Notify,
+    stats: Arc<PartitionStats>,
 }
 
 impl BatchSink for Parked {
@@ -61,6 +63,7 @@ impl BatchSink for Parked {
             self.pos
                 .store(a.base_offset + a.count as u64, Ordering::Release);
             self.credit.take(a.count);
+            self.stats.delivered(u64::from(a.count), meta.len() as u64);
         }
         true
     }
@@ -148,6 +151,7 @@ pub async fn run(
                     break;
                 }
                 let sent = end - pos.max(b.base_offset);
+                let meta_bytes = b.meta.len() as u64;
                 let push = Push::Events {
                     partition: pm.id,
                     base_offset: b.base_offset,
@@ -159,6 +163,7 @@ pub async fn run(
                     return;
                 }
                 credit.take(sent as u32);
+                pm.stats.delivered(sent, meta_bytes);
                 pos = end;
             }
             continue;
@@ -179,6 +184,7 @@ pub async fn run(
             credit: credit.clone(),
             writer: writer.clone(),
             wake: Notify::new(),
+            stats: pm.stats.clone(),
         });
         let sink: Arc<dyn BatchSink> = parked.clone();
         pm.waiters.park(&sink);

@@ -128,6 +128,7 @@ impl DataService {
         items: Vec<DataItem>,
     ) -> Result<Vec<Bytes>, ServerError> {
         self.fetch_size(&items)?;
+        let p_stats = p.stats.clone();
         let out = blocking(move || {
             let mut out = Vec::new();
             for (base, ranges) in &items {
@@ -136,7 +137,9 @@ impl DataService {
             Ok(out)
         })
         .await?;
-        self.fits_frame(out.iter().map(|b| b.len() as u64).sum())?;
+        let bytes = out.iter().map(|b| b.len() as u64).sum();
+        self.fits_frame(bytes)?;
+        p_stats.fetched(bytes);
         Ok(out)
     }
 

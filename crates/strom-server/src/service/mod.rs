@@ -15,6 +15,7 @@
 
 mod control;
 mod data;
+mod tap;
 
 pub use control::ControlService;
 pub use data::DataService;
@@ -27,6 +28,8 @@ pub struct Services {
     pub config: ServerConfig,
     pub data: DataService,
     pub control: ControlService,
+    /// Server-wide counters the front ends update (the metrics tap).
+    pub stats: crate::stats::ServerStats,
     /// Held for the server's whole life: one server per data directory.
     pub(crate) _lock: DataDirLock,
 }

@@ -297,6 +297,8 @@ impl ShareCursor {
                     deliveries,
                 })
                 .collect();
+            let events: u64 = runs.iter().map(|r| u64::from(r.count)).sum();
+            pm.stats.delivered(events, meta.len() as u64);
             for r in runs.iter().filter(|r| r.deliveries >= 2) {
                 for o in r.offset()..r.offset() + u64::from(r.count) {
                     self.note_redelivered(o, r.deliveries);

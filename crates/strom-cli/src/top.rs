@@ -1,0 +1,260 @@
+//! `strom top`: the dashboard in the terminal. Reads `/api/snapshot` and
+//! `/api/history` from the HTTP endpoint of one or more servers (started
+//! with `--http-listen`) and shows members, topics with their produce and
+//! consume rates, partitions with storage, and consumer lag, refreshing.
+
+use std::collections::BTreeMap;
+use std::io::{IsTerminal, Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use clap::Args;
+use serde_json::Value;
+
+/// The most bytes one answer may have.
+const MAX_ANSWER: u64 = 64 << 20;
+
+#[derive(Args)]
+pub struct TopArgs {
+    /// HTTP endpoint (HOST:PORT) of a server, as `strom server
+    /// --http-listen` printed it; repeat for each member of a group.
+    #[arg(
+        long = "http",
+        env = "STROM_HTTP",
+        value_delimiter = ',',
+        required = true
+    )]
+    http: Vec<String>,
+    /// Seconds between refreshes.
+    #[arg(long, default_value_t = 1.0)]
+    interval: f64,
+    /// Print one frame and exit.
+    #[arg(long)]
+    once: bool,
+    /// Print each frame as one JSON object per line (snapshots and rates).
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(a: TopArgs) -> anyhow::Result<()> {
+    if !(a.interval.is_finite() && (0.1..=3600.0).contains(&a.interval)) {
+        bail!("--interval must be between 0.1 and 3600 seconds");
+    }
+    let clear = !a.once && !a.json && std::io::stdout().is_terminal();
+    loop {
+        let frames = a
+            .http
+            .iter()
+            .map(|h| fetch_frame(h))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let mut out = std::io::stdout().lock();
+        if a.json {
+            writeln!(out, "{}", serde_json::json!({ "servers": frames }))?;
+        } else {
+            if clear {
+                write!(out, "\x1b[2J\x1b[H")?;
+            }
+            write!(out, "{}", render(&frames))?;
+        }
+        out.flush()?;
+        drop(out);
+        if a.once {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_secs_f64(a.interval));
+    }
+}
+
+/// One server's snapshot and its newest per-topic rates.
+fn fetch_frame(http: &str) -> anyhow::Result<Value> {
+    let snapshot = get_json(http, "/api/snapshot")?;
+    let history = get_json(http, "/api/history")?;
+    let rates = history["points"]
+        .as_array()
+        .and_then(|p| p.last())
+        .map(|p| p["topics"].clone())
+        .unwrap_or_else(|| serde_json::json!({}));
+    Ok(serde_json::json!({ "http": http, "snapshot": snapshot, "rates": rates }))
+}
+
+/// GETs `path` from `host:port` and parses the JSON answer (HTTP/1.0: the
+/// server closes the connection after one whole, unchunked answer).
+fn get_json(http: &str, path: &str) -> anyhow::Result<Value> {
+    let addr = http.trim_start_matches("http://").trim_end_matches('/');
+    let what = || format!("GET http://{addr}{path}");
+    let mut conn = TcpStream::connect(addr)
+        .with_context(|| format!("{}: is the server running with --http-listen?", what()))?;
+    conn.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(
+        conn,
+        "GET {path} HTTP/1.0\r\nHost: {addr}\r\nAccept: application/json\r\n\r\n"
+    )
+    .with_context(what)?;
+    let mut answer = Vec::new();
+    conn.take(MAX_ANSWER + 1)
+        .read_to_end(&mut answer)
+        .with_context(what)?;
+    if answer.len() as u64 > MAX_ANSWER {
+        bail!("{}: the answer is larger than {MAX_ANSWER} bytes", what());
+    }
+    let split = answer
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .with_context(|| format!("{}: not an HTTP answer", what()))?;
+    let head = String::from_utf8_lossy(&answer[..split]);
+    let status = head.split_whitespace().nth(1).unwrap_or("?");
+    if status != "200" {
+        bail!("{}: HTTP status {status}", what());
+    }
+    serde_json::from_slice(&answer[split + 4..])
+        .with_context(|| format!("{}: the answer is not JSON", what()))
+}
+
+fn num(v: f64) -> String {
+    match v {
+        v if v >= 1e9 => format!("{:.2}G", v / 1e9),
+        v if v >= 1e6 => format!("{:.2}M", v / 1e6),
+        v if v >= 1e4 => format!("{:.1}k", v / 1e3),
+        v => format!("{v:.0}"),
+    }
+}
+
+fn bytes(v: f64) -> String {
+    let units = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = v;
+    let mut i = 0;
+    while v >= 1024.0 && i < units.len() - 1 {
+        v /= 1024.0;
+        i += 1;
+    }
+    if i == 0 {
+        format!("{v:.0}B")
+    } else {
+        format!("{v:.1}{}", units[i])
+    }
+}
+
+fn u(v: &Value) -> u64 {
+    v.as_u64().unwrap_or(0)
+}
+
+fn f(v: &Value) -> f64 {
+    v.as_f64().unwrap_or(0.0)
+}
+
+/// Per-topic totals over every server's partitions and rates.
+#[derive(Default)]
+struct TopicRow {
+    partitions: u64,
+    events: u64,
+    storage: u64,
+    lag: u64,
+    rates: [f64; 4],
+}
+
+fn render(frames: &[Value]) -> String {
+    let mut s = String::new();
+    let mut topics: BTreeMap<String, TopicRow> = BTreeMap::new();
+    let mut parts = Vec::new();
+    let mut consumers = Vec::new();
+    for fr in frames {
+        let snap = &fr["snapshot"];
+        let errors: u64 = snap["errors"]
+            .as_array()
+            .map_or(0, |e| e.iter().map(|e| u(&e["count"])).sum());
+        s += &format!(
+            "server {} · member {}{} · RSS {} · {} connections · {} errors\n",
+            fr["http"].as_str().unwrap_or("?"),
+            u(&snap["member"]),
+            if snap["master"] == true {
+                " (master)"
+            } else {
+                ""
+            },
+            bytes(f(&snap["rss_bytes"])),
+            u(&snap["connections_open"]),
+            errors,
+        );
+        for m in snap["members"].as_array().into_iter().flatten() {
+            let state = if m["alive"] == true { "alive" } else { "DOWN" };
+            s += &format!(
+                "  member {:<4} {:<24} {state}\n",
+                u(&m["id"]),
+                m["addr"].as_str().unwrap_or("?")
+            );
+        }
+        for p in snap["partitions"].as_array().into_iter().flatten() {
+            let topic = p["topic"].as_str().unwrap_or("?").to_string();
+            let row = topics.entry(topic.clone()).or_default();
+            row.partitions += 1;
+            row.events += u(&p["next_offset"]).saturating_sub(u(&p["first_offset"]));
+            row.storage += u(&p["storage_bytes"]);
+            for c in p["consumers"].as_array().into_iter().flatten() {
+                row.lag += u(&c["lag"]);
+                consumers.push(format!(
+                    "{:<24} {:>5} {:<20} {:>12} {:>10}\n",
+                    topic,
+                    u(&p["partition"]),
+                    c["name"].as_str().unwrap_or("?"),
+                    u(&c["committed"]),
+                    u(&c["lag"])
+                ));
+            }
+            let mean_us = |h: &Value| match u(&h["count"]) {
+                0 => "-".to_string(),
+                n => format!("{:.0}µs", 1e6 * f(&h["sum"]) / n as f64),
+            };
+            parts.push(format!(
+                "{:<24} {:>5} {:<6} {:>12} {:>12} {:>10} {:>5} {:>10} {:>10}\n",
+                topic,
+                u(&p["partition"]),
+                p["partition_type"].as_str().unwrap_or("?"),
+                u(&p["first_offset"]),
+                u(&p["next_offset"]),
+                bytes(f(&p["storage_bytes"])),
+                u(&p["segments"]),
+                mean_us(&p["append_seconds"]),
+                mean_us(&p["fsync_seconds"]),
+            ));
+        }
+        for (name, r) in fr["rates"].as_object().into_iter().flatten() {
+            let row = topics.entry(name.clone()).or_default();
+            for (i, k) in ["in_events", "out_events", "in_bytes", "out_bytes"]
+                .iter()
+                .enumerate()
+            {
+                row.rates[i] += f(&r[*k]);
+            }
+        }
+    }
+    s += &format!(
+        "\n{:<24} {:>5} {:>10} {:>10} {:>10} {:>10} {:>12} {:>10} {:>10}\n",
+        "TOPIC", "PARTS", "IN ev/s", "OUT ev/s", "IN B/s", "OUT B/s", "EVENTS", "STORAGE", "LAG"
+    );
+    for (name, t) in &topics {
+        s += &format!(
+            "{:<24} {:>5} {:>10} {:>10} {:>10} {:>10} {:>12} {:>10} {:>10}\n",
+            name,
+            t.partitions,
+            num(t.rates[0]),
+            num(t.rates[1]),
+            bytes(t.rates[2]),
+            bytes(t.rates[3]),
+            t.events,
+            bytes(t.storage as f64),
+            t.lag
+        );
+    }
+    s += &format!(
+        "\n{:<24} {:>5} {:<6} {:>12} {:>12} {:>10} {:>5} {:>10} {:>10}\n",
+        "PARTITION", "ID", "TYPE", "FIRST", "NEXT", "STORAGE", "SEGS", "APPEND", "FSYNC"
+    );
+    parts.iter().for_each(|p| s += p);
+    s += &format!(
+        "\n{:<24} {:>5} {:<20} {:>12} {:>10}\n",
+        "CONSUMER LAG", "PART", "NAME", "COMMITTED", "LAG"
+    );
+    consumers.iter().for_each(|c| s += c);
+    s
+}

@@ -1,0 +1,181 @@
+//! Strom's HTTP front end, one more front end over the service layer: it
+//! reads the server's metrics tap ([`strom_server::Services::snapshot`]),
+//! never its internals.
+//!
+//! - `GET /metrics`: Prometheus / OpenMetrics text ([`metrics`]).
+//! - `GET /`: the live dashboard (one self-contained page, no internet
+//!   needed: hand-drawn SVG charts, no external assets).
+//! - `GET /api/snapshot`: this server now, as JSON (what `/metrics` shows).
+//! - `GET /api/history`: per-topic rates over the last minutes ([`history`]),
+//!   sampled every second; the dashboard's charts and `strom top` read it.
+//!
+//! Started beside the native front end by `strom server --http-listen`.
+
+pub mod history;
+pub mod metrics;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use strom_server::Services;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use history::Recorder;
+
+/// How often the sampler records rates.
+pub const SAMPLE_PERIOD: Duration = Duration::from_secs(1);
+
+/// Points the history keeps: ten minutes at one per second.
+pub const HISTORY_POINTS: usize = 600;
+
+const DASHBOARD: &str = include_str!("../assets/dashboard.html");
+
+/// Why the HTTP endpoint could not start. Stable codes, as elsewhere.
+#[derive(Debug, thiserror::Error)]
+pub enum HttpError {
+    #[error(
+        "http_listen = '{addr}' is not a socket address (HOST:PORT, e.g. 127.0.0.1:9464): {source}"
+    )]
+    BadAddress {
+        addr: String,
+        source: std::net::AddrParseError,
+    },
+    #[error("binding the HTTP endpoint to {addr}: {source}")]
+    Bind {
+        addr: String,
+        source: std::io::Error,
+    },
+}
+
+impl HttpError {
+    /// The error's stable code (shared with `strom_proto::ErrorCode`'s
+    /// `INVALID_ARGUMENT` and `CONNECTION_FAILED`).
+    pub fn code(&self) -> u16 {
+        match self {
+            HttpError::BadAddress { .. } => strom_proto::ErrorCode::INVALID_ARGUMENT.0,
+            HttpError::Bind { .. } => strom_proto::ErrorCode::CONNECTION_FAILED.0,
+        }
+    }
+}
+
+#[derive(Clone)]
+struct AppState {
+    services: Arc<Services>,
+    recorder: Arc<Recorder>,
+}
+
+/// A running HTTP endpoint.
+pub struct HttpHandle {
+    addr: SocketAddr,
+    stop: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl HttpHandle {
+    /// The address actually bound.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Stops serving and sampling.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        for t in self.tasks {
+            let _ = t.await;
+        }
+    }
+}
+
+/// Binds `listen` (port 0 picks a free one) and serves the endpoint over
+/// `services` until [`HttpHandle::shutdown`]. Must run inside a tokio runtime.
+pub async fn serve(services: Arc<Services>, listen: &str) -> Result<HttpHandle, HttpError> {
+    let addr: SocketAddr = listen.parse().map_err(|source| HttpError::BadAddress {
+        addr: listen.to_string(),
+        source,
+    })?;
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|source| HttpError::Bind {
+            addr: listen.to_string(),
+            source,
+        })?;
+    let addr = listener.local_addr().map_err(|source| HttpError::Bind {
+        addr: listen.to_string(),
+        source,
+    })?;
+    let recorder = Arc::new(Recorder::new(SAMPLE_PERIOD, HISTORY_POINTS));
+    let (stop, stopped) = watch::channel(false);
+    let sampler = tokio::spawn(recorder.clone().run(services.clone(), stopped.clone()));
+    let app = router(AppState { services, recorder });
+    let mut stopped = stopped;
+    let server = tokio::spawn(async move {
+        let shutdown = async move {
+            let _ = stopped.wait_for(|s| *s).await;
+        };
+        if let Err(e) = axum::serve(listener, app)
+            .with_graceful_shutdown(shutdown)
+            .await
+        {
+            tracing::error!(error = %e, "the HTTP endpoint stopped");
+        }
+    });
+    tracing::info!(%addr, "HTTP endpoint serving /metrics and the dashboard");
+    Ok(HttpHandle {
+        addr,
+        stop,
+        tasks: vec![sampler, server],
+    })
+}
+
+fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/", get(dashboard))
+        .route("/metrics", get(metrics_text))
+        .route("/api/snapshot", get(snapshot))
+        .route("/api/history", get(history))
+        .with_state(state)
+}
+
+async fn dashboard() -> Html<&'static str> {
+    Html(DASHBOARD)
+}
+
+/// OpenMetrics to scrapers that ask for it (Prometheus does), the classic
+/// text format to everyone else.
+async fn metrics_text(State(s): State<AppState>, headers: HeaderMap) -> Response {
+    let openmetrics = headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| v.contains("application/openmetrics-text"));
+    match metrics::render(s.services.snapshot().await) {
+        Ok(text) if openmetrics => {
+            ([(header::CONTENT_TYPE, metrics::OPENMETRICS)], text).into_response()
+        }
+        Ok(text) => (
+            [(header::CONTENT_TYPE, metrics::PROMETHEUS_TEXT)],
+            metrics::to_prometheus_text(&text),
+        )
+            .into_response(),
+        Err(_) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "encoding the metrics failed",
+        )
+            .into_response(),
+    }
+}
+
+async fn snapshot(State(s): State<AppState>) -> Json<strom_server::stats::ServerSnapshot> {
+    Json(s.services.snapshot().await)
+}
+
+async fn history(State(s): State<AppState>) -> Json<history::History> {
+    Json(s.recorder.history())
+}
