@@ -58,11 +58,16 @@ pub fn run(args: ServerArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> 
         let server = Server::start(config).await?;
         eprintln!("strom server listening on {}", server.addr());
         let http = match http_listen {
-            Some(addr) => {
-                let h = strom_http::serve(server.services(), &addr).await?;
-                eprintln!("strom http listening on http://{}", h.addr());
-                Some(h)
-            }
+            Some(addr) => match strom_http::serve(server.services(), &addr).await {
+                Ok(h) => {
+                    eprintln!("strom http listening on http://{}", h.addr());
+                    Some(h)
+                }
+                Err(e) => {
+                    server.shutdown().await;
+                    return Err(e.into());
+                }
+            },
             None => None,
         };
         wait_for_signal().await?;

@@ -73,11 +73,14 @@ fn rates(before: Option<&Totals>, now: &Totals, secs: f64) -> Rates {
     }
 }
 
+/// When the last sample was taken (µs since the epoch), and its totals.
+type Baseline = Option<(u64, BTreeMap<String, Totals>)>;
+
 /// The ring of points and the totals of the last sample.
 pub struct Recorder {
     period: Duration,
     capacity: usize,
-    inner: Mutex<(VecDeque<Point>, Option<(u64, BTreeMap<String, Totals>)>)>,
+    inner: Mutex<(VecDeque<Point>, Baseline)>,
 }
 
 impl Recorder {
