@@ -5,6 +5,7 @@ mod bench;
 mod cluster;
 mod consume;
 mod demo;
+mod gen;
 mod group;
 mod interrupt;
 mod produce;
@@ -12,6 +13,7 @@ mod scrub;
 mod server;
 mod status;
 mod topic;
+mod verify;
 
 use std::path::PathBuf;
 
@@ -63,6 +65,11 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Measure produce, consume or end-to-end performance; prints numbers.
     Bench(bench::BenchArgs),
+    /// Generate device telemetry events at a controlled rate (issue 14).
+    Gen(gen::GenArgs),
+    /// Check a telemetry topic written by `strom gen`: lost, duplicate,
+    /// out-of-order and malformed events.
+    Verify(verify::VerifyArgs),
 }
 
 fn init_logging(default: &str) {
@@ -135,6 +142,8 @@ fn main() {
                 Command::Produce(a) => produce::run(a, cli.group_file),
                 Command::Demo(a) => demo::run(a),
                 Command::Bench(a) => bench::run(a, cli.group_file),
+                Command::Gen(a) => gen::run(a, cli.group_file),
+                Command::Verify(a) => verify::run(a, cli.group_file),
                 Command::Server(_) | Command::Consume(_) => unreachable!("handled above"),
             }
         }

@@ -1,0 +1,141 @@
+//! One generator worker: an OS thread with its own producer and its own
+//! share of the devices (device `i` belongs to worker `i % K`), so every
+//! device's `seq` is pushed in order by one producer. Each device goes to
+//! partition `i % partitions`, named explicitly, so its events stay in
+//! order in one partition whatever the topic's selector.
+//!
+//! The worker wakes about every millisecond, asks its [`Pacer`] how many
+//! events are due, pushes them, and settles the futures that resolved.
+//! At the end it flushes, waits for every future and closes its producer.
+
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rand::rngs::SmallRng;
+use strom_client::{Data, Producer, PushFuture};
+
+use super::pacer::Pacer;
+use super::telemetry::{EventWriter, SchemaArgs};
+use super::Shared;
+
+/// How often a worker looks at the clock.
+const TICK: Duration = Duration::from_millis(1);
+/// Seconds of events a worker may owe before the excess is forgiven.
+const MAX_DEBT: f64 = 0.1;
+/// Events pushed before the worker looks at the control state again.
+const MAX_PER_ROUND: u64 = 10_000;
+/// Futures held before the oldest is waited for.
+const MAX_PENDING: usize = 200_000;
+
+/// What one worker needs; it owns its producer.
+pub struct Worker {
+    pub index: u64,
+    pub workers: u64,
+    pub devices: u64,
+    pub partitions: u32,
+    pub prefix: String,
+    pub schema: SchemaArgs,
+    pub producer: Producer,
+    pub shared: Arc<Shared>,
+}
+
+/// Futures not settled yet.
+struct Pending {
+    futures: VecDeque<PushFuture>,
+}
+
+impl Pending {
+    fn settle(&mut self, shared: &Shared, all: bool) {
+        while let Some(f) = self.futures.pop_front() {
+            if !all && !f.is_done() && self.futures.len() < MAX_PENDING {
+                self.futures.push_front(f);
+                break;
+            }
+            match f.wait() {
+                Ok(_) => shared.acked.fetch_add(1, Ordering::Relaxed),
+                Err(e) => {
+                    tracing::debug!(error = %e, "event failed");
+                    shared.errors.fetch_add(1, Ordering::Relaxed)
+                }
+            };
+        }
+    }
+}
+
+impl Worker {
+    /// Runs until the shared state says quit; returns after the producer
+    /// is closed (or failed to close).
+    pub fn run(self) -> anyhow::Result<()> {
+        let mine: Vec<u64> = (self.index..self.devices)
+            .step_by(self.workers as usize)
+            .collect();
+        let mut seqs = vec![0u64; mine.len()];
+        let mut next = 0usize;
+        let mut rng: SmallRng = rand::make_rng();
+        let writer = EventWriter {
+            schema: &self.schema,
+            prefix: &self.prefix,
+        };
+        let mut pending = Pending {
+            futures: VecDeque::new(),
+        };
+        let mut buf = String::with_capacity(256);
+        let clock = Instant::now();
+        let now = || clock.elapsed().as_secs_f64();
+        let share = |rate: f64| rate / self.workers as f64;
+        let mut pacer = Pacer::new(share(self.shared.target()), now(), MAX_DEBT);
+        let mut was_running = false;
+        let mut warned = false;
+        while !self.shared.quit.load(Ordering::Acquire) {
+            let running = self.shared.running.load(Ordering::Acquire);
+            if running && !was_running {
+                pacer.restart(now());
+            }
+            was_running = running;
+            if !running || mine.is_empty() {
+                pending.settle(&self.shared, false);
+                std::thread::sleep(TICK * 10);
+                continue;
+            }
+            pacer.set_rate(share(self.shared.target()), now());
+            let due = pacer.due(now()).min(MAX_PER_ROUND);
+            for _ in 0..due {
+                let device = mine[next];
+                writer.write(&mut rng, device, seqs[next], &mut buf);
+                let partition = (device % self.partitions as u64) as u32;
+                match self
+                    .producer
+                    .push_with(buf.clone(), Data::none(), Some(partition), &[])
+                {
+                    Ok(f) => {
+                        seqs[next] += 1;
+                        pending.futures.push_back(f);
+                        self.shared.sent.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(e) => {
+                        // The seq is not used: the device's sequence stays
+                        // contiguous in what was accepted.
+                        if !warned {
+                            tracing::warn!(worker = self.index, error = %e, "push failed");
+                            warned = true;
+                        }
+                        self.shared.errors.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                next = (next + 1) % mine.len();
+            }
+            pacer.sent(due);
+            pending.settle(&self.shared, false);
+            if due < MAX_PER_ROUND {
+                std::thread::sleep(TICK);
+            }
+        }
+        // Failures of the flush show up in the futures, counted below.
+        let _ = self.producer.flush();
+        pending.settle(&self.shared, true);
+        self.producer.close()?;
+        Ok(())
+    }
+}
