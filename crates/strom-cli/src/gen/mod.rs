@@ -31,7 +31,7 @@ use pacer::{check_rate, parse_ramp, Ramp};
 use telemetry::SchemaArgs;
 
 /// Most devices one generator simulates (8 bytes of state each).
-const MAX_DEVICES: u64 = 100_000_000;
+const MAX_DEVICES: u64 = 10_000_000;
 /// Most worker threads.
 const MAX_WORKERS: u64 = 256;
 /// How often the main loop looks at signals, the ramp and the clock.
@@ -103,6 +103,19 @@ pub struct Shared {
 }
 
 impl Shared {
+    fn new(target: f64, running: bool) -> Shared {
+        Shared {
+            target: AtomicU64::new(target.to_bits()),
+            achieved: AtomicU64::new(0f64.to_bits()),
+            running: AtomicBool::new(running),
+            quit: AtomicBool::new(false),
+            manual: AtomicBool::new(false),
+            sent: AtomicU64::new(0),
+            acked: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
+        }
+    }
+
     pub fn target(&self) -> f64 {
         f64::from_bits(self.target.load(Ordering::Acquire))
     }
@@ -156,27 +169,83 @@ fn validate(a: &GenArgs) -> anyhow::Result<Option<Duration>> {
 pub fn run(a: GenArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> {
     let duration = validate(&a)?;
     let initial = a.rate.or(a.ramp.map(|r| r.at(0.0))).unwrap_or(0.0);
-    let shared = Arc::new(Shared {
-        target: AtomicU64::new(initial.to_bits()),
-        achieved: AtomicU64::new(0f64.to_bits()),
-        running: AtomicBool::new(!a.paused && initial > 0.0),
-        quit: AtomicBool::new(false),
-        manual: AtomicBool::new(false),
-        sent: AtomicU64::new(0),
-        acked: AtomicU64::new(0),
-        errors: AtomicU64::new(0),
-    });
+    let shared = Arc::new(Shared::new(initial, !a.paused && initial > 0.0));
     let d = crate::connect(group_file)?;
     let topic = d
         .open_topic(&a.topic)
         .with_context(|| format!("opening topic '{}'", a.topic))?;
     let partitions = topic.partitions();
     anyhow::ensure!(partitions > 0, "topic '{}' has no partitions", a.topic);
+    // Bound first: a bad address fails before anything is produced.
+    if let Some(addr) = &a.control_listen {
+        control::spawn(addr, shared.clone())?;
+    }
+    interrupt::install()?;
+    let producers = open_producers(&topic, a.workers)?;
+    let handles = spawn_workers(&a, partitions, producers, &shared)?;
+    let mut report = Reporter::new(a.json);
+    // Whatever ends the loop (a failed report write too), the workers
+    // close their producers before this returns.
+    let outcome = main_loop(&a, duration, &shared, &mut report);
+    report.freeze(&shared);
+    shared.quit.store(true, Ordering::Release);
+    let close_error = join_workers(handles);
+    let stopped_by = outcome?;
+    report.summary(&shared, stopped_by)?;
+    if let Some(e) = close_error {
+        return Err(e.context("closing a producer"));
+    }
+    if shared.errors.load(Ordering::Relaxed) > 0 {
+        return Err(crate::Exit(1).into());
+    }
+    Ok(())
+}
+
+/// One producer per worker; closes those opened if one fails.
+fn open_producers(
+    topic: &strom_client::Topic,
+    workers: u64,
+) -> anyhow::Result<Vec<strom_client::Producer>> {
+    let mut producers = Vec::new();
+    for _ in 0..workers {
+        match topic.producer_with(ProducerOptions::default()) {
+            Ok(p) => producers.push(p),
+            Err(e) => {
+                for p in &producers {
+                    let _ = p.close();
+                }
+                return Err(anyhow::Error::new(e).context("opening a producer"));
+            }
+        }
+    }
+    Ok(producers)
+}
+
+type WorkerHandle = std::thread::JoinHandle<anyhow::Result<()>>;
+
+/// Waits for every worker; returns the first failure.
+fn join_workers(handles: Vec<WorkerHandle>) -> Option<anyhow::Error> {
+    let mut first = None;
+    for h in handles {
+        let e = match h.join() {
+            Ok(Ok(())) => continue,
+            Ok(Err(e)) => e,
+            Err(_) => anyhow::anyhow!("a worker thread panicked"),
+        };
+        first.get_or_insert(e);
+    }
+    first
+}
+
+/// Starts one worker thread per producer.
+fn spawn_workers(
+    a: &GenArgs,
+    partitions: u32,
+    producers: Vec<strom_client::Producer>,
+    shared: &Arc<Shared>,
+) -> anyhow::Result<Vec<WorkerHandle>> {
     let mut handles = Vec::new();
-    for index in 0..a.workers {
-        let producer = topic
-            .producer_with(ProducerOptions::default())
-            .context("opening a producer")?;
+    for (index, producer) in (0..).zip(producers) {
         let w = worker::Worker {
             index,
             workers: a.workers,
@@ -189,44 +258,19 @@ pub fn run(a: GenArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> {
         };
         let h = std::thread::Builder::new()
             .name(format!("gen-{index}"))
-            .spawn(move || w.run())
-            .context("starting a worker thread")?;
-        handles.push(h);
-    }
-    if let Some(addr) = &a.control_listen {
-        if let Err(e) = control::spawn(addr, shared.clone()) {
-            shared.quit.store(true, Ordering::Release);
-            for h in handles {
-                let _ = h.join();
-            }
-            return Err(e);
-        }
-    }
-    interrupt::install()?;
-    let mut report = Reporter::new(a.json);
-    let stopped_by = main_loop(&a, duration, &shared, &mut report)?;
-    report.freeze(&shared);
-    shared.quit.store(true, Ordering::Release);
-    let mut close_error = None;
-    for h in handles {
-        match h.join() {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => {
-                close_error.get_or_insert(e);
-            }
-            Err(_) => {
-                close_error.get_or_insert(anyhow::anyhow!("a worker thread panicked"));
+            .spawn(move || w.run());
+        match h {
+            Ok(h) => handles.push(h),
+            Err(e) => {
+                shared.quit.store(true, Ordering::Release);
+                for h in handles {
+                    let _ = h.join();
+                }
+                return Err(anyhow::Error::new(e).context("starting a worker thread"));
             }
         }
     }
-    report.summary(&shared, stopped_by)?;
-    if let Some(e) = close_error {
-        return Err(e.context("closing a producer"));
-    }
-    if shared.errors.load(Ordering::Relaxed) > 0 {
-        return Err(crate::Exit(1).into());
-    }
-    Ok(())
+    Ok(handles)
 }
 
 /// Reports once a second, applies the ramp, and returns why the run

@@ -64,6 +64,18 @@ impl Pending {
     }
 }
 
+/// The worker's devices and where it is in its round over them.
+struct Fleet {
+    /// Device numbers this worker owns.
+    mine: Vec<u64>,
+    /// Next seq of each device in `mine`.
+    seqs: Vec<u64>,
+    next: usize,
+    rng: SmallRng,
+    buf: String,
+    warned: bool,
+}
+
 impl Worker {
     /// Runs until the shared state says quit; returns after the producer
     /// is closed (or failed to close).
@@ -71,61 +83,36 @@ impl Worker {
         let mine: Vec<u64> = (self.index..self.devices)
             .step_by(self.workers as usize)
             .collect();
-        let mut seqs = vec![0u64; mine.len()];
-        let mut next = 0usize;
-        let mut rng: SmallRng = rand::make_rng();
-        let writer = EventWriter {
-            schema: &self.schema,
-            prefix: &self.prefix,
+        let mut fleet = Fleet {
+            seqs: vec![0u64; mine.len()],
+            mine,
+            next: 0,
+            rng: rand::make_rng(),
+            buf: String::with_capacity(256),
+            warned: false,
         };
         let mut pending = Pending {
             futures: VecDeque::new(),
         };
-        let mut buf = String::with_capacity(256);
         let clock = Instant::now();
         let now = || clock.elapsed().as_secs_f64();
         let share = |rate: f64| rate / self.workers as f64;
         let mut pacer = Pacer::new(share(self.shared.target()), now(), MAX_DEBT);
         let mut was_running = false;
-        let mut warned = false;
         while !self.shared.quit.load(Ordering::Acquire) {
             let running = self.shared.running.load(Ordering::Acquire);
             if running && !was_running {
                 pacer.restart(now());
             }
             was_running = running;
-            if !running || mine.is_empty() {
+            if !running || fleet.mine.is_empty() {
                 pending.settle(&self.shared, false);
                 std::thread::sleep(TICK * 10);
                 continue;
             }
             pacer.set_rate(share(self.shared.target()), now());
             let due = pacer.due(now()).min(MAX_PER_ROUND);
-            for _ in 0..due {
-                let device = mine[next];
-                writer.write(&mut rng, device, seqs[next], &mut buf);
-                let partition = (device % self.partitions as u64) as u32;
-                match self
-                    .producer
-                    .push_with(buf.clone(), Data::none(), Some(partition), &[])
-                {
-                    Ok(f) => {
-                        seqs[next] += 1;
-                        pending.futures.push_back(f);
-                        self.shared.sent.fetch_add(1, Ordering::Relaxed);
-                    }
-                    Err(e) => {
-                        // The seq is not used: the device's sequence stays
-                        // contiguous in what was accepted.
-                        if !warned {
-                            tracing::warn!(worker = self.index, error = %e, "push failed");
-                            warned = true;
-                        }
-                        self.shared.errors.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-                next = (next + 1) % mine.len();
-            }
+            self.send(&mut fleet, &mut pending, due);
             pacer.sent(due);
             pending.settle(&self.shared, false);
             if due < MAX_PER_ROUND {
@@ -137,5 +124,43 @@ impl Worker {
         pending.settle(&self.shared, true);
         self.producer.close()?;
         Ok(())
+    }
+
+    /// Pushes `n` events, one per device in turn.
+    fn send(&self, fleet: &mut Fleet, pending: &mut Pending, n: u64) {
+        let writer = EventWriter {
+            schema: &self.schema,
+            prefix: &self.prefix,
+        };
+        let (mut sent, mut failed) = (0, 0);
+        for _ in 0..n {
+            let i = fleet.next;
+            let device = fleet.mine[i];
+            writer.write(&mut fleet.rng, device, fleet.seqs[i], &mut fleet.buf);
+            let partition = (device % self.partitions as u64) as u32;
+            let meta = fleet.buf.clone();
+            match self
+                .producer
+                .push_with(meta, Data::none(), Some(partition), &[])
+            {
+                Ok(f) => {
+                    fleet.seqs[i] += 1;
+                    pending.futures.push_back(f);
+                    sent += 1;
+                }
+                Err(e) => {
+                    // The seq is not used: each device's sequence stays
+                    // contiguous in what the producer accepted.
+                    if !fleet.warned {
+                        tracing::warn!(worker = self.index, error = %e, "push failed");
+                        fleet.warned = true;
+                    }
+                    failed += 1;
+                }
+            }
+            fleet.next = (i + 1) % fleet.mine.len();
+        }
+        self.shared.sent.fetch_add(sent, Ordering::Relaxed);
+        self.shared.errors.fetch_add(failed, Ordering::Relaxed);
     }
 }
