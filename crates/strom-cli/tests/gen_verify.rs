@@ -122,6 +122,81 @@ fn generated_run_verifies_clean_with_the_generators_count() {
     assert_eq!(report["ok"], true);
 }
 
+/// `strom gen --json ARGS` against `server`, which must succeed; its
+/// JSON lines.
+fn gen(server: &ServerProcess, args: &[&str]) -> Vec<Value> {
+    let mut full = vec!["gen", "--json"];
+    full.extend_from_slice(args);
+    json_lines(&ok(server.cli(&full, "", CLI_TIMEOUT), "gen").stdout)
+}
+
+#[test]
+fn ramp_raises_the_target_step_by_step_to_its_end() {
+    let (_dir, server) = server();
+    create_topic(&server, "ramp", 2);
+    let lines = gen(
+        &server,
+        &[
+            "--topic",
+            "ramp",
+            "--devices",
+            "10",
+            "--ramp",
+            "200:1000:400:1",
+            "--duration",
+            "2.5",
+        ],
+    );
+    let targets: Vec<f64> = lines
+        .iter()
+        .filter(|v| v["type"] == "progress")
+        .filter_map(|v| v["target_rate"].as_f64())
+        .collect();
+    assert!(targets.len() >= 2, "{lines:?}");
+    assert!(targets.windows(2).all(|w| w[0] <= w[1]), "{targets:?}");
+    assert!(targets[0] < 1000.0, "{targets:?}");
+    assert_eq!(targets.last(), Some(&1000.0), "{targets:?}");
+    let (code, report) = verify(&server, "ramp");
+    assert_eq!(code, Some(0), "{report}");
+}
+
+#[test]
+fn generators_with_disjoint_prefixes_end_the_stream_together() {
+    let (_dir, server) = server();
+    create_topic(&server, "two", 2);
+    let gf = server.group_file.to_str().expect("utf-8 path");
+    let run = |prefix: &'static str, secs: &'static str| {
+        let gf = gf.to_string();
+        std::thread::spawn(move || {
+            let args = [
+                "--group-file",
+                &gf,
+                "gen",
+                "--json",
+                "--topic",
+                "two",
+                "--devices",
+                "7",
+                "--rate",
+                "500",
+                "--duration",
+                secs,
+                "--device-prefix",
+                prefix,
+            ];
+            let out = ok(run_cli(&args, "", &[], CLI_TIMEOUT), "gen");
+            summary_of(&out.stdout)["acked"].as_u64().expect("acked")
+        })
+    };
+    let (a, b) = (run("site-a-", "1"), run("site-b-", "1.5"));
+    let total = a.join().expect("gen a") + b.join().expect("gen b");
+    let (code, report) = verify(&server, "two");
+    assert_eq!(code, Some(0), "{report}");
+    assert_eq!(report["devices"].as_u64(), Some(14), "{report}");
+    assert_eq!(report["events"].as_u64(), Some(total), "{report}");
+    assert_eq!(report["end"], "end_of_stream", "{report}");
+}
+
 /// One telemetry event's metadata, valid unless edited.
 fn event(id: u32, device: &str, seq: u64) -> String {
     format!(
