@@ -277,7 +277,6 @@ impl Checker {
                 d.partition
             );
             self.report(Kind::Order, 1, partition, offset, msg);
-            return self.check_seq_in(device, seq, partition, offset);
         }
         self.check_seq_in(device, seq, partition, offset)
     }
