@@ -36,6 +36,11 @@ fn create_topic(server: &ServerProcess, topic: &str, partitions: u32) {
 
 /// `strom verify --json` on `topic`: (exit code, report).
 fn verify(server: &ServerProcess, topic: &str) -> (Option<i32>, Value) {
+    verify_idle(server, topic, "10")
+}
+
+/// [`verify`] with `--idle-timeout idle`.
+fn verify_idle(server: &ServerProcess, topic: &str, idle: &str) -> (Option<i32>, Value) {
     let out = server.cli(
         &[
             "verify",
@@ -45,7 +50,7 @@ fn verify(server: &ServerProcess, topic: &str) -> (Option<i32>, Value) {
             "checker",
             "--json",
             "--idle-timeout",
-            "10",
+            idle,
         ],
         "",
         CLI_TIMEOUT,
@@ -113,6 +118,20 @@ fn generated_run_verifies_clean_with_the_generators_count() {
     assert!(sent < 8000, "the pacer overshot: {s}");
     assert_eq!(s["acked"].as_u64(), Some(sent), "{s}");
     assert_eq!(s["errors"].as_u64(), Some(0), "{s}");
+    // Each worker closed its producer (not left to expire).
+    let state = server
+        .connect()
+        .describe("telemetry")
+        .expect("describe")
+        .state;
+    assert_eq!(
+        (
+            state.open_producers,
+            state.closed_producers,
+            state.expired_producers
+        ),
+        (0, 2, 0)
+    );
 
     let (code, report) = verify(&server, "telemetry");
     assert_eq!(code, Some(0), "verify failed: {report}");
@@ -120,6 +139,29 @@ fn generated_run_verifies_clean_with_the_generators_count() {
     assert_eq!(report["devices"].as_u64(), Some(50), "{report}");
     assert_eq!(report["end"], "end_of_stream", "{report}");
     assert_eq!(report["ok"], true);
+    // It acked what it read: the name's committed offsets are at the end.
+    let d = server.connect();
+    let info = d.describe("telemetry").expect("describe");
+    for p in &info.partitions {
+        let offsets = d.consumer_offsets("telemetry", p.id).expect("offsets");
+        let committed = offsets.iter().find(|(n, _)| n == "checker").map(|o| o.1);
+        assert_eq!(committed, Some(p.next_offset), "partition {}", p.id);
+    }
+}
+
+#[test]
+fn verify_stops_after_idle_timeout_on_a_stream_still_open() {
+    let (_dir, server) = server();
+    create_topic(&server, "open", 1);
+    let input = format!("{}\n{}\n", event(1, "d1", 0), event(2, "d1", 1));
+    ok(
+        server.cli(&["produce", "open", "--keep-open"], &input, CLI_TIMEOUT),
+        "produce",
+    );
+    let (code, report) = verify_idle(&server, "open", "1");
+    assert_eq!(code, Some(0), "{report}");
+    assert_eq!(report["end"], "idle_timeout", "{report}");
+    assert_eq!(report["events"], 2, "{report}");
 }
 
 /// `strom gen --json ARGS` against `server`, which must succeed; its
