@@ -51,7 +51,7 @@ pub struct VerifyArgs {
     #[arg(long)]
     idle_timeout: Option<f64>,
     /// Event ids remembered to find duplicate event_ids (the most recent
-    /// ones; about 40 bytes each). 0 turns that check off.
+    /// ones; about 50 bytes each). 0 turns that check off.
     #[arg(long, default_value_t = 1_000_000)]
     id_window: usize,
     #[command(flatten)]
