@@ -184,7 +184,7 @@ fn ramp_raises_the_target_step_by_step_to_its_end() {
             "--devices",
             "10",
             "--ramp",
-            "200:1000:400:1",
+            "200:1000:400:0.8",
             "--duration",
             "2.5",
         ],
@@ -449,11 +449,25 @@ fn control_endpoint_starts_rerates_and_stops_the_generator() {
     );
     let (code, st) = http(&addr, "POST", "/stop", "");
     assert_eq!((code, st["state"].as_str()), (200, Some("stopped")), "{st}");
-    // Stopped means the count stops growing (after the round in progress).
-    std::thread::sleep(Duration::from_millis(300));
-    let before = wait_status(&addr, "status", |_| true)["sent"].as_u64();
+    // Stopped means the count stops growing (once the round in progress
+    // is done): wait until it holds still, then make sure it stays still.
+    let sent = |addr: &str| wait_status(addr, "status", |_| true)["sent"].as_u64();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut before = sent(&addr);
+    loop {
+        std::thread::sleep(Duration::from_millis(300));
+        let now = sent(&addr);
+        if now == before {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "sent keeps growing while stopped"
+        );
+        before = now;
+    }
     std::thread::sleep(Duration::from_millis(700));
-    let after = wait_status(&addr, "status", |_| true)["sent"].as_u64();
+    let after = sent(&addr);
     assert_eq!(before, after, "events were sent while stopped");
     let (code, _) = http(&addr, "GET", "/nothing-here", "");
     assert_eq!(code, 404);
