@@ -5,6 +5,7 @@ mod bench;
 mod cluster;
 mod consume;
 mod demo;
+mod gen;
 mod group;
 mod interrupt;
 mod produce;
@@ -13,6 +14,7 @@ mod server;
 mod status;
 mod top;
 mod topic;
+mod verify;
 
 use std::path::PathBuf;
 
@@ -67,6 +69,11 @@ enum Command {
     /// Live rates, storage and consumer lag of servers started with
     /// --http-listen, refreshing in the terminal.
     Top(top::TopArgs),
+    /// Generate device telemetry events at a controlled rate.
+    Gen(gen::GenArgs),
+    /// Check a telemetry topic written by `strom gen`: lost, duplicate,
+    /// out-of-order and malformed events.
+    Verify(verify::VerifyArgs),
 }
 
 fn init_logging(default: &str) {
@@ -140,6 +147,8 @@ fn main() {
                 Command::Demo(a) => demo::run(a),
                 Command::Bench(a) => bench::run(a, cli.group_file),
                 Command::Top(a) => top::run(a),
+                Command::Gen(a) => gen::run(a, cli.group_file),
+                Command::Verify(a) => verify::run(a, cli.group_file),
                 Command::Server(_) | Command::Consume(_) => unreachable!("handled above"),
             }
         }
