@@ -10,6 +10,7 @@ mod interrupt;
 mod produce;
 mod scrub;
 mod server;
+mod sink;
 mod status;
 mod topic;
 
@@ -63,6 +64,9 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Measure produce, consume or end-to-end performance; prints numbers.
     Bench(bench::BenchArgs),
+    /// Write a topic's events into another system (PostgreSQL), exactly once.
+    #[command(subcommand)]
+    Sink(sink::SinkCmd),
 }
 
 fn init_logging(default: &str) {
@@ -135,6 +139,7 @@ fn main() {
                 Command::Produce(a) => produce::run(a, cli.group_file),
                 Command::Demo(a) => demo::run(a),
                 Command::Bench(a) => bench::run(a, cli.group_file),
+                Command::Sink(c) => sink::run(c, cli.group_file),
                 Command::Server(_) | Command::Consume(_) => unreachable!("handled above"),
             }
         }
