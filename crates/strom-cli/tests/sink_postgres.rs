@@ -72,8 +72,13 @@ fn sink_args<'a>(pg_dsn: &'a str, table: &'a str, extra: &[&'a str]) -> Vec<&'a 
     v
 }
 
-/// Per partition: (rows, max offset + 1) in `table`, and the stored offsets.
-fn positions(pg: &PgCluster, table: &str) -> (Vec<(i32, i64, i64)>, Vec<(i32, i64)>) {
+/// Per partition: (partition, rows, max offset + 1) in the table.
+type RowSpans = Vec<(i32, i64, i64)>;
+/// Per partition: (partition, next offset) in the offsets table.
+type Stored = Vec<(i32, i64)>;
+
+/// What the table holds per partition, and the stored offsets.
+fn positions(pg: &PgCluster, table: &str) -> (RowSpans, Stored) {
     let rows = pg.query(&format!(
         "SELECT strom_partition, count(*), max(strom_offset) + 1 FROM {table} \
          GROUP BY 1 ORDER BY 1"
