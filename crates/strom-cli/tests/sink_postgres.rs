@@ -365,3 +365,45 @@ fn sink_refuses_bad_specs_unreachable_postgres_and_mismatched_tables() {
         "a refused run stores no position"
     );
 }
+
+#[test]
+fn sink_ends_on_idle_timeout_and_exits_128_plus_signal_on_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = ServerProcess::start(dir.path());
+    let pg = PgCluster::start();
+    let d = server.connect();
+    create_topic(&d, "telemetry", 2);
+    // The stream stays open: only the idle timeout ends this run.
+    produce(&d, "telemetry", 0..1_000, false);
+    let dsn = pg.dsn();
+    let idle = ok(
+        server.cli(
+            &sink_args(&dsn, "readings", &["--idle-timeout", "0.5"]),
+            "",
+            RUN_TIMEOUT,
+        ),
+        "the sink with --idle-timeout",
+    );
+    assert!(idle.stdout.contains("sink: 1000 rows"), "{}", idle.stdout);
+    // SIGTERM while waiting for more: a clean stop, positions matching the
+    // rows, and an exit code that says which signal.
+    produce(&d, "telemetry", 1_000..1_500, false);
+    let mut child = spawn_sink(&server, &dsn, dir.path(), 0);
+    let deadline = Instant::now() + RUN_TIMEOUT;
+    while pg.query_i64("SELECT count(*) FROM readings") < 1_500 {
+        assert!(child.try_wait().unwrap().is_none(), "the sink exited early");
+        assert!(Instant::now() < deadline, "the sink made no progress");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // SAFETY: kill(2) on our own child's pid.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+    let status = common::wait_bounded(&mut child, RUN_TIMEOUT).expect("the sink exits");
+    assert_eq!(status.code(), Some(128 + libc::SIGTERM));
+    let out = std::fs::read_to_string(dir.path().join("sink0.out")).unwrap();
+    assert!(out.contains("sink: 500 rows"), "{out}");
+    assert_eq!(pg.query_i64("SELECT count(*) FROM readings"), 1_500);
+    assert_eq!(
+        pg.query_i64("SELECT sum(next_offset)::bigint FROM strom_sink_offsets"),
+        1_500
+    );
+}

@@ -7,6 +7,7 @@ mod mapping;
 mod postgres;
 mod source;
 mod store;
+mod writer;
 
 use std::path::PathBuf;
 

@@ -2,10 +2,11 @@
 //! name and writes each event's JSON metadata as a row of a PostgreSQL
 //! table, exactly once. The loop fills a batch (up to `--batch` events, or
 //! whatever came within `--flush-interval` of the batch's first event),
-//! then writes it with its partitions' next offsets in one transaction
-//! (see [`super::store`]); only after that commit does it ack the events
-//! to Strom, which shows progress in `strom status` but is never read back.
-//! See docs/postgres-sink.md.
+//! then hands it to the writer thread ([`super::writer`]), which writes it
+//! with its partitions' next offsets in one transaction (see
+//! [`super::store`]) while this thread fills the next batch. Only after
+//! that commit are the events acked to Strom, which shows progress in
+//! `strom status` but is never read back. See docs/postgres-sink.md.
 
 use std::collections::BTreeMap;
 use std::num::NonZeroUsize;
@@ -13,11 +14,12 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use clap::{Args, ValueEnum};
-use strom_client::{AckFuture, Event};
+use strom_client::Event;
 
 use super::mapping::{parse_columns, to_cells, BadEvent, Column};
 use super::source::{Pulled, Source};
-use super::store::{Advance, Layout, Row, Store, WriteTimes};
+use super::store::{Layout, Row, Store};
+use super::writer::{Batch, Writer, Written};
 use crate::interrupt;
 
 #[derive(Args)]
@@ -85,8 +87,6 @@ fn parse_secs(s: &str) -> Result<Duration, String> {
 /// How long one wait for events may block before the loop looks at
 /// signals, the flush deadline and the idle timeout.
 const TICK: Duration = Duration::from_millis(50);
-/// How long the last acks may take at exit.
-const ACK_WAIT: Duration = Duration::from_secs(5);
 
 /// Why filling a batch stopped.
 enum Fill {
@@ -99,60 +99,51 @@ enum Fill {
     Bad(String),
 }
 
-/// The events of one transaction.
-#[derive(Default)]
-struct Batch {
-    rows: Vec<Row>,
-    /// Per partition: the offset after the last event taken.
-    next: BTreeMap<u32, u64>,
-    /// Per partition: the last event taken, acked after the commit.
-    last: BTreeMap<u32, Event>,
-}
-
+/// The consuming side's counters.
 #[derive(Default)]
 struct Stats {
-    rows: u64,
-    transactions: u64,
     skipped: u64,
     consume: Duration,
-    times: WriteTimes,
+    /// Time waiting for the writer to take a batch.
+    handoff: Duration,
 }
 
 struct Sink {
     args: PostgresArgs,
     columns: Vec<Column>,
-    store: Store,
     source: Source,
-    /// Per partition: the next offset PostgreSQL holds.
-    committed: BTreeMap<u32, u64>,
-    acks: BTreeMap<u32, AckFuture>,
+    /// Per partition: the offset after the last event handed to the
+    /// writer (or, at start, the one PostgreSQL holds).
+    taken: BTreeMap<u32, u64>,
     stats: Stats,
 }
 
 pub fn run(a: PostgresArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> {
     let columns = parse_columns(&a.columns)?;
     let layout = Layout::new(&a.table, &a.offsets_table, columns.clone(), &a.rest_column)?;
-    let store = Store::open(&a.dsn, layout, &a.topic, &a.name)?;
-    let committed = store.load_offsets()?;
+    // The topic first: a missing one creates no tables.
     let driver = crate::connect(group_file)?;
     let topic = driver.open_topic(&a.topic)?;
+    let store = Store::open(&a.dsn, layout, &a.topic, &a.name)?;
+    let committed = store.load_offsets()?;
     let source = Source::open(&topic, &a.name, &committed, 4096)?;
     tracing::info!(topic = %a.topic, name = %a.name, partitions = ?source.partitions(),
         stored = ?committed, "sink started");
     interrupt::install()?;
+    let mut writer = Writer::spawn(store, committed.clone(), !a.no_ack)?;
     let mut sink = Sink {
         args: a,
         columns,
-        store,
         source,
-        committed,
-        acks: BTreeMap::new(),
+        taken: committed,
         stats: Stats::default(),
     };
     let started = Instant::now();
-    let end = sink.run_loop();
-    sink.settle_acks();
-    sink.report(started.elapsed());
+    let end = sink.run_loop(&mut writer);
+    let (written, wrote) = writer.finish();
+    sink.report(&written, started.elapsed());
+    // A failed write explains a stopped loop: report it first.
+    wrote?;
     match end? {
         Fill::Signal(sig) => {
             eprintln!("strom: stopped by {}", interrupt::name(sig));
@@ -166,24 +157,40 @@ pub fn run(a: PostgresArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> {
 impl Sink {
     /// Fills and writes batches until the stream ends, idles, is
     /// interrupted, or meets a bad event it must stop at.
-    fn run_loop(&mut self) -> anyhow::Result<Fill> {
+    fn run_loop(&mut self, writer: &mut Writer) -> anyhow::Result<Fill> {
         let mut last_event = Instant::now();
         loop {
             let mut batch = Batch::default();
-            let fill = self.fill(&mut batch, &mut last_event)?;
-            self.commit(batch)?;
+            let fill = self.fill(&mut batch, &mut last_event, writer)?;
+            self.taken.extend(&batch.next);
+            let t = Instant::now();
+            let sent = writer.send(batch);
+            self.stats.handoff += t.elapsed();
+            if !sent {
+                // The writer failed; `finish` returns why.
+                return Ok(Fill::End);
+            }
             if !matches!(fill, Fill::Ready) {
                 return Ok(fill);
             }
         }
     }
 
-    fn fill(&mut self, batch: &mut Batch, last_event: &mut Instant) -> anyhow::Result<Fill> {
+    fn fill(
+        &mut self,
+        batch: &mut Batch,
+        last_event: &mut Instant,
+        writer: &Writer,
+    ) -> anyhow::Result<Fill> {
         let max = self.args.batch.get();
         let mut first: Option<Instant> = None;
         loop {
             if let Some(sig) = interrupt::received() {
                 return Ok(Fill::Signal(sig));
+            }
+            if writer.stopped() {
+                // It failed; stop filling (`finish` returns why).
+                return Ok(Fill::End);
             }
             if batch.rows.len() >= max
                 || first.is_some_and(|t| t.elapsed() >= self.args.flush_interval)
@@ -220,7 +227,7 @@ impl Sink {
     /// Adds one event to the batch; `Err` when it is bad and the sink stops.
     fn take(&mut self, batch: &mut Batch, ev: Event) -> Result<(), String> {
         let p = ev.partition;
-        let due = batch.next.get(&p).or(self.committed.get(&p)).copied();
+        let due = batch.next.get(&p).or(self.taken.get(&p)).copied();
         if due.is_some_and(|n| ev.offset < n) {
             // Already written: never write an offset twice.
             tracing::debug!(
@@ -258,63 +265,21 @@ impl Sink {
         Ok(())
     }
 
-    /// Writes the batch and its positions in one transaction, then acks.
-    fn commit(&mut self, batch: Batch) -> anyhow::Result<()> {
-        if batch.next.is_empty() {
-            return Ok(());
-        }
-        let advances: BTreeMap<u32, Advance> = batch
-            .next
-            .iter()
-            .map(|(&p, &next)| {
-                let expected = self.committed.get(&p).copied();
-                (p, Advance { expected, next })
-            })
-            .collect();
-        let times = self.store.write(&batch.rows, &advances)?;
-        tracing::debug!(
-            rows = batch.rows.len(),
-            copy_ms = times.copy.as_millis() as u64,
-            commit_ms = times.commit.as_millis() as u64,
-            "batch committed"
-        );
-        self.committed.extend(batch.next);
-        self.stats.rows += batch.rows.len() as u64;
-        self.stats.transactions += 1;
-        self.stats.times.copy += times.copy;
-        self.stats.times.commit += times.commit;
-        if !self.args.no_ack {
-            for (p, ev) in batch.last {
-                self.acks.insert(p, ev.ack());
-            }
-        }
-        Ok(())
-    }
-
-    /// Waits (bounded) for the last ack of each partition; a failure only
-    /// warns, since PostgreSQL holds the positions.
-    fn settle_acks(&mut self) {
-        for (p, ack) in std::mem::take(&mut self.acks) {
-            if let Err(e) = ack.wait_timeout(Some(ACK_WAIT)) {
-                tracing::warn!(partition = p, error = %e, "ack to Strom failed");
-            }
-        }
-    }
-
     /// The summary, one line on stdout.
-    fn report(&self, elapsed: Duration) {
+    fn report(&self, w: &Written, elapsed: Duration) {
         let s = &self.stats;
         let secs = elapsed.as_secs_f64().max(1e-9);
         let mut line = format!(
             "sink: {} rows in {} transactions, {:.2} s, {:.0} rows/s \
-             (waiting for events {:.2} s, COPY {:.2} s, COMMIT {:.2} s)",
-            s.rows,
-            s.transactions,
+             (waiting for events {:.2} s, for the writer {:.2} s; COPY {:.2} s, COMMIT {:.2} s)",
+            w.rows,
+            w.transactions,
             secs,
-            s.rows as f64 / secs,
+            w.rows as f64 / secs,
             s.consume.as_secs_f64(),
-            s.times.copy.as_secs_f64(),
-            s.times.commit.as_secs_f64()
+            s.handoff.as_secs_f64(),
+            w.times.copy.as_secs_f64(),
+            w.times.commit.as_secs_f64()
         );
         if s.skipped > 0 {
             line.push_str(&format!("; {} bad events skipped", s.skipped));
