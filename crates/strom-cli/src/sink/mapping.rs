@@ -252,7 +252,6 @@ fn take_field(obj: &mut Map<String, Value>, field: &str) -> Option<Value> {
 fn convert(v: Value, ty: ColumnType) -> Option<Cell> {
     Some(match (ty, v) {
         (ColumnType::Jsonb, v) => Cell::Json(v),
-        (_, Value::Null) => Cell::Null,
         (ColumnType::Text, Value::String(s)) => Cell::Text(s),
         (ColumnType::Text, v @ (Value::Number(_) | Value::Bool(_))) => Cell::Text(v.to_string()),
         (ColumnType::BigInt, Value::Number(n)) => Cell::I64(n.as_i64()?),
@@ -394,6 +393,9 @@ mod tests {
         assert_eq!(missing.to_string(), "metadata lacks field 'seq'");
         let wrong = to_cells(&cols, json!({"seq": "x"})).unwrap_err();
         assert!(wrong.to_string().contains("does not fit a bigint"));
+        // null in a required column is bad here, not a NOT NULL failure of
+        // the whole COPY later.
+        assert!(to_cells(&cols, json!({"seq": null})).is_err());
         let (cells, _) = to_cells(&cols, json!({"seq": 1})).unwrap();
         assert_eq!(cells[1], Cell::Null);
         assert_eq!(
