@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use common::pg::PgCluster;
 use common::{ok, ServerProcess};
 use serde_json::json;
-use strom_client::{Driver, TopicSpec};
+use strom_client::{Driver, Producer, TopicSpec};
 
 const RUN_TIMEOUT: Duration = Duration::from_secs(120);
 const COLUMNS: &str = "event_id:uuid,device_id:text,seq:bigint,temp=temperature:double";
@@ -42,15 +42,22 @@ fn create_topic(driver: &Driver, name: &str, partitions: u32) {
 
 /// Produces events `range` and, if `close`, ends the stream.
 fn produce(driver: &Driver, topic: &str, range: std::ops::Range<u64>, close: bool) {
+    let p = produce_open(driver, topic, range);
+    if close {
+        p.close().expect("close");
+    }
+}
+
+/// Produces events `range` with a producer the caller keeps: while it
+/// lives (and renews its lease) the stream does not end.
+fn produce_open(driver: &Driver, topic: &str, range: std::ops::Range<u64>) -> Producer {
     let t = driver.open_topic(topic).expect("opening the topic");
     let p = t.producer().expect("a producer");
     for i in range {
         p.push(telemetry(i), ()).expect("push");
     }
     p.flush().expect("flush");
-    if close {
-        p.close().expect("close");
-    }
+    p
 }
 
 fn sink_args<'a>(pg_dsn: &'a str, table: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
@@ -209,11 +216,15 @@ fn sink_killed_with_sigkill_mid_stream_writes_every_event_exactly_once() {
     let producer = {
         let d = d.clone();
         std::thread::spawn(move || {
-            for c in 0..EVENTS / CHUNK {
-                let last = c + 1 == EVENTS / CHUNK;
-                produce(&d, "telemetry", c * CHUNK..(c + 1) * CHUNK, last);
+            let p = produce_open(&d, "telemetry", 0..CHUNK);
+            for c in 1..EVENTS / CHUNK {
                 std::thread::sleep(Duration::from_millis(10));
+                for i in c * CHUNK..(c + 1) * CHUNK {
+                    p.push(telemetry(i), ()).expect("push");
+                }
+                p.flush().expect("flush");
             }
+            p.close().expect("close");
         })
     };
     let dsn = pg.dsn();
@@ -374,7 +385,7 @@ fn sink_ends_on_idle_timeout_and_exits_128_plus_signal_on_sigterm() {
     let d = server.connect();
     create_topic(&d, "telemetry", 2);
     // The stream stays open: only the idle timeout ends this run.
-    produce(&d, "telemetry", 0..1_000, false);
+    let _open = produce_open(&d, "telemetry", 0..1_000);
     let dsn = pg.dsn();
     let idle = ok(
         server.cli(
@@ -387,7 +398,7 @@ fn sink_ends_on_idle_timeout_and_exits_128_plus_signal_on_sigterm() {
     assert!(idle.stdout.contains("sink: 1000 rows"), "{}", idle.stdout);
     // SIGTERM while waiting for more: a clean stop, positions matching the
     // rows, and an exit code that says which signal.
-    produce(&d, "telemetry", 1_000..1_500, false);
+    let _open2 = produce_open(&d, "telemetry", 1_000..1_500);
     let mut child = spawn_sink(&server, &dsn, dir.path(), 0);
     let deadline = Instant::now() + RUN_TIMEOUT;
     while pg.query_i64("SELECT count(*) FROM readings") < 1_500 {
@@ -406,4 +417,42 @@ fn sink_ends_on_idle_timeout_and_exits_128_plus_signal_on_sigterm() {
         pg.query_i64("SELECT sum(next_offset)::bigint FROM strom_sink_offsets"),
         1_500
     );
+}
+
+#[test]
+fn second_sink_with_the_same_name_is_refused_while_the_first_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = ServerProcess::start(dir.path());
+    let pg = PgCluster::start();
+    let d = server.connect();
+    create_topic(&d, "telemetry", 2);
+    let _open = produce_open(&d, "telemetry", 0..100);
+    let dsn = pg.dsn();
+    let mut first = spawn_sink(&server, &dsn, dir.path(), 0);
+    let deadline = Instant::now() + RUN_TIMEOUT;
+    while pg
+        .try_query("SELECT count(*) FROM readings")
+        .map_or(0, |r| r[0].get::<_, i64>(0))
+        < 100
+    {
+        assert!(first.try_wait().unwrap().is_none(), "the first sink exited");
+        assert!(Instant::now() < deadline, "the first sink made no progress");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let second = server.cli(&sink_args(&dsn, "readings", &[]), "", RUN_TIMEOUT);
+    assert_eq!(second.status.code(), Some(1), "{}", second.stderr);
+    assert!(
+        second
+            .stderr
+            .contains("another sink holds topic 'telemetry' as consumer 'pg'"),
+        "{}",
+        second.stderr
+    );
+    assert!(
+        first.try_wait().unwrap().is_none(),
+        "the first sink still runs"
+    );
+    first.kill().unwrap();
+    first.wait().unwrap();
+    assert_eq!(pg.query_i64("SELECT count(*) FROM readings"), 100);
 }
