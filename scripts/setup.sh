@@ -31,5 +31,7 @@ rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup com
 
 if have apt-get && have dpkg; then
   # openmpi-bin: the mpirun launcher test (no MPI library is linked).
-  apt_install build-essential pkg-config openmpi-bin
+  # postgresql: the `strom sink postgres` tests start a throw-away cluster
+  # with its initdb/postgres (as the `postgres` user the package creates).
+  apt_install build-essential pkg-config openmpi-bin postgresql
 fi

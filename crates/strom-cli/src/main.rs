@@ -11,6 +11,7 @@ mod interrupt;
 mod produce;
 mod scrub;
 mod server;
+mod sink;
 mod status;
 mod top;
 mod topic;
@@ -74,6 +75,9 @@ enum Command {
     /// Check a telemetry topic written by `strom gen`: lost, duplicate,
     /// out-of-order and malformed events.
     Verify(verify::VerifyArgs),
+    /// Write a topic's events into another system (PostgreSQL), exactly once.
+    #[command(subcommand)]
+    Sink(sink::SinkCmd),
 }
 
 fn init_logging(default: &str) {
@@ -149,6 +153,7 @@ fn main() {
                 Command::Top(a) => top::run(a),
                 Command::Gen(a) => gen::run(a, cli.group_file),
                 Command::Verify(a) => verify::run(a, cli.group_file),
+                Command::Sink(c) => sink::run(c, cli.group_file),
                 Command::Server(_) | Command::Consume(_) => unreachable!("handled above"),
             }
         }
