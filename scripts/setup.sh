@@ -33,5 +33,7 @@ if have apt-get && have dpkg; then
   # openmpi-bin: the mpirun launcher test (no MPI library is linked).
   # postgresql: the `strom sink postgres` tests start a throw-away cluster
   # with its initdb/postgres (as the `postgres` user the package creates).
-  apt_install build-essential pkg-config openmpi-bin postgresql
+  # prometheus: `promtool check metrics` on the /metrics endpoint.
+  # chromium: the dashboard test loads the page headless.
+  apt_install build-essential pkg-config openmpi-bin postgresql prometheus chromium
 fi
