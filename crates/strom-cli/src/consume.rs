@@ -152,7 +152,7 @@ fn group_options(
 }
 
 /// Errors a pull reports for one partition while the others carry on.
-fn partition_unavailable(code: ErrorCode) -> bool {
+pub(crate) fn partition_unavailable(code: ErrorCode) -> bool {
     matches!(
         code,
         ErrorCode::CONNECTION_FAILED

@@ -143,7 +143,7 @@ impl Source {
                 self.gaps += 1;
                 tracing::warn!(partition = part.id, error = %e.message(), "gap in the stream");
             }
-            Err(e) if unavailable(e.code()) => {
+            Err(e) if crate::consume::partition_unavailable(e.code()) => {
                 // The client keeps retrying this partition.
                 tracing::warn!(partition = part.id, error = %e.message(), "partition unavailable");
             }
@@ -161,14 +161,4 @@ fn skippable(e: &strom_client::Error) -> bool {
         e,
         strom_client::Error::DataExpired { .. } | strom_client::Error::DataCorrupt { .. }
     ) || e.code() == ErrorCode::OFFSET_OUT_OF_RANGE
-}
-
-fn unavailable(code: ErrorCode) -> bool {
-    matches!(
-        code,
-        ErrorCode::CONNECTION_FAILED
-            | ErrorCode::CONNECTION_CLOSED
-            | ErrorCode::PARTITION_UNAVAILABLE
-            | ErrorCode::PARTITION_FAILED
-    )
 }
