@@ -85,8 +85,12 @@ echo "--- strom top, mid-run ---" >&2
 "$strom" top --http "$http_addr" --once >&2 || true
 gen_failed=0
 for p in "${gen_pids[@]}"; do wait "$p" || gen_failed=1; done
+gens_done=$(date +%s.%N)
 sink_rc=0
 wait "$sink_pid" || sink_rc=$?
+# How long the sink needed after the last generator stopped: near 0 when
+# it kept up with the generators, growing with the backlog when it did not.
+sink_tail=$(awk -v now="$(date +%s.%N)" -v then="$gens_done" 'BEGIN { printf "%.2f", now - then }')
 
 # 4. What landed, checked.
 psql_q() { psql "$dsn" -Atc "$1"; }
@@ -110,7 +114,7 @@ cat "$work/sink.out" >&2
 echo "--- metrics (selected) ---" >&2
 http_get "/metrics" \
   | grep -E '^strom_(partition_(in_events_total|fsync_latency_seconds_(sum|count))|consumer_lag_events)' >&2 || true
-echo "ingest: produced=$produced rows=$rows distinct=$distinct verify_rc=$verify_rc sink_rc=$sink_rc gen_failed=$gen_failed"
+echo "ingest: produced=$produced rows=$rows distinct=$distinct verify_rc=$verify_rc sink_rc=$sink_rc gen_failed=$gen_failed sink_tail_s=$sink_tail"
 if [ "$gen_failed" = 0 ] && [ "$sink_rc" = 0 ] && [ "$verify_rc" = 0 ] \
    && [ "$produced" -gt 0 ] && [ "$rows" = "$produced" ] && [ "$distinct" = "$produced" ]; then
   echo "ingest: OK, every event exactly once in PostgreSQL, and verify passed"
