@@ -456,3 +456,38 @@ fn second_sink_with_the_same_name_is_refused_while_the_first_runs() {
     first.wait().unwrap();
     assert_eq!(pg.query_i64("SELECT count(*) FROM readings"), 100);
 }
+
+#[test]
+fn a_backlog_drains_from_every_partition_in_turn() {
+    // 4 partitions with 10,000 events each wait when the sink starts. A
+    // sink that always filled its batches from the first partition with
+    // events would write nothing of the others until that one was empty.
+    let dir = tempfile::tempdir().unwrap();
+    let server = ServerProcess::start(dir.path());
+    let pg = PgCluster::start();
+    let d = server.connect();
+    create_topic(&d, "telemetry", 4);
+    produce(&d, "telemetry", 0..40_000, true);
+    let count = || {
+        pg.try_query("SELECT count(*) FROM readings")
+            .map_or(0, |r| r[0].get::<_, i64>(0))
+    };
+    let mut child = spawn_sink(&server, &pg.dsn(), dir.path(), 0);
+    let deadline = Instant::now() + RUN_TIMEOUT;
+    while count() < 4_000 && child.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "the sink made no progress");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    child.kill().expect("SIGKILL the sink");
+    child.wait().unwrap();
+    let (rows, _) = positions(&pg, "readings");
+    let total: i64 = rows.iter().map(|r| r.1).sum();
+    assert!(total < 40_000, "killed before the end: {rows:?}");
+    assert_eq!(rows.len(), 4, "every partition has rows: {rows:?}");
+    for (p, n, _) in &rows {
+        assert!(
+            *n * 8 >= total,
+            "partition {p} got {n} of {total} rows: {rows:?}"
+        );
+    }
+}

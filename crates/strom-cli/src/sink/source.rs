@@ -1,7 +1,8 @@
 //! The Strom side of the sink: one consumer per partition, each started
 //! exactly at the offset PostgreSQL holds for it (or at the beginning of
-//! the partition when it holds none), read in turn without blocking on a
-//! quiet partition while another has events.
+//! the partition when it holds none), read in turn (a fair share of each
+//! batch from each partition) without blocking on a quiet partition while
+//! another has events.
 //!
 //! The partitions are those the topic has when the sink starts; a
 //! partition added later is read by the next run.
@@ -33,6 +34,8 @@ pub struct Source {
     parts: Vec<Part>,
     /// Where the next blocking wait starts, so no partition is favoured.
     turn: usize,
+    /// Where the next sweep of the partitions starts.
+    sweep: usize,
     /// Gaps the client reported (retention, damage): warned and counted.
     pub gaps: u64,
 }
@@ -82,6 +85,7 @@ impl Source {
         Ok(Source {
             parts,
             turn: 0,
+            sweep: 0,
             gaps: 0,
         })
     }
@@ -95,11 +99,20 @@ impl Source {
     /// none has, waits up to `wait` on one of them.
     pub fn next(&mut self, max: usize, wait: Duration) -> anyhow::Result<Pulled> {
         let mut out = Vec::new();
-        for i in 0..self.parts.len() {
-            if out.len() >= max {
-                break;
+        let n = self.parts.len().max(1);
+        // First a fair share from each partition, starting one further each
+        // call, so a backlog in one never starves the others; then whatever
+        // room is left, in the same order.
+        self.sweep = (self.sweep + 1) % n;
+        let share = max.div_ceil(n);
+        for limit in [share, max] {
+            for k in 0..self.parts.len() {
+                if out.len() >= max {
+                    break;
+                }
+                let take = limit.min(max - out.len());
+                self.pull((self.sweep + k) % n, take, Duration::ZERO, &mut out)?;
             }
-            self.pull(i, max - out.len(), Duration::ZERO, &mut out)?;
         }
         if !out.is_empty() {
             return Ok(Pulled::Events(out));
