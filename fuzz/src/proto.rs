@@ -413,6 +413,7 @@ pub fn sample_requests() -> Vec<Request> {
             topic: t(),
             group: "g".into(),
         },
+        Request::ServerSnapshot,
     ]
 }
 
@@ -493,6 +494,9 @@ pub fn sample_responses() -> Vec<Response> {
         Response::ConsumerGroups(vec![sample_group_info()]),
         Response::GroupStats(sample_group_info().partitions),
         Response::Acked { floor: 17 },
+        Response::ServerSnapshot {
+            json: r#"{"member":0,"partitions":[]}"#.into(),
+        },
     ]
 }
 

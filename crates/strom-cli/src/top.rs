@@ -1,7 +1,8 @@
-//! `strom top`: the dashboard in the terminal. Reads `/api/snapshot` and
-//! `/api/history` from the HTTP endpoint of one or more servers (started
-//! with `--http-listen`) and shows members, topics with their produce and
-//! consume rates, partitions with storage, and consumer lag, refreshing.
+//! `strom top`: the dashboard in the terminal. Reads `/api/group` and
+//! `/api/history` from the HTTP endpoint of a server started with
+//! `--http-listen` (the master's covers its whole group) and shows members,
+//! topics with their produce and consume rates, partitions with storage,
+//! and consumer lag, refreshing.
 
 use std::collections::BTreeMap;
 use std::io::{IsTerminal, Read, Write};
@@ -18,7 +19,8 @@ const MAX_ANSWER: u64 = 64 << 20;
 #[derive(Args)]
 pub struct TopArgs {
     /// HTTP endpoint (HOST:PORT) of a server, as `strom server
-    /// --http-listen` printed it; repeat for each member of a group.
+    /// --http-listen` printed it. The master's shows its whole group;
+    /// list several for servers of different groups.
     #[arg(
         long = "http",
         env = "STROM_HTTP",
@@ -32,7 +34,8 @@ pub struct TopArgs {
     /// Print one frame and exit.
     #[arg(long)]
     once: bool,
-    /// Print each frame as one JSON object per line (snapshots and rates).
+    /// Print each frame as one JSON object per line (every endpoint's
+    /// group snapshot and rates).
     #[arg(long)]
     json: bool,
 }
@@ -50,7 +53,7 @@ pub fn run(a: TopArgs) -> anyhow::Result<()> {
             .collect::<anyhow::Result<Vec<_>>>()?;
         let mut out = std::io::stdout().lock();
         if a.json {
-            writeln!(out, "{}", serde_json::json!({ "servers": frames }))?;
+            writeln!(out, "{}", serde_json::json!({ "endpoints": frames }))?;
         } else {
             if clear {
                 write!(out, "\x1b[2J\x1b[H")?;
@@ -66,16 +69,16 @@ pub fn run(a: TopArgs) -> anyhow::Result<()> {
     }
 }
 
-/// One server's snapshot and its newest per-topic rates.
+/// One endpoint's group snapshot and its newest per-topic rates.
 fn fetch_frame(http: &str) -> anyhow::Result<Value> {
-    let snapshot = get_json(http, "/api/snapshot")?;
+    let group = get_json(http, "/api/group")?;
     let history = get_json(http, "/api/history")?;
     let rates = history["points"]
         .as_array()
         .and_then(|p| p.last())
         .map(|p| p["topics"].clone())
         .unwrap_or_else(|| serde_json::json!({}));
-    Ok(serde_json::json!({ "http": http, "snapshot": snapshot, "rates": rates }))
+    Ok(serde_json::json!({ "http": http, "group": group, "rates": rates }))
 }
 
 /// GETs `path` from `host:port` and parses the JSON answer (HTTP/1.0: the
@@ -153,73 +156,102 @@ struct TopicRow {
     rates: [f64; 4],
 }
 
-fn render(frames: &[Value]) -> String {
-    let mut s = String::new();
-    let mut topics: BTreeMap<String, TopicRow> = BTreeMap::new();
-    let mut parts = Vec::new();
-    let mut consumers = Vec::new();
-    for fr in frames {
-        let snap = &fr["snapshot"];
+/// What a frame shows, gathered from every endpoint's group.
+#[derive(Default)]
+struct View {
+    head: String,
+    topics: BTreeMap<String, TopicRow>,
+    parts: Vec<String>,
+    consumers: Vec<String>,
+}
+
+fn mean_us(h: &Value) -> String {
+    match u(&h["count"]) {
+        0 => "-".to_string(),
+        n => format!("{:.0}µs", 1e6 * f(&h["sum"]) / n as f64),
+    }
+}
+
+impl View {
+    /// One server's line, and its partitions and consumers.
+    fn server(&mut self, http: &str, snap: &Value) {
         let errors: u64 = snap["errors"]
             .as_array()
             .map_or(0, |e| e.iter().map(|e| u(&e["count"])).sum());
-        s += &format!(
-            "server {} · member {}{} · RSS {} · {} connections · {} errors\n",
-            fr["http"].as_str().unwrap_or("?"),
+        let master = if snap["master"] == true {
+            " (master)"
+        } else {
+            ""
+        };
+        self.head += &format!(
+            "server {} via {http} · member {}{master} · RSS {} · {} connections · {} errors\n",
+            snap["addr"].as_str().unwrap_or("?"),
             u(&snap["member"]),
-            if snap["master"] == true {
-                " (master)"
-            } else {
-                ""
-            },
             bytes(f(&snap["rss_bytes"])),
             u(&snap["connections_open"]),
             errors,
         );
-        for m in snap["members"].as_array().into_iter().flatten() {
+        for p in snap["partitions"].as_array().into_iter().flatten() {
+            self.partition(u(&snap["member"]), p);
+        }
+    }
+
+    fn partition(&mut self, member: u64, p: &Value) {
+        let topic = p["topic"].as_str().unwrap_or("?").to_string();
+        let row = self.topics.entry(topic.clone()).or_default();
+        row.partitions += 1;
+        row.events += u(&p["next_offset"]).saturating_sub(u(&p["first_offset"]));
+        row.storage += u(&p["storage_bytes"]);
+        for c in p["consumers"].as_array().into_iter().flatten() {
+            row.lag += u(&c["lag"]);
+            self.consumers.push(format!(
+                "{:<24} {:>5} {:<20} {:>12} {:>10}\n",
+                topic,
+                u(&p["partition"]),
+                c["name"].as_str().unwrap_or("?"),
+                u(&c["committed"]),
+                u(&c["lag"])
+            ));
+        }
+        self.parts.push(format!(
+            "{:<24} {:>5} {:>6} {:<6} {:>12} {:>12} {:>10} {:>5} {:>10} {:>10}\n",
+            topic,
+            u(&p["partition"]),
+            member,
+            p["partition_type"].as_str().unwrap_or("?"),
+            u(&p["first_offset"]),
+            u(&p["next_offset"]),
+            bytes(f(&p["storage_bytes"])),
+            u(&p["segments"]),
+            mean_us(&p["append_seconds"]),
+            mean_us(&p["fsync_seconds"]),
+        ));
+    }
+
+    /// The members the asked server knows, and those that sent no snapshot.
+    fn members(&mut self, group: &Value) {
+        let first = &group["servers"][0];
+        for m in first["members"].as_array().into_iter().flatten() {
             let state = if m["alive"] == true { "alive" } else { "DOWN" };
-            s += &format!(
+            self.head += &format!(
                 "  member {:<4} {:<24} {state}\n",
                 u(&m["id"]),
                 m["addr"].as_str().unwrap_or("?")
             );
         }
-        for p in snap["partitions"].as_array().into_iter().flatten() {
-            let topic = p["topic"].as_str().unwrap_or("?").to_string();
-            let row = topics.entry(topic.clone()).or_default();
-            row.partitions += 1;
-            row.events += u(&p["next_offset"]).saturating_sub(u(&p["first_offset"]));
-            row.storage += u(&p["storage_bytes"]);
-            for c in p["consumers"].as_array().into_iter().flatten() {
-                row.lag += u(&c["lag"]);
-                consumers.push(format!(
-                    "{:<24} {:>5} {:<20} {:>12} {:>10}\n",
-                    topic,
-                    u(&p["partition"]),
-                    c["name"].as_str().unwrap_or("?"),
-                    u(&c["committed"]),
-                    u(&c["lag"])
-                ));
-            }
-            let mean_us = |h: &Value| match u(&h["count"]) {
-                0 => "-".to_string(),
-                n => format!("{:.0}µs", 1e6 * f(&h["sum"]) / n as f64),
-            };
-            parts.push(format!(
-                "{:<24} {:>5} {:<6} {:>12} {:>12} {:>10} {:>5} {:>10} {:>10}\n",
-                topic,
-                u(&p["partition"]),
-                p["partition_type"].as_str().unwrap_or("?"),
-                u(&p["first_offset"]),
-                u(&p["next_offset"]),
-                bytes(f(&p["storage_bytes"])),
-                u(&p["segments"]),
-                mean_us(&p["append_seconds"]),
-                mean_us(&p["fsync_seconds"]),
-            ));
+        for m in group["unreachable"].as_array().into_iter().flatten() {
+            self.head += &format!(
+                "  member {:<4} {:<24} no snapshot: {}\n",
+                u(&m["id"]),
+                m["addr"].as_str().unwrap_or("?"),
+                m["error"].as_str().unwrap_or("?")
+            );
         }
-        for (name, r) in fr["rates"].as_object().into_iter().flatten() {
-            let row = topics.entry(name.clone()).or_default();
+    }
+
+    fn rates(&mut self, rates: &Value) {
+        for (name, r) in rates.as_object().into_iter().flatten() {
+            let row = self.topics.entry(name.clone()).or_default();
             for (i, k) in ["in_events", "out_events", "in_bytes", "out_bytes"]
                 .iter()
                 .enumerate()
@@ -228,11 +260,24 @@ fn render(frames: &[Value]) -> String {
             }
         }
     }
+}
+
+fn render(frames: &[Value]) -> String {
+    let mut v = View::default();
+    for fr in frames {
+        let http = fr["http"].as_str().unwrap_or("?");
+        for snap in fr["group"]["servers"].as_array().into_iter().flatten() {
+            v.server(http, snap);
+        }
+        v.members(&fr["group"]);
+        v.rates(&fr["rates"]);
+    }
+    let mut s = v.head;
     s += &format!(
         "\n{:<24} {:>5} {:>10} {:>10} {:>10} {:>10} {:>12} {:>10} {:>10}\n",
         "TOPIC", "PARTS", "IN ev/s", "OUT ev/s", "IN B/s", "OUT B/s", "EVENTS", "STORAGE", "LAG"
     );
-    for (name, t) in &topics {
+    for (name, t) in &v.topics {
         s += &format!(
             "{:<24} {:>5} {:>10} {:>10} {:>10} {:>10} {:>12} {:>10} {:>10}\n",
             name,
@@ -247,14 +292,14 @@ fn render(frames: &[Value]) -> String {
         );
     }
     s += &format!(
-        "\n{:<24} {:>5} {:<6} {:>12} {:>12} {:>10} {:>5} {:>10} {:>10}\n",
-        "PARTITION", "ID", "TYPE", "FIRST", "NEXT", "STORAGE", "SEGS", "APPEND", "FSYNC"
+        "\n{:<24} {:>5} {:>6} {:<6} {:>12} {:>12} {:>10} {:>5} {:>10} {:>10}\n",
+        "PARTITION", "ID", "MEMBER", "TYPE", "FIRST", "NEXT", "STORAGE", "SEGS", "APPEND", "FSYNC"
     );
-    parts.iter().for_each(|p| s += p);
+    v.parts.iter().for_each(|p| s += p);
     s += &format!(
         "\n{:<24} {:>5} {:<20} {:>12} {:>10}\n",
         "CONSUMER LAG", "PART", "NAME", "COMMITTED", "LAG"
     );
-    consumers.iter().for_each(|c| s += c);
+    v.consumers.iter().for_each(|c| s += c);
     s
 }

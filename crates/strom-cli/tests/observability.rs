@@ -2,7 +2,8 @@
 //! counts what was produced, consumed and refused and passes `promtool
 //! check metrics`; the dashboard shows a live producer's rate and topic in
 //! headless Chromium (a screenshot is kept as a test artifact); `strom top`
-//! shows the same in the terminal.
+//! shows the same in the terminal; the master's endpoint shows every
+//! member's partitions.
 
 mod common;
 
@@ -169,9 +170,25 @@ fn metrics_count_produced_consumed_and_refused_and_pass_promtool() {
         50.0,
         "{text}"
     );
-    assert_eq!(
-        sample_sum(&text, "strom_consumer_lag_events", "consumer=\"reader\""),
-        150.0
+    // Lag is per partition the name committed on: next offset - committed.
+    let mut lag = 0.0;
+    for part in ["partition=\"0\"", "partition=\"1\""] {
+        let on = |m: &str| format!("{part},type=\"file\"{m}");
+        let committed = on(",consumer=\"reader\"");
+        if !text.contains(&format!(
+            "strom_consumer_committed_offset{{topic=\"obs\",{committed}}}"
+        )) {
+            continue;
+        }
+        let next = sample_sum(&text, "strom_partition_next_offset", &on("}"));
+        let c = sample_sum(&text, "strom_consumer_committed_offset", &committed);
+        let l = sample_sum(&text, "strom_consumer_lag_events", &committed);
+        assert_eq!(l, next - c, "{part}: {text}");
+        lag += l;
+    }
+    assert!(
+        lag >= 50.0,
+        "at least the rest of the partitions read: {text}"
     );
     assert!(
         sample_sum(&text, "strom_errors_total", "name=\"TOPIC_NOT_FOUND\"") >= 1.0,
@@ -383,7 +400,7 @@ fn strom_top_shows_topics_rates_and_lag() {
         "top --json",
     );
     let v: serde_json::Value = serde_json::from_str(out.stdout.trim()).unwrap();
-    let lag: u64 = v["servers"][0]["snapshot"]["partitions"][0]["consumers"]
+    let lag: u64 = v["endpoints"][0]["group"]["servers"][0]["partitions"][0]["consumers"]
         .as_array()
         .unwrap()
         .iter()
@@ -422,4 +439,107 @@ fn a_bad_http_address_is_refused_clearly() {
         "{}",
         out.stderr
     );
+}
+
+/// A member joined to `server`'s group; killed when dropped.
+struct Member(std::process::Child);
+
+impl Member {
+    fn join(server: &ServerProcess, dir: &std::path::Path) -> Member {
+        let child = Command::new(common::strom_bin())
+            .args(["server", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(dir.join("member-1"))
+            .arg("--join")
+            .arg(&server.group_file)
+            .env_remove("STROM_GROUP_FILE")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawning the member");
+        Member(child)
+    }
+}
+
+impl Drop for Member {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn the_masters_endpoint_shows_every_members_partitions() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server, http) = server_with_http(dir.path());
+    let _member = Member::join(&server, dir.path());
+    let driver = server.connect();
+    let deadline = Instant::now() + T;
+    while driver
+        .members()
+        .map_or(0, |m| m.iter().filter(|m| m.alive).count())
+        < 2
+    {
+        assert!(Instant::now() < deadline, "the member never joined");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Two partitions, placed round-robin: one on each member.
+    ok(
+        server.cli(&["topic", "create", "grp", "--partitions", "2"], "", T),
+        "create",
+    );
+    let p = driver.open_topic("grp").unwrap().producer().unwrap();
+    for i in 0..100u32 {
+        p.push(format!("{{\"i\":{i}}}"), Vec::<u8>::new()).unwrap();
+    }
+    p.flush().unwrap();
+
+    let g = json(&http, "/api/group");
+    assert_eq!(g["unreachable"].as_array().unwrap().len(), 0, "{g}");
+    let servers = g["servers"].as_array().unwrap();
+    assert_eq!(servers.len(), 2, "{g}");
+    let mut placed: Vec<(u64, u64, u64)> = servers
+        .iter()
+        .flat_map(|s| {
+            let member = s["member"].as_u64().unwrap();
+            s["partitions"].as_array().unwrap().iter().map(move |p| {
+                (
+                    member,
+                    p["partition"].as_u64().unwrap(),
+                    p["events_in"].as_u64().unwrap(),
+                )
+            })
+        })
+        .collect();
+    placed.sort();
+    assert_eq!(placed.len(), 2, "{g}");
+    assert_ne!(
+        placed[0].0, placed[1].0,
+        "one partition per member: {placed:?}"
+    );
+    assert_eq!(placed.iter().map(|p| p.2).sum::<u64>(), 100, "{placed:?}");
+
+    // The dashboard and strom top on the master list both partitions.
+    let url = format!("http://{http}/");
+    let dom = chromium(&["--dump-dom", &url], &dir.path().join("profile"));
+    let page = String::from_utf8_lossy(&dom.stdout);
+    for part in ["grp/0", "grp/1"] {
+        assert!(
+            page.contains(&format!("data-partition=\"{part}\"")),
+            "no {part} row:\n{page}"
+        );
+    }
+    assert!(
+        page.contains("data-member=\"1\""),
+        "no member 1 row:\n{page}"
+    );
+    let out = ok(
+        run_cli(&["top", "--http", &http, "--once"], "", &[], T),
+        "top",
+    );
+    let rows = out
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("grp ") && l.split_whitespace().count() == 10);
+    assert_eq!(rows.count(), 2, "both partitions:\n{}", out.stdout);
 }

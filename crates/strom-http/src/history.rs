@@ -1,7 +1,8 @@
 //! Rates over the last minutes, for the dashboard's charts and `strom
-//! top`: a sampler takes a snapshot of the server every period, turns the
-//! counter deltas into per-topic rates, and keeps the newest points in a
-//! bounded ring.
+//! top`: a sampler takes a snapshot of the group (on the master: every
+//! live member; elsewhere: this server) every period, turns the counter
+//! deltas into per-topic rates, and keeps the newest points in a bounded
+//! ring.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -9,7 +10,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use serde::Serialize;
-use strom_server::stats::ServerSnapshot;
+use strom_server::stats::GroupSnapshot;
 use strom_server::Services;
 
 /// Per-second rates of one topic (summed over this server's partitions).
@@ -45,9 +46,9 @@ struct Totals {
     out_bytes: u64,
 }
 
-fn totals(s: &ServerSnapshot) -> BTreeMap<String, Totals> {
+fn totals(s: &GroupSnapshot) -> BTreeMap<String, Totals> {
     let mut out: BTreeMap<String, Totals> = BTreeMap::new();
-    for p in &s.partitions {
+    for p in s.servers.iter().flat_map(|s| &s.partitions) {
         let t = out.entry(p.topic.clone()).or_default();
         t.in_events += p.events_in;
         t.in_bytes += p.bytes_in;
@@ -92,11 +93,11 @@ impl Recorder {
         }
     }
 
-    /// Adds the rates since the previous snapshot (the first one only sets
-    /// the baseline).
-    pub fn record(&self, s: &ServerSnapshot) {
+    /// Adds the rates since the previous snapshot of the group (the first
+    /// one only sets the baseline). Timed by this server's snapshot.
+    pub fn record(&self, s: &GroupSnapshot) {
         let now = totals(s);
-        let t_us = s.taken_us;
+        let t_us = s.servers.first().map_or(0, |s| s.taken_us);
         let mut inner = self.inner.lock();
         let (ring, last) = &mut *inner;
         if let Some((then_us, before)) = last.as_ref() {
@@ -135,7 +136,7 @@ impl Recorder {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
-                _ = tick.tick() => self.record(&services.snapshot().await),
+                _ = tick.tick() => self.record(&services.group_snapshot().await),
                 _ = stop.changed() => return,
             }
         }
@@ -145,15 +146,19 @@ impl Recorder {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use strom_server::stats::ServerSnapshot;
 
-    fn snap(taken_us: u64, topic: &str, events_in: u64, bytes_in: u64) -> ServerSnapshot {
+    fn snap(taken_us: u64, topic: &str, events_in: u64, bytes_in: u64) -> GroupSnapshot {
         let mut s = empty(taken_us);
         let mut p = strom_server::stats::PartitionSnapshot::counters(&Default::default());
         p.topic = topic.into();
         p.events_in = events_in;
         p.bytes_in = bytes_in;
         s.partitions.push(p);
-        s
+        GroupSnapshot {
+            servers: vec![s],
+            unreachable: vec![],
+        }
     }
 
     fn empty(taken_us: u64) -> ServerSnapshot {

@@ -6,6 +6,8 @@
 //! - `GET /`: the live dashboard (one self-contained page, no internet
 //!   needed: hand-drawn SVG charts, no external assets).
 //! - `GET /api/snapshot`: this server now, as JSON (what `/metrics` shows).
+//! - `GET /api/group`: every live member's snapshot, gathered by the master
+//!   over the native protocol (elsewhere: this server's alone).
 //! - `GET /api/history`: per-topic rates over the last minutes ([`history`]),
 //!   sampled every second; the dashboard's charts and `strom top` read it.
 //!
@@ -139,6 +141,7 @@ fn router(state: AppState) -> Router {
         .route("/", get(dashboard))
         .route("/metrics", get(metrics_text))
         .route("/api/snapshot", get(snapshot))
+        .route("/api/group", get(group))
         .route("/api/history", get(history))
         .with_state(state)
 }
@@ -174,6 +177,10 @@ async fn metrics_text(State(s): State<AppState>, headers: HeaderMap) -> Response
 
 async fn snapshot(State(s): State<AppState>) -> Json<strom_server::stats::ServerSnapshot> {
     Json(s.services.snapshot().await)
+}
+
+async fn group(State(s): State<AppState>) -> Json<strom_server::stats::GroupSnapshot> {
+    Json(s.services.group_snapshot().await)
 }
 
 async fn history(State(s): State<AppState>) -> Json<history::History> {

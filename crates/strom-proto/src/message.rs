@@ -237,6 +237,9 @@ pub enum Request {
         topic: String,
         group: String,
     },
+    /// The receiving server's metrics snapshot (its partitions' counters,
+    /// storage and consumer lag): how the master's dashboard sees the group.
+    ServerSnapshot,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -325,6 +328,11 @@ pub enum Response {
     /// Answer to [`Request::GroupAck`]: the partition's new floor.
     Acked {
         floor: u64,
+    },
+    /// Answer to [`Request::ServerSnapshot`]: the snapshot as JSON (its
+    /// fields are documented in docs/observability.md).
+    ServerSnapshot {
+        json: String,
     },
 }
 
@@ -471,6 +479,7 @@ messages!(Request {
     37 => FenceGroupPartition { topic, partition, group, consumer, epoch },
     38 => ConsumerGroupStats { spec, partitions },
     39 => DropConsumerGroup { topic, group },
+    40 => ServerSnapshot,
 });
 
 messages!(Response {
@@ -497,6 +506,7 @@ messages!(Response {
     21 => ConsumerGroups(infos),
     22 => GroupStats(stats),
     23 => Acked { floor },
+    24 => ServerSnapshot { json },
 });
 
 messages!(Push {
@@ -595,6 +605,9 @@ mod tests {
             Response::Limits {
                 max_frame_bytes: 1 << 28,
                 max_batch_bytes: 1 << 27,
+            },
+            Response::ServerSnapshot {
+                json: "{\"member\":1}".into(),
             },
         ] {
             let mut b = BytesMut::new();

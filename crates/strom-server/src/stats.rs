@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Bucket upper bounds of latency histograms, in nanoseconds (10 µs to 2.5 s).
 const LATENCY_NS: &[u64] = &[
@@ -99,7 +99,7 @@ impl Histogram {
 
 /// A histogram at one moment: cumulative `(upper bound, count)` buckets
 /// (the `+Inf` bucket is `count`).
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct HistogramSnapshot {
     pub sum: f64,
     pub count: u64,
@@ -215,7 +215,7 @@ impl ServerStats {
 }
 
 /// Error answers with one code.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ErrorCount {
     pub code: u16,
     /// The code's stable name (`TOPIC_NOT_FOUND`).
@@ -224,7 +224,7 @@ pub struct ErrorCount {
 }
 
 /// One consumer name's position on a partition.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ConsumerLag {
     pub name: String,
     pub committed: u64,
@@ -233,7 +233,7 @@ pub struct ConsumerLag {
 }
 
 /// One hosted partition at one moment.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct PartitionSnapshot {
     pub topic: String,
     pub partition: u32,
@@ -287,15 +287,31 @@ impl PartitionSnapshot {
 }
 
 /// One group member as this server knows it.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct MemberSnapshot {
     pub id: u32,
     pub addr: String,
     pub alive: bool,
 }
 
+/// A member the master could not get a snapshot from.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Unreachable {
+    pub id: u32,
+    pub addr: String,
+    pub error: String,
+}
+
+/// Every member's snapshot, as the master gathers them (a server that is
+/// not the master knows only itself).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct GroupSnapshot {
+    pub servers: Vec<ServerSnapshot>,
+    pub unreachable: Vec<Unreachable>,
+}
+
 /// One server process at one moment: what `/metrics` and the dashboard show.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ServerSnapshot {
     pub member: u32,
     pub addr: String,

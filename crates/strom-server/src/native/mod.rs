@@ -310,6 +310,14 @@ impl Session {
                 client,
                 max_version,
             } => self.hello(id, &client, max_version).await,
+            Request::ServerSnapshot => {
+                let svc = self.svc.clone();
+                self.respond_later(id, async move {
+                    let json = serde_json::to_string(&svc.snapshot().await)
+                        .map_err(|e| ServerError::coded(ErrorCode::INTERNAL, e.to_string()))?;
+                    Ok(Response::ServerSnapshot { json })
+                });
+            }
             // Topics, producers and the group: the control operations.
             req => {
                 let r = control::handle(&self.svc.control, req).await;

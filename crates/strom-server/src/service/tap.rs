@@ -4,16 +4,24 @@
 //! that show it. Reading it never blocks appends: counters are atomics and
 //! storage figures come from each log's own stats.
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use strom_proto::{Request, Response};
+
 use crate::partition::PartitionManager;
-use crate::stats::{ConsumerLag, MemberSnapshot, PartitionSnapshot, ServerSnapshot};
+use crate::stats::{
+    ConsumerLag, GroupSnapshot, MemberSnapshot, PartitionSnapshot, ServerSnapshot, Unreachable,
+};
 
 use super::Services;
 
 /// How long a snapshot waits for the registry (busy with a slow topic
 /// operation) before it lists this server alone.
 const REGISTRY_WAIT: Duration = Duration::from_millis(500);
+
+/// How long the master waits for one member's snapshot.
+const MEMBER_WAIT: Duration = Duration::from_secs(2);
 
 impl Services {
     /// This server at this moment.
@@ -38,6 +46,55 @@ impl Services {
             rss_bytes: crate::stats::rss_bytes(),
             taken_us: crate::server::now_us(),
             partitions,
+        }
+    }
+
+    /// Every live member's snapshot, this one's first, asked in parallel
+    /// (on the master; elsewhere this server alone). A member that does
+    /// not answer within 2 s is listed as unreachable, with why.
+    pub async fn group_snapshot(self: &Arc<Self>) -> GroupSnapshot {
+        let me = self.snapshot().await;
+        let mut asks = tokio::task::JoinSet::new();
+        for m in me.members.iter().filter(|m| m.alive && m.id != me.member) {
+            let (svc, m) = (self.clone(), m.clone());
+            asks.spawn(async move {
+                let answer = tokio::time::timeout(MEMBER_WAIT, svc.member_snapshot(&m.addr)).await;
+                let error = match answer {
+                    Ok(Ok(snap)) => return Ok(snap),
+                    Ok(Err(e)) => e,
+                    Err(_) => format!("no answer within {MEMBER_WAIT:?}"),
+                };
+                Err(Unreachable {
+                    id: m.id,
+                    addr: m.addr,
+                    error,
+                })
+            });
+        }
+        let mut group = GroupSnapshot {
+            servers: vec![me],
+            unreachable: Vec::new(),
+        };
+        while let Some(done) = asks.join_next().await {
+            match done {
+                Ok(Ok(snap)) => group.servers.push(snap),
+                Ok(Err(u)) => group.unreachable.push(u),
+                Err(e) => tracing::warn!(error = %e, "a member snapshot task failed"),
+            }
+        }
+        group.servers[1..].sort_by_key(|s| s.member);
+        group.unreachable.sort_by_key(|u| u.id);
+        group
+    }
+
+    async fn member_snapshot(&self, addr: &str) -> Result<ServerSnapshot, String> {
+        let peers = self.control.link().peers();
+        match peers.call(addr, &Request::ServerSnapshot).await {
+            Ok(Response::ServerSnapshot { json }) => serde_json::from_str(&json)
+                .map_err(|e| format!("a snapshot that does not parse: {e}")),
+            Ok(Response::Error { code, message }) => Err(format!("{message} [{code:?}]")),
+            Ok(other) => Err(format!("unexpected answer (opcode {})", other.opcode())),
+            Err(e) => Err(e.to_string()),
         }
     }
 
