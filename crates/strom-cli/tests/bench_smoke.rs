@@ -170,9 +170,10 @@ fn peer_targets_without_the_feature_say_how_to_build_it() {
     assert!(err.contains("--features peers"), "{err}");
 }
 
-#[test]
-fn tasks_completes_every_task_through_a_shared_group() {
-    let v = bench(&[
+/// `strom bench tasks` with 2000 tasks, 3 workers and batches of 32 on
+/// Strom alone, plus `extra`.
+fn bench_tasks(extra: &[&str]) -> Value {
+    let mut args = vec![
         "tasks",
         "--tasks",
         "2000",
@@ -180,11 +181,16 @@ fn tasks_completes_every_task_through_a_shared_group() {
         "3",
         "--batch",
         "32",
-        "--task-bytes",
-        "16",
         "--peers",
         "strom",
-    ]);
+    ];
+    args.extend_from_slice(extra);
+    bench(&args)
+}
+
+#[test]
+fn tasks_completes_every_task_through_a_shared_group() {
+    let v = bench_tasks(&["--task-bytes", "16"]);
     assert_eq!(v["mode"], "tasks");
     assert_eq!(v["tasks"].as_u64(), Some(2000), "{v}");
     let results = v["results"].as_array().expect("results array");
@@ -203,19 +209,7 @@ fn tasks_completes_every_task_through_a_shared_group() {
 
 #[test]
 fn tasks_completes_every_task_through_a_partitioned_group() {
-    let v = bench(&[
-        "tasks",
-        "--tasks",
-        "2000",
-        "--workers",
-        "3",
-        "--batch",
-        "32",
-        "--group",
-        "partitioned",
-        "--peers",
-        "strom",
-    ]);
+    let v = bench_tasks(&["--group", "partitioned"]);
     assert_eq!(v["group"], "partitioned", "{v}");
     let r = &v["results"].as_array().expect("results array")[0];
     assert_eq!(r["system"], "strom");
