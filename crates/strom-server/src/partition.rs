@@ -367,9 +367,11 @@ impl PartitionManager {
         }
     }
 
-    /// Applies the log's retention (the periodic pass); room it frees in a
+    /// The periodic pass: seals the segments the log rolled away from (off
+    /// the append path), then applies retention; room it frees in a
     /// `block` partition lets held appends in.
     pub fn enforce_retention(&self, now_us: u64) -> Result<u32, ServerError> {
+        self.log.seal_rolled()?;
         let dropped = self.log.enforce_retention(now_us)?;
         if dropped > 0 {
             self.release_held();

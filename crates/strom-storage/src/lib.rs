@@ -113,6 +113,13 @@ pub trait PartitionLog: Send + Sync + 'static {
     /// retention config, never the active segment (memory: the last batch).
     /// Returns how many were dropped.
     fn enforce_retention(&self, now_us: u64) -> Result<u32>;
+    /// Background upkeep, off the append path: makes the segments the log
+    /// rolled away from durable and writes their index files (`sync` and
+    /// `close` do it too). Returns how many it sealed; 0 for the memory
+    /// backend.
+    fn seal_rolled(&self) -> Result<u32> {
+        Ok(0)
+    }
     fn stats(&self) -> LogStats;
     /// Why the log stopped, if a write or fsync failed (then `append`
     /// returns `PartitionFailed` and `sync` never succeeds again until the

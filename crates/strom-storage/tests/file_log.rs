@@ -152,6 +152,9 @@ fn rolling_creates_several_segments_readable_across_them_after_reopen() {
         let stats = log.stats();
         assert!(stats.segments >= 5, "{} segments", stats.segments);
         assert_eq!(files(dir.path(), "log").len() as u32, stats.segments);
+        // Rolled segments are sealed off the append path (here, by hand).
+        assert_eq!(files(dir.path(), "index").len(), 0);
+        assert_eq!(log.seal_rolled().unwrap(), stats.segments - 1);
         assert_eq!(files(dir.path(), "index").len() as u32, stats.segments - 1);
         assert_eq!(
             files(dir.path(), "timeindex").len() as u32,

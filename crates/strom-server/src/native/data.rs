@@ -11,6 +11,7 @@ use super::{stream, Session};
 use crate::batch::ValidBatch;
 use crate::error::ServerError;
 use crate::partition::AppendReply;
+use crate::service::DataService;
 use crate::sink::Credit;
 
 impl Session {
@@ -53,7 +54,12 @@ impl Session {
                 });
             }
         });
-        self.svc.data.produce(&p, batch, reply);
+        if DataService::is_large(&batch) {
+            // Written while the loop reads the next request (see `appending`).
+            self.appending = Some(DataService::produce_pipelined(p, batch, reply));
+        } else {
+            self.svc.data.produce(&p, batch, reply);
+        }
     }
 
     pub(super) fn subscribe(

@@ -47,6 +47,11 @@ struct Session {
     streams: HashMap<u64, (JoinHandle<()>, Arc<Credit>)>,
     /// Bytes of fetched data read for this connection and not yet written.
     budget: Arc<Semaphore>,
+    /// The append of this connection's last large batch, running on the
+    /// blocking pool while the loop receives the next request. Every
+    /// request waits for it first, so requests take effect in the order
+    /// they came, and at most one batch is being written per connection.
+    appending: Option<JoinHandle<()>>,
 }
 
 /// One decoded request, with its checked batch if it is a `Produce`.
@@ -68,6 +73,7 @@ pub async fn serve(conn: Conn, svc: Arc<Services>, _slot: OwnedSemaphorePermit) 
         partitions: HashMap::new(),
         streams: HashMap::new(),
         budget,
+        appending: None,
     };
     tracing::debug!(peer = %peer, "connection opened");
     svc.stats.connection_opened();
@@ -108,6 +114,7 @@ pub async fn serve(conn: Conn, svc: Arc<Services>, _slot: OwnedSemaphorePermit) 
         first = false;
         s.dispatch(header.id, req, batch).await;
     }
+    s.appended().await;
     for (_, (task, _)) in s.streams.drain() {
         task.abort();
     }
@@ -158,6 +165,15 @@ async fn read_request(
 }
 
 impl Session {
+    /// Waits for the pipelined append of the previous large batch, if any.
+    async fn appended(&mut self) {
+        if let Some(task) = self.appending.take() {
+            if let Err(e) = task.await {
+                tracing::error!(peer = %self.peer, error = %e, "a pipelined append task failed");
+            }
+        }
+    }
+
     /// Answers a malformed frame with an error, and logs it; the caller closes.
     async fn reject(&self, id: u64, e: &NetError) {
         if matches!(e, NetError::Closed) || matches!(e, NetError::Io { .. }) {
@@ -242,6 +258,7 @@ impl Session {
     }
 
     async fn dispatch(&mut self, id: u64, req: Request, batch: Option<ValidBatch>) {
+        self.appended().await;
         match req {
             Request::Produce {
                 topic, partition, ..

@@ -64,10 +64,28 @@ impl DataService {
 
     /// Appends a checked batch; `done` runs once the batch is appended (and
     /// durable as its partition promises). Calls order the offsets.
+    /// Whether appending `batch` means a long file write, better run off
+    /// the async workers (`produce_pipelined`).
+    pub fn is_large(batch: &ValidBatch) -> bool {
+        batch.size() > BLOCKING_APPEND
+    }
+
+    /// Appends a large batch on the blocking pool and returns at once, so
+    /// that the caller can receive its next request while this one is
+    /// written. The caller must await the handle before it appends anything
+    /// else, so that its batches keep their order.
+    pub fn produce_pipelined(
+        p: Arc<PartitionManager>,
+        batch: ValidBatch,
+        done: AppendReply,
+    ) -> tokio::task::JoinHandle<()> {
+        tokio::task::spawn_blocking(move || p.append(batch, done))
+    }
+
     pub fn produce(&self, p: &PartitionManager, batch: ValidBatch, done: AppendReply) {
         // Large batches mean long file writes: let the runtime move other
         // work off this worker meanwhile.
-        if batch.size() > BLOCKING_APPEND {
+        if Self::is_large(&batch) {
             tokio::task::block_in_place(|| p.append(batch, done));
         } else {
             p.append(batch, done);

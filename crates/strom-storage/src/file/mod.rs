@@ -84,6 +84,15 @@ pub struct FileLog {
     failed: Mutex<Option<String>>,
     /// Closed cleanly (checkpointed) and nothing appended since.
     closed: std::sync::atomic::AtomicBool,
+    /// Segments rolled away from and not sealed yet (fdatasync, then index
+    /// files), oldest first. Sealing a full segment can take seconds of
+    /// write-back, so a roll only queues it here: `sync` seals them before
+    /// the active segment (so a sync still covers every earlier batch), and
+    /// `seal_rolled` (the server's periodic pass) and `close` seal the rest.
+    unsealed: Mutex<Vec<Arc<Segment>>>,
+    /// Held while sealing, so that seals never run twice at once and
+    /// retention waits for a seal in progress before removing its files.
+    sealing: Mutex<()>,
 }
 
 /// Base offsets of the segments present in `dir` (from `.log` and `.data`).
@@ -182,8 +191,13 @@ impl FileLog {
                 quarantine.add(first, last)?;
             }
             let next = seg.next_offset();
-            if mode == OpenMode::Sealed && seg.log_file_is_empty()? {
-                tracing::warn!(segment = base, dir = %dir.display(), "removing an empty sealed segment");
+            // An empty segment is the leftover of an interrupted roll: any
+            // but the last, or a last one starting inside the previous
+            // segment (a roll that failed after creating its files, after
+            // which appends went on in the previous segment).
+            let overlaps = segments.last().is_some_and(|p| base < p.next_offset());
+            if (mode == OpenMode::Sealed || overlaps) && seg.log_file_is_empty()? {
+                tracing::warn!(segment = base, dir = %dir.display(), "removing an empty leftover segment");
                 seg.delete_files();
                 continue;
             }
@@ -253,6 +267,8 @@ impl FileLog {
             group: SyncGate::default(),
             failed: Mutex::new(None),
             closed: std::sync::atomic::AtomicBool::new(false),
+            unsealed: Mutex::new(Vec::new()),
+            sealing: Mutex::new(()),
         })
     }
 
@@ -340,9 +356,9 @@ impl FileLog {
         s.segments.get(i).cloned()
     }
 
-    /// Seals `old` (sync + index files) and starts a new active segment.
-    fn roll(&self, old: &Segment) -> Result<Arc<Segment>> {
-        old.seal().map_err(|e| self.fail_unless_full(e))?;
+    /// Starts a new active segment after `old`, which is queued to be
+    /// sealed off the append path (see `unsealed`).
+    fn roll(&self, old: &Arc<Segment>) -> Result<Arc<Segment>> {
         let base = old.next_offset();
         let seg = Arc::new(Segment::create(
             &self.vfs,
@@ -350,12 +366,41 @@ impl FileLog {
             base,
             u64::from(self.config.index_interval_bytes),
         )?);
-        self.vfs
-            .sync_dir(&self.dir)
-            .map_err(|e| StorageError::io(format!("syncing {}", self.dir.display()), e))?;
+        // A failed directory fsync is a failed fsync: the log stops (and the
+        // new segment's files, left empty, are removed on reopen).
+        self.vfs.sync_dir(&self.dir).map_err(|e| {
+            self.fail(StorageError::io(
+                format!("syncing {}", self.dir.display()),
+                e,
+            ))
+        })?;
         self.shared.write().segments.push(seg.clone());
-        tracing::info!(dir = %self.dir.display(), sealed = old.base, segment = base, "rolled to a new segment");
+        self.unsealed.lock().push(old.clone());
+        tracing::info!(dir = %self.dir.display(), previous = old.base, segment = base, "rolled to a new segment");
         Ok(seg)
+    }
+
+    /// Seals every segment rolled away from so far, oldest first; a failed
+    /// fdatasync stops the log (as any failed sync does).
+    fn seal_unsealed(&self) -> Result<u32> {
+        let _sealing = self.sealing.lock();
+        let mut sealed = 0;
+        loop {
+            let Some(seg) = self.unsealed.lock().first().cloned() else {
+                return Ok(sealed);
+            };
+            self.check_failed()?;
+            seg.sync().map_err(|e| self.fail(e))?;
+            // The segment is durable; without index files (a full disk) the
+            // next open rebuilds them by a scan of the segment.
+            if let Err(e) = seg.checkpoint(&seg.summary()) {
+                tracing::warn!(dir = %self.dir.display(), segment = seg.base, error = %e,
+                    "could not write the index files of a rolled segment; the next open rebuilds them");
+            }
+            self.unsealed.lock().retain(|s| !Arc::ptr_eq(s, &seg));
+            tracing::debug!(dir = %self.dir.display(), segment = seg.base, "sealed a rolled segment");
+            sealed += 1;
+        }
     }
 }
 
@@ -433,6 +478,7 @@ impl PartitionLog for FileLog {
             // sync failed, none may succeed again.
             || {
                 self.check_failed()?;
+                self.seal_unsealed()?;
                 let seg = self.active();
                 let checkpoint = seg
                     .checkpoint_due(self.checkpoint_every())
@@ -598,6 +644,14 @@ impl PartitionLog for FileLog {
             s.first = s.segments[0].base;
             dropped
         };
+        if !dropped.is_empty() {
+            // A seal in progress finishes first, and no later one may
+            // write index files for removed segments.
+            let _sealing = self.sealing.lock();
+            self.unsealed
+                .lock()
+                .retain(|u| !dropped.iter().any(|d| Arc::ptr_eq(u, d)));
+        }
         // Oldest first, one directory fsync per segment: a crash can only
         // leave a prefix of the dropped segments removed, never a hole that
         // recovery would take for lost (quarantined) offsets.
@@ -621,6 +675,10 @@ impl PartitionLog for FileLog {
             Some(e) => Err(e),
             None => Ok(dropped.len() as u32),
         }
+    }
+
+    fn seal_rolled(&self) -> Result<u32> {
+        self.seal_unsealed()
     }
 
     fn failure(&self) -> Option<String> {
@@ -670,8 +728,10 @@ impl PartitionLog for FileLog {
 }
 
 impl FileLog {
-    /// Syncs the active segment and checkpoints its index.
+    /// Seals the rolled segments, syncs the active one and checkpoints its
+    /// index.
     fn checkpoint_on_close(&self) -> Result<()> {
+        self.seal_unsealed()?;
         let seg = self.active();
         let summary = seg.summary();
         seg.sync().and_then(|()| seg.checkpoint(&summary))

@@ -13,7 +13,6 @@ use parking_lot::{Mutex, RwLock};
 
 use super::index::{IndexEntry, SegmentSummary};
 use super::record::RecordHeader;
-use super::scan::Scanned;
 use crate::vfs::{Vfs, VfsFile};
 use crate::{Result, StorageError};
 
@@ -222,18 +221,16 @@ impl Segment {
                     *seg.index_written.lock() = (s.log_len, s.log_len + s.data_len);
                     (s, Vec::new())
                 }
+                // No index files for the whole log: the log rolled away
+                // from this segment but a crash came before its seal (the
+                // seal runs off the append path), or they were lost. Its
+                // data may be as torn as an active segment's, so it is
+                // recovered the same way: every CRC checked, a torn tail cut
+                // (the caller quarantines the offsets it held).
                 Err(reason) => {
                     tracing::info!(segment = base, dir = %dir.display(), reason, "rebuilding segment index");
-                    let Scanned {
-                        summary,
-                        gaps,
-                        torn,
-                        ..
-                    } = seg.scan(SegmentSummary::default(), log_size, data_size, false)?;
-                    if let Some((pos, why)) = torn {
-                        tracing::error!(segment = base, pos, reason = why, log = %seg.log_path.display(),
-                            "damaged records at the end of a sealed segment; their offsets are quarantined");
-                    }
+                    let (summary, gaps) =
+                        seg.recover(SegmentSummary::default(), log_size, data_size)?;
                     if let Err(e) = seg.checkpoint(&summary) {
                         tracing::warn!(segment = base, error = %e, "could not write rebuilt index files");
                     }
@@ -404,13 +401,6 @@ impl Segment {
         self.log
             .sync_data()
             .map_err(|e| StorageError::io(format!("syncing {}", self.log_path.display()), e))
-    }
-
-    /// Makes the segment durable and writes its index files.
-    pub(crate) fn seal(&self) -> Result<()> {
-        self.sync()?;
-        let summary = self.state.read().clone();
-        self.checkpoint(&summary)
     }
 
     /// The in-memory summary (to checkpoint once it is durable).
