@@ -51,6 +51,8 @@ fn produce_reports_every_event_and_byte() {
         "2",
     ]);
     check_counts(&v, "produce", 300, 164);
+    assert_eq!(v["produced"].as_u64(), Some(300), "{v}");
+    assert_eq!(v["stored"].as_u64(), Some(300), "{v}");
 }
 
 #[test]
@@ -85,6 +87,83 @@ fn consume_reads_back_what_was_produced() {
         "memory",
     ]);
     check_counts(&v, "consume", 250, 120);
+    assert_eq!(v["produced"].as_u64(), Some(250), "{v}");
+    assert_eq!(v["consumed"].as_u64(), Some(250), "{v}");
+    assert_eq!(v["stored"].as_u64(), Some(250), "{v}");
+    // The memory topic's bound is explicit and holds the whole run.
+    assert_eq!(v["memory_overflow"], "drop-oldest", "{v}");
+    assert!(
+        v["memory_retention_bytes"].as_u64().unwrap_or(0) >= 250 * 120,
+        "{v}"
+    );
+}
+
+#[test]
+fn consume_fails_loudly_when_memory_retention_dropped_events() {
+    let out = Command::new(env!("CARGO_BIN_EXE_strom"))
+        .args([
+            "bench",
+            "consume",
+            "--events",
+            "500",
+            "--metadata-size",
+            "100",
+            "--batch",
+            "10",
+            "--partition-type",
+            "memory",
+            "--retention-bytes",
+            "4096",
+            "--json",
+        ])
+        .output()
+        .expect("run strom bench");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "consume of a too-small memory topic succeeded: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).trim().is_empty(),
+        "a failed run printed a result"
+    );
+    assert!(
+        err.contains("500 events were produced") && err.contains("are stored"),
+        "{err}"
+    );
+    assert!(err.contains("retention_bytes 4096"), "{err}");
+}
+
+#[test]
+fn retention_bytes_sizes_the_memory_topic() {
+    let v = bench(&[
+        "consume",
+        "--events",
+        "50",
+        "--metadata-size",
+        "64",
+        "--partition-type",
+        "memory",
+        "--retention-bytes",
+        "1048576",
+    ]);
+    check_counts(&v, "consume", 50, 64);
+    assert_eq!(v["memory_retention_bytes"].as_u64(), Some(1 << 20), "{v}");
+}
+
+#[test]
+fn memcpy_baseline_prints_a_positive_rate() {
+    let v = bench(&["baseline", "memcpy", "--size", "64KiB"]);
+    assert_eq!(v["baseline"], "memcpy", "{v}");
+    assert_eq!(v["size"].as_u64(), Some(64 << 10), "{v}");
+    let gbs = v["gb_per_s"].as_f64().expect("gb_per_s");
+    assert!(gbs > 0.0 && gbs.is_finite(), "{v}");
+    let (lo, hi) = (v["min_gb_per_s"].as_f64(), v["max_gb_per_s"].as_f64());
+    assert!(
+        lo.is_some_and(|l| l <= gbs) && hi.is_some_and(|h| h >= gbs),
+        "{v}"
+    );
 }
 
 #[test]

@@ -3,6 +3,10 @@
 //! as threads, or with `--procs` as child `strom bench` processes that get
 //! their job as JSON, report `ready`, wait for `go` on stdin, and print
 //! their outcome as one JSON line.
+//!
+//! A consume run checks its counts: it fails when the target stores fewer
+//! events than were produced (retention dropped some) or when the consumers
+//! deliver fewer than expected, instead of timing what happened to be left.
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
@@ -19,6 +23,12 @@ use super::{Config, ConsumeJob, Mode, Outcome, ProduceJob, Target};
 
 /// Aggregate of one timed phase.
 pub struct Result {
+    /// Events produced for this run (consume: what the topic should hold).
+    pub produced: u64,
+    /// Events the consumers delivered (`None` in produce mode).
+    pub consumed: Option<u64>,
+    /// Events the target stores after the run (`None` in e2e mode).
+    pub stored: Option<u64>,
     pub events: u64,
     pub bytes: u64,
     pub seconds: f64,
@@ -65,6 +75,8 @@ pub fn run(cfg: &Config, target: &dyn Target) -> anyhow::Result<Result> {
             let mut r = run_any(cfg, target, &jobs, &[], a.events)?;
             r.events = a.events;
             r.bytes = a.events * bytes_per_event;
+            r.produced = a.events;
+            r.stored = Some(target.stored(cfg)?.iter().sum());
             Ok(r)
         }
         Mode::Consume => {
@@ -85,11 +97,14 @@ pub fn run(cfg: &Config, target: &dyn Target) -> anyhow::Result<Result> {
             if !fill.is_empty() {
                 run_threads(cfg, target, &fill, &[], None)?;
             }
-            // Retention (a bounded memory partition) may keep fewer events
-            // than were written: read what is there.
+            // Retention (a bounded memory partition) may have dropped
+            // events: timing what is left would be a lie, so fail.
             let stored = target.stored(cfg)?;
-            let expect: Vec<u64> = expect.iter().zip(&stored).map(|(e, s)| *e.min(s)).collect();
             let total: u64 = expect.iter().sum();
+            let kept: u64 = expect.iter().zip(&stored).map(|(e, s)| *e.min(s)).sum();
+            if kept < total {
+                anyhow::bail!("{}", short_of(cfg, target, "stored", total, kept)?);
+            }
             if a.warmup > 0 {
                 let warm: Vec<u64> = per_partition(a.warmup, a.producers, a.partitions)
                     .iter()
@@ -106,13 +121,20 @@ pub fn run(cfg: &Config, target: &dyn Target) -> anyhow::Result<Result> {
                 )?;
             }
             let name = format!("bench-consumer-{}", now_us());
-            run_any(
+            let mut r = run_any(
                 cfg,
                 target,
                 &[],
                 &consume_jobs(cfg, &expect, &name, false),
                 total,
-            )
+            )?;
+            if r.events < total {
+                anyhow::bail!("{}", short_of(cfg, target, "consumed", total, r.events)?);
+            }
+            r.produced = total;
+            r.consumed = Some(r.events);
+            r.stored = Some(stored.iter().sum());
+            Ok(r)
         }
         Mode::Tasks => anyhow::bail!("the tasks mode runs in bench/tasks.rs"),
         Mode::E2e => {
@@ -120,9 +142,42 @@ pub fn run(cfg: &Config, target: &dyn Target) -> anyhow::Result<Result> {
             let name = format!("bench-e2e-{}", now_us());
             let consumers = consume_jobs(cfg, &expect, &name, true);
             let producers = produce_jobs(cfg, a.events + a.warmup, a.warmup, true);
-            run_any(cfg, target, &producers, &consumers, a.events)
+            let mut r = run_any(cfg, target, &producers, &consumers, a.events)?;
+            if r.events < a.events {
+                anyhow::bail!("{}", short_of(cfg, target, "consumed", a.events, r.events)?);
+            }
+            r.produced = a.events;
+            r.consumed = Some(r.events);
+            Ok(r)
         }
+        Mode::Baseline => anyhow::bail!("the baseline mode runs in bench/baseline.rs"),
     }
+}
+
+/// The one-line error of a run that lost events: how many were expected,
+/// how many were `what` (stored / consumed), and the memory bound if any.
+fn short_of(
+    cfg: &Config,
+    target: &dyn Target,
+    what: &str,
+    expected: u64,
+    got: u64,
+) -> anyhow::Result<String> {
+    let bound = match target.retention(cfg)? {
+        Some((bytes, overflow)) => format!(
+            "; the memory partitions are bounded at retention_bytes {bytes} (overflow \
+             {overflow}) and {} bytes per event: raise --retention-bytes",
+            cfg.event_bytes()
+        ),
+        None => String::new(),
+    };
+    Ok(format!(
+        "bench {}: {expected} events were produced to topic '{}' but only {got} are {what} \
+         ({} missing){bound}",
+        cfg.args.mode.name(),
+        cfg.topic,
+        expected - got
+    ))
 }
 
 fn run_any(
@@ -193,6 +248,9 @@ fn run_threads(
             .collect::<Vec<_>>()
     });
     let mut agg = Result {
+        produced: 0,
+        consumed: None,
+        stored: None,
         events: 0,
         bytes: 0,
         seconds: 0.0,
@@ -321,6 +379,9 @@ fn run_procs(
     }
     let count_consumers = !consumers.is_empty();
     let mut agg = Result {
+        produced: 0,
+        consumed: None,
+        stored: None,
         events: 0,
         bytes: 0,
         seconds: 0.0,

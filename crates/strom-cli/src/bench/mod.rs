@@ -8,7 +8,13 @@
 //! child processes (`--procs`) and aggregates; this file parses options and
 //! prints results. The `tasks` mode (a task queue on consumer groups) has
 //! its own runner in [`tasks`], with [`tasks_strom`] and `tasks_redis`.
+//! The `baseline` mode measures the machine itself ([`baseline`]).
+//!
+//! Counts are checked, never assumed: a consume run fails (non-zero exit,
+//! one line naming the counts) when fewer events are stored or consumed than
+//! were produced, and the JSON carries `produced` and `consumed`.
 
+mod baseline;
 mod engine;
 #[cfg(feature = "peers")]
 mod kafka;
@@ -36,6 +42,8 @@ pub enum Mode {
     E2e,
     /// A task queue: Strom shared group vs Redis Streams consumer group.
     Tasks,
+    /// A machine baseline, no target: `strom bench baseline memcpy`.
+    Baseline,
 }
 
 impl Mode {
@@ -45,6 +53,7 @@ impl Mode {
             Mode::Consume => "consume",
             Mode::E2e => "e2e",
             Mode::Tasks => "tasks",
+            Mode::Baseline => "baseline",
         }
     }
 }
@@ -53,6 +62,17 @@ impl Mode {
 pub struct BenchArgs {
     #[arg(value_enum)]
     mode: Mode,
+    /// baseline: what to measure (`memcpy`).
+    baseline: Option<String>,
+    /// baseline memcpy: bytes per copy (8MiB, 64KiB, 1GiB, or a number).
+    #[arg(long, default_value = "8MiB")]
+    size: String,
+    /// Strom memory partitions: their size bound (retention_bytes) for this
+    /// run's topic. Default: enough for every event of the run (warm-up
+    /// included) plus a quarter and 64 MiB of headroom. The topic drops its
+    /// oldest batches past the bound, and a consume run then fails loudly.
+    #[arg(long)]
+    retention_bytes: Option<u64>,
     /// strom://GROUP_FILE, strom://HOST:PORT, kafka://HOST:PORT or
     /// redis://HOST:PORT; omit for the group of --group-file / --address
     /// (or STROM_GROUP_FILE / STROM_ADDRESS), or, without either, an
@@ -159,6 +179,11 @@ impl Config {
         if args.partitions == 0 || args.producers == 0 || args.consumers == 0 {
             anyhow::bail!("--partitions, --producers and --consumers must be at least 1");
         }
+        if args.retention_bytes.is_some() && args.partition_type != "memory" {
+            anyhow::bail!(
+                "--retention-bytes sizes memory partitions only (--partition-type memory)"
+            );
+        }
         if !(0.0..=1.0).contains(&args.selectivity) {
             anyhow::bail!("--selectivity is a fraction between 0 and 1");
         }
@@ -180,6 +205,20 @@ impl Config {
     /// Consumers actually used: at most one per partition.
     pub fn consumers(&self) -> u32 {
         self.args.consumers.min(self.args.partitions)
+    }
+
+    /// Bytes of one event (metadata + data).
+    pub fn event_bytes(&self) -> u64 {
+        (self.payload.meta.len() + self.payload.data.len()) as u64
+    }
+
+    /// The retention_bytes a memory topic of this run gets: `--retention-bytes`,
+    /// or every event of the run (warm-up included) plus 25 % and 64 MiB.
+    pub fn memory_retention(&self) -> u64 {
+        self.args.retention_bytes.unwrap_or_else(|| {
+            let all = (self.args.events + self.args.warmup).saturating_mul(self.event_bytes());
+            all.saturating_add(all / 4).saturating_add(64 << 20)
+        })
     }
 
     /// Bytes of data a consumer selects from each event.
@@ -245,6 +284,11 @@ pub trait Target: Send + Sync {
     fn child_target(&self) -> String;
     /// The local server process, for its memory, if there is one.
     fn server_pid(&self) -> Option<u32>;
+    /// A bounded (memory) topic's size bound and overflow policy, for the
+    /// report and for the error when retention lost events.
+    fn retention(&self, _cfg: &Config) -> anyhow::Result<Option<(u64, &'static str)>> {
+        Ok(None)
+    }
 }
 
 #[cfg(feature = "peers")]
@@ -368,6 +412,16 @@ pub fn run(args: BenchArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> {
     if args.mode == Mode::Tasks && args.worker_job.is_none() {
         return run_tasks(args, group_file);
     }
+    if args.mode == Mode::Baseline {
+        return match args.baseline.as_deref() {
+            Some("memcpy") => baseline::memcpy(&args.size, args.json),
+            Some(b) => anyhow::bail!("unknown baseline '{b}': use `strom bench baseline memcpy`"),
+            None => anyhow::bail!("`strom bench baseline` needs what to measure: memcpy"),
+        };
+    }
+    if let Some(b) = &args.baseline {
+        anyhow::bail!("unexpected argument '{b}': only `strom bench baseline` takes one");
+    }
     let worker_job = args.worker_job.clone();
     let target_spec = args
         .target
@@ -382,14 +436,21 @@ pub fn run(args: BenchArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> {
     let rss = target.server_pid().map(sys::RssSampler::start);
     let result = engine::run(&cfg, target.as_ref())?;
     let memory = rss.map(|s| (s.pid, s.finish()));
-    report(&cfg, target_spec.as_deref(), result, memory);
+    let retention = target.retention(&cfg)?;
+    report(&cfg, target_spec.as_deref(), result, memory, retention);
     drop(target);
     Ok(())
 }
 
 type Memory = (u32, (u64, Option<u64>));
 
-fn report(cfg: &Config, target: Option<&str>, r: engine::Result, memory: Option<Memory>) {
+fn report(
+    cfg: &Config,
+    target: Option<&str>,
+    r: engine::Result,
+    memory: Option<Memory>,
+    retention: Option<(u64, &'static str)>,
+) {
     let a = &cfg.args;
     let mut lats = r.lats_us;
     lats.sort_unstable();
@@ -399,6 +460,9 @@ fn report(cfg: &Config, target: Option<&str>, r: engine::Result, memory: Option<
         "target": target.unwrap_or("strom://embedded"),
         "mode": a.mode.name(),
         "events": r.events,
+        "produced": r.produced,
+        "consumed": r.consumed,
+        "stored": r.stored,
         "bytes": r.bytes,
         "seconds": r.seconds,
         "events_per_s": eps,
@@ -417,6 +481,16 @@ fn report(cfg: &Config, target: Option<&str>, r: engine::Result, memory: Option<
         "rate": a.rate,
         "topic": cfg.topic,
     });
+    if let Some((bytes, overflow)) = retention {
+        out["memory_retention_bytes"] = bytes.into();
+        out["memory_overflow"] = overflow.into();
+        out["memory_retention"] = if a.retention_bytes.is_some() {
+            "--retention-bytes"
+        } else {
+            "sized for the run"
+        }
+        .into();
+    }
     if a.mode == Mode::E2e {
         out["p50_us"] = workload::percentile(&lats, 0.5).into();
         out["p99_us"] = workload::percentile(&lats, 0.99).into();
@@ -444,6 +518,15 @@ fn report(cfg: &Config, target: Option<&str>, r: engine::Result, memory: Option<
         r.seconds,
         eps,
         mbps
+    );
+    println!(
+        "produced {}, consumed {}, stored {}{}",
+        r.produced,
+        r.consumed.map_or("-".to_string(), |c| c.to_string()),
+        r.stored.map_or("-".to_string(), |c| c.to_string()),
+        retention
+            .map(|(b, o)| format!("; memory retention {b} bytes, overflow {o}"))
+            .unwrap_or_default()
     );
     if a.mode == Mode::E2e {
         println!(

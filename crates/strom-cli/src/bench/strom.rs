@@ -1,6 +1,8 @@
 //! The Strom target: an embedded server (default) or a running group,
 //! driven through the ordinary client API. Metadata and data travel on
 //! their own paths; a consumer fetches the `--selectivity` part of the data.
+//! A memory topic is created with an explicit size bound sized for the run
+//! (`Config::memory_retention`), never the server's silent default.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -67,6 +69,7 @@ impl StromTarget {
 
 impl Target for StromTarget {
     fn prepare(&mut self, cfg: &Config) -> anyhow::Result<()> {
+        let memory = cfg.partition_type == PartitionType::Memory;
         let topic = match self.driver.open_topic(&cfg.topic) {
             Ok(t) => t,
             Err(e) if e.code() == ErrorCode::TOPIC_NOT_FOUND => {
@@ -74,10 +77,12 @@ impl Target for StromTarget {
                     partition_type: cfg.partition_type,
                     durability: cfg.durability,
                     // A produce-only run has no consumer to ack, so a
-                    // `block` memory topic would stall once full: measure
-                    // with the bound dropping the oldest batches instead.
-                    overflow: (cfg.partition_type == PartitionType::Memory)
-                        .then_some(Overflow::DropOldest),
+                    // `block` memory topic would stall once full: the bound
+                    // is sized to hold the whole run instead, and should it
+                    // still drop (too small a --retention-bytes), the
+                    // consume run sees fewer events stored and fails.
+                    overflow: memory.then_some(Overflow::DropOldest),
+                    retention_bytes: memory.then(|| cfg.memory_retention()),
                     ..TopicSpec::new(&cfg.topic, cfg.args.partitions)
                 })?
             }
@@ -142,6 +147,18 @@ impl Target for StromTarget {
 
     fn child_target(&self) -> String {
         format!("strom://{}", self.driver.master_addr())
+    }
+
+    fn retention(&self, cfg: &Config) -> anyhow::Result<Option<(u64, &'static str)>> {
+        let spec = self.topic(cfg)?.describe()?.spec;
+        Ok(match (spec.partition_type, spec.effective_overflow()) {
+            (PartitionType::Memory, Some(o)) => {
+                // No bound in the spec: the server's default (512 MiB unless
+                // its config says otherwise); topics made here always have one.
+                Some((spec.retention_bytes.unwrap_or(512 << 20), o.as_str()))
+            }
+            _ => None,
+        })
     }
 
     fn server_pid(&self) -> Option<u32> {
