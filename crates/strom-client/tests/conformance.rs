@@ -14,11 +14,13 @@ use common::{
 };
 use serde_json::json;
 use strom_client::{
-    ConsumerOptions, DataBuffer, DataDescriptor, ErrorCode, EventMeta, PartitionType, Selection,
+    Batching, ConsumerOptions, DataBuffer, DataDescriptor, ErrorCode, EventMeta, PartitionType,
+    ProducerOptions, Selection,
 };
 
 conformance!(
     one_producer_keeps_push_order_within_a_partition,
+    large_and_small_batches_from_one_producer_keep_their_order,
     each_producer_keeps_its_order_and_offsets_are_dense,
     every_data_selector_fetches_exactly_the_selected_bytes,
     custom_broker_receives_the_bytes_across_its_buffers_in_order,
@@ -100,6 +102,43 @@ fn one_producer_keeps_push_order_within_a_partition(pt: PartitionType) {
     let events = drain(&t.consumer("c").expect("consumer"));
     let order: Vec<u64> = events.iter().map(|e| field(e, "i")).collect();
     assert_eq!(order, (0..400).collect::<Vec<_>>(), "events in push order");
+}
+
+fn large_and_small_batches_from_one_producer_keep_their_order(pt: PartitionType) {
+    // Batches over 256 KiB are appended while the connection receives the
+    // next request; a small batch right behind a large one must still get
+    // the next offset, never overtake it.
+    const N: u64 = 40;
+    const LARGE: usize = 300 << 10;
+    let size = |i: u64| if i.is_multiple_of(2) { LARGE } else { 3 };
+    let s = Server::start();
+    let t = s.driver.create_topic(spec("mixed", 1, pt)).expect("topic");
+    let p = t
+        .producer_with(ProducerOptions {
+            batch: Batching::count(1),
+            max_batches: 4,
+            ..Default::default()
+        })
+        .expect("producer");
+    let futs: Vec<_> = (0..N)
+        .map(|i| {
+            let data = random_bytes(i, size(i));
+            p.push(json!({ "i": i }), data).expect("push")
+        })
+        .collect();
+    p.close().expect("close");
+    let ids: Vec<u64> = futs
+        .into_iter()
+        .map(|f| f.wait().expect("stored").offset)
+        .collect();
+    assert_eq!(ids, (0..N).collect::<Vec<_>>(), "offsets in push order");
+    let events = drain(&t.consumer("c").expect("consumer"));
+    let order: Vec<u64> = events.iter().map(|e| field(e, "i")).collect();
+    assert_eq!(order, (0..N).collect::<Vec<_>>(), "events in push order");
+    for e in &events {
+        let i = field(e, "i");
+        assert_eq!(e.data(), &random_bytes(i, size(i))[..], "data of event {i}");
+    }
 }
 
 // ---------------------------------------------------- selectors and brokers
