@@ -8,28 +8,10 @@ mod common;
 use std::path::Path;
 use std::sync::Arc;
 
-use common::{read_all, TestBatch};
+use common::{create_sim, open_sim, read_all, small_segments, TestBatch};
 use strom_storage::sim::{Fault, FaultOp, SimFs, SimRng};
 use strom_storage::vfs::Vfs;
-use strom_storage::{FileLog, LogConfig, PartitionLog, StorageError};
-
-fn config() -> LogConfig {
-    LogConfig {
-        segment_bytes: 8 * 1024,
-        index_interval_bytes: 256,
-        ..LogConfig::default()
-    }
-}
-
-fn create(fs: &SimFs) -> FileLog {
-    let vfs: Arc<dyn Vfs> = Arc::new(fs.clone());
-    FileLog::create_with(vfs, Path::new("/p0"), config()).unwrap()
-}
-
-fn open(fs: &SimFs) -> FileLog {
-    let vfs: Arc<dyn Vfs> = Arc::new(fs.clone());
-    FileLog::open_with(vfs, Path::new("/p0"), config()).unwrap()
-}
+use strom_storage::{FileLog, PartitionLog, StorageError};
 
 fn fault(op: FaultOp, errno: i32, path: &str, times: Option<u32>) -> Fault {
     Fault {
@@ -54,7 +36,7 @@ fn append(log: &FileLog, i: u64) -> Result<u64, StorageError> {
 fn a_failed_fdatasync_stops_the_log_until_it_is_reopened() {
     for file in [".log", ".data"] {
         let fs = SimFs::new();
-        let log = create(&fs);
+        let log = create_sim(&fs);
         for i in 0..5 {
             append(&log, i).unwrap();
         }
@@ -81,7 +63,7 @@ fn a_failed_fdatasync_stops_the_log_until_it_is_reopened() {
         drop(log);
         // Power loss, then reopen: everything acknowledged is there.
         let img = fs.crash_image(&mut SimRng::new(7));
-        let log = open(&img);
+        let log = open_sim(&img);
         assert!(log.next_offset() >= acked);
         assert_eq!(log.failure(), None);
         assert!(read_all(&log, 0).len() >= 5);
@@ -93,7 +75,7 @@ fn a_failed_fdatasync_stops_the_log_until_it_is_reopened() {
 #[test]
 fn a_failed_write_stops_the_log() {
     let fs = SimFs::new();
-    let log = create(&fs);
+    let log = create_sim(&fs);
     append(&log, 0).unwrap();
     fs.inject(fault(FaultOp::Write, libc::EIO, ".data", Some(1)));
     let err = append(&log, 1).unwrap_err();
@@ -110,7 +92,7 @@ fn a_failed_write_stops_the_log() {
 fn a_full_disk_is_disk_full_and_the_log_carries_on_when_space_returns() {
     for file in [".log", ".data", ".index"] {
         let fs = SimFs::new();
-        let log = create(&fs);
+        let log = create_sim(&fs);
         let mut i = 0;
         while log.stats().segments < 2 {
             append(&log, i).unwrap();
@@ -150,7 +132,7 @@ fn a_full_disk_is_disk_full_and_the_log_carries_on_when_space_returns() {
         log.sync_all().unwrap();
         let all = read_all(&log, 0);
         drop(log);
-        let log = open(&fs.crash_image(&mut SimRng::new(1)));
+        let log = open_sim(&fs.crash_image(&mut SimRng::new(1)));
         assert_eq!(read_all(&log, 0).len(), all.len(), "{file}");
     }
 }
@@ -161,12 +143,12 @@ fn new_directories_and_segments_survive_power_loss_once_synced() {
         let fs = SimFs::new();
         let vfs: Arc<dyn Vfs> = Arc::new(fs.clone());
         let dir = Path::new("/data/topic/p0");
-        let log = FileLog::create_with(vfs, dir, config()).unwrap();
+        let log = FileLog::create_with(vfs, dir, small_segments()).unwrap();
         // The partition exists as soon as create returns.
         let img = fs.crash_image(&mut SimRng::new(seed));
         let vfs: Arc<dyn Vfs> = Arc::new(img);
         assert_eq!(
-            FileLog::open_with(vfs, dir, config())
+            FileLog::open_with(vfs, dir, small_segments())
                 .unwrap()
                 .next_offset(),
             0
@@ -180,7 +162,7 @@ fn new_directories_and_segments_survive_power_loss_once_synced() {
         let acked = log.next_offset();
         let img = fs.crash_image(&mut SimRng::new(seed));
         let vfs: Arc<dyn Vfs> = Arc::new(img);
-        let log = FileLog::open_with(vfs, dir, config()).unwrap();
+        let log = FileLog::open_with(vfs, dir, small_segments()).unwrap();
         assert_eq!(log.next_offset(), acked, "seed {seed}");
         assert_eq!(read_all(&log, 0).len() as u64, i, "seed {seed}");
     }

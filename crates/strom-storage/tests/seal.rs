@@ -8,32 +8,11 @@
 mod common;
 
 use std::path::Path;
-use std::sync::Arc;
 
-use common::{check_batch, read_all, TestBatch};
+use common::{check_batch, create_sim, open_sim, read_all, TestBatch, SIM_DIR};
 use strom_storage::sim::{Fault, FaultOp, SimFs, SimRng};
 use strom_storage::vfs::Vfs;
-use strom_storage::{AppendBatch, FileLog, LogConfig, PartitionLog, StorageError, StoredBatch};
-
-const DIR: &str = "/p0";
-
-fn config() -> LogConfig {
-    LogConfig {
-        segment_bytes: 8 * 1024,
-        index_interval_bytes: 256,
-        ..LogConfig::default()
-    }
-}
-
-fn create(fs: &SimFs) -> FileLog {
-    let vfs: Arc<dyn Vfs> = Arc::new(fs.clone());
-    FileLog::create_with(vfs, Path::new(DIR), config()).unwrap()
-}
-
-fn open(fs: &SimFs) -> FileLog {
-    let vfs: Arc<dyn Vfs> = Arc::new(fs.clone());
-    FileLog::open_with(vfs, Path::new(DIR), config()).unwrap()
-}
+use strom_storage::{AppendBatch, FileLog, PartitionLog, StorageError, StoredBatch};
 
 /// Appends standard batches from `*i` on until the log has `segments`.
 fn append_until(log: &FileLog, i: &mut u64, segments: u32) {
@@ -71,14 +50,14 @@ fn read_checked(log: &FileLog) -> Vec<StoredBatch> {
 
 fn index_files_exist(fs: &SimFs, base: u64) -> bool {
     ["index", "timeindex"].iter().all(|ext| {
-        fs.exists(&Path::new(DIR).join(format!("{base:020}.{ext}")))
+        fs.exists(&Path::new(SIM_DIR).join(format!("{base:020}.{ext}")))
             .unwrap()
     })
 }
 
 fn segment_bases(fs: &SimFs) -> Vec<u64> {
     let mut bases: Vec<u64> = fs
-        .list(Path::new(DIR))
+        .list(Path::new(SIM_DIR))
         .unwrap()
         .iter()
         .filter_map(|n| n.strip_suffix(".log"))
@@ -91,7 +70,7 @@ fn segment_bases(fs: &SimFs) -> Vec<u64> {
 #[test]
 fn an_append_that_rolls_does_not_wait_for_the_disk() {
     let fs = SimFs::new();
-    let log = create(&fs);
+    let log = create_sim(&fs);
     // Every fdatasync of the first segment's data fails: an append that
     // sealed it on the way would fail too.
     fs.inject(Fault {
@@ -121,7 +100,7 @@ fn an_append_that_rolls_does_not_wait_for_the_disk() {
 #[test]
 fn the_periodic_pass_seals_rolled_segments_once() {
     let fs = SimFs::new();
-    let log = create(&fs);
+    let log = create_sim(&fs);
     let mut i = 0;
     append_until(&log, &mut i, 3);
     let bases = segment_bases(&fs);
@@ -137,7 +116,7 @@ fn the_periodic_pass_seals_rolled_segments_once() {
     let expected = read_all(&log, 0);
     let active_first = bases[2];
     let image = fs.crash_image(&mut SimRng::new(7));
-    let reopened = open(&image);
+    let reopened = open_sim(&image);
     let sealed: Vec<_> = expected
         .iter()
         .filter(|b| b.base_offset < active_first)
@@ -153,7 +132,7 @@ fn the_periodic_pass_seals_rolled_segments_once() {
 #[test]
 fn closing_seals_rolled_segments() {
     let fs = SimFs::new();
-    let log = create(&fs);
+    let log = create_sim(&fs);
     let mut i = 0;
     append_until(&log, &mut i, 2);
     let bases = segment_bases(&fs);
@@ -165,7 +144,7 @@ fn closing_seals_rolled_segments() {
 fn power_loss_before_a_seal_loses_nothing_synced_and_serves_nothing_damaged() {
     for seed in 0..200 {
         let fs = SimFs::new();
-        let log = create(&fs);
+        let log = create_sim(&fs);
         let mut i = 0;
         append_until(&log, &mut i, 2);
         log.sync_all().unwrap();
@@ -175,7 +154,7 @@ fn power_loss_before_a_seal_loses_nothing_synced_and_serves_nothing_damaged() {
         append_until(&log, &mut i, 4);
         let image = fs.crash_image(&mut SimRng::new(seed));
         drop(log);
-        let reopened = open(&image);
+        let reopened = open_sim(&image);
         assert!(reopened.next_offset() >= synced, "seed {seed}");
         // Every batch read back is whole (read_all checks the CRCs of meta
         // and data) and the synced ones are the ones written.

@@ -1,13 +1,43 @@
 //! Helpers shared by the storage integration tests: deterministic batches
-//! whose meta describes their data, and a checker that reads a batch back
-//! and compares every byte.
+//! whose meta describes their data, a checker that reads a batch back and
+//! compares every byte, and a small-segment log on a simulated disk.
 
 #![allow(dead_code)]
 
 pub mod disk;
 
+use std::path::Path;
+use std::sync::Arc;
+
 use bytes::Bytes;
-use strom_storage::{AppendBatch, Appended, PartitionLog, StoredBatch};
+use strom_storage::sim::SimFs;
+use strom_storage::vfs::Vfs;
+use strom_storage::{AppendBatch, Appended, FileLog, LogConfig, PartitionLog, StoredBatch};
+
+/// Where the simulated-disk tests keep their partition.
+pub const SIM_DIR: &str = "/p0";
+
+/// 8 KiB segments (a roll every few standard batches), an index entry every
+/// 256 bytes.
+pub fn small_segments() -> LogConfig {
+    LogConfig {
+        segment_bytes: 8 * 1024,
+        index_interval_bytes: 256,
+        ..LogConfig::default()
+    }
+}
+
+/// Creates the partition at [`SIM_DIR`] on the simulated disk `fs`.
+pub fn create_sim(fs: &SimFs) -> FileLog {
+    let vfs: Arc<dyn Vfs> = Arc::new(fs.clone());
+    FileLog::create_with(vfs, Path::new(SIM_DIR), small_segments()).unwrap()
+}
+
+/// Opens (recovers) the partition at [`SIM_DIR`] on `fs`.
+pub fn open_sim(fs: &SimFs) -> FileLog {
+    let vfs: Arc<dyn Vfs> = Arc::new(fs.clone());
+    FileLog::open_with(vfs, Path::new(SIM_DIR), small_segments()).unwrap()
+}
 
 /// Deterministic payload byte stream for `seed`.
 pub fn payload(seed: u64, len: usize) -> Vec<u8> {
