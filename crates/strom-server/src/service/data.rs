@@ -62,8 +62,6 @@ impl DataService {
         self.host.get(topic, id)
     }
 
-    /// Appends a checked batch; `done` runs once the batch is appended (and
-    /// durable as its partition promises). Calls order the offsets.
     /// Whether appending `batch` means a long file write, better run off
     /// the async workers (`produce_pipelined`).
     pub fn is_large(batch: &ValidBatch) -> bool {
@@ -82,6 +80,8 @@ impl DataService {
         tokio::task::spawn_blocking(move || p.append(batch, done))
     }
 
+    /// Appends a checked batch; `done` runs once the batch is appended (and
+    /// durable as its partition promises). Calls order the offsets.
     pub fn produce(&self, p: &PartitionManager, batch: ValidBatch, done: AppendReply) {
         // Large batches mean long file writes: let the runtime move other
         // work off this worker meanwhile.
