@@ -22,6 +22,7 @@ use super::workload::{now_us, parts_of, per_partition, share};
 use super::{Config, ConsumeJob, Mode, Outcome, ProduceJob, Target};
 
 /// Aggregate of one timed phase.
+#[derive(Default)]
 pub struct Result {
     /// Events produced for this run (consume: what the topic should hold).
     pub produced: u64,
@@ -247,15 +248,7 @@ fn run_threads(
             })
             .collect::<Vec<_>>()
     });
-    let mut agg = Result {
-        produced: 0,
-        consumed: None,
-        stored: None,
-        events: 0,
-        bytes: 0,
-        seconds: 0.0,
-        lats_us: Vec::new(),
-    };
+    let mut agg = Result::default();
     let (mut first, mut last) = (None::<Instant>, None::<Instant>);
     for r in results {
         let (is_consumer, start, end, out) = r?;
@@ -378,15 +371,7 @@ fn run_procs(
         c.stdin.flush()?;
     }
     let count_consumers = !consumers.is_empty();
-    let mut agg = Result {
-        produced: 0,
-        consumed: None,
-        stored: None,
-        events: 0,
-        bytes: 0,
-        seconds: 0.0,
-        lats_us: Vec::new(),
-    };
+    let mut agg = Result::default();
     let (mut first, mut last) = (u64::MAX, 0u64);
     for c in &mut children {
         let v = read_json_line(c)?;
