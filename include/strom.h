@@ -90,7 +90,7 @@ typedef struct {
   // Microseconds since the UNIX epoch, assigned by the server.
   uint64_t timestamp_us;
   // The metadata as stored (JSON text with the default serializer).
-  const uint8_t *metadata;
+  const char *metadata;
   size_t metadata_len;
   // Size of the whole data part (`UINT64_MAX` in broker callbacks,
   // which get the selected length instead).
@@ -248,7 +248,7 @@ typedef void (*strom_release_fn)(void *user);
 // when `release` is set.
 typedef struct {
   // The metadata, as text in the topic's serializer (JSON by default).
-  const uint8_t *metadata;
+  const char *metadata;
   size_t metadata_len;
   // The data part, as pieces sent back to back (may be NULL if 0).
   const strom_iovec *data;
@@ -483,7 +483,7 @@ strom_status strom_event_info(const strom_event *event, strom_event_meta *out);
 // The event's metadata (JSON text with the default serializer, not
 // NUL-terminated); `*len` receives its length. Borrowed until the event
 // is freed. NULL if `event` is NULL.
-const uint8_t *strom_event_metadata(const strom_event *event, size_t *len);
+const char *strom_event_metadata(const strom_event *event, size_t *len);
 
 // Bytes of data fetched for this event (the selected part).
 uint64_t strom_event_fetched_len(const strom_event *event);
@@ -497,10 +497,7 @@ const uint8_t *strom_event_data(const strom_event *event, size_t *len);
 // Copies the fetched data (all buffers, in order) into `dst`, up to `cap`
 // bytes; `*copied` receives the bytes copied. `STROM_ERR_INVALID_ARGUMENT`
 // if `cap` is smaller than `strom_event_fetched_len` (nothing is copied).
-strom_status strom_event_copy_data(const strom_event *event,
-                                   uint8_t *dst,
-                                   size_t cap,
-                                   size_t *copied);
+strom_status strom_event_copy_data(const strom_event *event, void *dst, size_t cap, size_t *copied);
 
 // Acks the event: for a named consumer this covers every earlier event of
 // its partition too. Returns at once; the ack is persisted in the
@@ -521,7 +518,7 @@ void strom_event_free(strom_event *event);
 strom_status strom_producer_options_init(strom_producer_options *opts);
 
 // Fills `push` for an event with this metadata and no data.
-strom_status strom_push_init(strom_push *push, const uint8_t *metadata, size_t metadata_len);
+strom_status strom_push_init(strom_push *push, const char *metadata, size_t metadata_len);
 
 // Opens a producer on `topic`; `opts` may be NULL for the defaults.
 strom_status strom_producer_open(const strom_topic *topic,
@@ -535,7 +532,7 @@ strom_status strom_producer_open(const strom_topic *topic,
 // (errors then surface at `strom_producer_flush`); otherwise `*out` is a
 // new future to free with `strom_future_free`.
 strom_status strom_producer_push(const strom_producer *producer,
-                                 const uint8_t *metadata,
+                                 const char *metadata,
                                  size_t metadata_len,
                                  const strom_iovec *data,
                                  size_t ndata,

@@ -30,10 +30,11 @@ fi
 rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt clippy >/dev/null 2>&1 || true
 
 if have apt-get && have dpkg; then
-  # openmpi-bin: the mpirun launcher test (no MPI library is linked).
+  # openmpi-bin: the mpirun launcher test; libopenmpi-dev and gfortran:
+  # the MPI examples of libstrom (mpicc, mpicxx, mpifort).
   # postgresql: the `strom sink postgres` tests start a throw-away cluster
   # with its initdb/postgres (as the `postgres` user the package creates).
   # prometheus: `promtool check metrics` on the /metrics endpoint.
   # chromium: the dashboard test loads the page headless.
-  apt_install build-essential pkg-config openmpi-bin postgresql prometheus chromium
+  apt_install build-essential pkg-config openmpi-bin libopenmpi-dev gfortran postgresql prometheus chromium
 fi

@@ -3,7 +3,7 @@
 //! [`DataSelector`] and [`DataBroker`].
 
 use std::any::Any;
-use std::ffi::c_void;
+use std::ffi::{c_char, c_void};
 
 use strom_client::{DataBroker, DataBuffer, DataDescriptor, DataSelector, EventMeta, Selection};
 
@@ -45,7 +45,7 @@ pub struct strom_event_meta {
     /// Microseconds since the UNIX epoch, assigned by the server.
     pub timestamp_us: u64,
     /// The metadata as stored (JSON text with the default serializer).
-    pub metadata: *const u8,
+    pub metadata: *const c_char,
     pub metadata_len: usize,
     /// Size of the whole data part (`UINT64_MAX` in broker callbacks,
     /// which get the selected length instead).
@@ -146,7 +146,7 @@ pub(crate) fn meta_view(m: &EventMeta, data_size: u64, descriptor: &[u8]) -> str
         partition: m.partition,
         offset: m.offset,
         timestamp_us: m.timestamp_us,
-        metadata: m.raw().as_ptr(),
+        metadata: m.raw().as_ptr().cast(),
         metadata_len: m.raw().len(),
         data_size,
         descriptor: descriptor.as_ptr(),

@@ -1,5 +1,6 @@
 //! Consumed events in C: their metadata and fetched data, and acks.
 
+use std::ffi::{c_char, c_void};
 use std::time::Duration;
 
 use strom_client::Event;
@@ -48,9 +49,12 @@ pub unsafe extern "C" fn strom_event_info(
 /// NUL-terminated); `*len` receives its length. Borrowed until the event
 /// is freed. NULL if `event` is NULL.
 #[no_mangle]
-pub unsafe extern "C" fn strom_event_metadata(event: *const strom_event, len: *mut usize) -> *const u8 {
+pub unsafe extern "C" fn strom_event_metadata(
+    event: *const strom_event,
+    len: *mut usize,
+) -> *const c_char {
     let (p, n) = match event.as_ref() {
-        Some(e) => (e.inner.raw().as_ptr(), e.inner.raw().len()),
+        Some(e) => (e.inner.raw().as_ptr().cast(), e.inner.raw().len()),
         None => (std::ptr::null(), 0),
     };
     if !len.is_null() {
@@ -88,7 +92,7 @@ pub unsafe extern "C" fn strom_event_data(event: *const strom_event, len: *mut u
 #[no_mangle]
 pub unsafe extern "C" fn strom_event_copy_data(
     event: *const strom_event,
-    dst: *mut u8,
+    dst: *mut c_void,
     cap: usize,
     copied: *mut usize,
 ) -> strom_status {
@@ -108,7 +112,7 @@ pub unsafe extern "C" fn strom_event_copy_data(
         }
         for b in e.buffers() {
             let n = left.min(b.as_slice().len());
-            std::ptr::copy_nonoverlapping(b.as_slice().as_ptr(), dst.add(at), n);
+            std::ptr::copy_nonoverlapping(b.as_slice().as_ptr(), dst.cast::<u8>().add(at), n);
             at += n;
             left -= n;
         }

@@ -1,7 +1,7 @@
 //! Producers and push futures: events go out in background batches, and
 //! each push returns a future that resolves to where the event was stored.
 
-use std::ffi::c_void;
+use std::ffi::{c_char, c_void};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -68,7 +68,7 @@ pub struct strom_producer_options {
 #[repr(C)]
 pub struct strom_push {
     /// The metadata, as text in the topic's serializer (JSON by default).
-    pub metadata: *const u8,
+    pub metadata: *const c_char,
     pub metadata_len: usize,
     /// The data part, as pieces sent back to back (may be NULL if 0).
     pub data: *const strom_iovec,
@@ -109,7 +109,7 @@ pub unsafe extern "C" fn strom_producer_options_init(
 #[no_mangle]
 pub unsafe extern "C" fn strom_push_init(
     push: *mut strom_push,
-    metadata: *const u8,
+    metadata: *const c_char,
     metadata_len: usize,
 ) -> strom_status {
     guard(|| {
@@ -263,7 +263,7 @@ unsafe fn push(
     out: *mut *mut strom_future,
 ) -> FfiResult {
     let data = to_data(args, release)?;
-    let meta = bytes_arg(args.metadata, args.metadata_len, "metadata")?;
+    let meta = bytes_arg(args.metadata.cast(), args.metadata_len, "metadata")?;
     let desc = bytes_arg(args.descriptor, args.descriptor_len, "descriptor")?;
     let partition = match args.partition {
         -1 => None,
@@ -290,7 +290,7 @@ unsafe fn push(
 #[no_mangle]
 pub unsafe extern "C" fn strom_producer_push(
     producer: *const strom_producer,
-    metadata: *const u8,
+    metadata: *const c_char,
     metadata_len: usize,
     data: *const strom_iovec,
     ndata: usize,

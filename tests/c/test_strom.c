@@ -1,0 +1,469 @@
+/*
+ * The C conformance essentials of libstrom, against an embedded server in a
+ * fresh temporary directory: order, data selection (built-in and callback),
+ * brokers, acks that persist per consumer name, end of stream with several
+ * producers, the process callbacks, lent data, and error reporting.
+ *
+ * Built plain and with -fsanitize=address,undefined by `make test-ffi`.
+ * Exits non-zero, naming the failed check, when anything is wrong.
+ */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "strom.h"
+
+static int failures = 0;
+
+#define CHECK(cond, ...)                                                     \
+  do {                                                                       \
+    if (!(cond)) {                                                           \
+      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                   \
+      fprintf(stderr, __VA_ARGS__);                                          \
+      fprintf(stderr, "\n");                                                 \
+      failures++;                                                            \
+      return;                                                                \
+    }                                                                        \
+  } while (0)
+
+#define OK(call)                                                             \
+  do {                                                                       \
+    strom_status s_ = (call);                                                \
+    if (s_ != STROM_OK) {                                                    \
+      fprintf(stderr, "FAIL %s:%d: %s -> %s (%d): %s\n", __FILE__, __LINE__, \
+              #call, strom_status_name(s_), s_, strom_last_error());         \
+      failures++;                                                            \
+      return;                                                                \
+    }                                                                        \
+  } while (0)
+
+static strom_driver *driver;
+static char data_dir[] = "/tmp/strom-c-test-XXXXXX";
+
+static strom_topic *make_topic(const char *name, uint32_t partitions, const char *selector) {
+  strom_topic_spec spec;
+  strom_topic_spec_init(&spec, name, partitions);
+  spec.partition_type = "memory";
+  spec.selector = selector;
+  strom_topic *t = NULL;
+  if (strom_topic_create(driver, &spec, &t) != STROM_OK) {
+    fprintf(stderr, "topic %s: %s\n", name, strom_last_error());
+    exit(2);
+  }
+  return t;
+}
+
+static strom_status push_text(strom_producer *p, const char *meta, const void *data, size_t len,
+                              strom_future **f) {
+  strom_iovec iov = {data, len};
+  return strom_producer_push(p, meta, strlen(meta), &iov, len ? 1 : 0, f);
+}
+
+/* One producer's events come back in push order with their data. */
+static void test_order_and_data(void) {
+  strom_topic *t = make_topic("order", 1, NULL);
+  strom_producer *p;
+  OK(strom_producer_open(t, NULL, &p));
+  strom_future *futs[100];
+  for (int i = 0; i < 100; i++) {
+    char meta[64], data[32];
+    snprintf(meta, sizeof meta, "{\"seq\":%d}", i);
+    snprintf(data, sizeof data, "payload-%d", i);
+    OK(push_text(p, meta, data, strlen(data), &futs[i]));
+  }
+  OK(strom_producer_close(p));
+  uint64_t last = 0;
+  for (int i = 0; i < 100; i++) {
+    strom_event_id id;
+    OK(strom_future_wait(futs[i], &id));
+    CHECK(i == 0 || id.offset > last, "offsets not increasing at %d", i);
+    last = id.offset;
+    int done = 0;
+    OK(strom_future_test(futs[i], &done));
+    CHECK(done == 1, "a waited future is not done");
+    strom_future_free(futs[i]);
+  }
+  strom_consumer *c;
+  OK(strom_consumer_open(t, "reader", NULL, &c));
+  for (int i = 0; i < 100; i++) {
+    strom_event *e;
+    OK(strom_consumer_pull(c, 10000, &e));
+    size_t mlen, dlen;
+    const char *meta = strom_event_metadata(e, &mlen);
+    char want[64];
+    snprintf(want, sizeof want, "{\"seq\":%d}", i);
+    CHECK(mlen == strlen(want) && memcmp(meta, want, mlen) == 0, "event %d metadata %.*s", i,
+          (int)mlen, meta);
+    const uint8_t *data = strom_event_data(e, &dlen);
+    snprintf(want, sizeof want, "payload-%d", i);
+    CHECK(dlen == strlen(want) && memcmp(data, want, dlen) == 0, "event %d data", i);
+    strom_event_meta info;
+    OK(strom_event_info(e, &info));
+    CHECK(info.data_size == dlen && info.partition == 0, "event %d info", i);
+    strom_event_free(e);
+  }
+  strom_event *e = (strom_event *)1;
+  strom_status s = strom_consumer_pull(c, 10000, &e);
+  CHECK(s == STROM_END_OF_STREAM && e == NULL, "expected the end of the stream, got %s",
+        strom_status_name(s));
+  strom_consumer_free(c);
+  strom_producer_free(p);
+  strom_topic_free(t);
+}
+
+/* A C selector picks a range of each event; a built-in one skips events. */
+static strom_status pick_middle(void *user, const strom_event_meta *meta, strom_selection *out) {
+  (void)user;
+  out->kind = STROM_SELECT_RANGE;
+  out->offset = 4;
+  out->len = meta->data_size - 8;
+  return STROM_OK;
+}
+
+static void test_selection(void) {
+  strom_topic *t = make_topic("select", 1, NULL);
+  strom_producer *p;
+  OK(strom_producer_open(t, NULL, &p));
+  char data[64];
+  for (int i = 0; i < 64; i++) data[i] = (char)i;
+  for (int i = 0; i < 10; i++) {
+    const char *meta = i % 2 ? "{\"kind\":\"signal\"}" : "{\"kind\":\"noise\"}";
+    OK(push_text(p, meta, data, sizeof data, NULL));
+  }
+  OK(strom_producer_close(p));
+
+  strom_consumer_options o;
+  strom_consumer_options_init(&o);
+  o.selector = pick_middle;
+  strom_consumer *c;
+  OK(strom_consumer_open(t, "middle", &o, &c));
+  for (int i = 0; i < 10; i++) {
+    strom_event *e;
+    OK(strom_consumer_pull(c, 10000, &e));
+    size_t n;
+    const uint8_t *d = strom_event_data(e, &n);
+    CHECK(n == 56 && memcmp(d, data + 4, 56) == 0, "range selection fetched %zu bytes", n);
+    strom_event_free(e);
+  }
+  strom_consumer_free(c);
+
+  strom_consumer_options_init(&o);
+  o.select = "kind == signal then bytes[0:16]";
+  OK(strom_consumer_open(t, "signals", &o, &c));
+  int signals = 0;
+  for (;;) {
+    strom_event *e;
+    strom_status s = strom_consumer_pull(c, 10000, &e);
+    if (s == STROM_END_OF_STREAM) break;
+    OK(s);
+    size_t n;
+    const uint8_t *d = strom_event_data(e, &n);
+    size_t mlen;
+    const char *m = strom_event_metadata(e, &mlen);
+    int is_signal = memmem(m, mlen, "signal", 6) != NULL;
+    CHECK(is_signal ? (n == 16 && memcmp(d, data, 16) == 0) : n == 0,
+          "built-in selector fetched %zu bytes of a %s event", n, is_signal ? "signal" : "noise");
+    signals += is_signal;
+    strom_event_free(e);
+  }
+  CHECK(signals == 5, "saw %d signal events", signals);
+  strom_consumer_free(c);
+
+  o.select = "kind ==";
+  strom_status s = strom_consumer_open(t, "bad", &o, &c);
+  CHECK(s == STROM_ERR_INVALID_ARGUMENT && strstr(strom_last_error(), "kind"),
+        "a bad selector gave %s: %s", strom_status_name(s), strom_last_error());
+  strom_producer_free(p);
+  strom_topic_free(t);
+}
+
+/* A broker lands each event's data across two caller buffers. */
+typedef struct {
+  atomic_int given, released;
+} broker_state;
+
+static strom_status two_buffers(void *user, const strom_event_meta *meta,
+                                const strom_selection *sel, uint64_t len, strom_buffer *bufs,
+                                size_t max, size_t *n) {
+  (void)meta;
+  (void)sel;
+  broker_state *st = user;
+  if (max < 2) return STROM_ERR_DATA_BROKER;
+  size_t half = len / 2;
+  bufs[0].base = malloc(half ? half : 1);
+  bufs[0].len = half;
+  bufs[1].base = malloc(len - half + 1);
+  bufs[1].len = len - half;
+  *n = 2;
+  atomic_fetch_add(&st->given, 2);
+  return STROM_OK;
+}
+
+static void release_buffer(void *user, const strom_buffer *b) {
+  broker_state *st = user;
+  free(b->base);
+  atomic_fetch_add(&st->released, 1);
+}
+
+static void test_broker(void) {
+  strom_topic *t = make_topic("broker", 1, NULL);
+  strom_producer *p;
+  OK(strom_producer_open(t, NULL, &p));
+  char data[1000];
+  for (int i = 0; i < 1000; i++) data[i] = (char)(i * 7);
+  for (int i = 0; i < 5; i++) OK(push_text(p, "{}", data, sizeof data, NULL));
+  OK(strom_producer_close(p));
+  broker_state st = {0, 0};
+  strom_consumer_options o;
+  strom_consumer_options_init(&o);
+  o.broker = two_buffers;
+  o.broker_release = release_buffer;
+  o.broker_user = &st;
+  strom_consumer *c;
+  OK(strom_consumer_open(t, "brokered", &o, &c));
+  for (int i = 0; i < 5; i++) {
+    strom_event *e;
+    OK(strom_consumer_pull(c, 10000, &e));
+    char out[1000];
+    size_t n = 0;
+    OK(strom_event_copy_data(e, out, sizeof out, &n));
+    CHECK(n == 1000 && memcmp(out, data, n) == 0, "brokered data differs (%zu bytes)", n);
+    strom_event_free(e);
+  }
+  strom_event *e;
+  CHECK(strom_consumer_pull(c, 10000, &e) == STROM_END_OF_STREAM, "no end of stream");
+  strom_consumer_free(c);
+  CHECK(atomic_load(&st.given) == 10 && atomic_load(&st.released) == 10,
+        "broker gave %d buffers and got %d back", atomic_load(&st.given),
+        atomic_load(&st.released));
+  strom_producer_free(p);
+  strom_topic_free(t);
+}
+
+/* Acks persist per consumer name: a new consumer of the name resumes. */
+static void test_acks(void) {
+  strom_topic *t = make_topic("acks", 1, NULL);
+  strom_producer *p;
+  OK(strom_producer_open(t, NULL, &p));
+  for (int i = 0; i < 20; i++) {
+    char meta[32];
+    snprintf(meta, sizeof meta, "{\"i\":%d}", i);
+    OK(push_text(p, meta, NULL, 0, NULL));
+  }
+  OK(strom_producer_flush(p));
+  strom_consumer *c;
+  OK(strom_consumer_open(t, "acker", NULL, &c));
+  for (int i = 0; i < 8; i++) {
+    strom_event *e;
+    OK(strom_consumer_pull(c, 10000, &e));
+    if (i == 7) OK(strom_event_ack_sync(e, 10000));
+    strom_event_free(e);
+  }
+  strom_consumer_free(c);
+  OK(strom_consumer_open(t, "acker", NULL, &c));
+  strom_event *e;
+  OK(strom_consumer_pull(c, 10000, &e));
+  strom_event_meta info;
+  OK(strom_event_info(e, &info));
+  CHECK(info.offset == 8, "resumed at offset %llu, not 8", (unsigned long long)info.offset);
+  strom_event_free(e);
+  OK(strom_consumer_seek(c, STROM_START_OFFSET, 3));
+  OK(strom_consumer_pull(c, 10000, &e));
+  OK(strom_event_info(e, &info));
+  CHECK(info.offset == 3, "seek to 3 gave offset %llu", (unsigned long long)info.offset);
+  strom_event_free(e);
+  strom_consumer_free(c);
+  OK(strom_producer_close(p));
+  strom_producer_free(p);
+  strom_topic_free(t);
+}
+
+/* The stream ends only after every producer (each on its own thread) closed. */
+typedef struct {
+  strom_producer *p;
+  int id;
+  int n;
+} producer_job;
+
+static void *produce(void *arg) {
+  producer_job *j = arg;
+  for (int i = 0; i < j->n; i++) {
+    char meta[64];
+    snprintf(meta, sizeof meta, "{\"producer\":%d,\"seq\":%d}", j->id, i);
+    if (push_text(j->p, meta, &i, sizeof i, NULL) != STROM_OK) return (void *)1;
+  }
+  return strom_producer_close(j->p) == STROM_OK ? NULL : (void *)1;
+}
+
+typedef struct {
+  int started, ended, events;
+  int last_seq[3];
+  int out_of_order;
+} counts;
+
+static void on_start(void *user) { ((counts *)user)->started++; }
+static void on_end(void *user) { ((counts *)user)->ended++; }
+static strom_status on_event(void *user, strom_event *e) {
+  counts *c = user;
+  size_t n;
+  const char *m = strom_event_metadata(e, &n);
+  int producer = -1, seq = -1;
+  char text[128];
+  snprintf(text, sizeof text, "%.*s", (int)n, (const char *)m);
+  sscanf(text, "{\"producer\":%d,\"seq\":%d}", &producer, &seq);
+  if (producer < 0 || producer > 2) return STROM_ERR_INVALID_ARGUMENT;
+  if (seq != c->last_seq[producer] + 1) c->out_of_order++;
+  c->last_seq[producer] = seq;
+  c->events++;
+  return strom_event_ack(e);
+}
+
+static void test_end_of_stream_and_process(void) {
+  strom_topic *t = make_topic("eos", 3, "hash:producer");
+  enum { N = 200 };
+  strom_producer *ps[3];
+  for (int k = 0; k < 3; k++) OK(strom_producer_open(t, NULL, &ps[k]));
+  pthread_t th[3];
+  producer_job jobs[3];
+  for (int k = 0; k < 3; k++) {
+    jobs[k] = (producer_job){ps[k], k, N};
+    pthread_create(&th[k], NULL, produce, &jobs[k]);
+  }
+  counts cs = {0, 0, 0, {-1, -1, -1}, 0};
+  strom_consumer *c;
+  OK(strom_consumer_open(t, "processor", NULL, &c));
+  strom_process_callbacks cb = {on_start, on_event, on_end};
+  OK(strom_consumer_process(c, &cb, &cs));
+  for (int k = 0; k < 3; k++) {
+    void *r;
+    pthread_join(th[k], &r);
+    CHECK(r == NULL, "producer %d failed", k);
+    strom_producer_free(ps[k]);
+  }
+  CHECK(cs.started == 1 && cs.ended == 1, "on_start %d, on_end %d", cs.started, cs.ended);
+  CHECK(cs.events == 3 * N, "processed %d events, not %d", cs.events, 3 * N);
+  CHECK(cs.out_of_order == 0, "%d events out of producer order", cs.out_of_order);
+  strom_consumer_free(c);
+  strom_topic_free(t);
+}
+
+/* A callback's non-zero status stops processing with STROM_ERR_CALLBACK. */
+static strom_status refuse(void *user, strom_event *e) {
+  (void)user;
+  (void)e;
+  return 42;
+}
+
+static void test_callback_error(void) {
+  strom_topic *t = make_topic("refuse", 1, NULL);
+  strom_producer *p;
+  OK(strom_producer_open(t, NULL, &p));
+  OK(push_text(p, "{}", NULL, 0, NULL));
+  OK(strom_producer_close(p));
+  strom_consumer *c;
+  OK(strom_consumer_open(t, "refuser", NULL, &c));
+  strom_process_callbacks cb = {NULL, refuse, NULL};
+  strom_status s = strom_consumer_process(c, &cb, NULL);
+  CHECK(s == STROM_ERR_CALLBACK && strstr(strom_last_error(), "42"),
+        "a refusing callback gave %s: %s", strom_status_name(s), strom_last_error());
+  strom_consumer_free(c);
+  strom_producer_free(p);
+  strom_topic_free(t);
+}
+
+/* Lent data is not copied and is released once libstrom is done with it. */
+static atomic_int lent_released;
+static void release_lent(void *user) {
+  free(user);
+  atomic_fetch_add(&lent_released, 1);
+}
+
+static void test_lent_data(void) {
+  strom_topic *t = make_topic("lent", 1, NULL);
+  strom_producer *p;
+  OK(strom_producer_open(t, NULL, &p));
+  for (int i = 0; i < 10; i++) {
+    char *buf = malloc(4096);
+    memset(buf, 'a' + i, 4096);
+    strom_iovec iov[2] = {{buf, 1000}, {buf + 1000, 3096}};
+    strom_push push;
+    strom_push_init(&push, "{}", 2);
+    push.data = iov;
+    push.ndata = 2;
+    push.partition = 0;
+    push.release = release_lent;
+    push.release_user = buf;
+    OK(strom_producer_push_ex(p, &push, NULL));
+  }
+  OK(strom_producer_close(p));
+  for (int i = 0; i < 200 && atomic_load(&lent_released) < 10; i++) usleep(10000);
+  CHECK(atomic_load(&lent_released) == 10, "%d of 10 lent buffers released",
+        atomic_load(&lent_released));
+  strom_consumer *c;
+  OK(strom_consumer_open(t, "lent", NULL, &c));
+  for (int i = 0; i < 10; i++) {
+    strom_event *e;
+    OK(strom_consumer_pull(c, 10000, &e));
+    size_t n;
+    const uint8_t *d = strom_event_data(e, &n);
+    CHECK(n == 4096 && d[0] == 'a' + i && d[4095] == 'a' + i, "lent event %d", i);
+    strom_event_free(e);
+  }
+  strom_consumer_free(c);
+  strom_producer_free(p);
+  strom_topic_free(t);
+}
+
+/* Errors carry stable codes, names and a message; NULL handles are refused. */
+static void test_errors(void) {
+  strom_topic *t = NULL;
+  strom_status s = strom_topic_open(driver, "no-such-topic", &t);
+  CHECK(s == STROM_ERR_TOPIC_NOT_FOUND, "open of a missing topic gave %d", s);
+  CHECK(strcmp(strom_status_name(s), "TOPIC_NOT_FOUND") == 0, "name %s", strom_status_name(s));
+  CHECK(strstr(strom_last_error(), "no-such-topic") != NULL, "message: %s", strom_last_error());
+  s = strom_producer_open(NULL, NULL, NULL);
+  CHECK(s == STROM_ERR_NULL_ARGUMENT, "NULL topic gave %d", s);
+  CHECK(strcmp(strom_status_name(STROM_END_OF_STREAM), "END_OF_STREAM") == 0, "EOS name");
+  CHECK(strcmp(strom_status_name(12345), "UNKNOWN") == 0, "unknown name");
+  strom_topic_spec spec;
+  strom_topic_spec_init(&spec, "bad-spec", 1);
+  spec.partition_type = "tape";
+  s = strom_topic_create(driver, &spec, &t);
+  CHECK(s == STROM_ERR_INVALID_ARGUMENT && strstr(strom_last_error(), "tape"),
+        "bad partition type gave %d: %s", s, strom_last_error());
+  strom_driver_free(NULL);
+  strom_event_free(NULL);
+}
+
+int main(void) {
+  if (!mkdtemp(data_dir)) {
+    perror("mkdtemp");
+    return 2;
+  }
+  if (strom_driver_embedded(data_dir, &driver) != STROM_OK) {
+    fprintf(stderr, "embedded server: %s\n", strom_last_error());
+    return 2;
+  }
+  test_order_and_data();
+  test_selection();
+  test_broker();
+  test_acks();
+  test_end_of_stream_and_process();
+  test_callback_error();
+  test_lent_data();
+  test_errors();
+  strom_driver_free(driver);
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", data_dir);
+  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", data_dir);
+  if (failures) {
+    fprintf(stderr, "%d check(s) failed\n", failures);
+    return 1;
+  }
+  printf("libstrom C tests: all passed (version %s)\n", strom_version());
+  return 0;
+}
