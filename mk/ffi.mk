@@ -1,0 +1,72 @@
+# libstrom (crates/strom-ffi): the C API, the C++ and Fortran layers, and the
+# MPI examples.
+#   make header                 - regenerate include/strom.h with cbindgen
+#   make ffi                    - build libstrom (debug; FFI_PROFILE=release)
+#   make install PREFIX=DIR     - install lib/libstrom.{so,a}, include/strom.{h,hpp,f90}
+#                                 and lib/pkgconfig/strom.pc (FFI_PROFILE=release)
+#   make test-ffi               - the C and C++ tests (plain and under ASan and
+#                                 UBSan), a program built with pkg-config against
+#                                 an installed copy, and the MPI examples; part
+#                                 of make test
+
+FFI_PROFILE ?= debug
+FFI_OUT := target/ffi
+FFI_LIB_DIR := target/$(FFI_PROFILE)
+FFI_VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
+PREFIX ?= /usr/local
+FFI_CFLAGS := -Wall -Wextra -Werror -g -Iinclude
+FFI_LIBS := -lpthread -ldl -lm
+FFI_SAN := -O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
+# LeakSanitizer is on: freeing every handle must free everything.
+FFI_SAN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+
+.PHONY: header ffi install test-ffi ffi-c-tests ffi-install-test ffi-mpi
+
+EXTRA_TEST += test-ffi
+
+header:
+	STROM_BLESS_HEADER=1 $(CARGO) test -q -p strom-ffi --test header
+
+ffi:
+	$(CARGO) build -p strom-ffi $(if $(filter release,$(FFI_PROFILE)),--release,)
+
+install: ffi
+	install -d $(PREFIX)/lib/pkgconfig $(PREFIX)/include
+	install -m 644 $(FFI_LIB_DIR)/libstrom.a $(PREFIX)/lib/libstrom.a
+	install -m 755 $(FFI_LIB_DIR)/libstrom.so $(PREFIX)/lib/libstrom.so.$(FFI_VERSION)
+	ln -sf libstrom.so.$(FFI_VERSION) $(PREFIX)/lib/libstrom.so.0
+	ln -sf libstrom.so.0 $(PREFIX)/lib/libstrom.so
+	install -m 644 include/strom.h include/strom.hpp include/strom.f90 $(PREFIX)/include/
+	sed -e 's|@PREFIX@|$(abspath $(PREFIX))|' -e 's|@VERSION@|$(FFI_VERSION)|' \
+		crates/strom-ffi/strom.pc.in > $(PREFIX)/lib/pkgconfig/strom.pc
+
+test-ffi: ffi ffi-c-tests ffi-install-test ffi-mpi
+
+# The C and C++ tests against the static library, plain and sanitized.
+ffi-c-tests: ffi
+	@mkdir -p $(FFI_OUT)
+	$(CC) -std=c11 $(FFI_CFLAGS) tests/c/test_strom.c $(FFI_LIB_DIR)/libstrom.a $(FFI_LIBS) -o $(FFI_OUT)/test_c
+	$(CC) -std=c11 $(FFI_CFLAGS) $(FFI_SAN) tests/c/test_strom.c $(FFI_LIB_DIR)/libstrom.a $(FFI_LIBS) -o $(FFI_OUT)/test_c_san
+	$(CXX) -std=c++17 $(FFI_CFLAGS) tests/cpp/test_strom.cpp $(FFI_LIB_DIR)/libstrom.a $(FFI_LIBS) -o $(FFI_OUT)/test_cpp
+	$(CXX) -std=c++17 $(FFI_CFLAGS) $(FFI_SAN) tests/cpp/test_strom.cpp $(FFI_LIB_DIR)/libstrom.a $(FFI_LIBS) -o $(FFI_OUT)/test_cpp_san
+	timeout 300 $(FFI_OUT)/test_c
+	$(FFI_SAN_ENV) timeout 300 $(FFI_OUT)/test_c_san
+	timeout 300 $(FFI_OUT)/test_cpp
+	$(FFI_SAN_ENV) timeout 300 $(FFI_OUT)/test_cpp_san
+
+# What a user does: install, then build with pkg-config against the shared
+# library, in a directory of its own.
+ffi-install-test: ffi
+	@set -e; tmp=$$(mktemp -d); trap 'rm -rf $$tmp' EXIT; \
+	$(MAKE) --no-print-directory install PREFIX=$$tmp/prefix >/dev/null; \
+	export PKG_CONFIG_PATH=$$tmp/prefix/lib/pkgconfig; \
+	echo "pkg-config strom: $$(pkg-config --modversion strom) $$(pkg-config --cflags --libs strom)"; \
+	$(CC) -std=c11 tests/c/test_strom.c $$(pkg-config --cflags --libs strom) -o $$tmp/test_c_shared; \
+	$(CXX) -std=c++17 tests/cpp/test_strom.cpp $$(pkg-config --cflags --libs strom) -o $$tmp/test_cpp_shared; \
+	ldd $$tmp/test_c_shared | grep -q "libstrom.so.0 => $$tmp/prefix/lib/" || \
+		{ echo "test_c_shared does not load the installed libstrom.so.0"; ldd $$tmp/test_c_shared; exit 1; }; \
+	timeout 300 $$tmp/test_c_shared; timeout 300 $$tmp/test_cpp_shared
+
+# The MPI examples (examples/mpi/README.md) at small size under mpirun.
+ffi-mpi: ffi
+	$(MAKE) --no-print-directory -C examples/mpi check STROM_LIB=$(CURDIR)/$(FFI_LIB_DIR)/libstrom.a
