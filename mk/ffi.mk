@@ -20,7 +20,7 @@ FFI_SAN := -O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitiz
 # LeakSanitizer is on: freeing every handle must free everything.
 FFI_SAN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 
-.PHONY: header ffi install test-ffi ffi-c-tests ffi-install-test ffi-mpi
+.PHONY: header ffi install test-ffi ffi-c-tests ffi-install-test ffi-doc-example ffi-mpi
 
 EXTRA_TEST += test-ffi
 
@@ -40,7 +40,7 @@ install: ffi
 	sed -e 's|@PREFIX@|$(abspath $(PREFIX))|' -e 's|@VERSION@|$(FFI_VERSION)|' \
 		crates/strom-ffi/strom.pc.in > $(PREFIX)/lib/pkgconfig/strom.pc
 
-test-ffi: ffi ffi-c-tests ffi-install-test ffi-mpi
+test-ffi: ffi ffi-c-tests ffi-install-test ffi-doc-example ffi-mpi
 
 # The C and C++ tests against the static library, plain and sanitized.
 ffi-c-tests: ffi
@@ -66,6 +66,13 @@ ffi-install-test: ffi
 	ldd $$tmp/test_c_shared | grep -q "libstrom.so.0 => $$tmp/prefix/lib/" || \
 		{ echo "test_c_shared does not load the installed libstrom.so.0"; ldd $$tmp/test_c_shared; exit 1; }; \
 	timeout 300 $$tmp/test_c_shared; timeout 300 $$tmp/test_cpp_shared
+
+# The complete example of docs/c-api.md (its first C block), as printed there.
+ffi-doc-example: ffi
+	@mkdir -p $(FFI_OUT)
+	awk '/^```c$$/{on=1; next} /^```$$/{if (on) exit} on' docs/c-api.md > $(FFI_OUT)/doc_example.c
+	$(CC) -std=c11 $(FFI_CFLAGS) $(FFI_OUT)/doc_example.c $(FFI_LIB_DIR)/libstrom.a $(FFI_LIBS) -o $(FFI_OUT)/doc_example
+	timeout 120 $(FFI_OUT)/doc_example
 
 # The MPI examples (examples/mpi/README.md) at small size under mpirun.
 ffi-mpi: ffi

@@ -11,13 +11,14 @@ use strom_client::{
     Consumer, ConsumerGroupMode, ConsumerOptions, Error, GroupOptions, Next, StartPos,
 };
 
-use crate::data::{strom_broker_fn, strom_buffer_release_fn, strom_selector_fn, CBroker, CSelector};
+use crate::data::{
+    strom_broker_fn, strom_buffer_release_fn, strom_selector_fn, CBroker, CSelector,
+};
 use crate::driver::{strom_topic, topic_ref};
 use crate::event::{new_event, strom_event};
 use crate::status::{
-    guard, opt_str_arg, out_arg, put, str_arg, strom_status, Fail, FfiResult,
-    STROM_END_OF_STREAM, STROM_ERR_CALLBACK, STROM_ERR_INVALID_ARGUMENT, STROM_ERR_TIMEOUT,
-    STROM_OK,
+    guard, opt_str_arg, out_arg, put, str_arg, strom_status, Fail, FfiResult, STROM_END_OF_STREAM,
+    STROM_ERR_CALLBACK, STROM_ERR_INVALID_ARGUMENT, STROM_ERR_TIMEOUT, STROM_OK,
 };
 
 /// A consumer. Thread-safe: several threads may pull from one consumer
@@ -175,8 +176,9 @@ unsafe fn open(
         return Ok(t.inner.consumer_with(name, copts)?);
     };
     let mode = match opt_str_arg(o.group_mode, "group_mode")? {
-        Some(m) => ConsumerGroupMode::from_str(m)
-            .map_err(|e| Fail::new(STROM_ERR_INVALID_ARGUMENT, e))?,
+        Some(m) => {
+            ConsumerGroupMode::from_str(m).map_err(|e| Fail::new(STROM_ERR_INVALID_ARGUMENT, e))?
+        }
         None => ConsumerGroupMode::Partitioned,
     };
     let mut g = GroupOptions {
@@ -187,7 +189,11 @@ unsafe fn open(
     if o.start != STROM_START_COMMITTED {
         g.start = to_start(o.start, o.start_value)?;
     }
-    let prefetch = if o.prefetch > 0 { copts.prefetch } else { g.consumer.prefetch };
+    let prefetch = if o.prefetch > 0 {
+        copts.prefetch
+    } else {
+        g.consumer.prefetch
+    };
     g.consumer = ConsumerOptions { prefetch, ..copts };
     Ok(t.inner.consumer_group(group, g)?)
 }
@@ -212,7 +218,9 @@ pub unsafe extern "C" fn strom_consumer_open(
 }
 
 unsafe fn consumer_ref<'a>(c: *const strom_consumer) -> FfiResult<&'a Consumer> {
-    c.as_ref().map(|c| &c.inner).ok_or_else(|| Fail::null("consumer"))
+    c.as_ref()
+        .map(|c| &c.inner)
+        .ok_or_else(|| Fail::null("consumer"))
 }
 
 fn pull(c: &Consumer, timeout_ms: i64) -> FfiResult<Option<strom_client::Event>> {

@@ -137,7 +137,11 @@ pub(crate) fn from_c_selection(c: &strom_selection) -> Result<Selection, String>
             stride: c.stride,
             count: c.count,
         },
-        k => return Err(format!("selection kind {k} is not one a selector may return")),
+        k => {
+            return Err(format!(
+                "selection kind {k} is not one a selector may return"
+            ))
+        }
     })
 }
 
@@ -176,7 +180,10 @@ impl DataSelector for CSelector {
         };
         let status = unsafe { (self.f)(self.user, &view, &mut out) };
         if status != STROM_OK {
-            return Err(format!("the selector refused event {}/{} with status {status}", meta.partition, meta.offset));
+            return Err(format!(
+                "the selector refused event {}/{} with status {status}",
+                meta.partition, meta.offset
+            ));
         }
         from_c_selection(&out)
     }
@@ -217,7 +224,15 @@ impl DataBroker for CBroker {
         let mut bufs = [empty; STROM_MAX_BUFFERS];
         let mut n = 0usize;
         let status = unsafe {
-            (self.f)(self.user, &view, &sel, len, bufs.as_mut_ptr(), bufs.len(), &mut n)
+            (self.f)(
+                self.user,
+                &view,
+                &sel,
+                len,
+                bufs.as_mut_ptr(),
+                bufs.len(),
+                &mut n,
+            )
         };
         // Whatever the broker handed out is released, also on failure.
         let given = &bufs[..n.min(STROM_MAX_BUFFERS)];
@@ -235,7 +250,9 @@ impl DataBroker for CBroker {
             return Err(format!("the broker failed with status {status}"));
         }
         if n > STROM_MAX_BUFFERS {
-            return Err(format!("the broker gave {n} buffers; at most {STROM_MAX_BUFFERS} fit"));
+            return Err(format!(
+                "the broker gave {n} buffers; at most {STROM_MAX_BUFFERS} fit"
+            ));
         }
         if let Some(i) = given.iter().position(|b| b.base.is_null() && b.len > 0) {
             return Err(format!("buffer {i} has a NULL base"));

@@ -114,7 +114,12 @@ unsafe fn to_spec(s: &strom_topic_spec) -> FfiResult<TopicSpec> {
 
 fn new_driver(d: Driver, out: *mut *mut strom_driver) -> FfiResult {
     let master = CString::new(d.master_addr()).unwrap_or_default();
-    unsafe { put(out, Box::into_raw(Box::new(strom_driver { inner: d, master }))) };
+    unsafe {
+        put(
+            out,
+            Box::into_raw(Box::new(strom_driver { inner: d, master })),
+        )
+    };
     Ok(())
 }
 

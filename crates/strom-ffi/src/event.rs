@@ -26,7 +26,9 @@ pub(crate) fn new_event(e: Event) -> *mut strom_event {
 }
 
 unsafe fn event_ref<'a>(e: *const strom_event) -> FfiResult<&'a Event> {
-    e.as_ref().map(|e| &e.inner).ok_or_else(|| Fail::null("event"))
+    e.as_ref()
+        .map(|e| &e.inner)
+        .ok_or_else(|| Fail::null("event"))
 }
 
 /// Fills `*out` with the event's partition, offset, timestamp, metadata,

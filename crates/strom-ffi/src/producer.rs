@@ -178,7 +178,9 @@ pub unsafe extern "C" fn strom_producer_open(
 }
 
 unsafe fn producer_ref<'a>(p: *const strom_producer) -> FfiResult<&'a Producer> {
-    p.as_ref().map(|p| &p.inner).ok_or_else(|| Fail::null("producer"))
+    p.as_ref()
+        .map(|p| &p.inner)
+        .ok_or_else(|| Fail::null("producer"))
 }
 
 /// Calls the application's release function when the last piece of lent
@@ -232,15 +234,15 @@ unsafe fn to_data(p: &strom_push, release: Option<Arc<Release>>) -> FfiResult<Da
         // Even with no data, the release runs (when this Arc drops).
         Some(release) => iov
             .iter()
-                .filter(|v| v.len > 0)
-                .map(|v| {
-                    Bytes::from_owner(Lent {
-                        ptr: v.base.cast(),
-                        len: v.len,
-                        _release: release.clone(),
-                    })
+            .filter(|v| v.len > 0)
+            .map(|v| {
+                Bytes::from_owner(Lent {
+                    ptr: v.base.cast(),
+                    len: v.len,
+                    _release: release.clone(),
                 })
-                .collect(),
+            })
+            .collect(),
     };
     Ok(Data(parts))
 }
@@ -366,7 +368,9 @@ pub unsafe extern "C" fn strom_producer_free(producer: *mut strom_producer) {
 }
 
 unsafe fn future_ref<'a>(f: *const strom_future) -> FfiResult<&'a PushFuture> {
-    f.as_ref().map(|f| &f.inner).ok_or_else(|| Fail::null("future"))
+    f.as_ref()
+        .map(|f| &f.inner)
+        .ok_or_else(|| Fail::null("future"))
 }
 
 /// Waits until the event is acknowledged; `out` (may be NULL) receives
