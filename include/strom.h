@@ -380,6 +380,9 @@ typedef struct {
 // A handle was used after the call that ends it (`strom_producer_close`).
 #define STROM_ERR_CLOSED 905
 
+// Not an error: the outcome is not known yet (`strom_future_get`).
+#define STROM_NOT_READY 906
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -577,6 +580,10 @@ strom_status strom_future_wait_timeout(const strom_future *future,
 // Sets `*done` to 1 if the push has an outcome (`strom_future_wait` then
 // returns at once), else 0. Never blocks.
 strom_status strom_future_test(const strom_future *future, int32_t *done);
+
+// The push's outcome without blocking: `STROM_NOT_READY` while it has
+// none, else what `strom_future_wait` returns (with `*out` filled).
+strom_status strom_future_get(const strom_future *future, strom_event_id *out);
 
 // Frees a future (NULL is a no-op); the push goes on.
 void strom_future_free(strom_future *future);

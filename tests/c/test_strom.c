@@ -351,6 +351,83 @@ static void test_end_of_stream_and_process(void) {
   strom_topic_free(t);
 }
 
+/* One producer and one consumer handle, each shared by several threads. */
+typedef struct {
+  strom_producer *p;
+  strom_consumer *c;
+  int id;
+  int pulled;
+  unsigned char *seen;
+} shared_job;
+
+static void *push_shared(void *arg) {
+  shared_job *j = arg;
+  for (int i = 0; i < 250; i++) {
+    char meta[64];
+    snprintf(meta, sizeof meta, "{\"n\":%d}", j->id * 250 + i);
+    strom_future *f = NULL;
+    if (push_text(j->p, meta, NULL, 0, &f) != STROM_OK) return (void *)1;
+    strom_event_id id;
+    strom_status s = strom_future_get(f, &id);
+    if (s != STROM_NOT_READY && s != STROM_OK) return (void *)1;
+    strom_future_free(f);
+  }
+  return NULL;
+}
+
+static void *pull_shared(void *arg) {
+  shared_job *j = arg;
+  for (;;) {
+    strom_event *e;
+    strom_status s = strom_consumer_pull(j->c, 10000, &e);
+    if (s == STROM_END_OF_STREAM) return NULL;
+    if (s != STROM_OK) return (void *)1;
+    size_t len;
+    const char *m = strom_event_metadata(e, &len);
+    char text[64];
+    snprintf(text, sizeof text, "%.*s", (int)len, m);
+    int n = -1;
+    sscanf(text, "{\"n\":%d}", &n);
+    if (n >= 0 && n < 1000) __atomic_fetch_add(&j->seen[n], 1, __ATOMIC_RELAXED);
+    j->pulled++;
+    strom_event_free(e);
+  }
+}
+
+static void test_shared_handles(void) {
+  strom_topic *t = make_topic("shared-handles", 2, NULL);
+  strom_producer *p;
+  OK(strom_producer_open(t, NULL, &p));
+  strom_consumer *c;
+  OK(strom_consumer_open(t, "many-threads", NULL, &c));
+  unsigned char seen[1000] = {0};
+  shared_job jobs[4];
+  pthread_t th[4];
+  for (int k = 0; k < 4; k++) {
+    jobs[k] = (shared_job){p, c, k, 0, seen};
+    pthread_create(&th[k], NULL, push_shared, &jobs[k]);
+  }
+  for (int k = 0; k < 4; k++) {
+    void *r;
+    pthread_join(th[k], &r);
+    CHECK(r == NULL, "pushing thread %d failed: %s", k, strom_last_error());
+  }
+  OK(strom_producer_close(p));
+  for (int k = 0; k < 3; k++) pthread_create(&th[k], NULL, pull_shared, &jobs[k]);
+  int pulled = 0;
+  for (int k = 0; k < 3; k++) {
+    void *r;
+    pthread_join(th[k], &r);
+    CHECK(r == NULL, "pulling thread %d failed", k);
+    pulled += jobs[k].pulled;
+  }
+  CHECK(pulled == 1000, "three threads pulled %d events, not 1000", pulled);
+  for (int n = 0; n < 1000; n++) CHECK(seen[n] == 1, "event %d seen %d times", n, seen[n]);
+  strom_consumer_free(c);
+  strom_producer_free(p);
+  strom_topic_free(t);
+}
+
 /* A callback's non-zero status stops processing with STROM_ERR_CALLBACK. */
 static strom_status refuse(void *user, strom_event *e) {
   (void)user;
@@ -429,6 +506,7 @@ static void test_errors(void) {
   CHECK(s == STROM_ERR_NULL_ARGUMENT, "NULL topic gave %d", s);
   CHECK(strcmp(strom_status_name(STROM_END_OF_STREAM), "END_OF_STREAM") == 0, "EOS name");
   CHECK(strcmp(strom_status_name(12345), "UNKNOWN") == 0, "unknown name");
+  CHECK(strstr(strom_status_str(STROM_ERR_DISK_FULL), "disk") != NULL, "DISK_FULL text");
   strom_topic_spec spec;
   strom_topic_spec_init(&spec, "bad-spec", 1);
   spec.partition_type = "tape";
@@ -454,6 +532,7 @@ int main(void) {
   test_acks();
   test_end_of_stream_and_process();
   test_callback_error();
+  test_shared_handles();
   test_lent_data();
   test_errors();
   strom_driver_free(driver);

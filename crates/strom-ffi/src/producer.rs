@@ -11,7 +11,7 @@ use strom_client::{Batching, Data, Producer, ProducerOptions, PushFuture};
 use crate::driver::{strom_topic, topic_ref};
 use crate::status::{
     bytes_arg, guard, out_arg, put, strom_status, Fail, FfiResult, STROM_ERR_INVALID_ARGUMENT,
-    STROM_ERR_TIMEOUT,
+    STROM_ERR_TIMEOUT, STROM_NOT_READY,
 };
 
 /// A producer of one topic. Thread-safe: several threads may push through
@@ -427,6 +427,19 @@ pub unsafe extern "C" fn strom_future_test(
         put(done, i32::from(f.is_done()));
         Ok(())
     })
+}
+
+/// The push's outcome without blocking: `STROM_NOT_READY` while it has
+/// none, else what `strom_future_wait` returns (with `*out` filled).
+#[no_mangle]
+pub unsafe extern "C" fn strom_future_get(
+    future: *const strom_future,
+    out: *mut strom_event_id,
+) -> strom_status {
+    match future.as_ref() {
+        Some(f) if !f.inner.is_done() => STROM_NOT_READY,
+        _ => strom_future_wait_timeout(future, -1, out),
+    }
 }
 
 /// Frees a future (NULL is a no-op); the push goes on.

@@ -75,6 +75,8 @@ pub const STROM_ERR_PANIC: strom_status = 903;
 pub const STROM_ERR_CALLBACK: strom_status = 904;
 /// A handle was used after the call that ends it (`strom_producer_close`).
 pub const STROM_ERR_CLOSED: strom_status = 905;
+/// Not an error: the outcome is not known yet (`strom_future_get`).
+pub const STROM_NOT_READY: strom_status = 906;
 
 /// The codes only the C API has, with their names and meanings.
 pub(crate) const FFI_CODES: &[(strom_status, &str, &str)] = &[
@@ -108,6 +110,11 @@ pub(crate) const FFI_CODES: &[(strom_status, &str, &str)] = &[
         STROM_ERR_CLOSED,
         "CLOSED",
         "the handle was closed or has already ended",
+    ),
+    (
+        STROM_NOT_READY,
+        "NOT_READY",
+        "the outcome is not known yet; ask again later",
     ),
 ];
 
