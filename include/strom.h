@@ -448,7 +448,9 @@ strom_status strom_driver_connect_addr(const char *addr, strom_driver **out);
 // Starts a Strom server inside this process, with its data under
 // `data_dir` and listening on 127.0.0.1 (a free port), and connects to it.
 // Other processes reach it at `strom_driver_master_addr`. It stops when
-// the driver and everything made from it are freed.
+// the driver and everything made from it are freed. The server stands
+// alone even inside an MPI or Slurm job (it ignores the launcher's rank
+// variables, which `strom server` uses to form a group).
 strom_status strom_driver_embedded(const char *data_dir, strom_driver **out);
 
 // The registry master's address (`host:port`). Borrowed: valid until the

@@ -4,6 +4,7 @@
 use std::ffi::{c_char, CString};
 
 use strom_client::{Driver, Durability, Overflow, PartitionType, Topic, TopicSpec};
+use strom_server::ServerConfig;
 
 use crate::status::{
     guard, opt_str_arg, out_arg, put, str_arg, strom_status, Fail, FfiResult,
@@ -154,7 +155,9 @@ pub unsafe extern "C" fn strom_driver_connect_addr(
 /// Starts a Strom server inside this process, with its data under
 /// `data_dir` and listening on 127.0.0.1 (a free port), and connects to it.
 /// Other processes reach it at `strom_driver_master_addr`. It stops when
-/// the driver and everything made from it are freed.
+/// the driver and everything made from it are freed. The server stands
+/// alone even inside an MPI or Slurm job (it ignores the launcher's rank
+/// variables, which `strom server` uses to form a group).
 #[no_mangle]
 pub unsafe extern "C" fn strom_driver_embedded(
     data_dir: *const c_char,
@@ -163,7 +166,13 @@ pub unsafe extern "C" fn strom_driver_embedded(
     guard(|| {
         let dir = str_arg(data_dir, "data_dir")?;
         let out = out_arg(out, "out")?;
-        new_driver(Driver::embedded(dir)?, out)
+        let config = ServerConfig {
+            data_dir: dir.into(),
+            rank: Some(0),
+            size: Some(1),
+            ..Default::default()
+        };
+        new_driver(Driver::embedded_with(config)?, out)
     })
 }
 
