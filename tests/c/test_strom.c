@@ -428,6 +428,71 @@ static void test_shared_handles(void) {
   strom_topic_free(t);
 }
 
+/* Two members of a shared consumer group split the stream: every event
+ * goes to exactly one of them. */
+static void *pull_and_ack(void *arg) {
+  shared_job *j = arg;
+  for (;;) {
+    strom_event *e;
+    strom_status s = strom_consumer_pull(j->c, 20000, &e);
+    if (s == STROM_END_OF_STREAM) return NULL;
+    if (s != STROM_OK) return (void *)1;
+    size_t len;
+    const char *m = strom_event_metadata(e, &len);
+    char text[64];
+    snprintf(text, sizeof text, "%.*s", (int)len, m);
+    int n = -1;
+    sscanf(text, "{\"n\":%d}", &n);
+    if (n >= 0 && n < 1000) __atomic_fetch_add(&j->seen[n], 1, __ATOMIC_RELAXED);
+    j->pulled++;
+    s = strom_event_ack(e);
+    strom_event_free(e);
+    if (s != STROM_OK) return (void *)1;
+  }
+}
+
+static void test_shared_group(void) {
+  strom_topic *t = make_topic("work", 2, NULL);
+  strom_producer *p;
+  OK(strom_producer_open(t, NULL, &p));
+  strom_consumer_options o;
+  strom_consumer_options_init(&o);
+  o.group = "workers";
+  o.group_mode = "shared";
+  strom_consumer *members[2];
+  OK(strom_consumer_open(t, "worker-a", &o, &members[0]));
+  OK(strom_consumer_open(t, "worker-b", &o, &members[1]));
+  unsigned char seen[1000] = {0};
+  shared_job jobs[2];
+  pthread_t th[2];
+  for (int k = 0; k < 2; k++) {
+    jobs[k] = (shared_job){p, members[k], k, 0, seen};
+    pthread_create(&th[k], NULL, pull_and_ack, &jobs[k]);
+  }
+  for (int i = 0; i < 400; i++) {
+    char meta[32];
+    snprintf(meta, sizeof meta, "{\"n\":%d}", i);
+    OK(push_text(p, meta, NULL, 0, NULL));
+  }
+  OK(strom_producer_close(p));
+  int pulled = 0;
+  for (int k = 0; k < 2; k++) {
+    void *r;
+    pthread_join(th[k], &r);
+    CHECK(r == NULL, "group member %d failed: %s", k, strom_last_error());
+    pulled += jobs[k].pulled;
+  }
+  CHECK(pulled == 400, "the group pulled %d events, not 400", pulled);
+  for (int n = 0; n < 400; n++) CHECK(seen[n] == 1, "event %d delivered %d times", n, seen[n]);
+  o.group_mode = "everyone";
+  strom_consumer *bad;
+  strom_status s = strom_consumer_open(t, "worker-c", &o, &bad);
+  CHECK(s == STROM_ERR_INVALID_ARGUMENT, "a bad group mode gave %d", s);
+  for (int k = 0; k < 2; k++) strom_consumer_free(members[k]);
+  strom_producer_free(p);
+  strom_topic_free(t);
+}
+
 /* A callback's non-zero status stops processing with STROM_ERR_CALLBACK. */
 static strom_status refuse(void *user, strom_event *e) {
   (void)user;
@@ -533,6 +598,7 @@ int main(void) {
   test_end_of_stream_and_process();
   test_callback_error();
   test_shared_handles();
+  test_shared_group();
   test_lent_data();
   test_errors();
   strom_driver_free(driver);
