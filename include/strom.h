@@ -477,6 +477,12 @@ const char *strom_topic_name(const strom_topic *topic);
 // The topic's number of partitions (0 for NULL).
 uint32_t strom_topic_partitions(const strom_topic *topic);
 
+// Ends the topic's stream explicitly, whatever producers are open:
+// consumers reach `STROM_END_OF_STREAM` after every event written before
+// this call, and later pushes fail with `STROM_ERR_TOPIC_CLOSED`. (The
+// stream also ends by itself once every producer has closed.)
+strom_status strom_topic_complete(const strom_topic *topic);
+
 // Frees a topic handle (NULL is a no-op). The topic itself stays.
 void strom_topic_free(strom_topic *topic);
 
@@ -496,7 +502,9 @@ uint64_t strom_event_fetched_len(const strom_event *event);
 // The fetched data when it is in one buffer (always the case without a
 // broker); `*len` receives its length. Borrowed until the event is freed.
 // NULL with `*len` 0 when nothing was fetched or a broker gave several
-// buffers (read those directly, or use `strom_event_copy_data`).
+// buffers (read those directly, or use `strom_event_copy_data`). The
+// bytes have no particular alignment: `memcpy` them into typed values, or
+// give a broker whose buffers are aligned as the data needs.
 const uint8_t *strom_event_data(const strom_event *event, size_t *len);
 
 // Copies the fetched data (all buffers, in order) into `dst`, up to `cap`

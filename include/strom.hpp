@@ -411,6 +411,8 @@ class topic {
   explicit topic(strom_topic* t) : h_(t) {}
   std::string name() const { return strom_topic_name(h_.get()); }
   uint32_t partitions() const { return strom_topic_partitions(h_.get()); }
+  /// Ends the stream now, whatever producers are open.
+  void complete() { check(strom_topic_complete(h_.get())); }
 
   producer make_producer(const producer_options& o = {}) {
     strom_producer_options c{o.max_batches, o.batch_events, o.linger_ms, o.lease_ms};

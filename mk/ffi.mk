@@ -76,4 +76,5 @@ ffi-doc-example: ffi
 
 # The MPI examples (examples/mpi/README.md) at small size under mpirun.
 ffi-mpi: ffi
-	$(MAKE) --no-print-directory -C examples/mpi check STROM_LIB=$(CURDIR)/$(FFI_LIB_DIR)/libstrom.a
+	$(MAKE) --no-print-directory -C examples/mpi check STROM_LIB=$(CURDIR)/$(FFI_LIB_DIR)/libstrom.a \
+		OUT=$(CURDIR)/$(FFI_OUT)/mpi

@@ -493,6 +493,34 @@ static void test_shared_group(void) {
   strom_topic_free(t);
 }
 
+/* strom_topic_complete ends the stream while a producer is still open. */
+static void test_complete(void) {
+  strom_topic *t = make_topic("complete", 1, NULL);
+  strom_producer *p;
+  OK(strom_producer_open(t, NULL, &p));
+  for (int i = 0; i < 3; i++) OK(push_text(p, "{}", NULL, 0, NULL));
+  OK(strom_producer_flush(p));
+  OK(strom_topic_complete(t));
+  strom_consumer *c;
+  OK(strom_consumer_open(t, "after-complete", NULL, &c));
+  int n = 0;
+  strom_event *e;
+  strom_status s;
+  while ((s = strom_consumer_pull(c, 10000, &e)) == STROM_OK) {
+    n++;
+    strom_event_free(e);
+  }
+  CHECK(s == STROM_END_OF_STREAM && n == 3, "read %d events, then %s", n, strom_status_name(s));
+  strom_future *f = NULL;
+  s = push_text(p, "{}", NULL, 0, &f);
+  if (s == STROM_OK) s = strom_future_wait(f, NULL);
+  CHECK(s == STROM_ERR_TOPIC_CLOSED, "a push after complete gave %s", strom_status_name(s));
+  strom_future_free(f);
+  strom_consumer_free(c);
+  strom_producer_free(p);
+  strom_topic_free(t);
+}
+
 /* A callback's non-zero status stops processing with STROM_ERR_CALLBACK. */
 static strom_status refuse(void *user, strom_event *e) {
   (void)user;
@@ -599,6 +627,7 @@ int main(void) {
   test_callback_error();
   test_shared_handles();
   test_shared_group();
+  test_complete();
   test_lent_data();
   test_errors();
   strom_driver_free(driver);

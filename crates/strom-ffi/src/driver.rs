@@ -269,6 +269,15 @@ pub unsafe extern "C" fn strom_topic_partitions(topic: *const strom_topic) -> u3
     topic.as_ref().map_or(0, |t| t.inner.partitions())
 }
 
+/// Ends the topic's stream explicitly, whatever producers are open:
+/// consumers reach `STROM_END_OF_STREAM` after every event written before
+/// this call, and later pushes fail with `STROM_ERR_TOPIC_CLOSED`. (The
+/// stream also ends by itself once every producer has closed.)
+#[no_mangle]
+pub unsafe extern "C" fn strom_topic_complete(topic: *const strom_topic) -> strom_status {
+    guard(|| Ok(topic_ref(topic)?.inner.complete()?))
+}
+
 /// Frees a topic handle (NULL is a no-op). The topic itself stays.
 #[no_mangle]
 pub unsafe extern "C" fn strom_topic_free(topic: *mut strom_topic) {

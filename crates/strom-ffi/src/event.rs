@@ -74,7 +74,9 @@ pub unsafe extern "C" fn strom_event_fetched_len(event: *const strom_event) -> u
 /// The fetched data when it is in one buffer (always the case without a
 /// broker); `*len` receives its length. Borrowed until the event is freed.
 /// NULL with `*len` 0 when nothing was fetched or a broker gave several
-/// buffers (read those directly, or use `strom_event_copy_data`).
+/// buffers (read those directly, or use `strom_event_copy_data`). The
+/// bytes have no particular alignment: `memcpy` them into typed values, or
+/// give a broker whose buffers are aligned as the data needs.
 #[no_mangle]
 pub unsafe extern "C" fn strom_event_data(event: *const strom_event, len: *mut usize) -> *const u8 {
     let data = event.as_ref().map_or(&[][..], |e| e.inner.data());
