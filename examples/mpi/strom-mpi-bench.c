@@ -23,7 +23,11 @@
  *
  * Usage: strom-mpi-bench [-p producers] [-c consumers] [-e events_per_producer]
  *          [-m metadata_bytes] [-d data_bytes] [-P partitions]
- *          [-t memory|file] [-b batch_events]
+ *          [-t memory|file] [-b batch_events] [-S]
+ *
+ * -S runs the two phases one after the other, as `strom bench produce` and
+ * `strom bench consume` do: the consumers start their clock once every
+ * producer has closed. Without it, consumers read while producers push.
  */
 #include "strom_mpi.h"
 
@@ -33,7 +37,7 @@ static void usage(const char *argv0) {
   fprintf(stderr,
           "usage: %s [-p producers] [-c consumers] [-e events_per_producer]\n"
           "          [-m metadata_bytes] [-d data_bytes] [-P partitions]\n"
-          "          [-t memory|file] [-b batch_events]\n",
+          "          [-t memory|file] [-b batch_events] [-S]\n",
           argv0);
 }
 
@@ -47,14 +51,31 @@ static size_t make_metadata(char *buf, size_t size, int rank, long i) {
   return len;
 }
 
+/* A consumer of this rank's share of the partitions. */
+static strom_consumer *open_consumer(strom_topic *topic, smpi *m, int partitions, int consumers) {
+  uint32_t *mine = malloc((size_t)partitions * sizeof *mine);
+  size_t nmine = 0;
+  for (int p = m->rank; p < partitions; p += consumers) mine[nmine++] = (uint32_t)p;
+  strom_consumer_options o;
+  OK(strom_consumer_options_init(&o));
+  o.partitions = mine;
+  o.npartitions = nmine;
+  char name[32];
+  snprintf(name, sizeof name, "bench-%d", m->rank);
+  strom_consumer *consumer = NULL;
+  OK(strom_consumer_open(topic, name, &o, &consumer));
+  free(mine);
+  return consumer;
+}
+
 enum { PUSHED, PUSHED_BYTES, PULLED, PULLED_BYTES, BAD, NCOUNTS };
 
 int main(int argc, char **argv) {
-  int producers = -1, consumers = -1, partitions = -1, batch = 0, opt;
+  int producers = -1, consumers = -1, partitions = -1, batch = 0, sequential = 0, opt;
   long events = 1000;
   long meta_size = 64, data_size = 1024;
   const char *type = "memory";
-  while ((opt = getopt(argc, argv, "p:c:e:m:d:P:t:b:h")) != -1) {
+  while ((opt = getopt(argc, argv, "p:c:e:m:d:P:t:b:Sh")) != -1) {
     switch (opt) {
       case 'p': producers = atoi(optarg); break;
       case 'c': consumers = atoi(optarg); break;
@@ -64,6 +85,7 @@ int main(int argc, char **argv) {
       case 'P': partitions = atoi(optarg); break;
       case 't': type = optarg; break;
       case 'b': batch = atoi(optarg); break;
+      case 'S': sequential = 1; break;
       default: usage(argv[0]); return 2;
     }
   }
@@ -99,19 +121,8 @@ int main(int argc, char **argv) {
     OK(strom_producer_options_init(&po));
     po.batch_events = (uint32_t)batch;
     OK(strom_producer_open(topic, &po, &producer));
-  } else if (is_consumer) {
-    uint32_t *mine = malloc((size_t)partitions * sizeof *mine);
-    size_t nmine = 0;
-    for (int p = m.rank; p < partitions; p += consumers) mine[nmine++] = (uint32_t)p;
-    strom_consumer_options o;
-    OK(strom_consumer_options_init(&o));
-    o.partitions = mine;
-    o.npartitions = nmine;
-    char name[32];
-    snprintf(name, sizeof name, "bench-%d", m.rank);
-    OK(strom_consumer_open(topic, name, &o, &consumer));
-    free(mine);
   }
+  if (is_consumer && !sequential) consumer = open_consumer(topic, &m, partitions, consumers);
   char *meta = malloc((size_t)meta_size + 1);
   char *data = malloc(data_size ? (size_t)data_size : 1);
   for (long i = 0; i < data_size; i++) data[i] = (char)(i * 31 + m.rank);
@@ -128,7 +139,15 @@ int main(int argc, char **argv) {
       counts[PUSHED_BYTES] += (long long)(len + (size_t)data_size);
     }
     OK(strom_producer_close(producer)); /* every event acknowledged */
-  } else if (is_consumer) {
+  }
+  double produced_at = MPI_Wtime() - t0;
+  if (sequential) {
+    MPI_Barrier(MPI_COMM_WORLD); /* every producer closed: the consume clock starts */
+    t0 = MPI_Wtime();
+    /* Opened now, so that nothing was prefetched during the produce phase. */
+    if (is_consumer) consumer = open_consumer(topic, &m, partitions, consumers);
+  }
+  if (is_consumer) {
     strom_event *e;
     while ((e = smpi_pull(consumer)) != NULL) {
       size_t mlen = 0;
@@ -140,7 +159,7 @@ int main(int argc, char **argv) {
       strom_event_free(e);
     }
   }
-  double mine[2] = {is_producer ? MPI_Wtime() - t0 : 0, is_consumer ? MPI_Wtime() - t0 : 0};
+  double mine[2] = {is_producer ? produced_at : 0, is_consumer ? MPI_Wtime() - t0 : 0};
   double slowest[2];
   MPI_Reduce(mine, slowest, 2, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
   MPI_Reduce(counts, totals, NCOUNTS, MPI_LONG_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
@@ -157,16 +176,16 @@ int main(int argc, char **argv) {
     ok = totals[PUSHED] == expect && totals[PULLED] == expect &&
          totals[PULLED_BYTES] == totals[PUSHED_BYTES] && totals[BAD] == 0;
     double ps = slowest[0] > 0 ? slowest[0] : 1e-9, cs = slowest[1] > 0 ? slowest[1] : 1e-9;
-    double e2e = ps > cs ? ps : cs;
+    double e2e = sequential ? ps + cs : ps > cs ? ps : cs;
     printf("{\"target\":\"strom://%s\",\"mode\":\"mpi\",\"producers\":%d,\"consumers\":%d,"
            "\"ranks\":%d,\"partitions\":%d,\"partition_type\":\"%s\",\"metadata_size\":%ld,"
-           "\"data_size\":%ld,\"batch\":%d,\"events\":%lld,\"produced\":%lld,\"consumed\":%lld,"
+           "\"data_size\":%ld,\"batch\":%d,\"sequential\":%s,\"events\":%lld,\"produced\":%lld,\"consumed\":%lld,"
            "\"bytes\":%lld,"
            "\"produce_seconds\":%.6f,\"produce_events_per_s\":%.1f,\"produce_MB_per_s\":%.3f,"
            "\"consume_seconds\":%.6f,\"consume_events_per_s\":%.1f,\"consume_MB_per_s\":%.3f,"
            "\"seconds\":%.6f,\"events_per_s\":%.1f,\"mb_per_s\":%.3f,\"ok\":%s}\n",
            m.dir[0] ? "embedded" : "group", producers, consumers, m.size, partitions, type,
-           meta_size, data_size, batch, expect, totals[PUSHED], totals[PULLED],
+           meta_size, data_size, batch, sequential ? "true" : "false", expect, totals[PUSHED], totals[PULLED],
            totals[PUSHED_BYTES], ps, totals[PUSHED] / ps, totals[PUSHED_BYTES] / ps / 1e6, cs,
            totals[PULLED] / cs, totals[PULLED_BYTES] / cs / 1e6, e2e, totals[PULLED] / e2e,
            totals[PULLED_BYTES] / e2e / 1e6, ok ? "true" : "false");
