@@ -358,6 +358,7 @@ typedef struct {
   int id;
   int pulled;
   unsigned char *seen;
+  int ack; /* ack every event (shared groups) */
 } shared_job;
 
 static void *push_shared(void *arg) {
@@ -379,7 +380,7 @@ static void *pull_shared(void *arg) {
   shared_job *j = arg;
   for (;;) {
     strom_event *e;
-    strom_status s = strom_consumer_pull(j->c, 10000, &e);
+    strom_status s = strom_consumer_pull(j->c, 20000, &e);
     if (s == STROM_END_OF_STREAM) return NULL;
     if (s != STROM_OK) return (void *)1;
     size_t len;
@@ -390,7 +391,9 @@ static void *pull_shared(void *arg) {
     sscanf(text, "{\"n\":%d}", &n);
     if (n >= 0 && n < 1000) __atomic_fetch_add(&j->seen[n], 1, __ATOMIC_RELAXED);
     j->pulled++;
+    s = j->ack ? strom_event_ack(e) : STROM_OK;
     strom_event_free(e);
+    if (s != STROM_OK) return (void *)1;
   }
 }
 
@@ -404,7 +407,7 @@ static void test_shared_handles(void) {
   shared_job jobs[4];
   pthread_t th[4];
   for (int k = 0; k < 4; k++) {
-    jobs[k] = (shared_job){p, c, k, 0, seen};
+    jobs[k] = (shared_job){p, c, k, 0, seen, 0};
     pthread_create(&th[k], NULL, push_shared, &jobs[k]);
   }
   for (int k = 0; k < 4; k++) {
@@ -430,27 +433,6 @@ static void test_shared_handles(void) {
 
 /* Two members of a shared consumer group split the stream: every event
  * goes to exactly one of them. */
-static void *pull_and_ack(void *arg) {
-  shared_job *j = arg;
-  for (;;) {
-    strom_event *e;
-    strom_status s = strom_consumer_pull(j->c, 20000, &e);
-    if (s == STROM_END_OF_STREAM) return NULL;
-    if (s != STROM_OK) return (void *)1;
-    size_t len;
-    const char *m = strom_event_metadata(e, &len);
-    char text[64];
-    snprintf(text, sizeof text, "%.*s", (int)len, m);
-    int n = -1;
-    sscanf(text, "{\"n\":%d}", &n);
-    if (n >= 0 && n < 1000) __atomic_fetch_add(&j->seen[n], 1, __ATOMIC_RELAXED);
-    j->pulled++;
-    s = strom_event_ack(e);
-    strom_event_free(e);
-    if (s != STROM_OK) return (void *)1;
-  }
-}
-
 static void test_shared_group(void) {
   strom_topic *t = make_topic("work", 2, NULL);
   strom_producer *p;
@@ -466,8 +448,8 @@ static void test_shared_group(void) {
   shared_job jobs[2];
   pthread_t th[2];
   for (int k = 0; k < 2; k++) {
-    jobs[k] = (shared_job){p, members[k], k, 0, seen};
-    pthread_create(&th[k], NULL, pull_and_ack, &jobs[k]);
+    jobs[k] = (shared_job){p, members[k], k, 0, seen, 1};
+    pthread_create(&th[k], NULL, pull_shared, &jobs[k]);
   }
   for (int i = 0; i < 400; i++) {
     char meta[32];
