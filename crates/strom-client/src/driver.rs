@@ -143,11 +143,15 @@ impl Driver {
     }
 
     /// Starts a server inside this process, with its data in `dir`, and
-    /// connects to it. Nothing else needs to run.
+    /// connects to it. Nothing else needs to run. The server stands alone
+    /// also inside an MPI or Slurm job: the launcher's rank variables, which
+    /// make `strom server` processes form a group, are ignored here.
     #[cfg(feature = "embedded")]
     pub fn embedded(dir: impl AsRef<Path>) -> Result<Driver> {
         Self::embedded_with(strom_server::ServerConfig {
             data_dir: dir.as_ref().to_path_buf(),
+            rank: Some(0),
+            size: Some(1),
             ..Default::default()
         })
     }

@@ -4,7 +4,6 @@
 use std::ffi::{c_char, CString};
 
 use strom_client::{Driver, Durability, Overflow, PartitionType, Topic, TopicSpec};
-use strom_server::ServerConfig;
 
 use crate::status::{
     guard, opt_str_arg, out_arg, put, str_arg, strom_status, Fail, FfiResult,
@@ -166,13 +165,7 @@ pub unsafe extern "C" fn strom_driver_embedded(
     guard(|| {
         let dir = str_arg(data_dir, "data_dir")?;
         let out = out_arg(out, "out")?;
-        let config = ServerConfig {
-            data_dir: dir.into(),
-            rank: Some(0),
-            size: Some(1),
-            ..Default::default()
-        };
-        new_driver(Driver::embedded_with(config)?, out)
+        new_driver(Driver::embedded(dir)?, out)
     })
 }
 
