@@ -14,6 +14,9 @@ fn an_embedded_server_stands_alone_under_mpirun() {
     let d = Driver::embedded(dir.path()).expect("an embedded server starts under mpirun");
     let t = d.create_topic(TopicSpec::new("t", 1)).expect("topic");
     let p = t.producer().expect("producer");
-    p.push(serde_json::json!({"rank": 2}), ()).expect("push").wait().expect("stored");
+    p.push(serde_json::json!({"rank": 2}), ())
+        .expect("push")
+        .wait()
+        .expect("stored");
     assert_eq!(d.members().expect("members").len(), 1, "a group of one");
 }
