@@ -4,7 +4,8 @@
 //! connects and listens, and gives each connection as a [`Conn`], a
 //! [`FrameReader`] and a [`FrameWriter`] (plus a [`WriterHandle`] task
 //! that batches writes); [`Transports`] picks a transport by URL scheme
-//! (`tcp://host:port`, or a bare `host:port`); [`MuxConn`] multiplexes
+//! (`tcp://host:port`, or a bare `host:port`; `shm://<socket path>` for
+//! clients on the server's node, see [`ShmTransport`]); [`MuxConn`] multiplexes
 //! many requests, their responses and push streams over one connection.
 //! It knows frames (a header, a body, a bulk payload), never message
 //! semantics: it does not decode requests, responses or pushes, and it must
@@ -25,6 +26,7 @@ mod error;
 mod frame_io;
 mod mem;
 pub mod mux;
+mod shm;
 mod tcp;
 mod transports;
 
@@ -35,6 +37,7 @@ pub use frame_io::{
 };
 pub use mem::MemTransport;
 pub use mux::{Complete, FillPlan, LentBuffer, MuxConn, PushHandler, Reply, Waiter};
+pub use shm::{ShmTransport, SHM_AUTO};
 pub use tcp::TcpTransport;
 pub use transports::{Transports, DEFAULT_SCHEME};
 
@@ -67,8 +70,8 @@ pub trait Listener: Send {
     fn accept(&mut self) -> BoxFuture<'_, Result<Conn, NetError>>;
 }
 
-/// A way to reach servers: TCP and the in-process [`MemTransport`] today;
-/// Unix socket + shared memory and libfabric later. Each enforces its own
+/// A way to reach servers: TCP, Unix socket + shared memory
+/// ([`ShmTransport`]) and the in-process [`MemTransport`]; libfabric later. Each enforces its own
 /// maximum frame size on everything it reads and writes.
 pub trait Transport: Send + Sync + 'static {
     fn name(&self) -> &'static str;

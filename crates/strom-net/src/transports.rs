@@ -13,7 +13,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use crate::{Conn, Listener, NetError, TcpTransport, Transport};
+use crate::{Conn, Listener, NetError, ShmTransport, TcpTransport, Transport};
 
 /// The scheme of a bare `host:port` address.
 pub const DEFAULT_SCHEME: &str = "tcp";
@@ -31,6 +31,12 @@ impl Transports {
             by_scheme: Arc::new(Vec::new()),
         }
         .with(DEFAULT_SCHEME, Arc::new(TcpTransport { max_frame }))
+    }
+
+    /// Every transport this build has: TCP, and `shm` for clients on the
+    /// server's node, each enforcing `max_frame`.
+    pub fn new(max_frame: u32) -> Self {
+        Self::tcp(max_frame).with("shm", Arc::new(ShmTransport::new(max_frame)))
     }
 
     /// This registry with `transport` serving `scheme` (replacing any
@@ -81,9 +87,10 @@ impl Transports {
 }
 
 impl Default for Transports {
-    /// TCP with the default maximum frame size.
+    /// Every transport ([`Transports::new`]) with the default maximum
+    /// frame size.
     fn default() -> Self {
-        Transports::tcp(strom_proto::DEFAULT_MAX_FRAME)
+        Transports::new(strom_proto::DEFAULT_MAX_FRAME)
     }
 }
 
@@ -104,6 +111,8 @@ mod tests {
         assert_eq!((tcp.name(), addr), ("tcp", "127.0.0.1:7000"));
         let (tcp, addr) = t.resolve("tcp://node1:7000").unwrap();
         assert_eq!((tcp.name(), addr), ("tcp", "node1:7000"));
+        let (shm, addr) = t.resolve("shm:///run/strom/a.sock").unwrap();
+        assert_eq!((shm.name(), addr), ("shm", "/run/strom/a.sock"));
     }
 
     #[test]

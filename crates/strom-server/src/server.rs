@@ -106,10 +106,11 @@ fn role(config: &ServerConfig) -> Result<(Role, Option<u32>), ServerError> {
 
 impl Server {
     /// Binds, reopens every hosted partition, takes its place in the group
-    /// and starts serving, over TCP with the configured `max_frame_bytes`.
+    /// and starts serving, over every built-in transport (TCP, shm) with
+    /// the configured `max_frame_bytes`.
     /// Must run inside a multi-threaded tokio runtime.
     pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
-        let transports = Transports::tcp(config.max_frame_bytes);
+        let transports = Transports::new(config.max_frame_bytes);
         Self::start_with(config, transports).await
     }
 

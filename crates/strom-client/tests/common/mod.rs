@@ -18,10 +18,54 @@ pub struct Server {
     _dir: TempDir,
 }
 
+/// The transport a test's embedded server listens on and its driver
+/// connects through.
+#[allow(dead_code)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Via {
+    Tcp,
+    Shm,
+}
+
+thread_local! {
+    /// What [`Server::start`] uses on this test thread (set by the
+    /// generated `shm::*` tests before they run a body).
+    static VIA: std::cell::Cell<Via> = const { std::cell::Cell::new(Via::Tcp) };
+}
+
+/// Makes [`Server::start`] on this thread use `via`.
+#[allow(dead_code)]
+pub fn use_transport(via: Via) {
+    VIA.with(|v| v.set(via));
+}
+
 impl Server {
+    /// An embedded server over this thread's transport (TCP unless a
+    /// generated `shm::*` test asked for shm).
     pub fn start() -> Server {
+        Self::start_via(VIA.with(|v| v.get()))
+    }
+
+    pub fn start_via(via: Via) -> Server {
         let dir = tempfile::tempdir().expect("temporary directory");
-        let driver = Driver::embedded(dir.path()).expect("embedded server starts");
+        let driver = match via {
+            Via::Tcp => Driver::embedded(dir.path()).expect("embedded server starts"),
+            Via::Shm => {
+                let config = strom_server::ServerConfig {
+                    data_dir: dir.path().to_path_buf(),
+                    listen: "shm://auto".into(),
+                    ..Default::default()
+                };
+                let d = Driver::embedded_over(config, strom_client::Transports::default())
+                    .expect("embedded server starts over shm");
+                assert!(
+                    d.master_addr().starts_with("shm://"),
+                    "server listens on {}",
+                    d.master_addr()
+                );
+                d
+            }
+        };
         Server { driver, _dir: dir }
     }
 }
@@ -86,9 +130,38 @@ pub fn field(e: &Event, field: &str) -> u64 {
         .unwrap_or_else(|| panic!("metadata {v} has no integer field '{field}'"))
 }
 
-/// Generates `mod memory` and `mod file`, each with one `#[test]` per body.
+/// Generates `mod memory` and `mod file` (over TCP), each with one
+/// `#[test]` per body, and the same two again under `mod shm` (over the
+/// shared-memory transport).
 #[allow(unused_macros)]
 macro_rules! conformance {
+    ($($name:ident),* $(,)?) => {
+        conformance_over!($($name),*);
+        mod shm {
+            conformance_over!(shm, $($name),*);
+        }
+    };
+}
+
+/// The per-partition-type modules of [`conformance!`], over TCP or shm.
+#[allow(unused_macros)]
+macro_rules! conformance_over {
+    (shm, $($name:ident),* $(,)?) => {
+        mod memory {
+            $(#[test]
+            fn $name() {
+                crate::common::use_transport(crate::common::Via::Shm);
+                super::super::$name(strom_client::PartitionType::Memory)
+            })*
+        }
+        mod file {
+            $(#[test]
+            fn $name() {
+                crate::common::use_transport(crate::common::Via::Shm);
+                super::super::$name(strom_client::PartitionType::File)
+            })*
+        }
+    };
     ($($name:ident),* $(,)?) => {
         mod memory {
             $(#[test]
