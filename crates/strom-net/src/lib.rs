@@ -37,7 +37,7 @@ pub use frame_io::{
 };
 pub use mem::MemTransport;
 pub use mux::{Complete, FillPlan, LentBuffer, MuxConn, PushHandler, Reply, Waiter};
-pub use shm::{ShmTransport, SHM_AUTO};
+pub use shm::{shm_stats, ShmStats, ShmTransport, SHM_AUTO, SHM_INLINE_MAX};
 pub use tcp::TcpTransport;
 pub use transports::{Transports, DEFAULT_SCHEME};
 

@@ -24,7 +24,11 @@ pub struct Server {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Via {
     Tcp,
+    /// shm with every data part pulled across processes (cross-memory
+    /// attach), however small.
     Shm,
+    /// shm with cross-memory attach off: data parts through the socket.
+    ShmSocket,
 }
 
 thread_local! {
@@ -50,13 +54,24 @@ impl Server {
         let dir = tempfile::tempdir().expect("temporary directory");
         let driver = match via {
             Via::Tcp => Driver::embedded(dir.path()).expect("embedded server starts"),
-            Via::Shm => {
+            Via::Shm | Via::ShmSocket => {
                 let config = strom_server::ServerConfig {
                     data_dir: dir.path().to_path_buf(),
                     listen: "shm://auto".into(),
                     ..Default::default()
                 };
-                let d = Driver::embedded_over(config, strom_client::Transports::default())
+                // Every data part pulled, however small (the default sends
+                // payloads of at most 16 KiB through the socket), or none.
+                let shm = match via {
+                    Via::ShmSocket => strom_net::ShmTransport::default().without_cma(),
+                    _ => strom_net::ShmTransport {
+                        inline_max: 0,
+                        ..Default::default()
+                    },
+                };
+                let transports =
+                    strom_client::Transports::default().with("shm", std::sync::Arc::new(shm));
+                let d = Driver::embedded_over(config, transports)
                     .expect("embedded server starts over shm");
                 assert!(
                     d.master_addr().starts_with("shm://"),
@@ -132,32 +147,37 @@ pub fn field(e: &Event, field: &str) -> u64 {
 
 /// Generates `mod memory` and `mod file` (over TCP), each with one
 /// `#[test]` per body, and the same two again under `mod shm` (over the
-/// shared-memory transport).
+/// shared-memory transport, data parts pulled) and `mod shm_socket` (shm
+/// with data parts through the socket, the fallback).
 #[allow(unused_macros)]
 macro_rules! conformance {
     ($($name:ident),* $(,)?) => {
         conformance_over!($($name),*);
         mod shm {
-            conformance_over!(shm, $($name),*);
+            conformance_over!(via Shm, $($name),*);
+        }
+        mod shm_socket {
+            conformance_over!(via ShmSocket, $($name),*);
         }
     };
 }
 
-/// The per-partition-type modules of [`conformance!`], over TCP or shm.
+/// The per-partition-type modules of [`conformance!`], over TCP or, with
+/// `via V`, over the transport [`Via::V`] names.
 #[allow(unused_macros)]
 macro_rules! conformance_over {
-    (shm, $($name:ident),* $(,)?) => {
+    (via $via:ident, $($name:ident),* $(,)?) => {
         mod memory {
             $(#[test]
             fn $name() {
-                crate::common::use_transport(crate::common::Via::Shm);
+                crate::common::use_transport(crate::common::Via::$via);
                 super::super::$name(strom_client::PartitionType::Memory)
             })*
         }
         mod file {
             $(#[test]
             fn $name() {
-                crate::common::use_transport(crate::common::Via::Shm);
+                crate::common::use_transport(crate::common::Via::$via);
                 super::super::$name(strom_client::PartitionType::File)
             })*
         }
