@@ -50,16 +50,22 @@ fn sample(src: &[u8], dst: &mut [u8]) -> f64 {
     }
 }
 
-/// Runs the memcpy baseline and prints one line (JSON with `json`).
-pub fn memcpy(size: &str, json: bool) -> anyhow::Result<()> {
-    let bytes = parse_size(size)?;
-    let len = usize::try_from(bytes)?;
+/// GB/s of memcpy of `len` bytes between warm buffers: every sample,
+/// sorted (the median is the figure).
+pub fn memcpy_samples(len: usize) -> Vec<f64> {
     // Both buffers written before timing: no page faults in the samples.
     let src = vec![0x5Au8; len];
     let mut dst = vec![0xA5u8; len];
     sample(&src, &mut dst);
     let mut gbs: Vec<f64> = (0..SAMPLES).map(|_| sample(&src, &mut dst)).collect();
     gbs.sort_by(f64::total_cmp);
+    gbs
+}
+
+/// Runs the memcpy baseline and prints one line (JSON with `json`).
+pub fn memcpy(size: &str, json: bool) -> anyhow::Result<()> {
+    let bytes = parse_size(size)?;
+    let gbs = memcpy_samples(usize::try_from(bytes)?);
     let (min, median, max) = (gbs[0], gbs[SAMPLES / 2], gbs[SAMPLES - 1]);
     if json {
         println!(

@@ -152,6 +152,7 @@ pub fn run(cfg: &Config, target: &dyn Target) -> anyhow::Result<Result> {
             Ok(r)
         }
         Mode::Baseline => anyhow::bail!("the baseline mode runs in bench/baseline.rs"),
+        Mode::Transport => anyhow::bail!("the transport mode runs in bench/transport.rs"),
     }
 }
 

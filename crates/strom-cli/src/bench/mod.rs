@@ -26,6 +26,7 @@ mod tasks;
 #[cfg(feature = "peers")]
 mod tasks_redis;
 mod tasks_strom;
+mod transport;
 mod workload;
 
 use std::path::PathBuf;
@@ -44,6 +45,8 @@ pub enum Mode {
     Tasks,
     /// A machine baseline, no target: `strom bench baseline memcpy`.
     Baseline,
+    /// Produce and consume over each `--transport`, beside memcpy.
+    Transport,
 }
 
 impl Mode {
@@ -54,6 +57,7 @@ impl Mode {
             Mode::E2e => "e2e",
             Mode::Tasks => "tasks",
             Mode::Baseline => "baseline",
+            Mode::Transport => "transport",
         }
     }
 }
@@ -147,6 +151,10 @@ pub struct BenchArgs {
     /// `redis-server` (no persistence) on a free loopback port.
     #[arg(long)]
     redis_address: Option<String>,
+    /// transport: the transports to compare, comma-separated (tcp, shm,
+    /// shm-socket = shm with data parts through the socket).
+    #[arg(long, default_value = "tcp,shm,shm-socket")]
+    transport: String,
     /// Print one JSON object instead of a human summary.
     #[arg(long)]
     json: bool,
@@ -418,6 +426,9 @@ pub fn run(args: BenchArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> {
             Some(b) => anyhow::bail!("unknown baseline '{b}': use `strom bench baseline memcpy`"),
             None => anyhow::bail!("`strom bench baseline` needs what to measure: memcpy"),
         };
+    }
+    if args.mode == Mode::Transport && args.worker_job.is_none() {
+        return transport::run(args);
     }
     if let Some(b) = &args.baseline {
         anyhow::bail!("unexpected argument '{b}': only `strom bench baseline` takes one");
