@@ -155,6 +155,10 @@ pub struct BenchArgs {
     /// shm-socket = shm with data parts through the socket).
     #[arg(long, default_value = "tcp,shm,shm-socket")]
     transport: String,
+    /// transport: rounds per transport (a fresh server each); the median
+    /// is reported.
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
     /// Print one JSON object instead of a human summary.
     #[arg(long)]
     json: bool,

@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use strom_client::{
-    ConsumerOptions, Driver, ErrorCode, Next, Overflow, PartitionType, Producer, ProducerOptions,
-    Selection, StartPos, Topic, TopicSpec,
+    ConsumerOptions, Driver, ErrorCode, Next, Overflow, PartitionType, PoolBroker, Producer,
+    ProducerOptions, Selection, StartPos, Topic, TopicSpec,
 };
 
 use super::sys::pid_listening_on;
@@ -136,6 +136,9 @@ impl Target for StromTarget {
                 partitions: Some(job.partitions.clone()),
                 start: StartPos::Beginning,
                 selector: Arc::new(selection),
+                // Data lands in recycled buffers, as in an application that
+                // reads into its own arrays: warm memory, nothing zeroed.
+                broker: Arc::new(PoolBroker::default()),
                 ..Default::default()
             },
         )?;

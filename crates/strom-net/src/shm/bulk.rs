@@ -40,7 +40,10 @@ const HEADER: usize = 16;
 const MAX_INLINE: usize = 1 << 20;
 /// Most regions in one `PULL` record (larger payloads use several).
 const MAX_REGIONS: usize = 4096;
-/// Largest piece `read` pulls into one buffer.
+/// Largest piece `read` copies out of inline records into one buffer
+/// (a pull record is pulled into one buffer whole: the frame's announced
+/// length, which the reader has checked against its frame limit, bounds
+/// it, and one buffer per payload lets storage hand out zero-copy slices).
 const READ_CHUNK: u64 = 4 << 20;
 
 fn header(kind: u8, count: u32, seq: u64) -> [u8; HEADER] {
@@ -222,12 +225,18 @@ enum Step<'a> {
 }
 
 impl ShmBulkReceiver {
-    /// Moves up to `want` bytes of the current payload as `step` says;
-    /// returns how many.
-    async fn step(&mut self, want: u64, step: Step<'_>) -> Result<u64, NetError> {
+    /// Waits until the current payload record has bytes left.
+    async fn load(&mut self) -> Result<(), NetError> {
         while self.current.as_ref().is_none_or(|p| p.left() == 0) {
             self.current = Some(self.rx.recv().await.ok_or(NetError::Closed)?);
         }
+        Ok(())
+    }
+
+    /// Moves up to `want` bytes of the current payload as `step` says;
+    /// returns how many.
+    async fn step(&mut self, want: u64, step: Step<'_>) -> Result<u64, NetError> {
+        self.load().await?;
         let pid = self.peer_pid;
         let cur = self.current.as_mut().ok_or(NetError::Closed)?;
         let n = want.min(cur.left());
@@ -281,9 +290,10 @@ impl BulkReceiver for ShmBulkReceiver {
             let mut out = Vec::new();
             let mut left = len;
             while left > 0 {
-                left -= self
-                    .step(left.min(READ_CHUNK), Step::Keep(&mut out))
-                    .await?;
+                self.load().await?;
+                let pull = matches!(self.current, Some(Payload::Pull { .. }));
+                let want = if pull { left } else { left.min(READ_CHUNK) };
+                left -= self.step(want, Step::Keep(&mut out)).await?;
             }
             Ok(out)
         })

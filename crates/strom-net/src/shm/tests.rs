@@ -267,3 +267,19 @@ async fn pulled_chunks_are_released_once_the_peer_has_them() {
     }
     panic!("the sender still holds {} bytes", sender.pending_bytes());
 }
+
+#[tokio::test]
+async fn a_pulled_payload_is_read_into_one_buffer_whatever_its_pieces() {
+    // Storage hands out zero-copy slices of what it got: one buffer per
+    // payload means no event's data straddles two buffers.
+    let (mut c, mut s, _l) = pair(ShmTransport::default()).await;
+    let p = pattern(9 << 20, 2);
+    let chunks = vec![p.slice(..(5 << 20)), p.slice((5 << 20)..)];
+    let f = OutFrame::request(2, 1, &Request::Limits).with_bulk(chunks);
+    c.writer.write(&f).await.unwrap();
+    c.writer.flush().await.unwrap();
+    s.reader.next().await.unwrap().unwrap();
+    let got = s.reader.read_bulk().await.unwrap();
+    assert_eq!(got.len(), 1, "one buffer");
+    assert!(got[0] == p);
+}
