@@ -321,10 +321,12 @@ pub fn sample_requests() -> Vec<Request> {
         Request::Join {
             member: None,
             addr: "127.0.0.1:7401".into(),
+            addrs: vec!["127.0.0.1:7401".into(), "shm:///run/strom/a.sock".into()],
         },
         Request::Heartbeat {
             member: 2,
             addr: "127.0.0.1:7401".into(),
+            addrs: Vec::new(),
         },
         Request::HostPartitions {
             topic_id: 8,
@@ -431,6 +433,10 @@ pub fn sample_responses() -> Vec<Response> {
         addr: format!("127.0.0.1:{}", 7400 + id),
         alive: id != 2,
         last_seen_ms: u64::from(id) * 10,
+        addrs: match id {
+            0 => vec!["127.0.0.1:7400".into(), "shm:///run/strom/m0.sock".into()],
+            _ => Vec::new(),
+        },
     };
     vec![
         Response::error(ErrorCode::TOPIC_NOT_FOUND, "no topic 'runs'"),
@@ -441,6 +447,7 @@ pub fn sample_responses() -> Vec<Response> {
             members: vec![GroupMember {
                 id: 0,
                 addr: "127.0.0.1:7400".into(),
+                addrs: vec!["127.0.0.1:7400".into(), "shm:///run/strom/m0.sock".into()],
             }],
             version: PROTOCOL_VERSION,
         },

@@ -15,9 +15,15 @@ pub struct ServerArgs {
     /// Data directory (registry and file partitions).
     #[arg(long)]
     data_dir: Option<PathBuf>,
-    /// Address to listen on; port 0 picks a free port.
+    /// Address to listen on; port 0 picks a free port. This primary address
+    /// is what other members use (TCP in a multi-node group).
     #[arg(long)]
     listen: Option<String>,
+    /// Also serve clients on this address (repeatable), e.g. `shm://auto`
+    /// for clients on this node. Every address goes into the group file and
+    /// clients pick the best one they can reach.
+    #[arg(long = "also-listen", value_name = "URL")]
+    also_listen: Vec<String>,
     /// Join the running group of this group file as a new member.
     #[arg(long)]
     join: Option<PathBuf>,
@@ -38,6 +44,7 @@ pub fn run(args: ServerArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> 
     if let Some(l) = args.listen {
         config.listen = l;
     }
+    config.also_listen.extend(args.also_listen);
     if group_file.is_some() {
         config.group_file = group_file;
     }
@@ -56,7 +63,7 @@ pub fn run(args: ServerArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> 
     rt.block_on(async move {
         let http_listen = config.http_listen.clone();
         let server = Server::start(config).await?;
-        eprintln!("strom server listening on {}", server.addr());
+        eprintln!("strom server listening on {}", server.addrs().join(" "));
         let http = match http_listen {
             Some(addr) => match strom_http::serve(server.services(), &addr).await {
                 Ok(h) => {

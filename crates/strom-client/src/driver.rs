@@ -29,6 +29,11 @@ pub(crate) struct DriverInner {
     transports: Transports,
     master: String,
     conns: Mutex<HashMap<String, Arc<ClientConn>>>,
+    /// Every address of each member, by its primary address (from the
+    /// group file and the servers' `Hello`).
+    routes: Mutex<HashMap<String, Vec<String>>>,
+    /// The address each open connection really uses, by primary address.
+    via: Mutex<HashMap<String, String>>,
     /// Producer leases renewed by this driver's one renewal task.
     pub leases: Leases,
     #[cfg(feature = "embedded")]
@@ -107,7 +112,10 @@ impl Driver {
                     path.display()
                 ))
             })?;
-        Self::connect_addr_with(&master.addr, transports)
+        let d = Self::start(master.addr.clone(), transports)?;
+        d.learn(group.members.iter().map(|m| (&m.addr, &m.addrs)));
+        d.connect_master()?;
+        Ok(d)
     }
 
     /// Connects to the server holding the registry at `host:port`, over TCP.
@@ -118,13 +126,22 @@ impl Driver {
     /// Connects to the server holding the registry at `addr` (`host:port`
     /// or `scheme://…`) through `transports`.
     pub fn connect_addr_with(addr: &str, transports: Transports) -> Result<Driver> {
-        let rt = runtime()?;
-        let d = Self::with_runtime(rt, addr.to_string(), transports);
-        d.block_on({
-            let d = d.clone();
-            async move { d.conn(&d.inner.master).await.map(|_| ()) }
-        })?;
+        let d = Self::start(addr.to_string(), transports)?;
+        d.connect_master()?;
         Ok(d)
+    }
+
+    /// A driver whose registry master is at `master`, not connected yet.
+    fn start(master: String, transports: Transports) -> Result<Driver> {
+        Ok(Self::with_runtime(runtime()?, master, transports))
+    }
+
+    /// Opens the connection to the registry master.
+    fn connect_master(&self) -> Result<()> {
+        self.block_on({
+            let d = self.clone();
+            async move { d.conn(&d.inner.master).await.map(|_| ()) }
+        })
     }
 
     fn with_runtime(rt: Runtime, master: String, transports: Transports) -> Driver {
@@ -135,6 +152,8 @@ impl Driver {
                 transports,
                 master,
                 conns: Mutex::new(HashMap::new()),
+                routes: Mutex::new(HashMap::new()),
+                via: Mutex::new(HashMap::new()),
                 leases: Leases::default(),
                 #[cfg(feature = "embedded")]
                 embedded: Mutex::new(None),
@@ -213,19 +232,101 @@ impl Driver {
         wait(&self.inner.handle, f)?
     }
 
+    /// Remembers every address of `members` (primary address, all).
+    fn learn<'a>(&self, members: impl IntoIterator<Item = (&'a String, &'a Vec<String>)>) {
+        let mut routes = self.inner.routes.lock();
+        for (addr, addrs) in members.into_iter().filter(|(_, a)| !a.is_empty()) {
+            routes.insert(addr.clone(), addrs.clone());
+        }
+    }
+
+    /// Asks the server behind `c` (reached at `addr`, whose other addresses
+    /// are unknown) for the members' addresses. Only the master answers,
+    /// and only at protocol version 3; anything else teaches nothing.
+    async fn ask_routes(&self, addr: &str, c: &ClientConn) {
+        if self.inner.routes.lock().contains_key(addr) || c.version() < 3 {
+            return;
+        }
+        if let Ok(Response::Members(ms)) = c.call(&Request::Members, Vec::new()).await {
+            self.learn(ms.iter().map(|m| (&m.addr, &m.addrs)));
+        }
+    }
+
+    /// Where the member whose primary address is `addr` can be reached,
+    /// best first.
+    fn candidates(&self, addr: &str) -> Vec<String> {
+        let mut all = self
+            .inner
+            .routes
+            .lock()
+            .get(addr)
+            .cloned()
+            .unwrap_or_default();
+        all.push(addr.to_string());
+        let ranked = self.inner.transports.rank(&all);
+        if ranked.is_empty() {
+            vec![addr.to_string()]
+        } else {
+            ranked
+        }
+    }
+
+    /// The address the connection to the member at `addr` (its primary
+    /// address, as in the group file) really uses, e.g. `shm://…` when the
+    /// client is on the server's node; None if not connected.
+    pub fn connected_via(&self, addr: &str) -> Option<String> {
+        self.inner.via.lock().get(addr).cloned()
+    }
+
+    /// Opens a connection to the member at `addr` over the best address it
+    /// can reach: the ones it knows first, then any better one the
+    /// server's `Hello` names.
+    async fn open(&self, addr: &str) -> Result<Arc<ClientConn>> {
+        let mut tried: Vec<String> = Vec::new();
+        let mut failed: Vec<String> = Vec::new();
+        loop {
+            let Some(url) = self
+                .candidates(addr)
+                .into_iter()
+                .find(|u| !tried.contains(u))
+            else {
+                return Err(Error::coded(
+                    ErrorCode::CONNECTION_FAILED,
+                    format!("cannot connect to server {addr}: {}", failed.join("; ")),
+                ));
+            };
+            tried.push(url.clone());
+            match ClientConn::connect(&self.inner.transports, &url).await {
+                Ok(c) => {
+                    self.ask_routes(addr, &c).await;
+                    let better = self
+                        .candidates(addr)
+                        .into_iter()
+                        .take_while(|u| *u != url)
+                        .find(|u| !tried.contains(u));
+                    if let Some(better) = better {
+                        if let Ok(b) = ClientConn::connect(&self.inner.transports, &better).await {
+                            self.inner.via.lock().insert(addr.to_string(), better);
+                            return Ok(b);
+                        }
+                    }
+                    self.inner.via.lock().insert(addr.to_string(), url);
+                    return Ok(c);
+                }
+                Err(e) => {
+                    tracing::debug!(addr, url = %url, error = %e, "cannot connect over this address; trying the next");
+                    failed.push(format!("{url}: {e}"));
+                }
+            }
+        }
+    }
+
     /// The connection to `addr`, opened on first use and reopened if lost.
     pub(crate) async fn conn(&self, addr: &str) -> Result<Arc<ClientConn>> {
         if let Some(c) = self.inner.conns.lock().get(addr).filter(|c| !c.is_dead()) {
             return Ok(c.clone());
         }
-        let c = ClientConn::connect(&self.inner.transports, addr)
-            .await
-            .map_err(|e| {
-                Error::coded(
-                    ErrorCode::CONNECTION_FAILED,
-                    format!("cannot connect to server {addr}: {e}"),
-                )
-            })?;
+        let c = self.open(addr).await?;
         let mut conns = self.inner.conns.lock();
         match conns.get(addr).filter(|c| !c.is_dead()) {
             Some(existing) => Ok(existing.clone()),

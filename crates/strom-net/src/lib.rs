@@ -39,7 +39,7 @@ pub use mem::MemTransport;
 pub use mux::{Complete, FillPlan, LentBuffer, MuxConn, PushHandler, Reply, Waiter};
 pub use shm::{shm_stats, ShmStats, ShmTransport, SHM_AUTO, SHM_INLINE_MAX};
 pub use tcp::TcpTransport;
-pub use transports::{Transports, DEFAULT_SCHEME};
+pub use transports::{scheme_of, Transports, DEFAULT_SCHEME};
 
 use std::future::Future;
 use std::pin::Pin;

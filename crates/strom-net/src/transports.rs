@@ -73,6 +73,46 @@ impl Transports {
             })
     }
 
+    /// The addresses of `urls` this registry can use, best first: shared
+    /// memory, then RDMA (`ofi+…`), then TCP, then any other; duplicates
+    /// and unknown schemes dropped. `STROM_TRANSPORT` (a comma-separated
+    /// list of schemes, e.g. `tcp` or `shm,tcp`) restricts and orders the
+    /// choice instead.
+    pub fn rank(&self, urls: &[String]) -> Vec<String> {
+        let only = std::env::var("STROM_TRANSPORT").ok();
+        let only: Option<Vec<&str>> = only.as_deref().map(|v| {
+            v.split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .collect()
+        });
+        let mut scored: Vec<(usize, &String)> = urls
+            .iter()
+            .filter(|u| self.resolve(u).is_ok())
+            .filter_map(|u| {
+                let scheme = scheme_of(u);
+                let score = match &only {
+                    Some(list) => list.iter().position(|s| *s == scheme)?,
+                    None => match scheme {
+                        "shm" => 0,
+                        s if s.starts_with("ofi+") => 1,
+                        DEFAULT_SCHEME => 2,
+                        _ => 3,
+                    },
+                };
+                Some((score, u))
+            })
+            .collect();
+        scored.sort_by_key(|(s, _)| *s);
+        let mut out: Vec<String> = Vec::new();
+        for (_, u) in scored {
+            if !out.contains(u) {
+                out.push(u.clone());
+            }
+        }
+        out
+    }
+
     /// Connects to `url` with the transport its scheme names.
     pub async fn connect(&self, url: &str) -> Result<Conn, NetError> {
         let (transport, addr) = self.resolve(url)?;
@@ -84,6 +124,11 @@ impl Transports {
         let (transport, addr) = self.resolve(url)?;
         transport.listen(addr).await
     }
+}
+
+/// The scheme of `url` (`tcp` for a bare `host:port`).
+pub fn scheme_of(url: &str) -> &str {
+    url.split_once("://").map_or(DEFAULT_SCHEME, |(s, _)| s)
 }
 
 impl Default for Transports {
@@ -124,6 +169,26 @@ mod tests {
         let msg = e.to_string();
         assert!(msg.contains("'ofi'") && msg.contains("tcp"), "{msg}");
         assert_eq!(e.code(), strom_proto::ErrorCode::INVALID_ARGUMENT);
+    }
+
+    #[test]
+    fn rank_prefers_shared_memory_then_rdma_then_tcp_and_drops_the_unknown() {
+        let t = Transports::default().with("ofi+tcp", Arc::new(TcpTransport { max_frame: 64 }));
+        let urls: Vec<String> = [
+            "127.0.0.1:7000",
+            "bogus://x",
+            "ofi+tcp://ab",
+            "shm:///s",
+            "127.0.0.1:7000",
+        ]
+        .map(String::from)
+        .into();
+        assert_eq!(
+            t.rank(&urls),
+            ["shm:///s", "ofi+tcp://ab", "127.0.0.1:7000"]
+        );
+        assert_eq!(scheme_of("shm:///s"), "shm");
+        assert_eq!(scheme_of("h:1"), "tcp");
     }
 
     #[test]

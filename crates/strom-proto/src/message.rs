@@ -106,11 +106,15 @@ pub enum Request {
     Join {
         member: Option<u32>,
         addr: String,
+        /// Every address it listens on (protocol version 3).
+        addrs: Vec<String>,
     },
     /// A member tells the master it is alive (and where).
     Heartbeat {
         member: u32,
         addr: String,
+        /// Every address it listens on (protocol version 3).
+        addrs: Vec<String>,
     },
     /// Master → member: host these partitions of a topic (idempotent).
     HostPartitions {
@@ -455,8 +459,8 @@ messages!(Request {
     13 => FetchData { topic, partition, items },
     14 => Commit { topic, partition, consumer, offset },
     15 => Offsets { topic, partition },
-    16 => Join { member, addr },
-    17 => Heartbeat { member, addr },
+    16 => Join { member, addr, addrs @ 3 },
+    17 => Heartbeat { member, addr, addrs @ 3 },
     18 => HostPartitions { topic_id, spec, partitions, sealed },
     19 => SealPartitions { topic },
     20 => DropPartitions { topic },
@@ -600,6 +604,7 @@ mod tests {
                 addr: "h:1".into(),
                 alive: true,
                 last_seen_ms: 5,
+                addrs: vec!["h:1".into(), "shm:///s".into()],
             }]),
             Response::Done,
             Response::Limits {

@@ -252,9 +252,31 @@ impl TopicSpec {
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct GroupMember {
     pub id: u32,
+    /// The member's primary address (TCP): what peers and every client
+    /// can use.
     pub addr: String,
+    /// Every address the member listens on, `addr` first (protocol
+    /// version 3; empty from older peers and in older group files).
+    /// Clients pick the best one they can reach (shared memory on the same
+    /// node, then RDMA, then TCP).
+    #[cfg_attr(
+        feature = "serde",
+        serde(default, skip_serializing_if = "Vec::is_empty")
+    )]
+    pub addrs: Vec<String>,
 }
-wire_struct!(GroupMember { id, addr });
+wire_struct!(GroupMember { id, addr, addrs @ 3 });
+
+impl GroupMember {
+    /// A member with only its primary address.
+    pub fn new(id: u32, addr: impl Into<String>) -> Self {
+        GroupMember {
+            id,
+            addr: addr.into(),
+            addrs: Vec::new(),
+        }
+    }
+}
 
 /// Whether a partition can serve reads and writes right now.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
@@ -450,10 +472,18 @@ pub struct MemberInfo {
     pub alive: bool,
     /// Milliseconds since the master last heard from it.
     pub last_seen_ms: u64,
+    /// Every address it listens on, `addr` first, when it has more than
+    /// one (protocol version 3).
+    #[cfg_attr(
+        feature = "serde",
+        serde(default, skip_serializing_if = "Vec::is_empty")
+    )]
+    pub addrs: Vec<String>,
 }
 wire_struct!(MemberInfo {
     id,
     addr,
     alive,
-    last_seen_ms
+    last_seen_ms,
+    addrs @ 3
 });

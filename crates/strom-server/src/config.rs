@@ -10,8 +10,14 @@ use serde::Deserialize;
 pub struct ServerConfig {
     /// Directory holding the registry and every file partition.
     pub data_dir: PathBuf,
-    /// Address to bind; port 0 picks a free port.
+    /// Address to bind; port 0 picks a free port. This primary address is
+    /// what the other members use, so in a group spanning nodes it must be
+    /// TCP (`host:port`).
     pub listen: String,
+    /// More addresses to serve clients on, e.g. `["shm://auto"]` for clients
+    /// on this node (`auto` picks a private socket path). All of them are
+    /// published in the group file, and clients pick the best they reach.
+    pub also_listen: Vec<String>,
     /// Where to write the group file clients bootstrap from.
     pub group_file: Option<PathBuf>,
     /// Join the running group described by this group file as a new member.
@@ -63,6 +69,7 @@ impl Default for ServerConfig {
         ServerConfig {
             data_dir: PathBuf::from("strom-data"),
             listen: "127.0.0.1:0".into(),
+            also_listen: Vec::new(),
             group_file: None,
             join: None,
             rank: None,

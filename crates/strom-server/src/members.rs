@@ -18,16 +18,19 @@ use crate::peers::Peers;
 pub struct MemberLink {
     member: AtomicU32,
     addr: String,
+    /// Every address this server listens on, `addr` first.
+    addrs: Vec<String>,
     host: Arc<Host>,
     peers: Peers,
 }
 
 impl MemberLink {
     /// `peers` reaches the other members (through the server's transports).
-    pub fn new(member: u32, addr: String, host: Arc<Host>, peers: Peers) -> Self {
+    pub fn new(member: u32, addrs: Vec<String>, host: Arc<Host>, peers: Peers) -> Self {
         MemberLink {
             member: AtomicU32::new(member),
-            addr,
+            addr: addrs.first().cloned().unwrap_or_default(),
+            addrs,
             host,
             peers,
         }
@@ -51,11 +54,17 @@ impl MemberLink {
         &self.peers
     }
 
+    /// Every address this server listens on, the primary first.
+    pub fn addrs(&self) -> &[String] {
+        &self.addrs
+    }
+
     /// This server alone, as a member list.
     pub fn brief(&self) -> Vec<GroupMember> {
         vec![GroupMember {
             id: self.member(),
             addr: self.addr.clone(),
+            addrs: self.addrs.clone(),
         }]
     }
 

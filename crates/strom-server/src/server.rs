@@ -136,8 +136,12 @@ impl Server {
             )
         })?;
         let lock = DataDirLock::acquire(&config.data_dir)?;
-        let mut listener = transports.listen(&config.listen).await?;
-        let addr = listener.local_addr();
+        let mut listeners = vec![transports.listen(&config.listen).await?];
+        for url in &config.also_listen {
+            listeners.push(transports.listen(url).await?);
+        }
+        let addrs: Vec<String> = listeners.iter().map(|l| l.local_addr()).collect();
+        let addr = addrs[0].clone();
         let host = {
             let config = config.clone();
             tokio::task::spawn_blocking(move || Host::open(&config))
@@ -152,7 +156,7 @@ impl Server {
         let peers = Peers::new(transports);
         let link = Arc::new(MemberLink::new(
             initial_member,
-            addr.clone(),
+            addrs.clone(),
             host.clone(),
             peers,
         ));
@@ -183,35 +187,15 @@ impl Server {
             stats: Default::default(),
             _lock: lock,
         });
-        let (stop, mut stopped) = watch::channel(false);
-        let accept_state = state.clone();
+        let (stop, _) = watch::channel(false);
         let slots = Arc::new(tokio::sync::Semaphore::new(
             state.config.max_connections as usize,
         ));
-        let accept = tokio::spawn(async move {
-            let mut refused = 0u64;
-            loop {
-                tokio::select! {
-                    c = listener.accept() => match c {
-                        Ok(c) => match slots.clone().try_acquire_owned() {
-                            Ok(slot) => { tokio::spawn(native::serve(c, accept_state.clone(), slot)); }
-                            Err(_) => {
-                                refused += 1;
-                                if refused.is_power_of_two() {
-                                    tracing::warn!(peer = %c.peer, refused, limit = accept_state.config.max_connections, "connection limit reached; closing new connections (max_connections)");
-                                }
-                            }
-                        },
-                        Err(e) => {
-                            tracing::warn!(error = %e, "accept failed");
-                            tokio::time::sleep(Duration::from_millis(50)).await;
-                        }
-                    },
-                    _ = stopped.changed() => break,
-                }
-            }
-        });
-        let mut tasks = vec![accept, spawn_retention(state.clone(), stop.subscribe())];
+        let mut tasks: Vec<JoinHandle<()>> = listeners
+            .into_iter()
+            .map(|l| spawn_accept(l, state.clone(), slots.clone(), stop.subscribe()))
+            .collect();
+        tasks.push(spawn_retention(state.clone(), stop.subscribe()));
         match role {
             Role::Master { expected } => {
                 if let (true, Some(g)) = (expected > 1, &state.config.group_file) {
@@ -231,9 +215,42 @@ impl Server {
                 )));
             }
         }
-        tracing::info!(addr = %addr, data_dir = %state.config.data_dir.display(), master = state.control.master_registry().is_some(), "strom server listening");
+        tracing::info!(addr = %addr, also = ?&addrs[1..], data_dir = %state.config.data_dir.display(), master = state.control.master_registry().is_some(), "strom server listening");
         Ok(ServerHandle { state, stop, tasks })
     }
+}
+
+/// Accepts connections from `listener` until `stopped`, serving each in
+/// its own task while a connection slot is free.
+fn spawn_accept(
+    mut listener: Box<dyn strom_net::Listener>,
+    state: Arc<Services>,
+    slots: Arc<tokio::sync::Semaphore>,
+    mut stopped: watch::Receiver<bool>,
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut refused = 0u64;
+        loop {
+            tokio::select! {
+                c = listener.accept() => match c {
+                    Ok(c) => match slots.clone().try_acquire_owned() {
+                        Ok(slot) => { tokio::spawn(native::serve(c, state.clone(), slot)); }
+                        Err(_) => {
+                            refused += 1;
+                            if refused.is_power_of_two() {
+                                tracing::warn!(peer = %c.peer, refused, limit = state.config.max_connections, "connection limit reached; closing new connections (max_connections)");
+                            }
+                        }
+                    },
+                    Err(e) => {
+                        tracing::warn!(error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                },
+                _ = stopped.changed() => break,
+            }
+        }
+    })
 }
 
 fn spawn_retention(state: Arc<Services>, mut stopped: watch::Receiver<bool>) -> JoinHandle<()> {
@@ -312,6 +329,7 @@ async fn membership(
                 let req = Request::Heartbeat {
                     member: *id,
                     addr: state.control.addr().to_string(),
+                    addrs: state.control.link().addrs().to_vec(),
                 };
                 state
                     .control
@@ -343,6 +361,7 @@ async fn join_once(
     let req = Request::Join {
         member: want,
         addr: state.control.addr().to_string(),
+        addrs: state.control.link().addrs().to_vec(),
     };
     match state.control.link().peers().call(&master, &req).await {
         Ok(Response::Joined { member, .. }) => {
@@ -362,9 +381,14 @@ pub(crate) fn now_us() -> u64 {
 }
 
 impl ServerHandle {
-    /// The address the server actually bound.
+    /// The address the server actually bound (its primary one).
     pub fn addr(&self) -> &str {
         self.state.control.addr()
+    }
+
+    /// Every address the server listens on, the primary first.
+    pub fn addrs(&self) -> &[String] {
+        self.state.control.link().addrs()
     }
 
     /// The server's services, for front ends started beside the native

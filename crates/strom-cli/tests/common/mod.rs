@@ -55,6 +55,11 @@ impl ServerProcess {
 
     /// [`ServerProcess::start`] with extra `strom server` arguments.
     pub fn start_with(base: &Path, extra: &[&str]) -> ServerProcess {
+        Self::start_with_env(base, extra, &[])
+    }
+
+    /// [`ServerProcess::start_with`] with extra environment variables.
+    pub fn start_with_env(base: &Path, extra: &[&str], env: &[(&str, &str)]) -> ServerProcess {
         let data_dir = base.join("data");
         let group_file = base.join("group.json");
         // A restart writes a new file; removing the old one first means the
@@ -75,6 +80,7 @@ impl ServerProcess {
             .args(extra)
             .env_remove("STROM_LOG")
             .env_remove("STROM_GROUP_FILE")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

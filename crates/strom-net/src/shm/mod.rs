@@ -171,6 +171,7 @@ fn wrap(
             tracing::info!(peer = %peer, reason = %why, "shm: data parts from this peer come through the socket (one more copy)");
         }
     }
+    tracing::debug!(peer = %peer, we_pull = agreed.we_pull, peer_pulls = agreed.peer_pulls, "shm connection open");
     let policy = bulk::SendPolicy {
         peer_pulls: agreed.peer_pulls,
         inline_max: t.inline_max,

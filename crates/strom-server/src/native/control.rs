@@ -64,12 +64,20 @@ async fn registry_op(svc: &ControlService, req: Request) -> Result<Response, Ser
             count,
             member,
         } => Response::Topic(r.add_partitions(&topic, count, member).await?),
-        Request::Join { member, addr } => Response::Joined {
-            member: r.join(member, addr).await?,
+        Request::Join {
+            member,
+            addr,
+            addrs,
+        } => Response::Joined {
+            member: r.join(member, addr, addrs).await?,
             members: r.members().await,
         },
-        Request::Heartbeat { member, addr } => {
-            r.heartbeat(member, addr).await?;
+        Request::Heartbeat {
+            member,
+            addr,
+            addrs,
+        } => {
+            r.heartbeat(member, addr, addrs).await?;
             Response::Done
         }
         Request::Members => Response::Members(r.members().await),

@@ -186,10 +186,7 @@ impl RegistryState {
             members: self
                 .members
                 .iter()
-                .map(|(id, addr)| GroupMember {
-                    id: *id,
-                    addr: addr.clone(),
-                })
+                .map(|(id, addr)| GroupMember::new(*id, addr.clone()))
                 .collect(),
             consumer_groups: self.consumer_groups.values().cloned().collect(),
         }

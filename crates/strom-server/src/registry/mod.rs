@@ -81,6 +81,9 @@ struct Inner {
     /// When each leased open producer expires unless renewed (volatile:
     /// after a restart every one gets a full lease of grace).
     lease_deadline: HashMap<(String, u64), Instant>,
+    /// Every address of each member that listens on more than one (from
+    /// its joins and heartbeats; volatile, like `last_seen`).
+    addrs: HashMap<u32, Vec<String>>,
 }
 
 impl Inner {
@@ -122,8 +125,16 @@ impl Inner {
             .map(|(id, addr)| GroupMember {
                 id: *id,
                 addr: addr.clone(),
+                addrs: self.addrs.get(id).cloned().unwrap_or_default(),
             })
             .collect()
+    }
+
+    /// Records `member`'s addresses; true if they changed.
+    fn set_addrs(&mut self, member: u32, addrs: Vec<String>) -> bool {
+        let addrs = if addrs.len() > 1 { addrs } else { Vec::new() };
+        let old = self.addrs.insert(member, addrs.clone()).unwrap_or_default();
+        old != addrs
     }
 }
 
@@ -179,7 +190,9 @@ impl Registry {
             store,
             last_seen,
             lease_deadline,
+            addrs: HashMap::new(),
         };
+        inner.set_addrs(0, link.addrs().to_vec());
         if inner.state.group_id == 0 {
             // Recorded before any group file carries it.
             inner.commit(RegistryCommand::SetGroupId {
@@ -251,12 +264,23 @@ impl Registry {
                     Some(t) if *id != 0 => t.elapsed().as_millis() as u64,
                     _ => 0,
                 },
+                addrs: inner.addrs.get(id).cloned().unwrap_or_default(),
             })
             .collect()
     }
 
     /// Admits a member (or a restarted one under its old id); returns its id.
-    pub async fn join(&self, want: Option<u32>, addr: String) -> Result<u32, ServerError> {
+    /// Every member with all its addresses (what the group file lists).
+    pub async fn group_members(&self) -> Vec<GroupMember> {
+        self.inner.lock().await.group_members()
+    }
+
+    pub async fn join(
+        &self,
+        want: Option<u32>,
+        addr: String,
+        addrs: Vec<String>,
+    ) -> Result<u32, ServerError> {
         let mut inner = self.inner.lock().await;
         let id = match want {
             Some(0) => {
@@ -273,6 +297,7 @@ impl Registry {
             addr: addr.clone(),
         })?;
         inner.last_seen.insert(id, Instant::now());
+        inner.set_addrs(id, addrs);
         self.publish_group(&inner);
         tracing::info!(member = id, addr = %addr, "member joined");
         // Re-send what the member should host (a restarted member may have
@@ -303,7 +328,12 @@ impl Registry {
         Ok(id)
     }
 
-    pub async fn heartbeat(&self, member: u32, addr: String) -> Result<(), ServerError> {
+    pub async fn heartbeat(
+        &self,
+        member: u32,
+        addr: String,
+        addrs: Vec<String>,
+    ) -> Result<(), ServerError> {
         let mut inner = self.inner.lock().await;
         let Some(known) = inner.state.members.get(&member) else {
             return Err(ServerError::coded(
@@ -315,6 +345,8 @@ impl Registry {
         inner.last_seen.insert(member, Instant::now());
         if moved {
             inner.commit(RegistryCommand::MemberAddress { id: member, addr })?;
+        }
+        if inner.set_addrs(member, addrs) || moved {
             self.publish_group(&inner);
         }
         Ok(())

@@ -83,15 +83,7 @@ impl ControlService {
     /// This server's id and the group's members as far as it knows them.
     pub async fn hello(&self) -> Greeting {
         let members = match &self.registry {
-            Some(r) => r
-                .members()
-                .await
-                .into_iter()
-                .map(|m| GroupMember {
-                    id: m.id,
-                    addr: m.addr,
-                })
-                .collect(),
+            Some(r) => r.group_members().await,
             None => self.link.brief(),
         };
         Greeting {

@@ -21,7 +21,7 @@ pub(super) fn link(dir: &Path) -> Arc<MemberLink> {
     };
     let host = Arc::new(Host::open(&config).unwrap());
     let peers = crate::peers::Peers::new(strom_net::Transports::default());
-    Arc::new(MemberLink::new(0, ADDR.into(), host, peers))
+    Arc::new(MemberLink::new(0, vec![ADDR.into()], host, peers))
 }
 
 async fn state(r: &Registry) -> RegistryState {
@@ -29,9 +29,9 @@ async fn state(r: &Registry) -> RegistryState {
 }
 
 async fn live_history(r: &Registry) {
-    r.join(Some(3), "10.0.0.3:1".into()).await.unwrap();
-    r.join(None, "10.0.0.4:1".into()).await.unwrap();
-    r.heartbeat(3, "10.0.0.33:1".into()).await.unwrap();
+    r.join(Some(3), "10.0.0.3:1".into(), vec![]).await.unwrap();
+    r.join(None, "10.0.0.4:1".into(), vec![]).await.unwrap();
+    r.heartbeat(3, "10.0.0.33:1".into(), vec![]).await.unwrap();
     r.create(TopicSpec::new("a", 2), Some(0)).await.unwrap();
     r.create(TopicSpec::new("b", 1), Some(0)).await.unwrap();
     r.create(TopicSpec::new("c", 3), Some(0)).await.unwrap();
@@ -208,4 +208,36 @@ async fn an_old_registry_json_is_migrated_once() {
             .group_id(),
         id
     );
+}
+
+#[tokio::test]
+async fn every_address_of_a_member_reaches_the_group_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let group_file = tmp.path().join("group.json");
+    let r = Registry::open(tmp.path(), Some(group_file.clone()), 1, link(tmp.path())).unwrap();
+    let shm = |s: &str| format!("shm:///run/{s}.sock");
+    let both = |a: &str, s: &str| vec![a.to_string(), shm(s)];
+    r.join(Some(1), "10.0.0.1:1".into(), both("10.0.0.1:1", "one"))
+        .await
+        .unwrap();
+    r.join(Some(2), "10.0.0.2:1".into(), vec![]).await.unwrap();
+    let read = || -> strom_proto::GroupFile {
+        serde_json::from_slice(&std::fs::read(&group_file).unwrap()).unwrap()
+    };
+    let g = read();
+    let addrs = |g: &strom_proto::GroupFile, id: u32| {
+        g.members.iter().find(|m| m.id == id).unwrap().addrs.clone()
+    };
+    assert_eq!(addrs(&g, 1), both("10.0.0.1:1", "one"));
+    assert!(
+        addrs(&g, 2).is_empty(),
+        "a TCP-only member lists no extra addresses"
+    );
+    // A member that restarts with another socket path says so in its
+    // heartbeat, and the group file follows.
+    r.heartbeat(1, "10.0.0.1:1".into(), both("10.0.0.1:1", "two"))
+        .await
+        .unwrap();
+    assert_eq!(addrs(&read(), 1), both("10.0.0.1:1", "two"));
+    assert_eq!(r.group_members().await.len(), 3);
 }
