@@ -294,3 +294,46 @@ fn tasks_completes_every_task_through_a_partitioned_group() {
     assert_eq!(r["system"], "strom");
     assert_eq!(r["completed"].as_u64(), Some(2000), "{v}");
 }
+
+#[test]
+fn transport_compares_tcp_and_shm_servers_beside_memcpy() {
+    let v = bench(&[
+        "transport",
+        "--transport",
+        "tcp,shm,shm-socket",
+        "--events",
+        "3",
+        "--metadata-size",
+        "64",
+        "--data-size",
+        "100000",
+        "--rounds",
+        "1",
+    ]);
+    assert_eq!(v["mode"], "transport", "{v}");
+    assert!(
+        v["memcpy_gb_per_s"].as_f64().is_some_and(|g| g > 0.0),
+        "{v}"
+    );
+    assert!(
+        v["memcpy_fresh_gb_per_s"].as_f64().is_some_and(|g| g > 0.0),
+        "{v}"
+    );
+    let rows = v["transports"].as_array().expect("transports");
+    let names: Vec<&str> = rows
+        .iter()
+        .filter_map(|r| r["transport"].as_str())
+        .collect();
+    assert_eq!(names, ["tcp", "shm", "shm-socket"], "{v}");
+    for r in rows {
+        let addr = r["addr"].as_str().unwrap_or("");
+        assert_eq!(addr.starts_with("shm://"), r["transport"] != "tcp", "{r}");
+        assert_eq!(r["consumed"].as_u64(), Some(3), "every event consumed: {r}");
+        for k in ["produce_gb_per_s", "consume_gb_per_s"] {
+            assert!(
+                r[k].as_f64().is_some_and(|g| g > 0.0 && g.is_finite()),
+                "{k}: {r}"
+            );
+        }
+    }
+}

@@ -107,6 +107,8 @@ struct Row {
     addr: String,
     produce: Vec<f64>,
     consume: Vec<f64>,
+    /// Events consumed, over every round (each round checks its own count).
+    consumed: u64,
 }
 
 fn gbs(r: &engine::Result) -> f64 {
@@ -146,12 +148,14 @@ fn measure(args: &BenchArgs, name: &str) -> anyhow::Result<Row> {
         addr: String::new(),
         produce: Vec::new(),
         consume: Vec::new(),
+        consumed: 0,
     };
     for _ in 0..args.rounds.max(1) {
         let (addr, p, c) = round(args, name)?;
         row.addr = addr;
         row.produce.push(gbs(&p));
         row.consume.push(gbs(&c));
+        row.consumed += c.consumed.unwrap_or(0);
     }
     Ok(row)
 }
@@ -225,6 +229,7 @@ fn report(args: &BenchArgs, rows: &[Row], base: &Baselines) {
             "produce_rounds": r.produce, "consume_rounds": r.consume,
             "produce_vs_memcpy": p / base.warm, "consume_vs_memcpy": c / base.warm,
             "produce_vs_memcpy_fresh": p / base.fresh,
+            "consumed": r.consumed,
         })
     };
     if args.json {
