@@ -135,9 +135,13 @@ impl DataBroker for VecBroker {
         _: &Selection,
         len: u64,
     ) -> std::result::Result<Vec<Box<dyn DataBuffer>>, String> {
-        let len = usize::try_from(len).map_err(|_| format!("{len} bytes do not fit in memory"))?;
-        Ok(vec![Box::new(vec![0u8; len])])
+        Ok(vec![Box::new(vec![0u8; buffer_len(len)?])])
     }
+}
+
+/// `len` as a buffer length, or why it cannot be one.
+pub(crate) fn buffer_len(len: u64) -> std::result::Result<usize, String> {
+    usize::try_from(len).map_err(|_| format!("{len} bytes do not fit in memory"))
 }
 
 impl<F> DataBroker for F

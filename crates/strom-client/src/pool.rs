@@ -11,7 +11,7 @@ use std::sync::{Arc, Weak};
 use parking_lot::Mutex;
 use strom_proto::Selection;
 
-use crate::data::{DataBroker, DataBuffer, EventMeta};
+use crate::data::{buffer_len, DataBroker, DataBuffer, EventMeta};
 
 type Pool = Mutex<Vec<Vec<u8>>>;
 
@@ -93,7 +93,7 @@ impl DataBroker for PoolBroker {
         _: &Selection,
         len: u64,
     ) -> std::result::Result<Vec<Box<dyn DataBuffer>>, String> {
-        let len = usize::try_from(len).map_err(|_| format!("{len} bytes do not fit in memory"))?;
+        let len = buffer_len(len)?;
         let mut buf = {
             let mut p = self.pool.lock();
             // The most recently returned buffer that is large enough (it is

@@ -27,6 +27,7 @@ mod frame_io;
 mod mem;
 pub mod mux;
 mod shm;
+mod socket;
 mod tcp;
 mod transports;
 

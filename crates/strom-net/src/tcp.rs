@@ -2,57 +2,13 @@
 //! after each body (the inline bulk path), and Nagle disabled so small
 //! frames go out at once.
 
-use std::io::IoSlice;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
-use tokio::io::AsyncWrite;
-use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::frame_io::{DirectWrite, FrameReader, FrameWriter};
+use crate::frame_io::{FrameReader, FrameWriter};
+use crate::socket::SharedWrite;
 use crate::{BoxFuture, Conn, Listener, NetError, Transport};
-
-/// The write half of a TCP connection, shared by the connection's writer
-/// task (as `AsyncWrite`) and by senders writing directly while it is idle.
-struct SharedWrite(Arc<OwnedWriteHalf>);
-
-impl DirectWrite for OwnedWriteHalf {
-    fn try_write_vectored(&self, bufs: &[IoSlice<'_>]) -> std::io::Result<usize> {
-        let s: &TcpStream = self.as_ref();
-        s.try_write_vectored(bufs)
-    }
-}
-
-impl AsyncWrite for SharedWrite {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        let s: &TcpStream = (*self.0).as_ref();
-        loop {
-            match s.poll_write_ready(cx) {
-                Poll::Ready(Ok(())) => {}
-                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
-                Poll::Pending => return Poll::Pending,
-            }
-            match s.try_write(buf) {
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
-                r => return Poll::Ready(r),
-            }
-        }
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Poll::Ready(Ok(()))
-    }
-}
 
 /// TCP with a maximum frame size enforced on everything it reads and writes.
 pub struct TcpTransport {

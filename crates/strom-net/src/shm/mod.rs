@@ -23,21 +23,17 @@ mod handshake;
 #[cfg(test)]
 mod tests;
 
-use std::io::IoSlice;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
-use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
-use tokio::io::AsyncWrite;
-use tokio::net::unix::OwnedWriteHalf;
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::mpsc;
 
-use crate::frame_io::{DirectWrite, FrameReader, FrameWriter};
+use crate::frame_io::{FrameReader, FrameWriter};
+use crate::socket::SharedWrite;
 use crate::{BoxFuture, Conn, Listener, NetError, Transport};
 use handshake::Agreement;
 
@@ -115,46 +111,6 @@ impl ShmTransport {
 impl Default for ShmTransport {
     fn default() -> Self {
         ShmTransport::new(strom_proto::DEFAULT_MAX_FRAME)
-    }
-}
-
-/// The write half of a Unix socket, shared by the writer task and by
-/// senders writing directly while it is idle.
-struct SharedWrite(Arc<OwnedWriteHalf>);
-
-impl DirectWrite for OwnedWriteHalf {
-    fn try_write_vectored(&self, bufs: &[IoSlice<'_>]) -> std::io::Result<usize> {
-        let s: &UnixStream = self.as_ref();
-        s.try_write_vectored(bufs)
-    }
-}
-
-impl AsyncWrite for SharedWrite {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        let s: &UnixStream = (*self.0).as_ref();
-        loop {
-            match s.poll_write_ready(cx) {
-                Poll::Ready(Ok(())) => {}
-                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
-                Poll::Pending => return Poll::Pending,
-            }
-            match s.try_write(buf) {
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
-                r => return Poll::Ready(r),
-            }
-        }
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Poll::Ready(Ok(()))
     }
 }
 
