@@ -68,14 +68,9 @@ fn with_or_without_a_spin_every_event_arrives() {
         };
         let c = t.consumer_with(name, opts).unwrap();
         let mut n = 0u8;
-        loop {
-            match c.pull_timeout(Duration::from_secs(10)).unwrap() {
-                Next::Event(e) => {
-                    assert_eq!(e.data_vec(), vec![n; 10]);
-                    n += 1;
-                }
-                Next::EndOfStream => break,
-            }
+        while let Next::Event(e) = c.pull_timeout(Duration::from_secs(10)).unwrap() {
+            assert_eq!(e.data_vec(), vec![n; 10]);
+            n += 1;
         }
         assert_eq!(n, 100, "spin {spin:?}");
     }
