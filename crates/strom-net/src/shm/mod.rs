@@ -145,6 +145,40 @@ fn wrap(
     }
 }
 
+/// This machine's identity for shm addresses: its kernel's boot id (the
+/// same for every process and container on the node, different on every
+/// other node and after a reboot).
+fn node_id() -> Option<&'static str> {
+    static ID: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    ID.get_or_init(|| {
+        let id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+        let id: String = id
+            .trim()
+            .chars()
+            .filter(|c| c.is_ascii_hexdigit())
+            .collect();
+        (!id.is_empty()).then_some(id)
+    })
+    .as_deref()
+}
+
+/// The socket path of an shm address, if it belongs to this node: an
+/// address published by a server on another node (`?node=` differs) is
+/// refused at once, so a client never reaches a stranger's socket that
+/// happens to have the same path here.
+fn on_this_node(addr: &str) -> std::io::Result<&str> {
+    let Some((path, node)) = addr.rsplit_once("?node=") else {
+        return Ok(addr);
+    };
+    match node_id() {
+        Some(me) if me != node => Err(std::io::Error::new(
+            std::io::ErrorKind::ConnectionRefused,
+            format!("the server is on another node (node {node}, this is {me})"),
+        )),
+        _ => Ok(path),
+    }
+}
+
 fn tokio_stream(fd: OwnedFd) -> std::io::Result<UnixStream> {
     let s = std::os::unix::net::UnixStream::from(fd);
     s.set_nonblocking(true)?;
@@ -208,7 +242,10 @@ async fn accept_one(mut s: UnixStream, t: ShmTransport, path: PathBuf) -> std::i
 
 impl Listener for ShmListener {
     fn local_addr(&self) -> String {
-        format!("shm://{}", self.path.display())
+        match node_id() {
+            Some(node) => format!("shm://{}?node={node}", self.path.display()),
+            None => format!("shm://{}", self.path.display()),
+        }
     }
 
     fn accept(&mut self) -> BoxFuture<'_, Result<Conn, NetError>> {
@@ -239,7 +276,8 @@ fn bind(path: &Path) -> Result<UnixListener, NetError> {
 
 impl ShmTransport {
     async fn connect_to(&self, addr: &str) -> std::io::Result<Conn> {
-        let mut s = UnixStream::connect(addr).await?;
+        let path = on_this_node(addr)?;
+        let mut s = UnixStream::connect(path).await?;
         let (mine, theirs) = std::os::unix::net::UnixStream::pair()?;
         let agreed = tokio::time::timeout(
             HANDSHAKE_TIMEOUT,

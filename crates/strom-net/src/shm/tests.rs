@@ -10,7 +10,7 @@ async fn auto_binds_a_private_socket_that_carries_frames_and_is_removed_on_drop(
     let t = Transports::default();
     let mut listener = t.listen("shm://auto").await.unwrap();
     let addr = listener.local_addr();
-    let path = PathBuf::from(addr.strip_prefix("shm://").unwrap());
+    let path = PathBuf::from(sock_path(&addr));
     let dir = path.parent().unwrap().to_path_buf();
     {
         use std::os::unix::fs::PermissionsExt;
@@ -62,6 +62,10 @@ async fn pair(t: ShmTransport) -> (Conn, Conn, Box<dyn Listener>) {
     let mut listener = t.listen("auto").await.unwrap();
     let addr = listener.local_addr();
     let path = addr.strip_prefix("shm://").unwrap().to_string();
+    assert!(
+        path.contains("?node="),
+        "the address names its node: {addr}"
+    );
     let (c, s) = tokio::join!(t.connect(&path), listener.accept());
     (c.unwrap(), s.unwrap(), listener)
 }
@@ -169,11 +173,7 @@ async fn a_client_without_cma_still_lets_the_server_decide_for_itself() {
     // direction may pull, and both still work.
     let server_t = ShmTransport::default();
     let mut listener = server_t.listen("auto").await.unwrap();
-    let path = listener
-        .local_addr()
-        .strip_prefix("shm://")
-        .unwrap()
-        .to_string();
+    let path = sock_path(&listener.local_addr());
     let client_t = ShmTransport::default().without_cma();
     let (c, s) = tokio::join!(client_t.connect(&path), listener.accept());
     let (mut c, mut s) = (c.unwrap(), s.unwrap());
@@ -187,11 +187,7 @@ async fn a_bad_handshake_is_refused_and_the_listener_keeps_serving() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let t = ShmTransport::default();
     let mut listener = t.listen("auto").await.unwrap();
-    let path = listener
-        .local_addr()
-        .strip_prefix("shm://")
-        .unwrap()
-        .to_string();
+    let path = sock_path(&listener.local_addr());
     let mut raw = UnixStream::connect(&path).await.unwrap();
     raw.write_all(&[0xAB; 32]).await.unwrap();
     let good = tokio::spawn({
@@ -282,4 +278,34 @@ async fn a_pulled_payload_is_read_into_one_buffer_whatever_its_pieces() {
     let got = s.reader.read_bulk().await.unwrap();
     assert_eq!(got.len(), 1, "one buffer");
     assert!(got[0] == p);
+}
+
+#[tokio::test]
+async fn an_address_of_another_node_is_refused_without_touching_its_path() {
+    let t = ShmTransport::default();
+    let mut listener = t.listen("auto").await.unwrap();
+    let addr = listener.local_addr();
+    let (path, _) = addr
+        .strip_prefix("shm://")
+        .unwrap()
+        .rsplit_once("?node=")
+        .unwrap();
+    // The same path, published by a server on another node.
+    let stranger = format!("{path}?node=0123456789abcdef");
+    let e = match t.connect(&stranger).await {
+        Err(e) => e.to_string(),
+        Ok(_) => panic!("reached a socket of another node"),
+    };
+    assert!(e.contains("another node"), "{e}");
+    // The bare path (an address written by hand) still works.
+    let (c, s) = tokio::join!(t.connect(path), listener.accept());
+    assert!(c.is_ok() && s.is_ok());
+}
+
+/// The socket path of an shm address (without scheme and node).
+fn sock_path(addr: &str) -> String {
+    let rest = addr.strip_prefix("shm://").unwrap();
+    rest.rsplit_once("?node=")
+        .map_or(rest, |(p, _)| p)
+        .to_string()
 }
