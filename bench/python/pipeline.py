@@ -21,9 +21,13 @@ median of a few repetitions. Systems:
                 ``process_vm_readv``). The server's log is read to confirm
                 that every client connection was an shm one.
 
-Strom topics are memory partitions (one partition) sized for the run, and
-deleted after it. The consumer acks once, after the last event (an ack
-covers every earlier event of its partition).
+Strom topics are one memory partition bounded at ``--bound`` bytes (64 MiB)
+with overflow ``block``: the producer waits when it is full, like a zmq
+high-water mark, and the consumer acks the last event of every batch it
+pulls (an ack covers every earlier event of its partition), which frees the
+room. ``--bound 0`` sizes the partition for the whole run instead (the
+server then keeps every event; one ack at the end). Topics are deleted
+after each run.
 
 Checks: every array carries a ring index (the producer cycles through
 ``--ring`` prepared arrays, never modified once sent); the consumer checks
@@ -57,6 +61,11 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+# One BLAS thread: numpy's OpenBLAS pool would otherwise spin on the cores
+# the two processes (and the Strom server) need. Inherited by the children.
+for _v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_v, "1")
 
 ROOT = Path(__file__).resolve().parents[2]
 SYSTEMS = ("zmq-ipc", "zmq-tcp", "strom-tcp", "strom-shm")
@@ -218,7 +227,8 @@ def producer_main(system, endpoint, topic, size, warm, events, ring, ready, warm
         out.put(("producer", {"error": f"{type(e).__name__}: {e}"}))
 
 
-def consumer_main(system, endpoint, topic, size, warm, events, ring, ready, warmed, out):
+def consumer_main(system, endpoint, topic, size, warm, events, ring, ready, warmed, out,
+                  ack_every_batch=False):
     try:
         import numpy as np
 
@@ -265,6 +275,8 @@ def consumer_main(system, endpoint, topic, size, warm, events, ring, ready, warm
                     if chk.count == total:
                         t1 = now()
                 last = batch[-1]
+                if ack_every_batch:  # frees room in a bounded (block) partition
+                    last.ack()
             if last is not None:
                 last.ack().wait(60)  # one ack covers the partition up to here
             c.close()
@@ -337,7 +349,7 @@ class StromServer:
 
 # --- one run -------------------------------------------------------------------
 
-def one_run(system, size, events, warm, ring, ctx, tmp: Path, servers, admin) -> dict:
+def one_run(system, size, events, warm, ring, ctx, tmp: Path, servers, admin, bound=None) -> dict:
     run = {"system": system, "size": size, "events": events, "warmup": warm}
     topic = None
     if system == "zmq-ipc":
@@ -352,13 +364,19 @@ def one_run(system, size, events, warm, ring, ctx, tmp: Path, servers, admin) ->
         srv = servers[system]
         endpoint = str(srv.group)
         topic = f"pipe-{size}-{time.monotonic_ns()}"
-        need = (warm + events) * (size + 1024)
-        admin[system].create_topic(topic, 1, type="memory", retention_bytes=need + need // 4 + (64 << 20),
-                                   overflow="drop-oldest")
+        if bound:  # a bounded buffer with backpressure; the consumer acks every batch
+            admin[system].create_topic(topic, 1, type="memory", retention_bytes=bound,
+                                       overflow="block")
+            run["bound"] = bound
+        else:  # every event of the run fits; one ack at the end
+            need = (warm + events) * (size + 1024)
+            admin[system].create_topic(topic, 1, type="memory",
+                                       retention_bytes=need + need // 4 + (64 << 20),
+                                       overflow="drop-oldest")
         shm_before = srv.shm_connections()
     ready, warmed, out = ctx.Event(), ctx.Event(), ctx.Queue()
     args = (system, endpoint, topic, size, warm, events, ring, ready, warmed, out)
-    cons = ctx.Process(target=consumer_main, args=args, name="consumer")
+    cons = ctx.Process(target=consumer_main, args=(*args, bool(bound)), name="consumer")
     prod = ctx.Process(target=producer_main, args=args, name="producer")
     child_env = {}
     if system == "strom-tcp":
@@ -442,6 +460,12 @@ def main(argv=None) -> int:
     ap.add_argument("--warmup", type=int, default=None,
                     help="untimed events first (default: events/20, within 4..500)")
     ap.add_argument("--reps", type=int, default=3, help="repetitions (median shown); default 3")
+    ap.add_argument("--bound", type=lambda v: 0 if v.strip() == "0" else parse_size(v),
+                    default=64 << 20,
+                    help="Strom: the memory partition holds this many bytes, overflow `block` "
+                         "(backpressure, like a zmq high-water mark; the consumer acks every "
+                         "batch); default 64MiB; 0: a partition sized for the whole run, one "
+                         "ack at the end")
     ap.add_argument("--ring", type=int, default=8, help="distinct arrays the producer cycles through")
     ap.add_argument("--json", action="store_true", help="also print one JSON object (last line)")
     ap.add_argument("--smoke", action="store_true",
@@ -499,7 +523,8 @@ def main(argv=None) -> int:
                 events = args.events or default_events(size, args.budget)
                 warm = args.warmup if args.warmup is not None else max(4, min(500, events // 20))
                 for system in systems:  # the systems take turns within a repetition
-                    r = one_run(system, size, events, warm, args.ring, ctx, tmp, servers, admin)
+                    r = one_run(system, size, events, warm, args.ring, ctx, tmp, servers, admin,
+                                args.bound)
                     r["rep"] = rep
                     results.append(r)
                     if r.get("failed"):
@@ -535,7 +560,9 @@ def main(argv=None) -> int:
         return r.get("mb_per_s") if r and not r["failed"] else None
 
     print(f"Python pipeline, one hop between two processes; median of {args.reps} "
-          f"repetition(s); MB/s = 10^6 bytes/s")
+          f"repetition(s); MB/s = 10^6 bytes/s; Strom: memory partition, "
+          + (f"{args.bound / 1048576:g} MiB, overflow block" if args.bound else
+             "sized for the run"))
     print(f"{'size':>8}  {'system':<10} {'events':>7} {'events/s':>12} {'MB/s':>10}   "
           f"{'min..max MB/s':<19} status")
     for row in table:
@@ -560,6 +587,9 @@ def main(argv=None) -> int:
     nfail = sum(1 for r in results if r.get("failed"))
     if args.json:
         print(json.dumps({"benchmark": "python-pipeline", "reps": args.reps, "strom_bin": binary,
+                          "strom_partition": {"type": "memory", "retention_bytes": args.bound or
+                                              "sized for the run",
+                                              "overflow": "block" if args.bound else "drop-oldest"},
                           "unavailable": unavailable, "sizes": sizes, "systems": systems,
                           "table": table, "ratios_vs_zmq_ipc": ratios, "runs": results,
                           "failed_runs": nfail}))
