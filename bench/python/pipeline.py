@@ -183,6 +183,14 @@ def now() -> float:
     return time.clock_gettime(time.CLOCK_MONOTONIC)  # system-wide: comparable across processes
 
 
+def cpu() -> float:
+    """CPU seconds (user + system) of this process, every thread."""
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
 def producer_main(system, endpoint, topic, size, warm, events, ring, ready, warmed, out):
     try:
         arrs = make_ring(size, ring)
@@ -198,7 +206,7 @@ def producer_main(system, endpoint, topic, size, warm, events, ring, ready, warm
                 s.send(arrs[k % ring], copy=False)
             if not warmed.wait(RUN_TIMEOUT):
                 raise RuntimeError("consumer did not receive the warm-up events")
-            t0 = now()
+            c0, t0 = cpu(), now()
             for k in range(warm, warm + events):
                 s.send(arrs[k % ring], copy=False)
             t_sent = now()
@@ -216,13 +224,13 @@ def producer_main(system, endpoint, topic, size, warm, events, ring, ready, warm
             p.flush()
             if not warmed.wait(RUN_TIMEOUT):
                 raise RuntimeError("consumer did not receive the warm-up events")
-            t0 = now()
+            c0, t0 = cpu(), now()
             for k in range(warm, warm + events):
                 p.push(b"", arrs[k % ring])  # zero-copy: the ring is never modified
             t_sent = now()
             p.close()  # flushes, then ends the stream
             del p, d
-        out.put(("producer", {"t0": t0, "t_sent": t_sent}))
+        out.put(("producer", {"t0": t0, "t_sent": t_sent, "cpu": cpu() - c0}))
     except BaseException as e:  # noqa: BLE001 - reported to the parent
         out.put(("producer", {"error": f"{type(e).__name__}: {e}"}))
 
@@ -234,7 +242,8 @@ def consumer_main(system, endpoint, topic, size, warm, events, ring, ready, warm
 
         chk = Checker(size, ring)
         total = warm + events
-        t1 = None
+        t1 = c1 = None
+        c0 = cpu()  # no warm-up: from the start
         if system.startswith("zmq"):
             import zmq
 
@@ -249,8 +258,9 @@ def consumer_main(system, endpoint, topic, size, warm, events, ring, ready, warm
                 f = recv(copy=False)
                 check(frombuffer(f, dtype="<u8"))
                 if k + 1 == warm:
+                    c0 = cpu()
                     warmed.set()
-            t1 = now()
+            t1, c1 = now(), cpu()
             s.close()
             ctx.term()
         else:
@@ -271,9 +281,10 @@ def consumer_main(system, endpoint, topic, size, warm, events, ring, ready, warm
                 for ev in batch:
                     check(ev.data)  # a numpy array over the fetched bytes
                     if chk.count == warm:
+                        c0 = cpu()
                         warmed.set()
                     if chk.count == total:
-                        t1 = now()
+                        t1, c1 = now(), cpu()
                 last = batch[-1]
                 if ack_every_batch:  # frees room in a bounded (block) partition
                     last.ack()
@@ -283,7 +294,8 @@ def consumer_main(system, endpoint, topic, size, warm, events, ring, ready, warm
             del c, d
         if chk.count < warm:
             warmed.set()
-        out.put(("consumer", {"t1": t1, "received": chk.count, "bytes": chk.bytes,
+        out.put(("consumer", {"t1": t1, "cpu": None if c1 is None else c1 - c0,
+                              "received": chk.count, "bytes": chk.bytes,
                               "bad": chk.bad, "first_bad": chk.first_bad}))
     except BaseException as e:  # noqa: BLE001
         warmed.set()
@@ -336,6 +348,11 @@ class StromServer:
         lines = [l for l in text.splitlines() if "shm connection open" in l]
         return len(lines), sum(1 for l in lines if "we_pull=true peer_pulls=true" in l)
 
+    def cpu(self) -> float:
+        """CPU seconds (user + system) of the server process so far."""
+        f = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
     def stop(self):
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
@@ -374,6 +391,7 @@ def one_run(system, size, events, warm, ring, ctx, tmp: Path, servers, admin, bo
                                        retention_bytes=need + need // 4 + (64 << 20),
                                        overflow="drop-oldest")
         shm_before = srv.shm_connections()
+        server_cpu0 = srv.cpu()
     ready, warmed, out = ctx.Event(), ctx.Event(), ctx.Queue()
     args = (system, endpoint, topic, size, warm, events, ring, ready, warmed, out)
     cons = ctx.Process(target=consumer_main, args=(*args, bool(bound)), name="consumer")
@@ -421,6 +439,7 @@ def one_run(system, size, events, warm, ring, ctx, tmp: Path, servers, admin, bo
             errors.append(f"received {c['bytes']} bytes, not {total * size}")
     if topic:
         srv = servers[system]
+        run["server_cpu_s"] = srv.cpu() - server_cpu0  # the whole run, warm-up included
         n, onecopy = (a - b for a, b in zip(srv.shm_connections(), shm_before))
         run["shm_connections"], run["shm_one_copy"] = n, onecopy
         if system == "strom-shm" and n < 2:
@@ -437,7 +456,13 @@ def one_run(system, size, events, warm, ring, ctx, tmp: Path, servers, admin, bo
         return run
     dt = c["t1"] - pr["t0"]
     run.update(received=c["received"], seconds=dt, events_per_s=events / dt,
-               mb_per_s=events * size / dt / 1e6, send_seconds=pr["t_sent"] - pr["t0"])
+               mb_per_s=events * size / dt / 1e6, send_seconds=pr["t_sent"] - pr["t0"],
+               producer_cpu_s=pr["cpu"], consumer_cpu_s=c["cpu"])
+    # CPU microseconds per event: producer and consumer over the timed events,
+    # the server over the whole run (warm-up and topic setup included)
+    run["cpu_us_per_event"] = {
+        "producer": pr["cpu"] / events * 1e6, "consumer": c["cpu"] / events * 1e6,
+        **({"server": run["server_cpu_s"] / (warm + events) * 1e6} if topic else {})}
     return run
 
 
