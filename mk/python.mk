@@ -9,7 +9,8 @@
 PY_DIR := python
 PY_VENV := $(PY_DIR)/.venv
 PY := $(PY_VENV)/bin/python
-PY_PKGS := maturin numpy pytest pytest-timeout
+# pyzmq: the comparison system of bench/python/pipeline.py (suite scenario 7).
+PY_PKGS := maturin numpy pytest pytest-timeout pyzmq
 # One shared target directory, so the Strom crates are not compiled twice.
 PY_TARGET := $(CURDIR)/target
 # Where `make wheel` puts strom-<version>-cp311-abi3-<platform>.whl.

@@ -1,0 +1,625 @@
+#!/usr/bin/env python3
+"""Python pipeline benchmark: one hop of numpy arrays between two processes
+on this node, through pyzmq PUSH/PULL and through a Strom server (TCP, and
+shared memory).
+
+A producer process sends N numpy arrays of one size, a consumer process
+receives them all and checks them; the figure is the time from the first
+timed send to the last receive (events/s and MB/s, MB = 10^6 bytes), the
+median of a few repetitions. Systems:
+
+* ``zmq-ipc``   pyzmq PUSH/PULL over ``ipc://`` in a temporary directory,
+                ``send(arr, copy=False)`` / ``recv(copy=False)`` +
+                ``np.frombuffer``: the fastest honest pyzmq hop.
+* ``zmq-tcp``   the same over ``tcp://127.0.0.1`` (reference).
+* ``strom-tcp`` a ``strom server`` child process listening on TCP only; the
+                producer pushes the array as the event's data (zero-copy
+                push), the consumer takes ``pull_batch`` and views
+                ``ev.data`` (a numpy array over the fetched buffer, no copy).
+* ``strom-shm`` the same with a server that also listens on ``shm://auto``
+                (the clients pick shm; data parts move with
+                ``process_vm_readv``). The server's log is read to confirm
+                that every client connection was an shm one.
+
+Strom topics are one memory partition bounded at ``--bound`` bytes (64 MiB)
+with overflow ``block``: the producer waits when it is full, like a zmq
+high-water mark, and the consumer acks the last event of every batch it
+pulls (an ack covers every earlier event of its partition), which frees the
+room. ``--bound 0`` sizes the partition for the whole run instead (the
+server then keeps every event; one ack at the end). Topics are deleted
+after each run.
+
+Checks: every array carries a ring index (the producer cycles through
+``--ring`` prepared arrays, never modified once sent); the consumer checks
+the first and last element of every array against that index, and a sum
+over a strided sample of every 32nd array, and the number of events and
+bytes. A run that receives fewer events, or a wrong one, is FAILED and the
+program exits non-zero.
+
+    python/.venv/bin/python bench/python/pipeline.py                    # every size and system
+    python/.venv/bin/python bench/python/pipeline.py --sizes 4MiB --systems zmq-ipc,strom-shm
+    python/.venv/bin/python bench/python/pipeline.py --json             # plus one JSON object
+    python/.venv/bin/python bench/python/pipeline.py --smoke            # tiny, for tests
+
+The ``strom`` binary is ``$STROM_BIN``, else ``target/release/strom`` or
+``target/debug/strom`` of this repository; the ``strom`` package must be
+importable (``make python-build``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+# One BLAS thread: numpy's OpenBLAS pool would otherwise spin on the cores
+# the two processes (and the Strom server) need. Inherited by the children.
+for _v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_v, "1")
+
+ROOT = Path(__file__).resolve().parents[2]
+SYSTEMS = ("zmq-ipc", "zmq-tcp", "strom-tcp", "strom-shm")
+DEFAULT_SIZES = ("1KiB", "64KiB", "256KiB", "4MiB")
+SUM_EVERY = 32  # events between two sampled-sum checks
+SAMPLE = 64  # elements in the sampled sum
+RUN_TIMEOUT = 300.0
+
+
+def log(*a):
+    print(*a, file=sys.stderr, flush=True)
+
+
+def parse_size(s: str) -> int:
+    m = re.fullmatch(r"\s*(\d+)\s*(b|kib|k|mib|m|gib|g)?\s*", s.lower())
+    if not m:
+        raise argparse.ArgumentTypeError(f"bad size {s!r} (e.g. 1KiB, 64KiB, 4MiB, 4096)")
+    mult = {None: 1, "b": 1, "k": 1024, "kib": 1024, "m": 1 << 20, "mib": 1 << 20,
+            "g": 1 << 30, "gib": 1 << 30}[m.group(2)]
+    n = int(m.group(1)) * mult
+    if n < 16 or n % 8:
+        raise argparse.ArgumentTypeError(f"size {s!r}: at least 16 bytes, a multiple of 8")
+    return n
+
+
+def size_label(n: int) -> str:
+    for unit, mult in (("MiB", 1 << 20), ("KiB", 1024)):
+        if n >= mult and n % mult == 0:
+            return f"{n // mult} {unit}"
+    return f"{n} B"
+
+
+def strom_binary() -> str:
+    env = os.environ.get("STROM_BIN")
+    if env:
+        return env
+    for kind in ("release", "debug"):
+        b = ROOT / "target" / kind / "strom"
+        if b.is_file() and os.access(b, os.X_OK):
+            return str(b)
+    found = shutil.which("strom")
+    if found:
+        return found
+    raise SystemExit("no strom binary: build it (CARGO_TARGET_DIR=target cargo build --release "
+                     "-p strom-cli) or set STROM_BIN")
+
+
+# --- the arrays and their checks ---------------------------------------------
+
+def stamp(j: int, size: int) -> tuple[int, int]:
+    """First and last element of ring array j (uint64)."""
+    a = (0x9E3779B97F4A7C15 * (j + 1) + size) & 0xFFFFFFFFFFFFFFFF
+    return a, a ^ 0xFFFFFFFFFFFFFFFF
+
+
+def make_ring(size: int, ring: int):
+    """`ring` uint64 arrays of `size` bytes with distinct content: the stamps
+    at both ends, a pattern of j in between."""
+    import numpy as np
+
+    n = size // 8
+    arrs = []
+    for j in range(ring):
+        a = np.arange(n, dtype="<u8")
+        a *= 2654435761
+        a += j
+        a[0], a[-1] = stamp(j, size)
+        arrs.append(a)
+    return arrs
+
+
+def sample_step(size: int) -> int:
+    return max(1, (size // 8) // SAMPLE)
+
+
+class Checker:
+    """The consumer's checks: the k-th received array must be ring array k % ring."""
+
+    def __init__(self, size: int, ring: int):
+        import numpy as np
+
+        self.n = size // 8
+        self.ring = ring
+        self.step = sample_step(size)
+        self.first = [stamp(j, size)[0] for j in range(ring)]
+        self.last = [stamp(j, size)[1] for j in range(ring)]
+        self.sums = [int(a[:: self.step].sum(dtype=np.uint64)) for a in make_ring(size, ring)]
+        self.count = 0
+        self.bytes = 0
+        self.bad = 0
+        self.first_bad = None
+
+    def check(self, a) -> None:
+        j = self.count % self.ring
+        ok = a.shape == (self.n,) and int(a[0]) == self.first[j] and int(a[-1]) == self.last[j]
+        if ok and self.count % SUM_EVERY == 0:
+            ok = int(a[:: self.step].sum(dtype="u8")) == self.sums[j]
+        if not ok:
+            self.bad += 1
+            if self.first_bad is None:
+                self.first_bad = self.count
+        self.count += 1
+        self.bytes += a.nbytes
+
+
+# --- the two processes ---------------------------------------------------------
+#
+# Both get: system, endpoint (an ipc/tcp URL for zmq, the group file for
+# Strom), the topic, size, warm-up and timed counts, the ring size, the two
+# events (consumer ready, consumer warm) and a queue for their results.
+# The producer sends `warm` events, waits until the consumer has them all,
+# then takes t0 and sends `events`; the consumer takes t1 at the last one.
+
+def now() -> float:
+    return time.clock_gettime(time.CLOCK_MONOTONIC)  # system-wide: comparable across processes
+
+
+def cpu() -> float:
+    """CPU seconds (user + system) of this process, every thread."""
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def producer_main(system, endpoint, topic, size, warm, events, ring, ready, warmed, out):
+    try:
+        arrs = make_ring(size, ring)
+        if system.startswith("zmq"):
+            import zmq
+
+            ctx = zmq.Context()
+            s = ctx.socket(zmq.PUSH)
+            s.connect(endpoint)
+            if not ready.wait(RUN_TIMEOUT):
+                raise RuntimeError("consumer not ready")
+            for k in range(warm):
+                s.send(arrs[k % ring], copy=False)
+            if not warmed.wait(RUN_TIMEOUT):
+                raise RuntimeError("consumer did not receive the warm-up events")
+            c0, t0 = cpu(), now()
+            for k in range(warm, warm + events):
+                s.send(arrs[k % ring], copy=False)
+            t_sent = now()
+            s.close(linger=-1)  # returns once everything queued went out
+            ctx.term()
+        else:
+            import strom
+
+            d = strom.Driver.connect(endpoint)
+            p = d.open_topic(topic).producer()
+            if not ready.wait(RUN_TIMEOUT):
+                raise RuntimeError("consumer not ready")
+            for k in range(warm):
+                p.push(b"", arrs[k % ring])
+            p.flush()
+            if not warmed.wait(RUN_TIMEOUT):
+                raise RuntimeError("consumer did not receive the warm-up events")
+            c0, t0 = cpu(), now()
+            for k in range(warm, warm + events):
+                p.push(b"", arrs[k % ring])  # zero-copy: the ring is never modified
+            t_sent = now()
+            p.close()  # flushes, then ends the stream
+            del p, d
+        out.put(("producer", {"t0": t0, "t_sent": t_sent, "cpu": cpu() - c0}))
+    except BaseException as e:  # noqa: BLE001 - reported to the parent
+        out.put(("producer", {"error": f"{type(e).__name__}: {e}"}))
+
+
+def consumer_main(system, endpoint, topic, size, warm, events, ring, ready, warmed, out,
+                  ack_every_batch=False):
+    try:
+        import numpy as np
+
+        chk = Checker(size, ring)
+        total = warm + events
+        t1 = c1 = None
+        c0 = cpu()  # no warm-up: from the start
+        if system.startswith("zmq"):
+            import zmq
+
+            ctx = zmq.Context()
+            s = ctx.socket(zmq.PULL)
+            s.bind(endpoint)
+            ready.set()
+            if not warm:
+                warmed.set()
+            recv, frombuffer, check = s.recv, np.frombuffer, chk.check
+            for k in range(total):
+                f = recv(copy=False)
+                check(frombuffer(f, dtype="<u8"))
+                if k + 1 == warm:
+                    c0 = cpu()
+                    warmed.set()
+            t1, c1 = now(), cpu()
+            s.close()
+            ctx.term()
+        else:
+            import strom
+
+            d = strom.Driver.connect(endpoint)
+            c = d.open_topic(topic).consumer("pipeline", start="beginning")
+            ready.set()
+            if not warm:
+                warmed.set()
+            check, last = chk.check, None
+            while True:
+                batch = c.pull_batch(512, timeout=RUN_TIMEOUT)
+                if batch is None:  # end of stream: the producer closed
+                    break
+                if not batch:
+                    raise RuntimeError(f"no event for {RUN_TIMEOUT:.0f} s after {chk.count}")
+                for ev in batch:
+                    check(ev.data)  # a numpy array over the fetched bytes
+                    if chk.count == warm:
+                        c0 = cpu()
+                        warmed.set()
+                    if chk.count == total:
+                        t1, c1 = now(), cpu()
+                last = batch[-1]
+                if ack_every_batch:  # frees room in a bounded (block) partition
+                    last.ack()
+            if last is not None:
+                last.ack().wait(60)  # one ack covers the partition up to here
+            c.close()
+            del c, d
+        if chk.count < warm:
+            warmed.set()
+        out.put(("consumer", {"t1": t1, "cpu": None if c1 is None else c1 - c0,
+                              "received": chk.count, "bytes": chk.bytes,
+                              "bad": chk.bad, "first_bad": chk.first_bad}))
+    except BaseException as e:  # noqa: BLE001
+        warmed.set()
+        out.put(("consumer", {"error": f"{type(e).__name__}: {e}"}))
+
+
+# --- Strom servers ---------------------------------------------------------------
+
+class StromServer:
+    """A `strom server` child process (TCP only, or TCP + shm://auto), with
+    strom_net debug logging so the shm connections can be counted."""
+
+    def __init__(self, binary: str, directory: Path, shm: bool):
+        self.dir = directory
+        self.shm = shm
+        directory.mkdir(parents=True, exist_ok=True)
+        self.group = directory / "group.json"
+        self.log_path = directory / "server.log"
+        args = [binary, "server", "--data-dir", str(directory / "data"), "--listen", "127.0.0.1:0",
+                "--group-file", str(self.group)]
+        if shm:
+            args += ["--also-listen", "shm://auto"]
+        env = {**os.environ, "STROM_LOG": "strom_net=debug,info"}
+        env.pop("STROM_TRANSPORT", None)
+        self.logf = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(args, stdout=self.logf, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, env=env)
+        want = 2 if shm else 1
+        deadline = time.monotonic() + 30
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"strom server exited {self.proc.returncode}: "
+                                   f"{self.log_path.read_text()[-2000:]}")
+            try:
+                g = json.loads(self.group.read_text())
+                addrs = [a for m in g.get("members", []) for a in (m.get("addrs") or [m.get("addr")])]
+                if len(addrs) >= want:
+                    self.addrs = addrs
+                    break
+            except (OSError, ValueError):
+                pass
+            if time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError("strom server did not write its group file within 30 s")
+            time.sleep(0.05)
+
+    def shm_connections(self) -> tuple[int, int]:
+        """(shm connections opened, of which one-copy both ways) so far."""
+        text = self.log_path.read_text(errors="replace")
+        lines = [l for l in text.splitlines() if "shm connection open" in l]
+        return len(lines), sum(1 for l in lines if "we_pull=true peer_pulls=true" in l)
+
+    def cpu(self) -> float:
+        """CPU seconds (user + system) of the server process so far."""
+        f = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.logf.close()
+
+
+# --- one run -------------------------------------------------------------------
+
+def one_run(system, size, events, warm, ring, ctx, tmp: Path, servers, admin, bound=None) -> dict:
+    run = {"system": system, "size": size, "events": events, "warmup": warm}
+    topic = None
+    if system == "zmq-ipc":
+        endpoint = f"ipc://{tmp}/z{time.monotonic_ns() % 10**9}.sock"  # sun_path: 107 bytes
+    elif system == "zmq-tcp":
+        import socket
+
+        with socket.socket() as so:  # a free port; the consumer binds it next
+            so.bind(("127.0.0.1", 0))
+            endpoint = f"tcp://127.0.0.1:{so.getsockname()[1]}"
+    else:
+        srv = servers[system]
+        endpoint = str(srv.group)
+        topic = f"pipe-{size}-{time.monotonic_ns()}"
+        if bound:  # a bounded buffer with backpressure; the consumer acks every batch
+            admin[system].create_topic(topic, 1, type="memory", retention_bytes=bound,
+                                       overflow="block")
+            run["bound"] = bound
+        else:  # every event of the run fits; one ack at the end
+            need = (warm + events) * (size + 1024)
+            admin[system].create_topic(topic, 1, type="memory",
+                                       retention_bytes=need + need // 4 + (64 << 20),
+                                       overflow="drop-oldest")
+        shm_before = srv.shm_connections()
+        server_cpu0 = srv.cpu()
+    ready, warmed, out = ctx.Event(), ctx.Event(), ctx.Queue()
+    args = (system, endpoint, topic, size, warm, events, ring, ready, warmed, out)
+    cons = ctx.Process(target=consumer_main, args=(*args, bool(bound)), name="consumer")
+    prod = ctx.Process(target=producer_main, args=args, name="producer")
+    child_env = {}
+    if system == "strom-tcp":
+        child_env["STROM_TRANSPORT"] = "tcp"  # belt and braces: the server has TCP only anyway
+    saved = {k: os.environ.get(k) for k in ("STROM_TRANSPORT",)}
+    os.environ.pop("STROM_TRANSPORT", None)
+    os.environ.update(child_env)
+    try:
+        cons.start()
+        prod.start()
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    got = {}
+    deadline = time.monotonic() + RUN_TIMEOUT + 60
+    while len(got) < 2 and time.monotonic() < deadline:
+        try:
+            who, v = out.get(timeout=1.0)
+            got[who] = v
+        except Exception:  # queue.Empty
+            if not cons.is_alive() and not prod.is_alive() and out.empty():
+                break
+    for p in (prod, cons):
+        p.join(10)
+        if p.is_alive():
+            p.kill()
+            p.join()
+    errors = [f"{w}: {v['error']}" for w, v in got.items() if "error" in v]
+    errors += [f"{w} died (exit {p.exitcode}) without a result" for w, p in
+               (("producer", prod), ("consumer", cons)) if w not in got]
+    c, pr = got.get("consumer", {}), got.get("producer", {})
+    total = warm + events
+    if not errors:
+        if c["received"] != total:
+            errors.append(f"received {c['received']} of {total} events")
+        if c["bad"]:
+            errors.append(f"{c['bad']} events failed the check (first: #{c['first_bad']})")
+        if c["bytes"] != total * size:
+            errors.append(f"received {c['bytes']} bytes, not {total * size}")
+    if topic:
+        srv = servers[system]
+        run["server_cpu_s"] = srv.cpu() - server_cpu0  # the whole run, warm-up included
+        n, onecopy = (a - b for a, b in zip(srv.shm_connections(), shm_before))
+        run["shm_connections"], run["shm_one_copy"] = n, onecopy
+        if system == "strom-shm" and n < 2:
+            errors.append(f"only {n} shm connection(s) opened for the producer and consumer: "
+                          "not the shm path")
+        if system == "strom-tcp" and n:
+            errors.append(f"{n} shm connection(s) on the TCP-only server")
+        try:
+            admin[system].delete_topic(topic)
+        except Exception as e:  # noqa: BLE001
+            log(f"  (could not delete topic {topic}: {e})")
+    if errors:
+        run.update(failed=True, error="; ".join(errors))
+        return run
+    dt = c["t1"] - pr["t0"]
+    run.update(received=c["received"], seconds=dt, events_per_s=events / dt,
+               mb_per_s=events * size / dt / 1e6, send_seconds=pr["t_sent"] - pr["t0"],
+               producer_cpu_s=pr["cpu"], consumer_cpu_s=c["cpu"])
+    # CPU microseconds per event: producer and consumer over the timed events,
+    # the server over the whole run (warm-up and topic setup included)
+    run["cpu_us_per_event"] = {
+        "producer": pr["cpu"] / events * 1e6, "consumer": c["cpu"] / events * 1e6,
+        **({"server": run["server_cpu_s"] / (warm + events) * 1e6} if topic else {})}
+    return run
+
+
+def default_events(size: int, budget: int) -> int:
+    return max(64, min(50_000, budget // size))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", default=",".join(DEFAULT_SIZES),
+                    help="comma-separated array sizes in bytes (1KiB, 64KiB, 4MiB, ...); "
+                         "default %(default)s")
+    ap.add_argument("--systems", default=",".join(SYSTEMS),
+                    help=f"comma-separated, of {', '.join(SYSTEMS)} (default: all)")
+    ap.add_argument("--events", type=int, default=None,
+                    help="timed events per run (default: 1 GiB / size, within 64..50,000)")
+    ap.add_argument("--budget", type=parse_size, default=1 << 30,
+                    help="bytes per run when --events is not given (default 1GiB)")
+    ap.add_argument("--warmup", type=int, default=None,
+                    help="untimed events first (default: events/20, within 4..500)")
+    ap.add_argument("--reps", type=int, default=3, help="repetitions (median shown); default 3")
+    ap.add_argument("--bound", type=lambda v: 0 if v.strip() == "0" else parse_size(v),
+                    default=64 << 20,
+                    help="Strom: the memory partition holds this many bytes, overflow `block` "
+                         "(backpressure, like a zmq high-water mark; the consumer acks every "
+                         "batch); default 64MiB; 0: a partition sized for the whole run, one "
+                         "ack at the end")
+    ap.add_argument("--ring", type=int, default=8, help="distinct arrays the producer cycles through")
+    ap.add_argument("--json", action="store_true", help="also print one JSON object (last line)")
+    ap.add_argument("--smoke", action="store_true",
+                    help="tiny run for tests: 1 KiB and 64 KiB, 200 events, 1 repetition")
+    args = ap.parse_args(argv)
+    sizes = [parse_size(s) for s in args.sizes.split(",") if s.strip()]
+    systems = [s.strip() for s in args.systems.split(",") if s.strip()]
+    for s in systems:
+        if s not in SYSTEMS:
+            ap.error(f"unknown system {s!r} (of {', '.join(SYSTEMS)})")
+    if args.smoke:
+        if args.sizes == ",".join(DEFAULT_SIZES):
+            sizes = [1024, 65536]
+        args.events, args.reps = args.events or 200, 1
+        args.warmup = 10 if args.warmup is None else args.warmup
+
+    unavailable = {}
+    if any(s.startswith("zmq") for s in systems):
+        try:
+            import zmq  # noqa: F401
+        except ImportError as e:
+            for s in systems:
+                if s.startswith("zmq"):
+                    unavailable[s] = f"pyzmq not installed ({e}); make python-setup installs it"
+    if any(s.startswith("strom") for s in systems):
+        try:
+            import strom  # noqa: F401
+        except ImportError as e:
+            for s in systems:
+                if s.startswith("strom"):
+                    unavailable[s] = f"the strom package is not importable ({e}): make python-build"
+    for s, why in unavailable.items():
+        log(f"{s} left out: {why}")
+    systems = [s for s in systems if s not in unavailable]
+    import numpy as np  # noqa: F401  (fail early when numpy is missing)
+
+    ctx = mp.get_context("spawn")  # fresh processes: no inherited Strom driver or zmq context
+    results = []
+    binary = None
+    servers, admin = {}, {}
+    tmp = Path(tempfile.mkdtemp(prefix="strom-pipeline-"))
+    try:
+        if any(s.startswith("strom") for s in systems):
+            import strom
+
+            binary = strom_binary()
+            log(f"strom binary: {binary}")
+            for s in systems:
+                if s.startswith("strom"):
+                    servers[s] = StromServer(binary, tmp / s, shm=(s == "strom-shm"))
+                    log(f"{s} server: {', '.join(servers[s].addrs)}")
+                    admin[s] = strom.Driver.connect(str(servers[s].group))
+        for rep in range(args.reps):
+            for size in sizes:
+                events = args.events or default_events(size, args.budget)
+                warm = args.warmup if args.warmup is not None else max(4, min(500, events // 20))
+                for system in systems:  # the systems take turns within a repetition
+                    r = one_run(system, size, events, warm, args.ring, ctx, tmp, servers, admin,
+                                args.bound)
+                    r["rep"] = rep
+                    results.append(r)
+                    if r.get("failed"):
+                        log(f"  rep {rep + 1} {size_label(size):>8} {system:<10} FAILED: {r['error']}")
+                    else:
+                        log(f"  rep {rep + 1} {size_label(size):>8} {system:<10} "
+                            f"{r['events_per_s']:>12,.0f} ev/s {r['mb_per_s']:>10,.1f} MB/s")
+    finally:
+        admin.clear()
+        for s in servers.values():
+            s.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    # medians per (size, system)
+    table = []
+    for size in sizes:
+        for system in systems:
+            runs = [r for r in results if r["size"] == size and r["system"] == system]
+            ok = [r for r in runs if not r.get("failed")]
+            row = {"size": size, "label": size_label(size), "system": system,
+                   "events": runs[0]["events"] if runs else 0, "reps": len(runs),
+                   "failed": len(runs) - len(ok),
+                   "errors": sorted({r["error"] for r in runs if r.get("failed")})}
+            if ok:
+                row["events_per_s"] = statistics.median(r["events_per_s"] for r in ok)
+                row["mb_per_s"] = statistics.median(r["mb_per_s"] for r in ok)
+                row["mb_per_s_min"] = min(r["mb_per_s"] for r in ok)
+                row["mb_per_s_max"] = max(r["mb_per_s"] for r in ok)
+            table.append(row)
+
+    def med(size, system):
+        r = next((t for t in table if t["size"] == size and t["system"] == system), None)
+        return r.get("mb_per_s") if r and not r["failed"] else None
+
+    print(f"Python pipeline, one hop between two processes; median of {args.reps} "
+          f"repetition(s); MB/s = 10^6 bytes/s; Strom: memory partition, "
+          + (f"{args.bound / 1048576:g} MiB, overflow block" if args.bound else
+             "sized for the run"))
+    print(f"{'size':>8}  {'system':<10} {'events':>7} {'events/s':>12} {'MB/s':>10}   "
+          f"{'min..max MB/s':<19} status")
+    for row in table:
+        if "mb_per_s" in row:
+            rng = f"{row['mb_per_s_min']:,.0f}..{row['mb_per_s_max']:,.0f}"
+            st = "ok" if not row["failed"] else f"FAILED {row['failed']}/{row['reps']}"
+            print(f"{row['label']:>8}  {row['system']:<10} {row['events']:>7} "
+                  f"{row['events_per_s']:>12,.0f} {row['mb_per_s']:>10,.1f}   {rng:<19} {st}")
+        else:
+            print(f"{row['label']:>8}  {row['system']:<10} {row['events']:>7} {'':>12} {'':>10}   "
+                  f"{'':<19} FAILED: {'; '.join(row['errors'])[:200]}")
+    ratios = {}
+    for size in sizes:
+        base = med(size, "zmq-ipc")
+        for system in ("strom-shm", "strom-tcp"):
+            v = med(size, system)
+            if base and v:
+                ratios.setdefault(system, {})[size] = v / base
+    for system, per in ratios.items():
+        print(f"{system} / zmq-ipc (MB/s): " +
+              ", ".join(f"{size_label(s)} {r:.2f}{'' if r >= 1 else ' (<1)'}" for s, r in per.items()))
+    nfail = sum(1 for r in results if r.get("failed"))
+    if args.json:
+        print(json.dumps({"benchmark": "python-pipeline", "reps": args.reps, "strom_bin": binary,
+                          "strom_partition": {"type": "memory", "retention_bytes": args.bound or
+                                              "sized for the run",
+                                              "overflow": "block" if args.bound else "drop-oldest"},
+                          "unavailable": unavailable, "sizes": sizes, "systems": systems,
+                          "table": table, "ratios_vs_zmq_ipc": ratios, "runs": results,
+                          "failed_runs": nfail}))
+    return 1 if nfail else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,44 @@
+"""bench/python/pipeline.py (suite scenario 7) runs as a tiny smoke test so it
+cannot rot: every system delivers every event, checked; no timing asserts."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import strom.testing
+
+PIPELINE = Path(__file__).resolve().parents[2] / "bench" / "python" / "pipeline.py"
+
+
+def test_pipeline_smoke_every_system_delivers_every_event():
+    binary = strom.testing.find_binary(PIPELINE)
+    systems = ["strom-tcp", "strom-shm"]
+    if importlib.util.find_spec("zmq") is not None:
+        systems = ["zmq-ipc", "zmq-tcp", *systems]
+    r = subprocess.run(
+        [sys.executable, str(PIPELINE), "--smoke", "--json", "--systems", ",".join(systems)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "STROM_BIN": binary},
+    )
+    assert r.returncode == 0, f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}"
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["failed_runs"] == 0, out
+    assert out["systems"] == systems
+    assert len(out["runs"]) == len(systems) * len(out["sizes"]) == len(systems) * 2
+    for run in out["runs"]:
+        assert not run.get("failed"), run
+        assert run["events"] == 200
+        assert run["received"] == run["events"] + run["warmup"], run
+        assert run["events_per_s"] > 0 and run["mb_per_s"] > 0
+    shm = [run for run in out["runs"] if run["system"] == "strom-shm"]
+    assert all(run["shm_connections"] >= 2 for run in shm), shm
+    assert all(run["shm_connections"] == 0 for run in out["runs"] if run["system"] == "strom-tcp")
+    for needle in ("events/s", "MB/s", "strom-shm", "strom-tcp"):
+        assert needle in r.stdout
