@@ -23,7 +23,7 @@ python-setup: $(PY_VENV)/.strom-setup
 $(PY_VENV)/.strom-setup: mk/python.mk
 	@test -x $(PY) || python3 -m venv $(PY_VENV) || { \
 		apt-get install -y -qq python3-venv >/dev/null && python3 -m venv $(PY_VENV); }
-	@$(PY) -c 'import maturin, numpy, pytest, pytest_timeout' 2>/dev/null || \
+	@$(PY) -c 'import maturin, numpy, pytest, pytest_timeout, zmq' 2>/dev/null || \
 		$(PY) -m pip install --quiet --no-cache-dir --disable-pip-version-check $(PY_PKGS)
 	@touch $@
 
