@@ -54,7 +54,7 @@ impl Session {
                 });
             }
         });
-        if DataService::is_large(&batch) {
+        if DataService::is_large(&p, &batch) {
             // Written while the loop reads the next request (see `appending`).
             self.appending = Some(DataService::produce_pipelined(p, batch, reply));
         } else {

@@ -62,10 +62,12 @@ impl DataService {
         self.host.get(topic, id)
     }
 
-    /// Whether appending `batch` means a long file write, better run off
-    /// the async workers (`produce_pipelined`).
-    pub fn is_large(batch: &ValidBatch) -> bool {
-        batch.size() > BLOCKING_APPEND
+    /// Whether appending `batch` to `p` means a long file write, better run
+    /// off the async workers (`produce_pipelined`). Memory partitions keep
+    /// the batch's buffers as they are (a full `block` partition holds the
+    /// batch rather than wait), so their appends are always short.
+    pub fn is_large(p: &PartitionManager, batch: &ValidBatch) -> bool {
+        p.partition_type() == "file" && batch.size() > BLOCKING_APPEND
     }
 
     /// Appends a large batch on the blocking pool and returns at once, so
@@ -85,7 +87,7 @@ impl DataService {
     pub fn produce(&self, p: &PartitionManager, batch: ValidBatch, done: AppendReply) {
         // Large batches mean long file writes: let the runtime move other
         // work off this worker meanwhile.
-        if Self::is_large(&batch) {
+        if Self::is_large(p, &batch) {
             tokio::task::block_in_place(|| p.append(batch, done));
         } else {
             p.append(batch, done);
