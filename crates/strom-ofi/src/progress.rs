@@ -342,7 +342,7 @@ impl Inner {
         if let Err(e) = &r {
             // SAFETY: the post was refused, so the context is still ours.
             let ctx = unsafe { Box::from_raw(post.ctx) };
-            self.finish(ctx, Err(e.clone()));
+            self.finish(ctx.op, Err(e.clone()));
         }
         r
     }
@@ -416,12 +416,11 @@ impl Inner {
                 Op::Rma { name, .. } => *name,
                 _ => "fi_send",
             };
-            self.finish(ctx, r.map_err(|e| completion_error(name, &e)));
+            self.finish(ctx.op, r.map_err(|e| completion_error(name, &e)));
         }
     }
 
-    fn finish(&self, ctx: Box<OpCtx>, r: Result<usize, OfiError>) {
-        let OpCtx { op, .. } = *ctx;
+    fn finish(&self, op: Op, r: Result<usize, OfiError>) {
         match op {
             Op::Recv(_) => {}
             Op::Send { done, buf } => {
