@@ -26,6 +26,8 @@ mod error;
 mod frame_io;
 mod mem;
 pub mod mux;
+#[cfg(feature = "ofi")]
+mod ofi;
 mod shm;
 mod tcp;
 mod transports;
@@ -37,6 +39,8 @@ pub use frame_io::{
 };
 pub use mem::MemTransport;
 pub use mux::{Complete, FillPlan, LentBuffer, MuxConn, PushHandler, Reply, Waiter};
+#[cfg(feature = "ofi")]
+pub use ofi::{OfiTransport, OFI_DOMAIN_ENV};
 pub use shm::{ShmTransport, SHM_AUTO};
 pub use tcp::TcpTransport;
 pub use transports::{Transports, DEFAULT_SCHEME};

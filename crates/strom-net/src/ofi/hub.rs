@@ -1,0 +1,209 @@
+//! One endpoint per process and provider, shared by every connection and
+//! listener over it: the [`Hub`]. Its receive callback (on the endpoint's
+//! progress thread) decodes each message and routes it by receiver id to
+//! a listener, a connect waiting for its answer, or a connection's inbound
+//! channels. Messages for unknown ids, and malformed ones, are dropped.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+use strom_ofi::{
+    Access, Endpoint, EndpointConfig, MemoryRegion, MrCache, OfiError, Peer, ProviderSpec,
+    RemoteRegion,
+};
+use tokio::sync::{mpsc, oneshot};
+
+use super::wire::{self, Msg};
+
+/// Idle registrations the bulk sender's cache keeps.
+const CACHE_ENTRIES: usize = 256;
+const CACHE_BYTES: usize = 64 << 20;
+
+/// A connection request a listener has not accepted yet.
+pub(crate) struct Incoming {
+    pub(crate) from: u32,
+    pub(crate) name: Bytes,
+}
+
+/// What a connection's bulk receiver gets.
+pub(crate) enum BulkMsg {
+    Inline(Bytes),
+    Desc {
+        seq: u64,
+        regions: Vec<RemoteRegion>,
+    },
+}
+
+/// Registrations a bulk sender keeps until the peer releases them.
+pub(crate) type Held = Arc<Mutex<HashMap<u64, Vec<Arc<MemoryRegion>>>>>;
+
+/// Where a connection's inbound messages go.
+pub(crate) struct Route {
+    /// Frame bytes (None once the peer closed).
+    pub(crate) data: Option<mpsc::UnboundedSender<Bytes>>,
+    pub(crate) bulk: Option<mpsc::UnboundedSender<BulkMsg>>,
+    pub(crate) held: Held,
+}
+
+#[derive(Default)]
+struct Routes {
+    conns: HashMap<u32, Route>,
+    listeners: HashMap<u32, mpsc::UnboundedSender<Incoming>>,
+    connecting: HashMap<u32, oneshot::Sender<u32>>,
+}
+
+/// An endpoint and the routes of everything using it.
+pub(crate) struct Hub {
+    pub(crate) ep: Endpoint,
+    pub(crate) cache: MrCache,
+    routes: Arc<Mutex<Routes>>,
+    next_id: AtomicU32,
+}
+
+type Registry = Mutex<HashMap<ProviderSpec, Arc<Hub>>>;
+
+fn registry() -> &'static Registry {
+    static HUBS: OnceLock<Registry> = OnceLock::new();
+    HUBS.get_or_init(Registry::default)
+}
+
+impl Hub {
+    /// The process's hub for `spec`, opened on first use.
+    pub(crate) fn get(spec: &ProviderSpec) -> Result<Arc<Hub>, OfiError> {
+        let mut hubs = registry().lock();
+        if let Some(h) = hubs.get(spec) {
+            return Ok(h.clone());
+        }
+        let hub = Arc::new(Hub::open(spec)?);
+        hubs.insert(spec.clone(), hub.clone());
+        Ok(hub)
+    }
+
+    fn open(spec: &ProviderSpec) -> Result<Hub, OfiError> {
+        let routes = Arc::new(Mutex::new(Routes::default()));
+        let r = routes.clone();
+        let on_recv = Box::new(move |m: &[u8]| route(&r, m));
+        let ep = Endpoint::open(&EndpointConfig::new(spec.clone()), on_recv)?;
+        let cache = MrCache::new(ep.clone(), Access::RemoteRead, CACHE_ENTRIES, CACHE_BYTES);
+        Ok(Hub {
+            ep,
+            cache,
+            routes,
+            next_id: AtomicU32::new(1),
+        })
+    }
+
+    pub(crate) fn next_id(&self) -> u32 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Bytes of frame stream one `Data` message carries.
+    pub(crate) fn max_data(&self) -> usize {
+        self.ep.msg_size() - wire::HEADER
+    }
+
+    pub(crate) fn add_listener(&self, service: u32) -> mpsc::UnboundedReceiver<Incoming> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.routes.lock().listeners.insert(service, tx);
+        rx
+    }
+
+    pub(crate) fn remove_listener(&self, service: u32) {
+        self.routes.lock().listeners.remove(&service);
+    }
+
+    /// Expects the server's answer to connect request `id`.
+    pub(crate) fn await_accept(&self, id: u32) -> oneshot::Receiver<u32> {
+        let (tx, rx) = oneshot::channel();
+        self.routes.lock().connecting.insert(id, tx);
+        rx
+    }
+
+    pub(crate) fn forget_connect(&self, id: u32) {
+        self.routes.lock().connecting.remove(&id);
+    }
+
+    /// Routes connection `id`'s inbound messages to the returned channels.
+    pub(crate) fn add_conn(&self, id: u32) -> super::Routes {
+        let (data, data_rx) = mpsc::unbounded_channel();
+        let (bulk, bulk_rx) = mpsc::unbounded_channel();
+        let held = Held::default();
+        let route = Route {
+            data: Some(data),
+            bulk: Some(bulk),
+            held: held.clone(),
+        };
+        self.routes.lock().conns.insert(id, route);
+        (data_rx, bulk_rx, held)
+    }
+
+    /// Forgets connection `id` (its held registrations are dropped).
+    pub(crate) fn remove_conn(&self, id: u32) {
+        let route = self.routes.lock().conns.remove(&id);
+        drop(route);
+    }
+
+    /// Sends `msg` to `peer` once posted (the send finishes on its own).
+    pub(crate) async fn send(&self, peer: Peer, msg: &[u8]) -> Result<(), OfiError> {
+        self.ep.send(peer, msg).await.map(drop)
+    }
+}
+
+/// Routes one received message (on the progress thread).
+fn route(routes: &Mutex<Routes>, m: &[u8]) {
+    let msg = match wire::decode(m) {
+        Ok(msg) => msg,
+        Err(e) => {
+            tracing::debug!(error = %e, "dropping a malformed ofi message");
+            return;
+        }
+    };
+    let mut dropped = None;
+    let mut r = routes.lock();
+    match msg {
+        Msg::Connect {
+            service,
+            from,
+            name,
+        } => {
+            if let Some(l) = r.listeners.get(&service) {
+                let _ = l.send(Incoming { from, name });
+            }
+        }
+        Msg::Accept { to, server } => {
+            if let Some(tx) = r.connecting.remove(&to) {
+                let _ = tx.send(server);
+            }
+        }
+        Msg::Data { to, bytes } => {
+            if let Some(tx) = r.conns.get(&to).and_then(|c| c.data.as_ref()) {
+                let _ = tx.send(bytes);
+            }
+        }
+        Msg::Inline { to, bytes } => bulk(&r, to, BulkMsg::Inline(bytes)),
+        Msg::Desc { to, seq, regions } => bulk(&r, to, BulkMsg::Desc { seq, regions }),
+        Msg::Release { to, seq } => {
+            if let Some(c) = r.conns.get(&to) {
+                dropped = c.held.lock().remove(&seq);
+            }
+        }
+        Msg::Close { to } => {
+            if let Some(c) = r.conns.get_mut(&to) {
+                c.data = None;
+                c.bulk = None;
+            }
+        }
+    }
+    drop(r);
+    // Registrations are closed (if the cache let go of them) outside the lock.
+    drop(dropped);
+}
+
+fn bulk(r: &Routes, to: u32, m: BulkMsg) {
+    if let Some(tx) = r.conns.get(&to).and_then(|c| c.bulk.as_ref()) {
+        let _ = tx.send(m);
+    }
+}

@@ -1,0 +1,155 @@
+//! The ofi transports end to end in one process (both ends share the
+//! process's endpoint): frames with inline, RMA and 64 MiB bulk payloads,
+//! the registration cache, addresses and errors. A provider that cannot
+//! be opened fails the test.
+
+use bytes::Bytes;
+use strom_proto::{FrameKind, Request};
+
+use crate::{Conn, OutFrame, Transports};
+
+async fn pair(scheme: &str) -> (Conn, Conn, String) {
+    let t = Transports::default();
+    let mut listener = t
+        .listen(&format!("{scheme}://auto"))
+        .await
+        .unwrap_or_else(|e| panic!("{scheme} must work on this machine: {e}"));
+    let addr = listener.local_addr();
+    assert!(addr.starts_with(&format!("{scheme}://")), "{addr}");
+    let client = tokio::spawn({
+        let addr = addr.clone();
+        async move { t.connect(&addr).await }
+    });
+    let server = listener.accept().await.unwrap();
+    let client = client.await.unwrap().unwrap();
+    (client, server, addr)
+}
+
+fn pattern(len: usize, seed: u8) -> Bytes {
+    (0..len)
+        .map(|i| (i % 251) as u8 ^ seed)
+        .collect::<Vec<u8>>()
+        .into()
+}
+
+async fn frames_and_bulk(scheme: &str) {
+    let (mut c, mut s, _) = pair(scheme).await;
+    assert!(!c.writer.bulk_is_inline() && !s.reader.bulk_is_inline());
+    let sizes = [0usize, 100, 20_000, 300_000, 64 << 20];
+    for (i, &len) in sizes.iter().enumerate() {
+        let f = OutFrame::request(2, i as u64, &Request::Limits).with_bulk(vec![pattern(len, 1)]);
+        c.writer.write(&f).await.unwrap();
+    }
+    c.writer.flush().await.unwrap();
+    for (i, &len) in sizes.iter().enumerate() {
+        let (h, _) = s.reader.next().await.unwrap().expect("a frame");
+        assert_eq!(
+            (h.kind, h.id, h.bulk_len),
+            (FrameKind::Request, i as u64, len as u64)
+        );
+        if i % 2 == 0 {
+            let mut dst = vec![0u8; len];
+            s.reader.read_bulk_into(&mut dst).await.unwrap();
+            assert!(dst == pattern(len, 1), "read_into, {len} bytes");
+        } else {
+            let got: Vec<u8> = s.reader.read_bulk().await.unwrap().concat();
+            assert!(got == pattern(len, 1), "read, {len} bytes");
+        }
+    }
+    // The other way, several chunks per frame, one skipped.
+    let chunks = vec![pattern(70_000, 2), pattern(10, 3), pattern(1 << 20, 4)];
+    for id in 0..2 {
+        let f = OutFrame::request(2, id, &Request::Limits).with_bulk(chunks.clone());
+        s.writer.write(&f).await.unwrap();
+    }
+    s.writer.flush().await.unwrap();
+    c.reader.next().await.unwrap().unwrap();
+    c.reader.skip_bulk().await.unwrap();
+    c.reader.next().await.unwrap().unwrap();
+    assert_eq!(
+        c.reader.read_bulk().await.unwrap().concat(),
+        chunks.concat()
+    );
+    // Closing the writer ends the peer's stream.
+    drop(c);
+    assert!(s.reader.next().await.unwrap().is_none(), "end of stream");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ofi_tcp_carries_frames_and_bulk() {
+    frames_and_bulk("ofi+tcp").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ofi_shm_carries_frames_and_bulk() {
+    frames_and_bulk("ofi+shm").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resending_the_same_buffer_hits_the_registration_cache() {
+    let (mut c, mut s, _) = pair("ofi+tcp").await;
+    let hub = super::Hub::get(&strom_ofi::ProviderSpec::new("tcp;ofi_rxm")).unwrap();
+    let payload = pattern(1 << 20, 9);
+    for id in 0..3 {
+        let f = OutFrame::request(2, id, &Request::Limits).with_bulk(vec![payload.clone()]);
+        c.writer.write(&f).await.unwrap();
+        c.writer.flush().await.unwrap();
+        let before = hub.cache.stats();
+        s.reader.next().await.unwrap().unwrap();
+        assert_eq!(s.reader.read_bulk().await.unwrap().concat(), payload);
+        if id > 0 {
+            assert!(before.hits >= 1, "{before:?}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_connections_share_one_endpoint() {
+    let (mut c1, mut s1, a1) = pair("ofi+shm").await;
+    let (mut c2, mut s2, a2) = pair("ofi+shm").await;
+    let name = |a: &str| a.rsplit_once('/').unwrap().0.to_string();
+    assert_eq!(name(&a1), name(&a2), "one endpoint, two services");
+    assert_ne!(a1, a2);
+    for (c, id) in [(&mut c1, 1), (&mut c2, 2)] {
+        c.writer
+            .write(&OutFrame::request(2, id, &Request::Limits))
+            .await
+            .unwrap();
+        c.writer.flush().await.unwrap();
+    }
+    assert_eq!(s2.reader.next().await.unwrap().unwrap().0.id, 2);
+    assert_eq!(s1.reader.next().await.unwrap().unwrap().0.id, 1);
+}
+
+async fn connect_err(url: &str) -> String {
+    match Transports::default().connect(url).await {
+        Err(e) => e.to_string(),
+        Ok(_) => panic!("{url} must not connect"),
+    }
+}
+
+#[tokio::test]
+async fn bad_addresses_are_errors() {
+    for url in [
+        "ofi+tcp://nothex/1",
+        "ofi+tcp://abc/1",
+        "ofi+tcp://0a0b",
+        "ofi+shm://0a0b/x",
+    ] {
+        let e = connect_err(url).await;
+        assert!(e.contains(url), "{e}");
+    }
+    // A well-formed address where nothing listens: our own endpoint, a
+    // service nobody opened.
+    let t = Transports::default();
+    let l = t.listen("ofi+tcp://auto").await.unwrap();
+    let addr = l.local_addr();
+    let (name, _) = addr.rsplit_once('/').unwrap();
+    let e = connect_err(&format!("{name}/999999")).await;
+    assert!(e.contains("timed out") || e.contains("TimedOut"), "{e}");
+    let e = match t.listen("ofi+tcp://10.0.0.1:7000").await {
+        Err(e) => e.to_string(),
+        Ok(_) => panic!("ofi listens on auto only"),
+    };
+    assert!(e.contains("auto"), "{e}");
+}
