@@ -25,6 +25,10 @@ pub struct Server {
 pub enum Via {
     Tcp,
     Shm,
+    /// libfabric `tcp;ofi_rxm` (`ofi+tcp://auto`).
+    OfiTcp,
+    /// libfabric `shm` (`ofi+shm://auto`).
+    OfiShm,
 }
 
 thread_local! {
@@ -50,16 +54,21 @@ impl Server {
         let dir = tempfile::tempdir().expect("temporary directory");
         let driver = match via {
             Via::Tcp => Driver::embedded(dir.path()).expect("embedded server starts"),
-            Via::Shm => {
+            Via::Shm | Via::OfiTcp | Via::OfiShm => {
+                let scheme = match via {
+                    Via::OfiTcp => "ofi+tcp",
+                    Via::OfiShm => "ofi+shm",
+                    _ => "shm",
+                };
                 let config = strom_server::ServerConfig {
                     data_dir: dir.path().to_path_buf(),
-                    listen: "shm://auto".into(),
+                    listen: format!("{scheme}://auto"),
                     ..Default::default()
                 };
                 let d = Driver::embedded_over(config, strom_client::Transports::default())
-                    .expect("embedded server starts over shm");
+                    .unwrap_or_else(|e| panic!("embedded server starts over {scheme}: {e}"));
                 assert!(
-                    d.master_addr().starts_with("shm://"),
+                    d.master_addr().starts_with(&format!("{scheme}://")),
                     "server listens on {}",
                     d.master_addr()
                 );
@@ -140,6 +149,12 @@ macro_rules! conformance {
         mod shm {
             conformance_over!(shm, $($name),*);
         }
+        mod ofi_tcp {
+            conformance_over!(via OfiTcp, $($name),*);
+        }
+        mod ofi_shm {
+            conformance_over!(via OfiShm, $($name),*);
+        }
     };
 }
 
@@ -158,6 +173,22 @@ macro_rules! conformance_over {
             $(#[test]
             fn $name() {
                 crate::common::use_transport(crate::common::Via::Shm);
+                super::super::$name(strom_client::PartitionType::File)
+            })*
+        }
+    };
+    (via $via:ident, $($name:ident),* $(,)?) => {
+        mod memory {
+            $(#[test]
+            fn $name() {
+                crate::common::use_transport(crate::common::Via::$via);
+                super::super::$name(strom_client::PartitionType::Memory)
+            })*
+        }
+        mod file {
+            $(#[test]
+            fn $name() {
+                crate::common::use_transport(crate::common::Via::$via);
                 super::super::$name(strom_client::PartitionType::File)
             })*
         }
