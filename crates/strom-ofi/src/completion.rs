@@ -113,6 +113,14 @@ impl Future for Completion {
 pub(crate) struct BufferGuard(pub(crate) Completion);
 
 impl BufferGuard {
+    /// The completion, for an operation that owns its buffer (no need to
+    /// wait on drop).
+    pub(crate) fn into_inner(self) -> Completion {
+        let this = std::mem::ManuallyDrop::new(self);
+        // SAFETY: `this` is never dropped, so the completion is moved out once.
+        unsafe { std::ptr::read(&this.0) }
+    }
+
     pub(crate) async fn wait(mut self) -> Result<usize, OfiError> {
         (&mut self.0).await
     }

@@ -18,7 +18,7 @@ use parking_lot::{Mutex, MutexGuard};
 use crate::completion::{self, BufferGuard, Completion};
 use crate::fabric::{ProviderSpec, Resources, Traits};
 use crate::mr::{Access, MemoryRegion, RawMr, RemoteRegion};
-use crate::progress::{Call, Op, OpCtx, Post, RecvPool, SendBuf};
+use crate::progress::{Call, Op, OpCtx, Post, RecvPool, SendBuf, Slot};
 use crate::{sys, OfiError};
 
 /// Default size of a message (and of each posted receive buffer).
@@ -249,7 +249,8 @@ impl Endpoint {
         check_range(dst.len(), src)?;
         for (i, piece) in dst.chunks_mut(MAX_RMA).enumerate() {
             let at = src.offset((i * MAX_RMA) as u64).ok_or(OfiError::Closed)?;
-            let (post, guard) = self.rma_post(peer, piece.as_mut_ptr(), piece.len(), at, false)?;
+            let (post, guard) =
+                self.rma_post(peer, piece.as_mut_ptr(), piece.len(), at, false, None)?;
             self.inner().post(post).await?;
             guard.wait().await?;
         }
@@ -263,7 +264,7 @@ impl Endpoint {
         for (i, piece) in src.chunks(MAX_RMA).enumerate() {
             let at = dst.offset((i * MAX_RMA) as u64).ok_or(OfiError::Closed)?;
             let ptr = piece.as_ptr() as *mut u8;
-            let (post, guard) = self.rma_post(peer, ptr, piece.len(), at, true)?;
+            let (post, guard) = self.rma_post(peer, ptr, piece.len(), at, true, None)?;
             self.inner().post(post).await?;
             guard.wait().await?;
         }
@@ -277,6 +278,7 @@ impl Endpoint {
         len: usize,
         remote: RemoteRegion,
         write: bool,
+        owned: Option<(Vec<u8>, Slot)>,
     ) -> Result<(Post, BufferGuard), OfiError> {
         let inner = self.inner();
         let mr = if inner.traits.mr_local {
@@ -296,8 +298,51 @@ impl Endpoint {
         };
         let (done, completion) = completion::pair();
         let name = if write { "fi_writemsg" } else { "fi_read" };
-        let ctx = OpCtx::new(Op::Rma { name, done, mr });
+        let ctx = OpCtx::new(Op::Rma {
+            name,
+            done,
+            mr,
+            owned,
+        });
         Ok((Post { call, ctx }, BufferGuard(completion)))
+    }
+
+    /// Reads `buf.len()` bytes of the peer's `src` region into `buf`, which
+    /// the operation owns: unlike [`Endpoint::read`], giving up is safe, so
+    /// this fails after `timeout` even if the provider never completes the
+    /// read (then `buf` stays with the operation until it does). At most
+    /// 16 MiB at once.
+    pub async fn read_owned(
+        &self,
+        peer: Peer,
+        mut buf: Vec<u8>,
+        src: RemoteRegion,
+        timeout: std::time::Duration,
+    ) -> Result<Vec<u8>, OfiError> {
+        check_range(buf.len(), src)?;
+        if buf.len() > MAX_RMA || buf.is_empty() {
+            return Err(OfiError::Invalid(format!(
+                "an owned read of {} bytes",
+                buf.len()
+            )));
+        }
+        let slot = Slot::default();
+        let (ptr, len) = (buf.as_mut_ptr(), buf.len());
+        let owned = Some((buf, slot.clone()));
+        let (post, guard) = self.rma_post(peer, ptr, len, src, false, owned)?;
+        let mut completion = guard.into_inner();
+        self.inner().post(post).await?;
+        match tokio::time::timeout(timeout, &mut completion).await {
+            Ok(r) => r?,
+            Err(_) => {
+                return Err(OfiError::Timeout {
+                    call: "fi_read",
+                    secs: timeout.as_secs(),
+                })
+            }
+        };
+        let buf = slot.lock().take();
+        buf.ok_or(OfiError::Closed)
     }
 
     /// Registers `owner`'s bytes for `access` (the registration keeps

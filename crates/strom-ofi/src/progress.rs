@@ -37,8 +37,13 @@ pub(crate) enum Op {
         done: Completer,
         /// A registration made for this transfer only (`FI_MR_LOCAL`).
         mr: Option<RawMr>,
+        /// A destination the operation owns, and where to hand it back.
+        owned: Option<(Vec<u8>, Slot)>,
     },
 }
+
+/// Where an owned destination goes when its read completes.
+pub(crate) type Slot = std::sync::Arc<parking_lot::Mutex<Option<Vec<u8>>>>;
 
 #[repr(C)]
 pub(crate) struct OpCtx {
@@ -433,11 +438,16 @@ impl Inner {
                 }
                 done.complete(r);
             }
-            Op::Rma { done, mr, .. } => {
+            Op::Rma {
+                done, mr, owned, ..
+            } => {
                 if let Some(mut mr) = mr {
                     let _g = self.lock.lock();
                     // SAFETY: the transfer using it has ended.
                     unsafe { mr.close() };
+                }
+                if let Some((buf, slot)) = owned {
+                    *slot.lock() = Some(buf);
                 }
                 done.complete(r);
             }

@@ -169,3 +169,46 @@ async fn tcp_to_itself() {
 async fn shm_to_itself() {
     to_itself("shm").await;
 }
+
+/// A region that does not exist (a hostile or confused peer): on tcp the
+/// read fails with an error completion; shm 1.17 never completes a read
+/// of an unmapped address, so only a read that owns its buffer can give up.
+async fn a_read_of_a_bogus_region_fails(provider: &str) {
+    let (a, _a_in) = open(provider);
+    let (b, _b_in) = open(provider);
+    let b_at_a = a.insert_peer(b.name()).unwrap();
+    let _b_region = b.register(vec![1u8; 4096], Access::RemoteRead).unwrap();
+    let bogus = strom_ofi::RemoteRegion {
+        addr: 0,
+        key: 0xdead_beef,
+        len: 4096,
+    };
+    let limit = std::time::Duration::from_secs(2);
+    let r = a.read_owned(b_at_a, vec![0u8; 4096], bogus, limit).await;
+    assert!(r.is_err(), "{provider}: a read of a bogus region must fail");
+    if provider.starts_with("tcp") {
+        let mut dst = vec![0u8; 4096];
+        let e = a.read(b_at_a, &mut dst, bogus).await.unwrap_err();
+        assert!(matches!(e, OfiError::Completion { .. }), "{e}");
+    }
+    // The endpoint still works afterwards, with another peer (on tcp, the
+    // access error ended the connection between a and b).
+    let (c, _c_in) = open(provider);
+    let c_at_a = a.insert_peer(c.name()).unwrap();
+    let region = c.register(vec![2u8; 4096], Access::RemoteRead).unwrap();
+    let got = a
+        .read_owned(c_at_a, vec![0u8; 4096], region.remote(), limit)
+        .await
+        .unwrap();
+    assert!(got.iter().all(|&x| x == 2));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tcp_bogus_region() {
+    a_read_of_a_bogus_region_fails("tcp;ofi_rxm").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shm_bogus_region() {
+    a_read_of_a_bogus_region_fails("shm").await;
+}

@@ -5,8 +5,9 @@
 //! channels. Messages for unknown ids, and malformed ones, are dropped.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use bytes::Bytes;
 use parking_lot::Mutex;
@@ -21,6 +22,8 @@ use super::wire::{self, Msg};
 /// Idle registrations the bulk sender's cache keeps.
 const CACHE_ENTRIES: usize = 256;
 const CACHE_BYTES: usize = 64 << 20;
+/// Default for [`Hub::rma_timeout`].
+const RMA_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A connection request a listener has not accepted yet.
 pub(crate) struct Incoming {
@@ -61,6 +64,8 @@ pub(crate) struct Hub {
     pub(crate) cache: MrCache,
     routes: Arc<Mutex<Routes>>,
     next_id: AtomicU32,
+    /// How long a read into a buffer we own may take (milliseconds).
+    rma_timeout_ms: AtomicU64,
 }
 
 type Registry = Mutex<HashMap<ProviderSpec, Arc<Hub>>>;
@@ -93,7 +98,20 @@ impl Hub {
             cache,
             routes,
             next_id: AtomicU32::new(1),
+            rma_timeout_ms: AtomicU64::new(RMA_TIMEOUT.as_millis() as u64),
         })
+    }
+
+    /// How long a bulk read into a buffer we own may take before the
+    /// receiver gives up on it (a peer that announced memory it lacks).
+    pub(crate) fn rma_timeout(&self) -> Duration {
+        Duration::from_millis(self.rma_timeout_ms.load(Ordering::Relaxed))
+    }
+
+    #[cfg(test)]
+    pub(crate) fn set_rma_timeout(&self, t: Duration) {
+        self.rma_timeout_ms
+            .store(t.as_millis() as u64, Ordering::Relaxed);
     }
 
     pub(crate) fn next_id(&self) -> u32 {

@@ -49,13 +49,21 @@ impl ConnShared {
         self.closed.swap(true, Ordering::AcqRel)
     }
 
-    /// Tells the peer no more frames come, without waiting (for drops).
+    /// Tells the peer no more frames come, without waiting (for drops):
+    /// from a task when there is a runtime, else posting on this thread.
     fn close_now(&self) {
-        if !self.mark_closed() {
-            let _ = self
-                .hub
-                .ep
-                .send_blocking(self.peer, &wire::close(self.peer_id));
+        if self.mark_closed() {
+            return;
+        }
+        let msg = wire::close(self.peer_id);
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                let (hub, peer) = (self.hub.clone(), self.peer);
+                rt.spawn(async move { hub.send(peer, &msg).await });
+            }
+            Err(_) => {
+                let _ = self.hub.ep.send_blocking(self.peer, &msg);
+            }
         }
     }
 }

@@ -153,3 +153,105 @@ async fn bad_addresses_are_errors() {
     };
     assert!(e.contains("auto"), "{e}");
 }
+
+struct NoBulk;
+
+impl crate::BulkSender for NoBulk {
+    fn send<'a>(&'a self, _: &'a [Bytes]) -> crate::BoxFuture<'a, Result<(), crate::NetError>> {
+        Box::pin(std::future::ready(Ok(())))
+    }
+}
+
+/// A frame's header and body only (its bulk is announced, not sent).
+async fn frame_bytes(bulk: usize) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut w = crate::FrameWriter::with_bulk(&mut out, u32::MAX, std::sync::Arc::new(NoBulk));
+    let f = OutFrame::request(2, 1, &Request::Limits).with_bulk(vec![Bytes::from(vec![0u8; bulk])]);
+    w.write(&f).await.unwrap();
+    w.flush().await.unwrap();
+    drop(w);
+    out
+}
+
+/// A hostile peer (a raw endpoint of its own) connects, then sends a
+/// `Desc` for memory that is not there (claiming a huge region): the
+/// server's reader gets an error, without a panic, a hang or a huge
+/// allocation, and the server's endpoint keeps serving others.
+async fn a_bogus_bulk_region_is_an_error(scheme: &str, provider: &str) {
+    use super::wire;
+    use strom_ofi::{Endpoint, EndpointConfig, ProviderSpec};
+    let t = Transports::default();
+    let mut listener = t.listen(&format!("{scheme}://auto")).await.unwrap();
+    let hub = super::Hub::get(&ProviderSpec::new(provider)).unwrap();
+    if provider == "shm" {
+        // shm never completes such a read: the receiver gives up after this.
+        hub.set_rma_timeout(std::time::Duration::from_secs(2));
+    }
+    let service: u32 = listener
+        .local_addr()
+        .rsplit_once('/')
+        .unwrap()
+        .1
+        .parse()
+        .unwrap();
+    for (len, into) in [(1 << 20, true), (3 << 20, false)] {
+        let (tx, mut inbox) = tokio::sync::mpsc::unbounded_channel();
+        let cfg = EndpointConfig::new(ProviderSpec::new(provider));
+        let on_recv = Box::new(move |m: &[u8]| drop(tx.send(m.to_vec())));
+        let hostile = Endpoint::open(&cfg, on_recv).unwrap();
+        let server_ep = hostile.insert_peer(hub.ep.name()).unwrap();
+        let connect = wire::connect(service, 1, hostile.name());
+        hostile.send(server_ep, &connect).await.unwrap();
+        let mut server = listener.accept().await.unwrap();
+        let server_id = match wire::decode(&inbox.recv().await.unwrap()) {
+            Ok(wire::Msg::Accept { to: 1, server }) => server,
+            other => panic!("expected an accept, got {other:?}"),
+        };
+        let bogus = strom_ofi::RemoteRegion {
+            addr: 0,
+            key: 0xbad,
+            len: u64::MAX / 2,
+        };
+        hostile
+            .send(server_ep, &wire::desc(server_id, 1, &[bogus]))
+            .await
+            .unwrap();
+        let frame = wire::data(server_id, &frame_bytes(len).await);
+        hostile.send(server_ep, &frame).await.unwrap();
+        let (h, _) = server.reader.next().await.unwrap().unwrap();
+        assert_eq!(h.bulk_len, len as u64);
+        let r = if into {
+            let mut dst = vec![0u8; len];
+            server.reader.read_bulk_into(&mut dst).await.map(drop)
+        } else {
+            server.reader.read_bulk().await.map(drop)
+        };
+        let e = r.expect_err("a bogus region is an error");
+        assert!(e.to_string().contains("bulk"), "{e}");
+    }
+    // The server's endpoint still serves well-behaved peers.
+    drop(listener);
+    frames_and_bulk_small(scheme).await;
+}
+
+async fn frames_and_bulk_small(scheme: &str) {
+    let (mut c, mut s, _) = pair(scheme).await;
+    let f = OutFrame::request(2, 5, &Request::Limits).with_bulk(vec![pattern(100_000, 7)]);
+    c.writer.write(&f).await.unwrap();
+    c.writer.flush().await.unwrap();
+    s.reader.next().await.unwrap().unwrap();
+    assert_eq!(
+        s.reader.read_bulk().await.unwrap().concat(),
+        pattern(100_000, 7)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ofi_tcp_bogus_bulk_region() {
+    a_bogus_bulk_region_is_an_error("ofi+tcp", "tcp;ofi_rxm").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ofi_shm_bogus_bulk_region() {
+    a_bogus_bulk_region_is_an_error("ofi+shm", "shm").await;
+}
