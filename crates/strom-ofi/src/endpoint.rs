@@ -217,6 +217,13 @@ impl Endpoint {
         self.inner().post_blocking(post)
     }
 
+    /// One attempt at [`Endpoint::send`], never waiting: `Ok(true)` if it
+    /// was posted, `Ok(false)` if the provider said `FI_EAGAIN`.
+    pub fn try_send(&self, peer: Peer, msg: &[u8]) -> Result<bool, OfiError> {
+        let (post, _) = self.send_post(peer, msg)?;
+        self.inner().post_once(post)
+    }
+
     fn send_post(&self, peer: Peer, msg: &[u8]) -> Result<(Post, Completion), OfiError> {
         let inner = self.inner();
         if msg.len() > inner.msg_size {

@@ -335,6 +335,17 @@ impl Inner {
         }
     }
 
+    /// One attempt at `post`: Ok(false) if the provider said `FI_EAGAIN`.
+    pub(crate) fn post_once(&self, post: Post) -> Result<bool, OfiError> {
+        match self.try_post(&post) {
+            Some(r) => self.settle(post, r).map(|()| true),
+            None => {
+                let _ = self.settle(post, Err(OfiError::Closed));
+                Ok(false)
+            }
+        }
+    }
+
     fn timeout(&self, post: &Post) -> OfiError {
         OfiError::Timeout {
             call: post.name(),

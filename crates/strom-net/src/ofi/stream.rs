@@ -50,12 +50,16 @@ impl ConnShared {
     }
 
     /// Tells the peer no more frames come, without waiting (for drops):
-    /// from a task when there is a runtime, else posting on this thread.
+    /// posted right away if the provider takes it, else retried from a task
+    /// when there is a runtime, else on this thread.
     fn close_now(&self) {
         if self.mark_closed() {
             return;
         }
         let msg = wire::close(self.peer_id);
+        if let Ok(true) = self.hub.ep.try_send(self.peer, &msg) {
+            return;
+        }
         match tokio::runtime::Handle::try_current() {
             Ok(rt) => {
                 let (hub, peer) = (self.hub.clone(), self.peer);

@@ -255,3 +255,63 @@ async fn ofi_tcp_bogus_bulk_region() {
 async fn ofi_shm_bogus_bulk_region() {
     a_bogus_bulk_region_is_an_error("ofi+shm", "shm").await;
 }
+
+const CHILD: &str = "STROM_NET_OFI_TEST_CHILD";
+
+/// The client half of [`across_processes`], run in a child process.
+async fn child_client(addr: &str) {
+    let mut c = Transports::default().connect(addr).await.unwrap();
+    let f = OutFrame::request(2, 1, &Request::Limits).with_bulk(vec![pattern(8 << 20, 5)]);
+    c.writer.write(&f).await.unwrap();
+    c.writer.flush().await.unwrap();
+    let (h, _) = c.reader.next().await.unwrap().expect("the server's answer");
+    assert_eq!(h.id, 2);
+    let mut got = vec![0u8; h.bulk_len as usize];
+    c.reader.read_bulk_into(&mut got).await.unwrap();
+    assert!(got == pattern(5 << 20, 6), "the server's payload");
+}
+
+/// A server here, its client in another process (this test binary run
+/// again): bulk payloads both ways across processes.
+async fn across_processes(scheme: &str, test: &str) {
+    if let Ok(addr) = std::env::var(CHILD) {
+        return child_client(&addr).await;
+    }
+    let mut listener = Transports::default()
+        .listen(&format!("{scheme}://auto"))
+        .await
+        .unwrap();
+    let exe = std::env::current_exe().unwrap();
+    let (addr, test) = (listener.local_addr(), test.to_string());
+    let child = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(exe)
+            .args([test.as_str(), "--exact", "--nocapture"])
+            .env(CHILD, addr)
+            .status()
+    });
+    let mut s = listener.accept().await.unwrap();
+    let (h, _) = s.reader.next().await.unwrap().unwrap();
+    assert_eq!(h.bulk_len, 8 << 20);
+    assert_eq!(
+        s.reader.read_bulk().await.unwrap().concat(),
+        pattern(8 << 20, 5)
+    );
+    let f = OutFrame::request(2, 2, &Request::Limits).with_bulk(vec![pattern(5 << 20, 6)]);
+    s.writer.write(&f).await.unwrap();
+    s.writer.flush().await.unwrap();
+    assert!(
+        child.await.unwrap().unwrap().success(),
+        "the client process passed"
+    );
+    assert!(s.reader.next().await.unwrap().is_none(), "end of stream");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ofi_tcp_across_processes() {
+    across_processes("ofi+tcp", "ofi::tests::ofi_tcp_across_processes").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ofi_shm_across_processes() {
+    across_processes("ofi+shm", "ofi::tests::ofi_shm_across_processes").await;
+}
