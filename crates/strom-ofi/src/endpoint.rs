@@ -18,7 +18,7 @@ use parking_lot::{Mutex, MutexGuard};
 use crate::completion::{self, BufferGuard, Completion};
 use crate::fabric::{ProviderSpec, Resources, Traits};
 use crate::mr::{Access, MemoryRegion, RawMr, RemoteRegion};
-use crate::progress::{Call, Op, OpCtx, Post, RecvPool, SendBuf, Slot};
+use crate::progress::{Call, Done, Op, OpCtx, Post, RecvPool, SendBuf, Slot};
 use crate::{sys, OfiError};
 
 /// Default size of a message (and of each posted receive buffer).
@@ -84,7 +84,12 @@ impl Drop for Shared {
         self.inner.stop.store(true, Ordering::Release);
         if let Some(t) = self.thread.lock().take() {
             t.thread().unpark();
-            let _ = t.join();
+            // The last handle may go on the progress thread itself (a
+            // registration dropped in a receive callback): it then exits on
+            // its own.
+            if t.thread().id() != std::thread::current().id() {
+                let _ = t.join();
+            }
         }
     }
 }
@@ -206,25 +211,36 @@ impl Endpoint {
     /// Sends `msg` (copied) to `peer`. Returns once posted; the returned
     /// completion resolves when the send finished (awaiting it is optional).
     pub async fn send(&self, peer: Peer, msg: &[u8]) -> Result<Completion, OfiError> {
-        let (post, completion) = self.send_post(peer, msg)?;
+        let (done, completion) = completion::pair();
+        let post = self.send_post(peer, msg, Done::Completion(done))?;
         self.inner().post(post).await?;
         Ok(completion)
     }
 
+    /// Sends `msg` (copied) to `peer` and returns once posted; `on_done`
+    /// gets the send's result on the progress thread (or the post's error).
+    pub async fn send_then<F>(&self, peer: Peer, msg: &[u8], on_done: F) -> Result<(), OfiError>
+    where
+        F: FnOnce(Result<usize, OfiError>) + Send + 'static,
+    {
+        let post = self.send_post(peer, msg, Done::Callback(Box::new(on_done)))?;
+        self.inner().post(post).await
+    }
+
     /// [`Endpoint::send`] for a thread that cannot await (a `Drop`).
     pub fn send_blocking(&self, peer: Peer, msg: &[u8]) -> Result<(), OfiError> {
-        let (post, _) = self.send_post(peer, msg)?;
+        let post = self.send_post(peer, msg, Done::Callback(Box::new(drop)))?;
         self.inner().post_blocking(post)
     }
 
     /// One attempt at [`Endpoint::send`], never waiting: `Ok(true)` if it
     /// was posted, `Ok(false)` if the provider said `FI_EAGAIN`.
     pub fn try_send(&self, peer: Peer, msg: &[u8]) -> Result<bool, OfiError> {
-        let (post, _) = self.send_post(peer, msg)?;
+        let post = self.send_post(peer, msg, Done::Callback(Box::new(drop)))?;
         self.inner().post_once(post)
     }
 
-    fn send_post(&self, peer: Peer, msg: &[u8]) -> Result<(Post, Completion), OfiError> {
+    fn send_post(&self, peer: Peer, msg: &[u8], done: Done) -> Result<Post, OfiError> {
         let inner = self.inner();
         if msg.len() > inner.msg_size {
             return Err(OfiError::Invalid(format!(
@@ -241,9 +257,8 @@ impl Endpoint {
             desc: buf.desc(),
             peer: peer.0,
         };
-        let (done, completion) = completion::pair();
         let ctx = OpCtx::new(Op::Send { done, buf });
-        Ok((Post { call, ctx }, completion))
+        Ok(Post { call, ctx })
     }
 
     /// Reads `dst.len()` bytes of the peer's `src` region into `dst`.
@@ -255,7 +270,9 @@ impl Endpoint {
     ) -> Result<(), OfiError> {
         check_range(dst.len(), src)?;
         for (i, piece) in dst.chunks_mut(MAX_RMA).enumerate() {
-            let at = src.offset((i * MAX_RMA) as u64).ok_or(OfiError::Closed)?;
+            let at = src
+                .offset((i * MAX_RMA) as u64)
+                .ok_or_else(|| out_of_range(src))?;
             let (post, guard) =
                 self.rma_post(peer, piece.as_mut_ptr(), piece.len(), at, false, None)?;
             self.inner().post(post).await?;
@@ -269,7 +286,9 @@ impl Endpoint {
     pub async fn write(&self, peer: Peer, src: &[u8], dst: RemoteRegion) -> Result<(), OfiError> {
         check_range(src.len(), dst)?;
         for (i, piece) in src.chunks(MAX_RMA).enumerate() {
-            let at = dst.offset((i * MAX_RMA) as u64).ok_or(OfiError::Closed)?;
+            let at = dst
+                .offset((i * MAX_RMA) as u64)
+                .ok_or_else(|| out_of_range(dst))?;
             let ptr = piece.as_ptr() as *mut u8;
             let (post, guard) = self.rma_post(peer, ptr, piece.len(), at, true, None)?;
             self.inner().post(post).await?;
@@ -383,6 +402,10 @@ impl Endpoint {
             Box::new(owner),
         ))
     }
+}
+
+fn out_of_range(region: RemoteRegion) -> OfiError {
+    OfiError::Invalid(format!("an offset past a region of {} bytes", region.len))
 }
 
 fn check_range(len: usize, region: RemoteRegion) -> Result<(), OfiError> {

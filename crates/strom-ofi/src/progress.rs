@@ -29,7 +29,7 @@ pub(crate) enum Op {
     /// Posted receive buffer `i` (never freed by a completion).
     Recv(usize),
     Send {
-        done: Completer,
+        done: Done,
         buf: SendBuf,
     },
     Rma {
@@ -40,6 +40,21 @@ pub(crate) enum Op {
         /// A destination the operation owns, and where to hand it back.
         owned: Option<(Vec<u8>, Slot)>,
     },
+}
+
+/// Who learns that a send finished.
+pub(crate) enum Done {
+    Completion(Completer),
+    Callback(Box<dyn FnOnce(Result<usize, OfiError>) + Send>),
+}
+
+impl Done {
+    fn complete(self, r: Result<usize, OfiError>) {
+        match self {
+            Done::Completion(c) => c.complete(r),
+            Done::Callback(f) => f(r),
+        }
+    }
 }
 
 /// Where an owned destination goes when its read completes.

@@ -158,6 +158,14 @@ impl Hub {
         (data_rx, bulk_rx, held)
     }
 
+    /// Ends connection `id`'s inbound streams (its peer is gone).
+    pub(crate) fn fail_conn(&self, id: u32) {
+        if let Some(c) = self.routes.lock().conns.get_mut(&id) {
+            c.data = None;
+            c.bulk = None;
+        }
+    }
+
     /// Forgets connection `id` (its held registrations are dropped).
     pub(crate) fn remove_conn(&self, id: u32) {
         let route = self.routes.lock().conns.remove(&id);

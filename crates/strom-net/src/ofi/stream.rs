@@ -26,6 +26,8 @@ pub(crate) struct ConnShared {
     pub(crate) peer: Peer,
     pub(crate) peer_id: u32,
     closed: AtomicBool,
+    /// A send on this connection failed (the provider lost the peer).
+    failed: Arc<AtomicBool>,
 }
 
 impl ConnShared {
@@ -36,12 +38,26 @@ impl ConnShared {
             peer,
             peer_id,
             closed: AtomicBool::new(false),
+            failed: Arc::default(),
         })
     }
 
-    /// Sends a message to the peer (returns once posted).
+    /// Sends a message to the peer (returns once posted). If the send
+    /// fails later, the connection is marked failed and its inbound
+    /// channels close, so both halves see the end.
     pub(crate) async fn send(&self, msg: &[u8]) -> Result<(), OfiError> {
-        self.hub.send(self.peer, msg).await
+        if self.failed.load(Ordering::Acquire) {
+            return Err(OfiError::Closed);
+        }
+        let (failed, hub, id) = (self.failed.clone(), self.hub.clone(), self.id);
+        let on_done = move |r: Result<usize, OfiError>| {
+            if let Err(e) = r {
+                tracing::debug!(error = %e, conn = id, "an ofi send failed; closing");
+                failed.store(true, Ordering::Release);
+                hub.fail_conn(id);
+            }
+        };
+        self.hub.ep.send_then(self.peer, msg, on_done).await
     }
 
     /// Whether we told the peer we are done writing (then sets it).

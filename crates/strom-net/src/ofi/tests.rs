@@ -260,6 +260,16 @@ const CHILD: &str = "STROM_NET_OFI_TEST_CHILD";
 
 /// The client half of [`across_processes`], run in a child process.
 async fn child_client(addr: &str) {
+    if let Some(addr) = addr.strip_prefix("die:") {
+        let mut c = Transports::default().connect(addr).await.unwrap();
+        c.writer
+            .write(&OutFrame::request(2, 1, &Request::Limits))
+            .await
+            .unwrap();
+        c.writer.flush().await.unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        std::process::exit(0); // no goodbye: the process just ends
+    }
     let mut c = Transports::default().connect(addr).await.unwrap();
     let f = OutFrame::request(2, 1, &Request::Limits).with_bulk(vec![pattern(8 << 20, 5)]);
     c.writer.write(&f).await.unwrap();
@@ -314,4 +324,43 @@ async fn ofi_tcp_across_processes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ofi_shm_across_processes() {
     across_processes("ofi+shm", "ofi::tests::ofi_shm_across_processes").await;
+}
+
+/// The client process dies without closing: the server's sends fail, and
+/// then its reader sees the end instead of waiting forever (tcp only: shm
+/// cannot tell that a peer process is gone).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ofi_tcp_notices_a_dead_peer_when_sending() {
+    if let Ok(addr) = std::env::var(CHILD) {
+        return child_client(&addr).await;
+    }
+    let mut listener = Transports::default()
+        .listen("ofi+tcp://auto")
+        .await
+        .unwrap();
+    let exe = std::env::current_exe().unwrap();
+    let addr = format!("die:{}", listener.local_addr());
+    let test = "ofi::tests::ofi_tcp_notices_a_dead_peer_when_sending";
+    let child = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(exe)
+            .args([test, "--exact", "--nocapture"])
+            .env(CHILD, addr)
+            .status()
+    });
+    let mut s = listener.accept().await.unwrap();
+    s.reader.next().await.unwrap().unwrap();
+    assert!(child.await.unwrap().unwrap().success());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let mut failed = false;
+    while std::time::Instant::now() < deadline && !failed {
+        let f = OutFrame::request(2, 9, &Request::Limits).with_bulk(vec![pattern(100, 1)]);
+        failed = s.writer.write(&f).await.is_err() || s.writer.flush().await.is_err();
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(failed, "writing to a dead peer fails");
+    let end = tokio::time::timeout(std::time::Duration::from_secs(5), s.reader.next()).await;
+    assert!(
+        matches!(end, Ok(Ok(None)) | Ok(Err(_))),
+        "the reader sees the end"
+    );
 }
