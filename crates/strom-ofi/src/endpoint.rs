@@ -138,6 +138,7 @@ impl Endpoint {
             .spawn(move || worker.run())
             .map_err(|e| OfiError::Invalid(format!("spawning the progress thread: {e}")))?;
         let _ = inner.thread.set(handle.thread().clone());
+        at_exit::track(&inner);
         Ok(Endpoint(Arc::new(Shared {
             inner,
             thread: Mutex::new(Some(handle)),
@@ -401,6 +402,43 @@ impl Endpoint {
             self.clone(),
             Box::new(owner),
         ))
+    }
+}
+
+/// Process exit: libfabric's destructor tears its providers down while
+/// other threads (progress threads of endpoints nobody closed, tasks) may
+/// still be inside a call. An `atexit` handler, which runs before shared
+/// libraries' destructors, stops the progress threads and takes every live
+/// endpoint's lock for good, so no call starts or is running after it.
+mod at_exit {
+    use std::sync::{Arc, Once, Weak};
+
+    use parking_lot::Mutex;
+
+    use super::Inner;
+
+    static LIVE: Mutex<Vec<Weak<Inner>>> = Mutex::new(Vec::new());
+    static REGISTER: Once = Once::new();
+
+    pub(super) fn track(inner: &Arc<Inner>) {
+        REGISTER.call_once(|| {
+            // SAFETY: registering a plain extern "C" function.
+            unsafe { libc::atexit(handler) };
+        });
+        let mut live = LIVE.lock();
+        live.retain(|w| w.strong_count() > 0);
+        live.push(Arc::downgrade(inner));
+    }
+
+    extern "C" fn handler() {
+        let live: Vec<Arc<Inner>> = LIVE.lock().iter().filter_map(Weak::upgrade).collect();
+        for inner in &live {
+            inner.stop.store(true, std::sync::atomic::Ordering::Release);
+            std::mem::forget(inner.lock.lock());
+        }
+        // Never dropped: dropping would close the endpoints (and wait for
+        // the locks just taken).
+        std::mem::forget(live);
     }
 }
 
