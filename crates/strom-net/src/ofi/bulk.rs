@@ -5,7 +5,7 @@
 //! messages listing `(addr, key, len)`; payloads under [`INLINE_MAX`] go in
 //! an `Inline` message instead. [`OfiBulkReceiver`] `fi_read`s the regions
 //! straight into the reader's destination (or into fresh buffers of at
-//! most [`PIECE`] bytes) and sends `Release` once a `Desc`'s regions are
+//! most [`PIECE`] bytes) and sends `Release{id}` once a `Desc`'s regions are
 //! consumed, so the sender drops them.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -42,7 +42,7 @@ fn net(context: &str, e: strom_ofi::OfiError) -> NetError {
 pub(crate) struct OfiBulkSender {
     pub(crate) conn: Arc<ConnShared>,
     pub(crate) held: Held,
-    pub(crate) next_seq: AtomicU64,
+    pub(crate) next_id: AtomicU64,
 }
 
 impl OfiBulkSender {
@@ -54,7 +54,7 @@ impl OfiBulkSender {
         }
         if total < INLINE_MAX {
             let owned: Vec<Bytes> = chunks.into_iter().cloned().collect();
-            let msg = wire::inline(self.conn.peer_id, &owned);
+            let msg = wire::inline(self.conn.peer_id, self.conn.seq(), &owned);
             return self
                 .conn
                 .send(&msg)
@@ -68,11 +68,11 @@ impl OfiBulkSender {
                 mrs.push(mr.map_err(|e| net("registering a bulk payload", e))?);
             }
             let regions: Vec<RemoteRegion> = mrs.iter().map(|m| m.remote()).collect();
-            let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
-            self.held.lock().insert(seq, mrs);
-            let msg = wire::desc(self.conn.peer_id, seq, &regions);
+            let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+            self.held.lock().insert(id, mrs);
+            let msg = wire::desc(self.conn.peer_id, self.conn.seq(), id, &regions);
             if let Err(e) = self.conn.send(&msg).await {
-                self.held.lock().remove(&seq);
+                self.held.lock().remove(&id);
                 return Err(net("announcing a bulk payload", e));
             }
         }
@@ -88,7 +88,7 @@ impl BulkSender for OfiBulkSender {
 
 /// The `Desc` being consumed: its regions and how far we are.
 struct Remote {
-    seq: u64,
+    id: u64,
     regions: Vec<RemoteRegion>,
     index: usize,
     offset: u64,
@@ -134,9 +134,9 @@ impl OfiBulkReceiver {
             }
             match self.rx.recv().await.ok_or(NetError::Closed)? {
                 BulkMsg::Inline(b) => self.inline = b,
-                BulkMsg::Desc { seq, regions } => {
+                BulkMsg::Desc { id, regions } => {
                     self.remote = Some(Remote {
-                        seq,
+                        id,
                         regions,
                         index: 0,
                         offset: 0,
@@ -158,9 +158,9 @@ impl OfiBulkReceiver {
             r.offset = 0;
         }
         if r.index == r.regions.len() {
-            let seq = r.seq;
+            let id = r.id;
             self.remote = None;
-            let msg = wire::release(self.conn.peer_id, seq);
+            let msg = wire::release(self.conn.peer_id, self.conn.seq(), id);
             self.conn
                 .send(&msg)
                 .await

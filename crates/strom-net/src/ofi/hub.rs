@@ -2,9 +2,10 @@
 //! listener over it: the [`Hub`]. Its receive callback (on the endpoint's
 //! progress thread) decodes each message and routes it by receiver id to
 //! a listener, a connect waiting for its answer, or a connection's inbound
-//! channels. Messages for unknown ids, and malformed ones, are dropped.
+//! channels, in the order the peer sent them (see `wire`). Messages for
+//! unknown ids, and malformed ones, are dropped.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -17,7 +18,7 @@ use strom_ofi::{
 };
 use tokio::sync::{mpsc, oneshot};
 
-use super::wire::{self, Msg};
+use super::wire::{self, ConnMsg, Msg};
 
 /// Idle registrations the bulk sender's cache keeps.
 const CACHE_ENTRIES: usize = 256;
@@ -34,10 +35,7 @@ pub(crate) struct Incoming {
 /// What a connection's bulk receiver gets.
 pub(crate) enum BulkMsg {
     Inline(Bytes),
-    Desc {
-        seq: u64,
-        regions: Vec<RemoteRegion>,
-    },
+    Desc { id: u64, regions: Vec<RemoteRegion> },
 }
 
 /// Registrations a bulk sender keeps until the peer releases them.
@@ -49,6 +47,10 @@ pub(crate) struct Route {
     pub(crate) data: Option<mpsc::UnboundedSender<Bytes>>,
     pub(crate) bulk: Option<mpsc::UnboundedSender<BulkMsg>>,
     pub(crate) held: Held,
+    /// The sequence number of the peer's next message, and the messages
+    /// that came before their turn.
+    next: u32,
+    early: BTreeMap<u32, ConnMsg>,
 }
 
 #[derive(Default)]
@@ -120,7 +122,7 @@ impl Hub {
 
     /// Bytes of frame stream one `Data` message carries.
     pub(crate) fn max_data(&self) -> usize {
-        self.ep.msg_size() - wire::HEADER
+        self.ep.msg_size() - wire::CONN_HEADER
     }
 
     pub(crate) fn add_listener(&self, service: u32) -> mpsc::UnboundedReceiver<Incoming> {
@@ -153,6 +155,8 @@ impl Hub {
             data: Some(data),
             bulk: Some(bulk),
             held: held.clone(),
+            next: 0,
+            early: BTreeMap::new(),
         };
         self.routes.lock().conns.insert(id, route);
         (data_rx, bulk_rx, held)
@@ -187,7 +191,7 @@ fn route(routes: &Mutex<Routes>, m: &[u8]) {
             return;
         }
     };
-    let mut dropped = None;
+    let mut released = Vec::new();
     let mut r = routes.lock();
     match msg {
         Msg::Connect {
@@ -204,32 +208,125 @@ fn route(routes: &Mutex<Routes>, m: &[u8]) {
                 let _ = tx.send(server);
             }
         }
-        Msg::Data { to, bytes } => {
-            if let Some(tx) = r.conns.get(&to).and_then(|c| c.data.as_ref()) {
-                let _ = tx.send(bytes);
-            }
-        }
-        Msg::Inline { to, bytes } => bulk(&r, to, BulkMsg::Inline(bytes)),
-        Msg::Desc { to, seq, regions } => bulk(&r, to, BulkMsg::Desc { seq, regions }),
-        Msg::Release { to, seq } => {
-            if let Some(c) = r.conns.get(&to) {
-                dropped = c.held.lock().remove(&seq);
-            }
-        }
-        Msg::Close { to } => {
+        Msg::Conn { to, seq, msg } => {
             if let Some(c) = r.conns.get_mut(&to) {
-                c.data = None;
-                c.bulk = None;
+                c.receive(seq, msg, &mut released);
             }
         }
     }
     drop(r);
     // Registrations are closed (if the cache let go of them) outside the lock.
-    drop(dropped);
+    drop(released);
 }
 
-fn bulk(r: &Routes, to: u32, m: BulkMsg) {
-    if let Some(tx) = r.conns.get(&to).and_then(|c| c.bulk.as_ref()) {
-        let _ = tx.send(m);
+/// Messages a connection holds until the ones before them arrive.
+const MAX_EARLY: usize = 256;
+
+impl Route {
+    /// Takes message `seq`, applying it and any held ones that follow in
+    /// order.
+    fn receive(&mut self, seq: u32, msg: ConnMsg, released: &mut Vec<Vec<Arc<MemoryRegion>>>) {
+        let ahead = seq.wrapping_sub(self.next);
+        if ahead != 0 {
+            if ahead >= 1 << 31 {
+                return; // a duplicate or a very late message
+            }
+            if self.early.len() >= MAX_EARLY {
+                tracing::debug!("an ofi connection is too far out of order; closing it");
+                self.data = None;
+                self.bulk = None;
+                return;
+            }
+            self.early.insert(seq, msg);
+            return;
+        }
+        self.apply(msg, released);
+        self.next = self.next.wrapping_add(1);
+        while let Some(msg) = self.early.remove(&self.next) {
+            self.apply(msg, released);
+            self.next = self.next.wrapping_add(1);
+        }
+    }
+
+    fn apply(&mut self, msg: ConnMsg, released: &mut Vec<Vec<Arc<MemoryRegion>>>) {
+        match msg {
+            ConnMsg::Data(bytes) => {
+                if let Some(tx) = &self.data {
+                    let _ = tx.send(bytes);
+                }
+            }
+            ConnMsg::Inline(bytes) => self.bulk(BulkMsg::Inline(bytes)),
+            ConnMsg::Desc { id, regions } => self.bulk(BulkMsg::Desc { id, regions }),
+            ConnMsg::Release { id } => released.extend(self.held.lock().remove(&id)),
+            ConnMsg::Close => {
+                self.data = None;
+                self.bulk = None;
+            }
+        }
+    }
+
+    fn bulk(&self, m: BulkMsg) {
+        if let Some(tx) = &self.bulk {
+            let _ = tx.send(m);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn route() -> (Route, mpsc::UnboundedReceiver<Bytes>) {
+        let (data, rx) = mpsc::unbounded_channel();
+        let (bulk, _) = mpsc::unbounded_channel();
+        let route = Route {
+            data: Some(data),
+            bulk: Some(bulk),
+            held: Held::default(),
+            next: 0,
+            early: BTreeMap::new(),
+        };
+        (route, rx)
+    }
+
+    fn data(n: u8) -> ConnMsg {
+        ConnMsg::Data(Bytes::from(vec![n]))
+    }
+
+    #[test]
+    fn messages_are_delivered_in_sequence_order() {
+        let (mut r, mut rx) = route();
+        let mut released = Vec::new();
+        for seq in [2u32, 0, 3, 1, 1, 5] {
+            r.receive(seq, data(seq as u8), &mut released);
+        }
+        let got: Vec<u8> = std::iter::from_fn(|| rx.try_recv().ok())
+            .map(|b| b[0])
+            .collect();
+        assert_eq!(got, [0, 1, 2, 3], "in order, the duplicate dropped, 5 held");
+        r.receive(4, data(4), &mut released);
+        assert_eq!(rx.try_recv().unwrap()[0], 4);
+        assert_eq!(rx.try_recv().unwrap()[0], 5);
+    }
+
+    #[test]
+    fn sequence_numbers_wrap() {
+        let (mut r, mut rx) = route();
+        r.next = u32::MAX;
+        let mut released = Vec::new();
+        r.receive(0, data(1), &mut released);
+        r.receive(u32::MAX, data(0), &mut released);
+        assert_eq!(rx.try_recv().unwrap()[0], 0);
+        assert_eq!(rx.try_recv().unwrap()[0], 1);
+    }
+
+    #[test]
+    fn a_peer_too_far_out_of_order_loses_the_connection() {
+        let (mut r, mut rx) = route();
+        let mut released = Vec::new();
+        for seq in 1..=(MAX_EARLY as u32 + 1) {
+            r.receive(seq, data(0), &mut released);
+        }
+        assert!(r.data.is_none() && rx.try_recv().is_err());
     }
 }

@@ -105,7 +105,7 @@ impl OfiTransport {
         let sender = OfiBulkSender {
             conn: shared.clone(),
             held,
-            next_seq: AtomicU64::new(1),
+            next_id: AtomicU64::new(1),
         };
         let read = OfiRead {
             rx: data,

@@ -7,7 +7,7 @@
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
@@ -28,6 +28,8 @@ pub(crate) struct ConnShared {
     closed: AtomicBool,
     /// A send on this connection failed (the provider lost the peer).
     failed: Arc<AtomicBool>,
+    /// The sequence number of our next message on this connection.
+    seq: AtomicU32,
 }
 
 impl ConnShared {
@@ -39,7 +41,14 @@ impl ConnShared {
             peer_id,
             closed: AtomicBool::new(false),
             failed: Arc::default(),
+            seq: AtomicU32::new(0),
         })
+    }
+
+    /// The sequence number for our next message (take it right before
+    /// building the message to post).
+    pub(crate) fn seq(&self) -> u32 {
+        self.seq.fetch_add(1, Ordering::Relaxed)
     }
 
     /// Sends a message to the peer (returns once posted). If the send
@@ -68,11 +77,11 @@ impl ConnShared {
     /// Tells the peer no more frames come, without waiting (for drops):
     /// posted right away if the provider takes it, else retried from a task
     /// when there is a runtime, else on this thread.
-    fn close_now(&self) {
+    pub(crate) fn close_now(&self) {
         if self.mark_closed() {
             return;
         }
-        let msg = wire::close(self.peer_id);
+        let msg = wire::close(self.peer_id, self.seq());
         if let Ok(true) = self.hub.ep.try_send(self.peer, &msg) {
             return;
         }
@@ -170,7 +179,8 @@ impl AsyncWrite for OfiWrite {
             return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()));
         }
         let n = buf.len().min(self.conn.hub.max_data());
-        let mut p = self.post(wire::data(self.conn.peer_id, &buf[..n]));
+        let seq = self.conn.seq();
+        let mut p = self.post(wire::data(self.conn.peer_id, seq, &buf[..n]));
         match p.as_mut().poll(cx) {
             Poll::Ready(r) => r.map_err(io_err)?,
             Poll::Pending => self.pending = Some(p),
@@ -185,7 +195,8 @@ impl AsyncWrite for OfiWrite {
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         ready!(self.poll_pending(cx))?;
         if !self.conn.mark_closed() {
-            self.pending = Some(self.post(wire::close(self.conn.peer_id)));
+            let seq = self.conn.seq();
+            self.pending = Some(self.post(wire::close(self.conn.peer_id, seq)));
             ready!(self.poll_pending(cx))?;
         }
         Poll::Ready(Ok(()))
@@ -194,7 +205,18 @@ impl AsyncWrite for OfiWrite {
 
 impl Drop for OfiWrite {
     fn drop(&mut self) {
-        // Like dropping a socket's write half: the peer reads end of stream.
-        self.conn.close_now();
+        // Like dropping a socket's write half: the peer reads end of stream,
+        // after the last write (whose post may still be retrying: dropping
+        // it would leave a gap in the sequence the peer waits on).
+        match (self.pending.take(), tokio::runtime::Handle::try_current()) {
+            (Some(p), Ok(rt)) => {
+                let conn = self.conn.clone();
+                rt.spawn(async move {
+                    let _ = p.await;
+                    conn.close_now();
+                });
+            }
+            _ => self.conn.close_now(),
+        }
     }
 }

@@ -213,10 +213,10 @@ async fn a_bogus_bulk_region_is_an_error(scheme: &str, provider: &str) {
             len: u64::MAX / 2,
         };
         hostile
-            .send(server_ep, &wire::desc(server_id, 1, &[bogus]))
+            .send(server_ep, &wire::desc(server_id, 0, 1, &[bogus]))
             .await
             .unwrap();
-        let frame = wire::data(server_id, &frame_bytes(len).await);
+        let frame = wire::data(server_id, 1, &frame_bytes(len).await);
         hostile.send(server_ep, &frame).await.unwrap();
         let (h, _) = server.reader.next().await.unwrap().unwrap();
         assert_eq!(h.bulk_len, len as u64);

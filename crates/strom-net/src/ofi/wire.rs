@@ -3,18 +3,23 @@
 //! Every message starts with its type (1 byte) and the receiver's id (4
 //! bytes, little endian): a listener's service id for `Connect`, a
 //! connection id for everything else, so one endpoint demultiplexes all its
-//! connections. Decoding checks every length against the message it came
-//! in and caps counts, so a hostile peer gets an error, never a panic or a
-//! large allocation.
+//! connections. Messages on a connection then carry the sender's sequence
+//! number (4 bytes), because providers may complete receives out of order
+//! (rxm completes a large, rendezvous message after a later small one): the
+//! receiver puts them back in order. Decoding checks every length against
+//! the message it came in and caps counts, so a hostile peer gets an
+//! error, never a panic or a large allocation.
 
 use bytes::{BufMut, Bytes, BytesMut};
 use strom_ofi::RemoteRegion;
 
 /// Type byte and receiver id.
-pub(crate) const HEADER: usize = 5;
+const HEADER: usize = 5;
+/// Type byte, receiver id and sequence number.
+pub(crate) const CONN_HEADER: usize = HEADER + 4;
 /// Bytes per bulk region in a `Desc`.
 const REGION: usize = 24;
-/// Fixed part of a `Desc` after the header: seq (8) and count (2).
+/// Fixed part of a `Desc` body: id (8) and count (2).
 const DESC_FIXED: usize = 10;
 /// Most regions one `Desc` carries (larger frames send several).
 pub(crate) const MAX_REGIONS: usize = 1024;
@@ -29,7 +34,7 @@ const INLINE: u8 = 5;
 const RELEASE: u8 = 6;
 const CLOSE: u8 = 7;
 
-/// A decoded message (its receiver id is [`Msg::to`]'s first field).
+/// A decoded message.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Msg {
     /// To a listener: open a connection back to `name`, whose id is `from`.
@@ -40,26 +45,35 @@ pub(crate) enum Msg {
     },
     /// To a connecting client: the server's id for the connection.
     Accept { to: u32, server: u32 },
+    /// Message number `seq` of the sender on connection `to`.
+    Conn { to: u32, seq: u32, msg: ConnMsg },
+}
+
+/// What travels on an open connection.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum ConnMsg {
     /// A piece of the frame byte stream.
-    Data { to: u32, bytes: Bytes },
-    /// Bulk bytes to pull with RMA reads (release `seq` after reading).
-    Desc {
-        to: u32,
-        seq: u64,
-        regions: Vec<RemoteRegion>,
-    },
+    Data(Bytes),
+    /// Bulk bytes to pull with RMA reads (release `id` after reading).
+    Desc { id: u64, regions: Vec<RemoteRegion> },
     /// A small bulk payload carried in the message itself.
-    Inline { to: u32, bytes: Bytes },
-    /// The receiver is done with the regions of `seq`.
-    Release { to: u32, seq: u64 },
+    Inline(Bytes),
+    /// The receiver is done with the regions of `id`.
+    Release { id: u64 },
     /// The sender will write no more on this connection.
-    Close { to: u32 },
+    Close,
 }
 
 fn header(kind: u8, to: u32, extra: usize) -> BytesMut {
     let mut b = BytesMut::with_capacity(HEADER + extra);
     b.put_u8(kind);
     b.put_u32_le(to);
+    b
+}
+
+fn conn_header(kind: u8, to: u32, seq: u32, extra: usize) -> BytesMut {
+    let mut b = header(kind, to, 4 + extra);
+    b.put_u32_le(seq);
     b
 }
 
@@ -77,22 +91,22 @@ pub(crate) fn accept(to: u32, server: u32) -> BytesMut {
     b
 }
 
-pub(crate) fn data(to: u32, bytes: &[u8]) -> BytesMut {
-    let mut b = header(DATA, to, bytes.len());
+pub(crate) fn data(to: u32, seq: u32, bytes: &[u8]) -> BytesMut {
+    let mut b = conn_header(DATA, to, seq, bytes.len());
     b.put_slice(bytes);
     b
 }
 
-pub(crate) fn inline(to: u32, chunks: &[Bytes]) -> BytesMut {
+pub(crate) fn inline(to: u32, seq: u32, chunks: &[Bytes]) -> BytesMut {
     let len = chunks.iter().map(Bytes::len).sum();
-    let mut b = header(INLINE, to, len);
+    let mut b = conn_header(INLINE, to, seq, len);
     chunks.iter().for_each(|c| b.put_slice(c));
     b
 }
 
-pub(crate) fn desc(to: u32, seq: u64, regions: &[RemoteRegion]) -> BytesMut {
-    let mut b = header(DESC, to, DESC_FIXED + REGION * regions.len());
-    b.put_u64_le(seq);
+pub(crate) fn desc(to: u32, seq: u32, id: u64, regions: &[RemoteRegion]) -> BytesMut {
+    let mut b = conn_header(DESC, to, seq, DESC_FIXED + REGION * regions.len());
+    b.put_u64_le(id);
     b.put_u16_le(regions.len() as u16);
     for r in regions {
         b.put_u64_le(r.addr);
@@ -102,14 +116,14 @@ pub(crate) fn desc(to: u32, seq: u64, regions: &[RemoteRegion]) -> BytesMut {
     b
 }
 
-pub(crate) fn release(to: u32, seq: u64) -> BytesMut {
-    let mut b = header(RELEASE, to, 8);
-    b.put_u64_le(seq);
+pub(crate) fn release(to: u32, seq: u32, id: u64) -> BytesMut {
+    let mut b = conn_header(RELEASE, to, seq, 8);
+    b.put_u64_le(id);
     b
 }
 
-pub(crate) fn close(to: u32) -> BytesMut {
-    header(CLOSE, to, 0)
+pub(crate) fn close(to: u32, seq: u32) -> BytesMut {
+    conn_header(CLOSE, to, seq, 0)
 }
 
 /// Little-endian reads that fail instead of panicking.
@@ -123,6 +137,12 @@ impl<'a> Reader<'a> {
         let (a, b) = self.0.split_at(n);
         self.0 = b;
         Ok(a)
+    }
+
+    fn rest(&mut self) -> Bytes {
+        let rest = Bytes::copy_from_slice(self.0);
+        self.0 = &[];
+        rest
     }
 
     fn u16(&mut self) -> Result<u16, String> {
@@ -174,25 +194,25 @@ pub(crate) fn decode(msg: &[u8]) -> Result<Msg, String> {
             to,
             server: r.u32()?,
         },
-        DATA => Msg::Data {
-            to,
-            bytes: Bytes::copy_from_slice(r.take(r.0.len())?),
-        },
-        INLINE => Msg::Inline {
-            to,
-            bytes: Bytes::copy_from_slice(r.take(r.0.len())?),
-        },
-        DESC => decode_desc(to, &mut r)?,
-        RELEASE => Msg::Release { to, seq: r.u64()? },
-        CLOSE => Msg::Close { to },
+        DATA | INLINE | DESC | RELEASE | CLOSE => {
+            let seq = r.u32()?;
+            let msg = match kind {
+                DATA => ConnMsg::Data(r.rest()),
+                INLINE => ConnMsg::Inline(r.rest()),
+                DESC => decode_desc(&mut r)?,
+                RELEASE => ConnMsg::Release { id: r.u64()? },
+                _ => ConnMsg::Close,
+            };
+            Msg::Conn { to, seq, msg }
+        }
         k => return Err(format!("unknown message type {k}")),
     };
     r.done()?;
     Ok(m)
 }
 
-fn decode_desc(to: u32, r: &mut Reader<'_>) -> Result<Msg, String> {
-    let seq = r.u64()?;
+fn decode_desc(r: &mut Reader<'_>) -> Result<ConnMsg, String> {
+    let id = r.u64()?;
     let count = r.u16()? as usize;
     if count == 0 || count > MAX_REGIONS || count * REGION != r.0.len() {
         return Err(format!("{count} regions in {} bytes", r.0.len()));
@@ -209,54 +229,55 @@ fn decode_desc(to: u32, r: &mut Reader<'_>) -> Result<Msg, String> {
         }
         regions.push(region);
     }
-    Ok(Msg::Desc { to, seq, regions })
+    Ok(ConnMsg::Desc { id, regions })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn every_message_round_trips() {
-        let region = RemoteRegion {
+    fn region(len: u64) -> RemoteRegion {
+        RemoteRegion {
             addr: 1,
             key: 2,
-            len: 3,
-        };
+            len,
+        }
+    }
+
+    #[test]
+    fn every_message_round_trips() {
+        let conn = |to, seq, msg| Msg::Conn { to, seq, msg };
+        let b = Bytes::from_static;
+        let name = b(b"name");
+        let two = vec![region(3), region(4)];
         let cases = [
             (
-                connect(7, 8, b"name"),
+                connect(7, 8, &name),
                 Msg::Connect {
                     service: 7,
                     from: 8,
-                    name: Bytes::from_static(b"name"),
+                    name: name.clone(),
                 },
             ),
             (accept(1, 2), Msg::Accept { to: 1, server: 2 }),
+            (data(3, 0, b"abc"), conn(3, 0, ConnMsg::Data(b(b"abc")))),
             (
-                data(3, b"abc"),
-                Msg::Data {
-                    to: 3,
-                    bytes: Bytes::from_static(b"abc"),
-                },
+                inline(4, 1, &[b(b"x"), b(b"yz")]),
+                conn(4, 1, ConnMsg::Inline(b(b"xyz"))),
             ),
             (
-                inline(4, &[Bytes::from_static(b"x"), Bytes::from_static(b"yz")]),
-                Msg::Inline {
-                    to: 4,
-                    bytes: Bytes::from_static(b"xyz"),
-                },
+                desc(5, 2, 9, &two),
+                conn(
+                    5,
+                    2,
+                    ConnMsg::Desc {
+                        id: 9,
+                        regions: two.clone(),
+                    },
+                ),
             ),
-            (
-                desc(5, 9, &[region, region]),
-                Msg::Desc {
-                    to: 5,
-                    seq: 9,
-                    regions: vec![region, region],
-                },
-            ),
-            (release(6, 10), Msg::Release { to: 6, seq: 10 }),
-            (close(11), Msg::Close { to: 11 }),
+            (release(6, 3, 10), conn(6, 3, ConnMsg::Release { id: 10 })),
+            (close(11, u32::MAX), conn(11, u32::MAX, ConnMsg::Close)),
         ];
         for (bytes, msg) in cases {
             assert_eq!(decode(&bytes).unwrap(), msg);
@@ -267,38 +288,13 @@ mod tests {
     fn hostile_messages_are_errors() {
         assert!(decode(&[]).is_err());
         assert!(decode(&[99, 0, 0, 0, 0]).is_err());
-        let mut d = desc(
-            1,
-            1,
-            &[RemoteRegion {
-                addr: 0,
-                key: 0,
-                len: 5,
-            }],
-        );
-        d[13] = 0xff; // claims 255 regions, carries 1
+        let mut d = desc(1, 0, 1, &[region(5)]);
+        d[CONN_HEADER + 8] = 0xff; // claims 255 regions, carries 1
         assert!(decode(&d).is_err());
-        let mut d = desc(
-            1,
-            1,
-            &[RemoteRegion {
-                addr: 0,
-                key: 0,
-                len: 5,
-            }],
-        );
+        let mut d = desc(1, 0, 1, &[region(5)]);
         d.truncate(d.len() - 1);
         assert!(decode(&d).is_err());
-        assert!(decode(&desc(
-            1,
-            1,
-            &[RemoteRegion {
-                addr: 0,
-                key: 0,
-                len: 0
-            }]
-        ))
-        .is_err());
+        assert!(decode(&desc(1, 0, 1, &[region(0)])).is_err());
         let mut c = connect(1, 2, b"n");
         c[9] = 0xff; // a name longer than the message
         assert!(decode(&c).is_err());
@@ -306,5 +302,9 @@ mod tests {
         let mut a = accept(1, 2).to_vec();
         a.push(0);
         assert!(decode(&a).is_err(), "trailing bytes");
+        assert!(
+            decode(&close(1, 0)[..7]).is_err(),
+            "a short sequence number"
+        );
     }
 }
