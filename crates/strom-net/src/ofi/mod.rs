@@ -10,7 +10,8 @@
 //!
 //! Connection setup: the client sends `Connect{its name, its id}` to the
 //! service, the server inserts the name in its AV and answers
-//! `Accept{server id}`; every later message carries the receiver's id.
+//! `Accept{server id}`; every later message carries the receiver's id and
+//! the sender's sequence number, by which the receiver restores the order.
 //! Frames travel as `Data` messages (see `stream`), bulk payloads are
 //! pulled by the receiver with RMA reads (see `bulk`).
 
