@@ -435,6 +435,13 @@ mod at_exit {
         for inner in &live {
             inner.stop.store(true, std::sync::atomic::Ordering::Release);
             std::mem::forget(inner.lock.lock());
+            // Closing the endpoint lets the provider release what outlives
+            // the process otherwise (shm unlinks its region). Nothing uses
+            // it again: its lock stays taken.
+            if !inner.res.ep.is_null() {
+                // SAFETY: the endpoint is open, and no call can follow.
+                unsafe { crate::sys::fi_close(&mut (*inner.res.ep).fid) };
+            }
         }
         // Never dropped: dropping would close the endpoints (and wait for
         // the locks just taken).

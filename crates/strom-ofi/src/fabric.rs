@@ -97,10 +97,32 @@ unsafe fn hints(spec: &ProviderSpec) -> Result<*mut sys::fi_info, OfiError> {
     (*(*h).tx_attr).msg_order = sys::FI_ORDER_SAS as u64;
     (*(*h).rx_attr).msg_order = sys::FI_ORDER_SAS as u64;
     (*(*h).fabric_attr).prov_name = strdup(&spec.provider)?;
+    if spec.provider == "shm" {
+        // shm names its region `<pid>:<endpoint>:<domain>` by default; a
+        // region left behind by a dead process with the same pid (they are
+        // reused) then makes fi_enable fail with EBUSY. A unique name avoids
+        // that.
+        let name = shm_name();
+        (*h).addr_format = sys::FI_ADDR_STR;
+        (*h).src_addrlen = name.len() + 1;
+        (*h).src_addr = strdup(&name)?.cast();
+    }
     if let Some(d) = &spec.domain {
         (*(*h).domain_attr).name = strdup(d)?;
     }
     Ok(h)
+}
+
+/// A region name no other endpoint uses: pid, time and a counter.
+fn shm_name() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    format!("fi_shm://strom-{}-{nanos:x}-{n}", std::process::id())
 }
 
 unsafe fn cstr(p: *const libc::c_char) -> String {
