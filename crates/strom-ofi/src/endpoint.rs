@@ -39,6 +39,10 @@ pub struct EndpointConfig {
     /// Largest message; every receive buffer has this size.
     pub msg_size: usize,
     pub recv_buffers: usize,
+    /// Register local buffers and pass their descriptors even if the
+    /// provider does not ask for it (`FI_MR_LOCAL`): exercises, on tcp or
+    /// shm, the path verbs and cxi take.
+    pub force_mr_local: bool,
 }
 
 impl EndpointConfig {
@@ -46,6 +50,7 @@ impl EndpointConfig {
         EndpointConfig {
             spec,
             msg_size: DEFAULT_MSG_SIZE,
+            force_mr_local: false,
             recv_buffers: DEFAULT_RECV_BUFFERS,
         }
     }
@@ -103,7 +108,8 @@ impl Endpoint {
     /// Opens the provider `cfg.spec` names, posts the receive buffers and
     /// starts the progress thread. `on_recv` gets every message received.
     pub fn open(cfg: &EndpointConfig, on_recv: OnRecv) -> Result<Endpoint, OfiError> {
-        let (res, traits) = Resources::open(&cfg.spec)?;
+        let (res, mut traits) = Resources::open(&cfg.spec)?;
+        traits.mr_local |= cfg.force_mr_local;
         if cfg.msg_size == 0 || cfg.msg_size > traits.max_msg || cfg.recv_buffers == 0 {
             return Err(OfiError::Invalid(format!(
                 "message size {} (provider max {}) or {} receive buffers",

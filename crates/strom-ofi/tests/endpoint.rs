@@ -10,8 +10,13 @@ use tokio::sync::mpsc;
 type Inbox = mpsc::UnboundedReceiver<Vec<u8>>;
 
 fn open(provider: &str) -> (Endpoint, Inbox) {
+    open_with(provider, false)
+}
+
+fn open_with(provider: &str, force_mr_local: bool) -> (Endpoint, Inbox) {
     let (tx, rx) = mpsc::unbounded_channel();
-    let cfg = EndpointConfig::new(ProviderSpec::new(provider));
+    let mut cfg = EndpointConfig::new(ProviderSpec::new(provider));
+    cfg.force_mr_local = force_mr_local;
     let ep = Endpoint::open(&cfg, Box::new(move |m: &[u8]| drop(tx.send(m.to_vec()))))
         .unwrap_or_else(|e| panic!("provider {provider} must be available here: {e}"));
     (ep, rx)
@@ -211,4 +216,41 @@ async fn tcp_bogus_region() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shm_bogus_region() {
     a_read_of_a_bogus_region_fails("shm").await;
+}
+
+/// The `FI_MR_LOCAL` path (registered send and receive buffers, RMA
+/// destinations registered per transfer), forced on providers that do not
+/// need it.
+async fn with_local_registrations(provider: &str) {
+    let (a, mut a_in) = open_with(provider, true);
+    let (b, _b_in) = open_with(provider, true);
+    assert!(a.traits().mr_local);
+    let b_at_a = a.insert_peer(b.name()).unwrap();
+    let a_at_b = b.insert_peer(a.name()).unwrap();
+    for i in 0..200u32 {
+        b.send(a_at_b, &i.to_le_bytes()).await.unwrap();
+    }
+    for i in 0..200u32 {
+        assert_eq!(a_in.recv().await.unwrap(), i.to_le_bytes());
+    }
+    let region = b
+        .register(vec![6u8; 100_000], Access::RemoteReadWrite)
+        .unwrap();
+    let mut dst = vec![0u8; 100_000];
+    a.read(b_at_a, &mut dst, region.remote()).await.unwrap();
+    assert!(dst.iter().all(|&x| x == 6));
+    a.write(b_at_a, &[9u8; 5000], region.remote())
+        .await
+        .unwrap();
+    assert!(region.as_slice()[..5000].iter().all(|&x| x == 9));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tcp_with_local_registrations() {
+    with_local_registrations("tcp;ofi_rxm").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shm_with_local_registrations() {
+    with_local_registrations("shm").await;
 }

@@ -66,6 +66,9 @@ impl ConnShared {
                 hub.fail_conn(id);
             }
         };
+        // A refused post calls on_done with its error too: a message the
+        // peer never gets leaves a gap in the sequence, so the connection
+        // ends either way.
         self.hub.ep.send_then(self.peer, msg, on_done).await
     }
 
