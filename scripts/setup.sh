@@ -36,5 +36,7 @@ if have apt-get && have dpkg; then
   # with its initdb/postgres (as the `postgres` user the package creates).
   # prometheus: `promtool check metrics` on the /metrics endpoint.
   # chromium: the dashboard test loads the page headless.
-  apt_install build-essential pkg-config openmpi-bin libopenmpi-dev gfortran postgresql prometheus chromium
+  # libfabric-dev libclang-dev clang: strom-ofi's build script runs bindgen
+  # over <rdma/fabric.h> (the ofi+* transports, on by default in strom-net).
+  apt_install build-essential pkg-config openmpi-bin libopenmpi-dev gfortran postgresql prometheus chromium libfabric-dev libclang-dev clang
 fi

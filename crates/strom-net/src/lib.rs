@@ -26,6 +26,8 @@ mod error;
 mod frame_io;
 mod mem;
 pub mod mux;
+#[cfg(feature = "ofi")]
+mod ofi;
 mod shm;
 mod socket;
 mod tcp;
@@ -38,6 +40,8 @@ pub use frame_io::{
 };
 pub use mem::MemTransport;
 pub use mux::{Complete, FillPlan, LentBuffer, MuxConn, PushHandler, Reply, Waiter};
+#[cfg(feature = "ofi")]
+pub use ofi::{OfiTransport, OFI_DOMAIN_ENV};
 pub use shm::{shm_stats, ShmStats, ShmTransport, SHM_AUTO, SHM_INLINE_MAX};
 pub use tcp::TcpTransport;
 pub use transports::{scheme_of, Transports, DEFAULT_SCHEME};

@@ -36,7 +36,19 @@ impl Transports {
     /// Every transport this build has: TCP, and `shm` for clients on the
     /// server's node, each enforcing `max_frame`.
     pub fn new(max_frame: u32) -> Self {
-        Self::tcp(max_frame).with("shm", Arc::new(ShmTransport::new(max_frame)))
+        let t = Self::tcp(max_frame).with("shm", Arc::new(ShmTransport::new(max_frame)));
+        // libfabric providers open lazily: a scheme whose provider this
+        // machine lacks fails on connect or listen, not here.
+        #[cfg(feature = "ofi")]
+        let t = [
+            crate::OfiTransport::tcp(max_frame),
+            crate::OfiTransport::shm(max_frame),
+            crate::OfiTransport::verbs(max_frame),
+            crate::OfiTransport::cxi(max_frame),
+        ]
+        .into_iter()
+        .fold(t, |t, o| t.with(o.name(), Arc::new(o)));
+        t
     }
 
     /// This registry with `transport` serving `scheme` (replacing any
@@ -169,6 +181,17 @@ mod tests {
         let msg = e.to_string();
         assert!(msg.contains("'ofi'") && msg.contains("tcp"), "{msg}");
         assert_eq!(e.code(), strom_proto::ErrorCode::INVALID_ARGUMENT);
+    }
+
+    #[cfg(feature = "ofi")]
+    #[test]
+    fn every_ofi_scheme_is_registered() {
+        let t = Transports::default();
+        for scheme in ["ofi+tcp", "ofi+shm", "ofi+verbs", "ofi+cxi"] {
+            let url = format!("{scheme}://auto");
+            let (o, addr) = t.resolve(&url).unwrap();
+            assert_eq!((o.name(), addr), (scheme, "auto"));
+        }
     }
 
     #[test]

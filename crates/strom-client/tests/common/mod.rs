@@ -29,6 +29,10 @@ pub enum Via {
     Shm,
     /// shm with cross-memory attach off: data parts through the socket.
     ShmSocket,
+    /// libfabric `tcp;ofi_rxm` (`ofi+tcp://auto`).
+    OfiTcp,
+    /// libfabric `shm` (`ofi+shm://auto`).
+    OfiShm,
 }
 
 thread_local! {
@@ -54,10 +58,15 @@ impl Server {
         let dir = tempfile::tempdir().expect("temporary directory");
         let driver = match via {
             Via::Tcp => Driver::embedded(dir.path()).expect("embedded server starts"),
-            Via::Shm | Via::ShmSocket => {
+            Via::Shm | Via::ShmSocket | Via::OfiTcp | Via::OfiShm => {
+                let scheme = match via {
+                    Via::OfiTcp => "ofi+tcp",
+                    Via::OfiShm => "ofi+shm",
+                    _ => "shm",
+                };
                 let config = strom_server::ServerConfig {
                     data_dir: dir.path().to_path_buf(),
-                    listen: "shm://auto".into(),
+                    listen: format!("{scheme}://auto"),
                     ..Default::default()
                 };
                 // Every data part pulled, however small (the default sends
@@ -72,9 +81,9 @@ impl Server {
                 let transports =
                     strom_client::Transports::default().with("shm", std::sync::Arc::new(shm));
                 let d = Driver::embedded_over(config, transports)
-                    .expect("embedded server starts over shm");
+                    .unwrap_or_else(|e| panic!("embedded server starts over {scheme}: {e}"));
                 assert!(
-                    d.master_addr().starts_with("shm://"),
+                    d.master_addr().starts_with(&format!("{scheme}://")),
                     "server listens on {}",
                     d.master_addr()
                 );
@@ -147,8 +156,9 @@ pub fn field(e: &Event, field: &str) -> u64 {
 
 /// Generates `mod memory` and `mod file` (over TCP), each with one
 /// `#[test]` per body, and the same two again under `mod shm` (over the
-/// shared-memory transport, data parts pulled) and `mod shm_socket` (shm
-/// with data parts through the socket, the fallback).
+/// shared-memory transport, data parts pulled), `mod shm_socket` (shm with
+/// data parts through the socket, the fallback), `mod ofi_tcp` and
+/// `mod ofi_shm` (libfabric's `tcp;ofi_rxm` and `shm` providers).
 #[allow(unused_macros)]
 macro_rules! conformance {
     ($($name:ident),* $(,)?) => {
@@ -158,6 +168,12 @@ macro_rules! conformance {
         }
         mod shm_socket {
             conformance_over!(via ShmSocket, $($name),*);
+        }
+        mod ofi_tcp {
+            conformance_over!(via OfiTcp, $($name),*);
+        }
+        mod ofi_shm {
+            conformance_over!(via OfiShm, $($name),*);
         }
     };
 }
