@@ -296,11 +296,11 @@ fn tasks_completes_every_task_through_a_partitioned_group() {
 }
 
 #[test]
-fn transport_compares_tcp_and_shm_servers_beside_memcpy() {
+fn transport_compares_every_transport_beside_memcpy() {
     let v = bench(&[
         "transport",
         "--transport",
-        "tcp,shm,shm-socket",
+        "tcp,shm,shm-socket,ofi+tcp,ofi+shm",
         "--events",
         "3",
         "--metadata-size",
@@ -324,10 +324,16 @@ fn transport_compares_tcp_and_shm_servers_beside_memcpy() {
         .iter()
         .filter_map(|r| r["transport"].as_str())
         .collect();
-    assert_eq!(names, ["tcp", "shm", "shm-socket"], "{v}");
+    assert_eq!(
+        names,
+        ["tcp", "shm", "shm-socket", "ofi+tcp", "ofi+shm"],
+        "{v}"
+    );
     for r in rows {
         let addr = r["addr"].as_str().unwrap_or("");
-        assert_eq!(addr.starts_with("shm://"), r["transport"] != "tcp", "{r}");
+        let scheme = addr.split_once("://").map_or("tcp", |(s, _)| s);
+        let name = r["transport"].as_str().unwrap_or("");
+        assert_eq!(scheme, name.trim_end_matches("-socket"), "{r}");
         assert_eq!(r["consumed"].as_u64(), Some(3), "every event consumed: {r}");
         for k in ["produce_gb_per_s", "consume_gb_per_s"] {
             assert!(

@@ -76,7 +76,7 @@ pub trait Listener: Send {
 }
 
 /// A way to reach servers: TCP, Unix socket + shared memory
-/// ([`ShmTransport`]) and the in-process [`MemTransport`]; libfabric later. Each enforces its own
+/// ([`ShmTransport`]), libfabric (`OfiTransport`, feature `ofi`) and the in-process [`MemTransport`]. Each enforces its own
 /// maximum frame size on everything it reads and writes.
 pub trait Transport: Send + Sync + 'static {
     fn name(&self) -> &'static str;

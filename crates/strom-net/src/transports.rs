@@ -33,8 +33,9 @@ impl Transports {
         .with(DEFAULT_SCHEME, Arc::new(TcpTransport { max_frame }))
     }
 
-    /// Every transport this build has: TCP, and `shm` for clients on the
-    /// server's node, each enforcing `max_frame`.
+    /// Every transport this build has: TCP, `shm` for clients on the
+    /// server's node and, with the `ofi` feature, libfabric's `ofi+tcp`,
+    /// `ofi+shm`, `ofi+verbs` and `ofi+cxi`, each enforcing `max_frame`.
     pub fn new(max_frame: u32) -> Self {
         let t = Self::tcp(max_frame).with("shm", Arc::new(ShmTransport::new(max_frame)));
         // libfabric providers open lazily: a scheme whose provider this

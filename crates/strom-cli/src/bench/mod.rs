@@ -153,7 +153,8 @@ pub struct BenchArgs {
     redis_address: Option<String>,
     /// transport: the transports to compare, comma-separated (tcp, shm,
     /// shm-socket = shm with data parts through the socket).
-    #[arg(long, default_value = "tcp,shm,shm-socket")]
+    /// ofi+tcp and ofi+shm are libfabric's tcp;ofi_rxm and shm providers.
+    #[arg(long, default_value = "tcp,shm,shm-socket,ofi+tcp,ofi+shm")]
     transport: String,
     /// transport: rounds per transport (a fresh server each); the median
     /// is reported.

@@ -34,9 +34,11 @@ fn listen_of(name: &str) -> anyhow::Result<(&'static str, bool)> {
         "tcp" => ("127.0.0.1:0", true),
         "shm" => ("shm://auto", true),
         "shm-socket" => ("shm://auto", false),
-        other => {
-            anyhow::bail!("unknown transport '{other}' in --transport: use tcp, shm or shm-socket")
-        }
+        "ofi+tcp" => ("ofi+tcp://auto", true),
+        "ofi+shm" => ("ofi+shm://auto", true),
+        other => anyhow::bail!(
+            "unknown transport '{other}' in --transport: use tcp, shm, shm-socket, ofi+tcp or ofi+shm"
+        ),
     })
 }
 
