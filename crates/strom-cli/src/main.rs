@@ -124,7 +124,29 @@ fn error_text(e: &anyhow::Error) -> String {
     msg
 }
 
+/// Drops SIGINT and SIGTERM handlers a shared library installed while
+/// loading: Debian's libfabric pulls in libinfinipath, whose constructor
+/// installs handlers that `exit(1)`, and the handlers Strom installs later
+/// (graceful shutdown, Ctrl-C in `consume`) would call them first. A signal
+/// the parent set to be ignored stays ignored.
+fn reset_library_signal_handlers() {
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: sigaction with a zeroed struct only reads the current
+        // disposition; SIG_DFL is always a valid disposition.
+        unsafe {
+            let mut old: libc::sigaction = std::mem::zeroed();
+            if libc::sigaction(sig, std::ptr::null(), &mut old) == 0
+                && old.sa_sigaction != libc::SIG_DFL
+                && old.sa_sigaction != libc::SIG_IGN
+            {
+                libc::signal(sig, libc::SIG_DFL);
+            }
+        }
+    }
+}
+
 fn main() {
+    reset_library_signal_handlers();
     let cli = Cli::parse();
     if let Some(a) = cli.address {
         let _ = ADDRESS.set(a);
