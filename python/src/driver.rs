@@ -9,7 +9,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString};
 use strom_client::{
     Batching, ConsumerOptions, DataBroker, DataSelector, Driver, Durability, ErrorCode, Overflow,
-    PartitionType, ProducerOptions, Selection, Topic, TopicInfo, TopicSpec, VecBroker,
+    PartitionType, PoolBroker, ProducerOptions, Selection, Topic, TopicInfo, TopicSpec,
 };
 
 use crate::common::{release_pending, ForkSafe};
@@ -454,13 +454,12 @@ impl PyTopic {
         let t = self.inner.get(py)?;
         let failure = Arc::new(Mutex::new(None));
         let rebalance = Arc::new(Mutex::new(None));
-        let listener = (on_assigned.is_some() || on_revoked.is_some()).then(|| {
-            crate::group::PyListener {
+        let listener =
+            (on_assigned.is_some() || on_revoked.is_some()).then(|| crate::group::PyListener {
                 on_assigned,
                 on_revoked,
                 error: rebalance.clone(),
-            }
-        });
+            });
         let group = match group {
             None => None,
             Some(g) => Some(crate::group::options(
@@ -577,7 +576,9 @@ impl PyTopic {
                     error: failure.clone(),
                 })
             }
-            _ => Arc::new(VecBroker),
+            // Recycled buffers: a steady consumer fetches into warm memory
+            // (a buffer goes back when Python drops the event's data).
+            _ => Arc::new(PoolBroker::new(16)),
         };
         let start = match start {
             Some(s) if !s.is_none() => start_pos(py, s)?,

@@ -13,7 +13,7 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyList, PyMemoryView, PyTuple};
-use strom_client::{AckFuture, Error, Event};
+use strom_client::{AckFuture, DataBuffer, Error, Event, PooledBuffer};
 
 use crate::aio;
 use crate::common::{release_pending, wait_loop};
@@ -26,7 +26,23 @@ use strom_client::select::ArrayLayout as Layout;
 /// memoryview or a numpy array without copying.
 #[pyclass(module = "strom._strom", name = "Buffer", frozen)]
 pub struct PyDataBuffer {
-    data: Vec<u8>,
+    data: Store,
+}
+
+/// The memory behind a [`PyDataBuffer`]: its own, or a pool's (given back
+/// to the consumer's pool when Python drops the last view of it).
+enum Store {
+    Owned(Vec<u8>),
+    Pooled(PooledBuffer),
+}
+
+impl Store {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Store::Owned(v) => v,
+            Store::Pooled(p) => p.as_slice(),
+        }
+    }
 }
 
 #[pymethods]
@@ -34,11 +50,11 @@ impl PyDataBuffer {
     /// Address of the first byte (to check zero-copy views).
     #[getter]
     fn address(&self) -> usize {
-        self.data.as_ptr() as usize
+        self.data.bytes().as_ptr() as usize
     }
 
     fn __len__(&self) -> usize {
-        self.data.len()
+        self.data.bytes().len()
     }
 
     unsafe fn __getbuffer__(
@@ -50,8 +66,8 @@ impl PyDataBuffer {
             return Err(PyBufferError::new_err("view is null"));
         }
         let (ptr, len) = {
-            let b = slf.get();
-            (b.data.as_ptr(), b.data.len())
+            let b = slf.get().data.bytes();
+            (b.as_ptr(), b.len())
         };
         // SAFETY: `view` is a valid Py_buffer handed to us by Python; the
         // memory stays alive and in place while `obj` (a strong reference to
@@ -176,8 +192,19 @@ impl PyEvent {
         let mut ours = true;
         for b in bufs {
             let any = b.into_any();
-            match any.downcast::<Vec<u8>>() {
-                Ok(v) => objs.push(Bound::new(py, PyDataBuffer { data: *v })?.into_any()),
+            let any = match any.downcast::<Vec<u8>>() {
+                Ok(v) => {
+                    let data = Store::Owned(*v);
+                    objs.push(Bound::new(py, PyDataBuffer { data })?.into_any());
+                    continue;
+                }
+                Err(any) => any,
+            };
+            match any.downcast::<PooledBuffer>() {
+                Ok(p) => {
+                    let data = Store::Pooled(*p);
+                    objs.push(Bound::new(py, PyDataBuffer { data })?.into_any())
+                }
                 Err(any) => match any.downcast::<PyDest>() {
                     Ok(mut d) => {
                         ours = false;
@@ -198,7 +225,13 @@ impl PyEvent {
             });
         }
         let one = match objs.len() {
-            0 => Bound::new(py, PyDataBuffer { data: Vec::new() })?.into_any(),
+            0 => Bound::new(
+                py,
+                PyDataBuffer {
+                    data: Store::Owned(Vec::new()),
+                },
+            )?
+            .into_any(),
             1 => objs.pop().unwrap_or_else(|| py.None().into_bound(py)),
             _ => {
                 let views = objs

@@ -102,7 +102,10 @@ pub fn info_dict<'py>(py: Python<'py>, g: &ConsumerGroupInfo) -> PyResult<Bound<
     d.set_item("generation", g.generation)?;
     d.set_item("session_timeout", f64::from(s.session_ms) / 1000.0)?;
     d.set_item("visibility_timeout", f64::from(s.visibility_ms) / 1000.0)?;
-    d.set_item("max_deliveries", (s.max_deliveries > 0).then_some(s.max_deliveries))?;
+    d.set_item(
+        "max_deliveries",
+        (s.max_deliveries > 0).then_some(s.max_deliveries),
+    )?;
     d.set_item("dead_letter", &s.dead_letter)?;
     let consumers = PyList::empty(py);
     for c in &g.consumers {
