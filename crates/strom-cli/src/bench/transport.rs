@@ -97,7 +97,19 @@ fn ready(group_file: &Path) -> bool {
 }
 
 impl Drop for LocalServer {
+    /// SIGTERM first: a server that shuts down cleanly removes its shm
+    /// socket and its libfabric shared-memory regions (SIGKILL leaves them
+    /// behind in /tmp and /dev/shm); SIGKILL after 5 s.
     fn drop(&mut self) {
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }

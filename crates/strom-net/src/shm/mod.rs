@@ -185,6 +185,37 @@ fn tokio_stream(fd: OwnedFd) -> std::io::Result<UnixStream> {
     UnixStream::from_std(s)
 }
 
+/// Removes the `auto` socket directories in `base` of processes that no
+/// longer exist (a server killed with SIGKILL cannot remove its own): only
+/// this user's, only a lone `strom.sock` in them, nothing else.
+fn remove_stale_dirs(base: &Path) {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(entries) = std::fs::read_dir(base) else {
+        return;
+    };
+    // SAFETY: getuid has no preconditions.
+    let me = unsafe { libc::getuid() };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("strom-shm-"))
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|p| p.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let owned = e.metadata().is_ok_and(|m| m.is_dir() && m.uid() == me);
+        // SAFETY: kill with signal 0 only checks that the process exists.
+        let gone = unsafe { libc::kill(pid, 0) } == -1
+            && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+        if owned && gone && pid > 0 {
+            let _ = std::fs::remove_file(e.path().join("strom.sock"));
+            let _ = std::fs::remove_dir(e.path());
+        }
+    }
+}
+
 /// A fresh private directory for an `shm://auto` socket.
 fn private_dir() -> Result<PathBuf, NetError> {
     use std::os::unix::fs::DirBuilderExt;
@@ -193,6 +224,7 @@ fn private_dir() -> Result<PathBuf, NetError> {
         .map(PathBuf::from)
         .filter(|p| p.is_dir())
         .unwrap_or_else(std::env::temp_dir);
+    remove_stale_dirs(&base);
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.subsec_nanos())

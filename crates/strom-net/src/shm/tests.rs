@@ -309,3 +309,29 @@ fn sock_path(addr: &str) -> String {
         .map_or(rest, |(p, _)| p)
         .to_string()
 }
+
+#[tokio::test]
+async fn auto_removes_socket_dirs_left_by_dead_servers_and_nothing_else() {
+    let base = tempfile::tempdir().unwrap();
+    // A pid that surely exited: a child we ran and reaped.
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let dead = child.id();
+    child.wait().unwrap();
+    let stale = base.path().join(format!("strom-shm-{dead}-0-abc"));
+    std::fs::create_dir(&stale).unwrap();
+    std::fs::write(stale.join("strom.sock"), b"").unwrap();
+    let alive = base
+        .path()
+        .join(format!("strom-shm-{}-9-abc", std::process::id()));
+    std::fs::create_dir(&alive).unwrap();
+    let busy = base.path().join(format!("strom-shm-{dead}-1-abc"));
+    std::fs::create_dir(&busy).unwrap();
+    std::fs::write(busy.join("other-file"), b"keep").unwrap();
+    remove_stale_dirs(base.path());
+    assert!(!stale.exists(), "a dead server's dir is removed");
+    assert!(alive.exists(), "a live process's dir stays");
+    assert!(
+        busy.join("other-file").exists(),
+        "a dir with other files stays"
+    );
+}
