@@ -26,6 +26,8 @@ const VERSION: u32 = 1;
 const MSG_LEN: usize = 32;
 /// The sender would like its peer to pull (cross-memory attach enabled).
 const FLAG_CMA: u32 = 1;
+/// Set in the server's reply when it will pull the client's data parts.
+const FLAG_PULLS: u32 = 2;
 
 /// What each side learned: whether the peer pulls what this side sends,
 /// whether this side pulls what the peer sends, and why not.
@@ -101,9 +103,6 @@ pub(crate) async fn client(s: &mut UnixStream, bulk: OwnedFd, cma: bool) -> io::
         why_not: mine.err(),
     })
 }
-
-/// Set in the server's reply when it will pull the client's data parts.
-const FLAG_PULLS: u32 = 2;
 
 /// The server's half: returns the bulk socket the client attached.
 pub(crate) async fn server(s: &mut UnixStream, cma: bool) -> io::Result<(OwnedFd, Agreement)> {
