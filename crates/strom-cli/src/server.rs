@@ -31,6 +31,11 @@ pub struct ServerArgs {
     /// this HOST:PORT; port 0 picks a free port.
     #[arg(long)]
     http_listen: Option<String>,
+    /// Microseconds each connection keeps polling for its next request
+    /// before its thread may sleep: lower latency for up to this much CPU
+    /// after every request (0 = never; config key `busy_poll_us`).
+    #[arg(long, value_name = "US")]
+    busy_poll_us: Option<u64>,
 }
 
 pub fn run(args: ServerArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> {
@@ -50,6 +55,9 @@ pub fn run(args: ServerArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> 
     }
     if args.join.is_some() {
         config.join = args.join;
+    }
+    if let Some(us) = args.busy_poll_us {
+        config.busy_poll_us = us;
     }
     if args.http_listen.is_some() {
         config.http_listen = args.http_listen;

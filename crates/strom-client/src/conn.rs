@@ -130,7 +130,7 @@ impl ClientConn {
         let c = Arc::new(ClientConn {
             limits: OnceLock::new(),
             version: AtomicU8::new(MIN_PROTOCOL_VERSION),
-            mux: MuxConn::start(conn, addr),
+            mux: MuxConn::start_with(conn, addr, transports.busy_poll()),
         });
         let hello = Request::Hello {
             client: format!("strom-client {}", env!("CARGO_PKG_VERSION")),

@@ -29,7 +29,7 @@ mod subscription;
 mod topic;
 
 pub use batching::{Batching, Trigger};
-pub use consumer::{Consumer, ConsumerOptions, Next, PullFuture};
+pub use consumer::{Consumer, ConsumerOptions, Next, PullFuture, DEFAULT_SPIN};
 pub use data::{DataBroker, DataBuffer, DataDescriptor, DataSelector, EventMeta, VecBroker};
 pub use driver::{Driver, ScrubReport};
 pub use error::{Error, Result};

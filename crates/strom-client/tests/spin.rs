@@ -21,15 +21,10 @@ fn an_idle_consumer_spins_only_briefly_and_then_sleeps() {
     let dir = tempfile::tempdir().unwrap();
     let d = Driver::embedded(dir.path()).unwrap();
     let t = d.create_topic(TopicSpec::new("idle", 1)).unwrap();
-    let c = t
-        .consumer_with(
-            "c",
-            ConsumerOptions {
-                spin: Duration::from_millis(2),
-                ..Default::default()
-            },
-        )
-        .unwrap();
+    // The default spin: long enough to bridge the gaps of a steady stream,
+    // and still only one spin per pull when nothing comes.
+    let c = t.consumer_with("c", ConsumerOptions::default()).unwrap();
+    assert!(ConsumerOptions::default().spin >= Duration::from_millis(1));
     let (cpu0, t0) = (thread_cpu(), Instant::now());
     for _ in 0..4 {
         match c.pull_timeout(Duration::from_millis(150)) {
@@ -74,4 +69,61 @@ fn with_or_without_a_spin_every_event_arrives() {
         }
         assert_eq!(n, 100, "spin {spin:?}");
     }
+}
+
+/// Busy-polling connections (server `busy_poll_us`, client
+/// `Transports::with_busy_poll`) deliver every event, in order, also after
+/// an idle gap longer than the window, when the readers park again.
+#[test]
+fn busy_polling_connections_deliver_every_event_across_idle_gaps() {
+    let dir = tempfile::tempdir().unwrap();
+    let window = Duration::from_micros(500);
+    let config = strom_server::ServerConfig {
+        data_dir: dir.path().to_path_buf(),
+        busy_poll_us: window.as_micros() as u64,
+        rank: Some(0),
+        size: Some(1),
+        ..Default::default()
+    };
+    let transports = strom_net::Transports::default().with_busy_poll(window);
+    assert_eq!(transports.busy_poll(), window);
+    let d = Driver::embedded_over(config, transports).unwrap();
+    let t = d.create_topic(TopicSpec::new("bp", 2)).unwrap();
+    let c = t
+        .consumer_with(
+            "c",
+            ConsumerOptions {
+                start: StartPos::Beginning,
+                spin: Duration::ZERO,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    let p = t.producer().unwrap();
+    let mut seen = [0u32; 2];
+    for round in 0..3u32 {
+        for i in 0..200u32 {
+            let n = round * 200 + i;
+            p.push_with(
+                format!("{{\"n\": {n}}}"),
+                n.to_le_bytes().repeat(64),
+                Some(n % 2),
+                &[],
+            )
+            .unwrap();
+        }
+        p.flush().unwrap();
+        for _ in 0..200 {
+            let Next::Event(e) = c.pull_timeout(Duration::from_secs(10)).unwrap() else {
+                panic!("end of stream before every event arrived");
+            };
+            let part = e.meta().partition as usize;
+            let n = seen[part] * 2 + part as u32;
+            assert_eq!(e.data_vec(), n.to_le_bytes().repeat(64), "partition {part}");
+            seen[part] += 1;
+        }
+        // Longer than the window: every reader parks before the next round.
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(seen, [300, 300]);
 }

@@ -30,6 +30,7 @@ pub mod mux;
 mod ofi;
 mod shm;
 mod socket;
+pub mod spin;
 mod tcp;
 mod transports;
 
@@ -44,7 +45,7 @@ pub use mux::{Complete, FillPlan, LentBuffer, MuxConn, PushHandler, Reply, Waite
 pub use ofi::{OfiTransport, OFI_DOMAIN_ENV};
 pub use shm::{shm_stats, ShmStats, ShmTransport, SHM_AUTO, SHM_INLINE_MAX};
 pub use tcp::TcpTransport;
-pub use transports::{scheme_of, Transports, DEFAULT_SCHEME};
+pub use transports::{scheme_of, Transports, BUSY_POLL_ENV, DEFAULT_SCHEME};
 
 use std::future::Future;
 use std::pin::Pin;

@@ -27,6 +27,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
@@ -34,6 +35,7 @@ use strom_proto::{FrameHeader, FrameKind, ProtoError};
 use tokio::sync::oneshot;
 use tokio::task::AbortHandle;
 
+use crate::spin;
 use crate::{spawn_writer, BoxRead, Conn, FrameReader, NetError, OutFrame, WriterHandle};
 
 /// Where the bulk bytes of a response land: `(buffer index, start, len)`
@@ -161,6 +163,12 @@ impl<B: LentBuffer, C: Complete<B>> MuxConn<B, C> {
     /// Starts the connection's writer and reader tasks (on the current
     /// tokio runtime). `peer` names the other end in errors and logs.
     pub fn start(conn: Conn, peer: &str) -> Arc<Self> {
+        Self::start_with(conn, peer, Duration::ZERO)
+    }
+
+    /// [`MuxConn::start`], with a reader that busy-polls for `busy_poll`
+    /// after each frame before its thread may sleep ([`crate::spin`]).
+    pub fn start_with(conn: Conn, peer: &str, busy_poll: Duration) -> Arc<Self> {
         let Conn {
             reader,
             writer,
@@ -184,7 +192,7 @@ impl<B: LentBuffer, C: Complete<B>> MuxConn<B, C> {
                 reader: OnceLock::new(),
             }
         });
-        let task = tokio::spawn(read_loop(mux.clone(), reader));
+        let task = tokio::spawn(read_loop(mux.clone(), reader, busy_poll));
         let _ = mux.reader.set(task.abort_handle());
         mux
     }
@@ -372,8 +380,14 @@ impl<B: LentBuffer, C: Complete<B>> MuxConn<B, C> {
 async fn read_loop<B: LentBuffer, C: Complete<B>>(
     mux: Arc<MuxConn<B, C>>,
     mut reader: FrameReader<BoxRead>,
+    busy_poll: Duration,
 ) {
     let cause = loop {
+        if !busy_poll.is_zero() {
+            if let Err(e) = spin::busy_poll(reader.ready(), busy_poll).await {
+                break Arc::new(e);
+            }
+        }
         match read_one(&mux, &mut reader).await {
             Ok(true) => {}
             Ok(false) => break Arc::new(NetError::Closed),

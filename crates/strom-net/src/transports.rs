@@ -12,6 +12,7 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::{Conn, Listener, NetError, ShmTransport, TcpTransport, Transport};
 
@@ -22,13 +23,18 @@ pub const DEFAULT_SCHEME: &str = "tcp";
 #[derive(Clone)]
 pub struct Transports {
     by_scheme: Arc<Vec<(String, Arc<dyn Transport>)>>,
+    busy_poll: Duration,
 }
+
+/// Environment variable: the default [`Transports::busy_poll`], in µs.
+pub const BUSY_POLL_ENV: &str = "STROM_BUSY_POLL_US";
 
 impl Transports {
     /// Only TCP, enforcing `max_frame` on every frame read or written.
     pub fn tcp(max_frame: u32) -> Self {
         Transports {
             by_scheme: Arc::new(Vec::new()),
+            busy_poll: busy_poll_from_env(),
         }
         .with(DEFAULT_SCHEME, Arc::new(TcpTransport { max_frame }))
     }
@@ -64,7 +70,21 @@ impl Transports {
         by_scheme.push((scheme.to_string(), transport));
         Transports {
             by_scheme: Arc::new(by_scheme),
+            busy_poll: self.busy_poll,
         }
+    }
+
+    /// This registry with connections whose readers busy-poll for `window`
+    /// after each frame before their thread may sleep (zero: never).
+    /// Defaults to `STROM_BUSY_POLL_US`, else zero. See [`crate::spin`].
+    pub fn with_busy_poll(mut self, window: Duration) -> Self {
+        self.busy_poll = window;
+        self
+    }
+
+    /// How long a connection's reader busy-polls after each frame.
+    pub fn busy_poll(&self) -> Duration {
+        self.busy_poll
     }
 
     /// The schemes this registry knows.
@@ -155,6 +175,21 @@ impl Default for Transports {
 impl fmt::Debug for Transports {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_list().entries(self.schemes()).finish()
+    }
+}
+
+/// `STROM_BUSY_POLL_US` as a duration; unset or unparsable is zero (a
+/// malformed value is logged, not fatal: it only tunes latency).
+fn busy_poll_from_env() -> Duration {
+    match std::env::var(BUSY_POLL_ENV) {
+        Ok(v) => match v.trim().parse::<u64>() {
+            Ok(us) => Duration::from_micros(us.min(1_000_000)),
+            Err(_) => {
+                tracing::warn!(var = BUSY_POLL_ENV, value = %v, "ignored: not a number of microseconds");
+                Duration::ZERO
+            }
+        },
+        Err(_) => Duration::ZERO,
     }
 }
 

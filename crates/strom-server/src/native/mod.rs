@@ -18,6 +18,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use strom_net::spin::busy_poll;
 use strom_net::{spawn_writer, Conn, NetError, OutFrame, WriterHandle};
 use strom_proto::{
     ErrorCode, FrameKind, Request, Response, MIN_PROTOCOL_VERSION, PROTOCOL_VERSION,
@@ -64,6 +65,7 @@ pub async fn serve(conn: Conn, svc: Arc<Services>, _slot: OwnedSemaphorePermit) 
     let cfg = &svc.config;
     let handshake = Instant::now() + Duration::from_millis(cfg.handshake_timeout_ms);
     let frame_timeout = Duration::from_millis(cfg.frame_timeout_ms);
+    let spin = Duration::from_micros(cfg.busy_poll_us);
     let budget = Arc::new(Semaphore::new(cfg.max_connection_buffer_bytes as usize));
     let mut s = Session {
         svc: svc.clone(),
@@ -84,7 +86,7 @@ pub async fn serve(conn: Conn, svc: Arc<Services>, _slot: OwnedSemaphorePermit) 
         let deadline = if first {
             handshake
         } else {
-            match reader.ready().await {
+            match busy_poll(reader.ready(), spin).await {
                 Ok(true) => Instant::now() + frame_timeout,
                 Ok(false) => break,
                 Err(e) => {
