@@ -47,13 +47,44 @@ pub struct ConsumerOptions {
     /// gap between events keeps the delivery path awake while traffic
     /// flows. It spins only while a pull waits, so a consumer with no
     /// traffic costs one spin per pull and then sleeps; zero never spins.
+    /// A long spin takes a core from the threads that bring the data, so
+    /// the default ([`default_spin`]) is long only where cores are spare.
     pub spin: Duration,
 }
 
-/// The default [`ConsumerOptions::spin`]: covers the gaps of a stream of
-/// 500 events/s or more (p50 push-to-delivery 36 µs over TCP and 25 µs over
-/// shm at 1,000 events/s here, against 108 and 120 µs with a 50 µs spin).
-pub const DEFAULT_SPIN: Duration = Duration::from_millis(2);
+/// The default [`ConsumerOptions::spin`] on a machine with few cores
+/// (fewer than [`SPARE_CORES`]): a spin that catches a burst but never
+/// competes for long with the threads that bring the data.
+pub const DEFAULT_SPIN: Duration = Duration::from_micros(50);
+
+/// The default [`ConsumerOptions::spin`] where cores are spare: it covers
+/// the gaps of a stream of 500 events/s or more, so the delivery path
+/// stays awake while traffic flows.
+pub const LATENCY_SPIN: Duration = Duration::from_millis(2);
+
+/// Cores from which the default spin is [`LATENCY_SPIN`].
+pub const SPARE_CORES: usize = 8;
+
+/// Environment variable overriding the default spin, in microseconds.
+pub const SPIN_ENV: &str = "STROM_SPIN_US";
+
+/// The default [`ConsumerOptions::spin`]: `STROM_SPIN_US` if set, else
+/// [`LATENCY_SPIN`] on a machine with [`SPARE_CORES`] or more, else
+/// [`DEFAULT_SPIN`].
+pub fn default_spin() -> Duration {
+    if let Some(us) = std::env::var(SPIN_ENV)
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+    {
+        return Duration::from_micros(us.min(1_000_000));
+    }
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if cores >= SPARE_CORES {
+        LATENCY_SPIN
+    } else {
+        DEFAULT_SPIN
+    }
+}
 
 impl Default for ConsumerOptions {
     fn default() -> Self {
@@ -64,7 +95,7 @@ impl Default for ConsumerOptions {
             start: StartPos::Committed,
             selector: Arc::new(Selection::All),
             broker: Arc::new(VecBroker),
-            spin: DEFAULT_SPIN,
+            spin: default_spin(),
         }
     }
 }
@@ -216,6 +247,11 @@ impl DataBudget {
             }
             freed.await;
         }
+    }
+
+    /// Whether `want` more bytes fit under `limit` now (nothing reserved).
+    pub fn fits(&self, want: u64, limit: u64) -> bool {
+        self.held.load(Ordering::Acquire) + want <= limit
     }
 
     pub fn release(&self, n: u64) {

@@ -29,7 +29,10 @@ mod subscription;
 mod topic;
 
 pub use batching::{Batching, Trigger};
-pub use consumer::{Consumer, ConsumerOptions, Next, PullFuture, DEFAULT_SPIN};
+pub use consumer::{
+    default_spin, Consumer, ConsumerOptions, Next, PullFuture, DEFAULT_SPIN, LATENCY_SPIN,
+    SPARE_CORES, SPIN_ENV,
+};
 pub use data::{DataBroker, DataBuffer, DataDescriptor, DataSelector, EventMeta, VecBroker};
 pub use driver::{Driver, ScrubReport};
 pub use error::{Error, Result};

@@ -15,6 +15,7 @@ use strom_proto::message::DataItem;
 use strom_proto::{BatchView, ErrorCode, EventEntry, Push, Request, Response, Run, StartPos};
 use tokio::sync::mpsc;
 
+use crate::conn::ResponseWaiter;
 use crate::consumer::{Item, PartSub, Shared};
 use crate::data::{plan_fill, DataBuffer, DataDescriptor, EventMeta};
 use crate::error::unexpected;
@@ -368,7 +369,17 @@ async fn stream_loop(ctx: &StreamCtx, rx: &mut mpsc::UnboundedReceiver<Push>) ->
             *lost = Some((from, to));
         }
     };
-    while let Some(push) = rx.recv().await {
+    let mut next: Option<Push> = None;
+    // The next batch's data request, sent while this batch's data arrives.
+    let mut ahead: Option<(u64, Result<InFlight>)> = None;
+    loop {
+        let push = match next.take() {
+            Some(p) => p,
+            None => match rx.recv().await {
+                Some(p) => p,
+                None => break,
+            },
+        };
         match push {
             Push::Events {
                 base_offset,
@@ -381,28 +392,41 @@ async fn stream_loop(ctx: &StreamCtx, rx: &mut mpsc::UnboundedReceiver<Push>) ->
                 let end = base_offset + count as u64;
                 // The server skipped dropped events: an explicit gap.
                 note_lost(&mut lost, pos, base_offset);
-                let events =
-                    match fetch_batch(shared, sub, pos, base_offset, timestamp_us, meta).await {
-                        Ok(events) => events,
-                        // Retention dropped the batch before its data was read:
-                        // say so once, and go on with the next batch.
-                        Err(e) if e.code() == ErrorCode::OFFSET_OUT_OF_RANGE => {
-                            note_lost(&mut lost, pos.max(base_offset), end);
-                            ctx.pos.fetch_max(end, Ordering::AcqRel);
-                            ctx.queued.fetch_sub(1, Ordering::AcqRel);
-                            continue;
-                        }
-                        // The server found the batch's data damaged and
-                        // quarantined it: an explicit gap, then the next batch.
-                        Err(e) if e.code() == ErrorCode::DATA_CORRUPT => {
-                            report_lost(ctx, &mut lost);
-                            report_corrupt(ctx, pos.max(base_offset), end - 1);
-                            ctx.pos.fetch_max(end, Ordering::AcqRel);
-                            ctx.queued.fetch_sub(1, Ordering::AcqRel);
-                            continue;
-                        }
-                        Err(e) => return Err(e),
-                    };
+                let started = match ahead.take() {
+                    Some((base, started)) if base == base_offset => started,
+                    _ => start_batch(shared, sub, pos, base_offset, timestamp_us, meta).await,
+                };
+                if started.is_ok() {
+                    if let Ok(p) = rx.try_recv() {
+                        ahead = start_ahead(shared, sub, pos.max(end), &p).await;
+                        next = Some(p);
+                    }
+                }
+                let fetched = match started {
+                    Ok(flight) => flight.finish().await,
+                    Err(e) => Err(e),
+                };
+                let events = match fetched {
+                    Ok(events) => events,
+                    // Retention dropped the batch before its data was read:
+                    // say so once, and go on with the next batch.
+                    Err(e) if e.code() == ErrorCode::OFFSET_OUT_OF_RANGE => {
+                        note_lost(&mut lost, pos.max(base_offset), end);
+                        ctx.pos.fetch_max(end, Ordering::AcqRel);
+                        ctx.queued.fetch_sub(1, Ordering::AcqRel);
+                        continue;
+                    }
+                    // The server found the batch's data damaged and
+                    // quarantined it: an explicit gap, then the next batch.
+                    Err(e) if e.code() == ErrorCode::DATA_CORRUPT => {
+                        report_lost(ctx, &mut lost);
+                        report_corrupt(ctx, pos.max(base_offset), end - 1);
+                        ctx.pos.fetch_max(end, Ordering::AcqRel);
+                        ctx.queued.fetch_sub(1, Ordering::AcqRel);
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                };
                 report_lost(ctx, &mut lost);
                 ctx.pos.fetch_max(end, Ordering::AcqRel);
                 let held: u64 = events.iter().map(|e| e.fetched_len()).sum();
@@ -487,15 +511,42 @@ fn report_corrupt(ctx: &StreamCtx, first: u64, last: u64) {
     ctx.shared.deliver(ctx.epoch, Item::Failed(e));
 }
 
-/// Turns one pushed batch into events (those at or after `pos`).
-async fn fetch_batch(
+/// Sends the data request of `next` ahead of time, when it is a batch
+/// with data and its data fits the consumer's budget besides what is held
+/// (so it never waits for the batch before it to be pulled).
+async fn start_ahead(
+    shared: &Arc<Shared>,
+    sub: &Arc<PartSub>,
+    pos: u64,
+    next: &Push,
+) -> Option<(u64, Result<InFlight>)> {
+    let Push::Events {
+        base_offset,
+        timestamp_us,
+        meta,
+        ..
+    } = next
+    else {
+        return None;
+    };
+    let most = BatchView::parse(meta.clone()).ok()?.data_len();
+    if most == 0 || !shared.budget.fits(most, shared.opts.prefetch_bytes) {
+        return None;
+    }
+    let started = start_batch(shared, sub, pos, *base_offset, *timestamp_us, meta.clone()).await;
+    Some((*base_offset, started))
+}
+
+/// Sends the data request of one pushed batch (its events at or after
+/// `pos`); [`InFlight::finish`] then waits for the data.
+async fn start_batch(
     shared: &Arc<Shared>,
     sub: &Arc<PartSub>,
     pos: u64,
     base: u64,
     timestamp_us: u64,
     meta: bytes::Bytes,
-) -> Result<VecDeque<Event>> {
+) -> Result<InFlight> {
     let view = BatchView::parse(meta)?;
     let items = view
         .iter()
@@ -509,16 +560,66 @@ async fn fetch_batch(
         })
         .filter(|i| i.offset >= pos)
         .collect();
-    fetch_events(shared, sub, items).await
+    start_fetch(shared, sub, items).await
 }
 
-/// Selection and buffers per event, then one data request for them all
-/// (one item per stored batch), straight into the broker's buffers.
+/// Selection and buffers per event, then one data request for them all.
 async fn fetch_events(
     shared: &Arc<Shared>,
     sub: &Arc<PartSub>,
     items: Vec<Incoming>,
 ) -> Result<VecDeque<Event>> {
+    start_fetch(shared, sub, items).await?.finish().await
+}
+
+/// A data request on the wire and the events its answer fills. Until
+/// [`finish`](InFlight::finish) hands the events out, dropping it gives
+/// back the bytes it reserved of the consumer's data budget.
+struct InFlight {
+    shared: Arc<Shared>,
+    events: VecDeque<Event>,
+    /// Buffers of each event, in order.
+    owned: Vec<usize>,
+    /// Budget reserved for the answer.
+    want: u64,
+    waiter: Option<ResponseWaiter>,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.shared.budget.release(self.want);
+    }
+}
+
+impl InFlight {
+    /// Waits for the answer and hands out the events, with their data.
+    async fn finish(mut self) -> Result<VecDeque<Event>> {
+        let mut events = std::mem::take(&mut self.events);
+        let Some(waiter) = self.waiter.take() else {
+            return Ok(events);
+        };
+        let filled = match waiter.wait().await? {
+            (Response::Data { .. }, filled) => filled,
+            (other, _) => return Err(unexpected(other)),
+        };
+        // The held bytes are the events' now (released as they are pulled).
+        self.want = 0;
+        let mut filled = filled.into_iter();
+        for (ev, n) in events.iter_mut().zip(&self.owned) {
+            ev.buffers = filled.by_ref().take(*n).collect();
+        }
+        Ok(events)
+    }
+}
+
+/// Selection and buffers per event, then one data request for them all
+/// (one item per stored batch), straight into the broker's buffers. The
+/// request is sent before this returns.
+async fn start_fetch(
+    shared: &Arc<Shared>,
+    sub: &Arc<PartSub>,
+    items: Vec<Incoming>,
+) -> Result<InFlight> {
     let mut events = VecDeque::with_capacity(items.len());
     let mut wanted: Vec<DataItem> = Vec::new();
     let mut buffers: Vec<Box<dyn DataBuffer>> = Vec::new();
@@ -565,41 +666,35 @@ async fn fetch_events(
         owned.push(buffers.len() - first);
         events.push_back(shared.event(sub, i, fetched, Vec::new()));
     }
-    if !wanted.is_empty() {
-        let want: u64 = wanted.iter().flat_map(|(_, r)| r.iter()).map(|r| r.1).sum();
-        shared
-            .budget
-            .reserve(want, shared.opts.prefetch_bytes)
-            .await;
-        let req = Request::FetchData {
-            topic: shared.topic.name().to_string(),
-            partition: sub.partition,
-            items: wanted,
-        };
-        let conn = sub.conn.lock().clone().ok_or_else(|| {
-            Error::coded(
-                ErrorCode::CONNECTION_CLOSED,
-                "the subscription has no connection",
-            )
-        })?;
-        let (resp, filled) = match conn.call_into(&req, Vec::new(), buffers, plan).await {
-            Ok((resp @ Response::Data { .. }, filled)) => (resp, filled),
-            Ok((other, _)) => {
-                shared.budget.release(want);
-                return Err(unexpected(other));
-            }
-            Err(e) => {
-                shared.budget.release(want);
-                return Err(e);
-            }
-        };
-        drop(resp);
-        let mut filled = filled.into_iter();
-        for (ev, n) in events.iter_mut().zip(owned) {
-            ev.buffers = filled.by_ref().take(n).collect();
-        }
+    let mut flight = InFlight {
+        shared: shared.clone(),
+        events,
+        owned,
+        want: 0,
+        waiter: None,
+    };
+    if wanted.is_empty() {
+        return Ok(flight);
     }
-    Ok(events)
+    let want: u64 = wanted.iter().flat_map(|(_, r)| r.iter()).map(|r| r.1).sum();
+    shared
+        .budget
+        .reserve(want, shared.opts.prefetch_bytes)
+        .await;
+    flight.want = want;
+    let req = Request::FetchData {
+        topic: shared.topic.name().to_string(),
+        partition: sub.partition,
+        items: wanted,
+    };
+    let conn = sub.conn.lock().clone().ok_or_else(|| {
+        Error::coded(
+            ErrorCode::CONNECTION_CLOSED,
+            "the subscription has no connection",
+        )
+    })?;
+    flight.waiter = Some(conn.send(&req, Vec::new(), buffers, plan).await?);
+    Ok(flight)
 }
 
 /// Subscribes to partitions added to the topic after the consumer started.

@@ -14,7 +14,10 @@ use common::{
     drain, field, next_event, no_data, offsets, push_n, random_bytes, spec, take, Server,
 };
 use serde_json::json;
-use strom_client::{ConsumerOptions, Error, ErrorCode, Next, PartitionType, Producer, StartPos};
+use strom_client::{
+    Batching, ConsumerOptions, Error, ErrorCode, Next, PartitionType, Producer, ProducerOptions,
+    StartPos,
+};
 
 conformance!(
     seek_to_beginning_replays_every_event,
@@ -31,6 +34,8 @@ conformance!(
     hash_selector_sends_equal_keys_to_one_partition,
     consumer_restricted_to_a_partition_sees_only_that_partition,
     iterating_a_consumer_ends_at_end_of_stream,
+    pipelined_data_fetches_deliver_every_byte_in_order_within_a_small_budget,
+    seeks_while_data_fetches_are_in_flight_give_back_their_budget,
 );
 
 // ------------------------------------------------------------------ seeks
@@ -477,4 +482,93 @@ fn iterating_a_consumer_ends_at_end_of_stream(pt: PartitionType) {
         "the iterator yields every event, then ends"
     );
     assert!((&c).next().is_none(), "the iterator stays ended");
+}
+
+// ------------------------------------------------ pipelined data fetches
+
+/// A one-partition topic holding `n` batches of one event each, event `i`
+/// carrying `data(i)`.
+fn one_event_batches(
+    pt: PartitionType,
+    name: &str,
+    n: u64,
+    data: impl Fn(u64) -> Vec<u8>,
+) -> (Server, strom_client::Topic) {
+    let s = Server::start();
+    let t = s.driver.create_topic(spec(name, 1, pt)).expect("topic");
+    let p = t
+        .producer_with(ProducerOptions {
+            batch: Batching::count(1),
+            ..Default::default()
+        })
+        .expect("producer");
+    push_n(&p, n, data);
+    p.close().expect("close");
+    (s, t)
+}
+
+/// The consumer asks for the next batch's data while the current one's
+/// arrives, but only when it fits the data budget besides what is held:
+/// with a budget of a few events, every byte still arrives, in order.
+fn pipelined_data_fetches_deliver_every_byte_in_order_within_a_small_budget(pt: PartitionType) {
+    let data = |i: u64| random_bytes(i, 1000 + (i as usize * 7919) % 60_000);
+    let (_s, t) = one_event_batches(pt, "pipe", 80, data);
+    let c = t
+        .consumer_with(
+            "c",
+            ConsumerOptions {
+                start: StartPos::Beginning,
+                prefetch_bytes: 100_000,
+                ..Default::default()
+            },
+        )
+        .expect("consumer");
+    let got = drain(&c);
+    assert_eq!(offsets(&got), (0..80).collect::<Vec<_>>(), "in order");
+    for ev in &got {
+        assert_eq!(
+            ev.data_vec(),
+            data(ev.offset),
+            "data of event {}",
+            ev.offset
+        );
+    }
+}
+
+/// A seek drops the fetches in flight (the current batch's and the one
+/// asked for ahead); the bytes they reserved of the data budget come back,
+/// or the budget would run dry and the consumer stall.
+fn seeks_while_data_fetches_are_in_flight_give_back_their_budget(pt: PartitionType) {
+    let data = |i: u64| random_bytes(i, 40_000);
+    let (_s, t) = one_event_batches(pt, "seekpipe", 30, data);
+    let c = t
+        .consumer_with(
+            "c",
+            ConsumerOptions {
+                start: StartPos::Beginning,
+                prefetch_bytes: 90_000,
+                ..Default::default()
+            },
+        )
+        .expect("consumer");
+    for round in 0..40u64 {
+        let ev = next_event(&c);
+        assert_eq!(ev.data_vec(), data(ev.offset), "round {round}");
+        c.seek(StartPos::Offset(round % 7)).expect("seek");
+    }
+    c.seek(StartPos::Beginning).expect("seek");
+    let got = drain(&c);
+    assert_eq!(
+        offsets(&got),
+        (0..30).collect::<Vec<_>>(),
+        "every event after the seeks"
+    );
+    for ev in &got {
+        assert_eq!(
+            ev.data_vec(),
+            data(ev.offset),
+            "data of event {}",
+            ev.offset
+        );
+    }
 }

@@ -3,7 +3,10 @@
 
 use std::time::{Duration, Instant};
 
-use strom_client::{ConsumerOptions, Driver, ErrorCode, Next, StartPos, TopicSpec};
+use strom_client::{
+    default_spin, ConsumerOptions, Driver, ErrorCode, Next, StartPos, TopicSpec, DEFAULT_SPIN,
+    LATENCY_SPIN, SPARE_CORES, SPIN_ENV,
+};
 
 /// CPU time this thread has used (user + system), from /proc.
 fn thread_cpu() -> Duration {
@@ -21,10 +24,14 @@ fn an_idle_consumer_spins_only_briefly_and_then_sleeps() {
     let dir = tempfile::tempdir().unwrap();
     let d = Driver::embedded(dir.path()).unwrap();
     let t = d.create_topic(TopicSpec::new("idle", 1)).unwrap();
-    // The default spin: long enough to bridge the gaps of a steady stream,
-    // and still only one spin per pull when nothing comes.
-    let c = t.consumer_with("c", ConsumerOptions::default()).unwrap();
-    assert!(ConsumerOptions::default().spin >= Duration::from_millis(1));
+    // The longest default spin (where cores are spare): long enough to
+    // bridge the gaps of a steady stream, and still only one spin per pull
+    // when nothing comes.
+    let opts = ConsumerOptions {
+        spin: LATENCY_SPIN,
+        ..Default::default()
+    };
+    let c = t.consumer_with("c", opts).unwrap();
     let (cpu0, t0) = (thread_cpu(), Instant::now());
     for _ in 0..4 {
         match c.pull_timeout(Duration::from_millis(150)) {
@@ -126,4 +133,24 @@ fn busy_polling_connections_deliver_every_event_across_idle_gaps() {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert_eq!(seen, [300, 300]);
+}
+
+/// The default spin is long only where cores are spare, and the
+/// environment overrides it (for programs that cannot set options).
+#[test]
+fn the_default_spin_follows_the_cores_and_the_environment() {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    std::env::remove_var(SPIN_ENV);
+    let want = if cores >= SPARE_CORES {
+        LATENCY_SPIN
+    } else {
+        DEFAULT_SPIN
+    };
+    assert_eq!(default_spin(), want, "{cores} cores");
+    assert_eq!(ConsumerOptions::default().spin, want);
+    std::env::set_var(SPIN_ENV, "750");
+    assert_eq!(default_spin(), Duration::from_micros(750));
+    std::env::set_var(SPIN_ENV, "not a number");
+    assert_eq!(default_spin(), want, "a malformed value is ignored");
+    std::env::remove_var(SPIN_ENV);
 }

@@ -303,6 +303,9 @@ fn child_args(cfg: &Config, target: &dyn Target, job: String) -> Vec<String> {
     flag("durability", a.durability.clone());
     flag("selectivity", a.selectivity.to_string());
     flag("rate", a.rate.to_string());
+    if let Some(us) = a.spin_us {
+        flag("spin-us", us.to_string());
+    }
     flag("worker-job", job);
     v
 }

@@ -118,6 +118,10 @@ pub struct BenchArgs {
     /// Events produced (and, in e2e, delivered) before measuring.
     #[arg(long, default_value_t = 0)]
     warmup: u64,
+    /// Strom consumers: how long a waiting pull spins before it sleeps, in
+    /// microseconds (default: the client's default, `ConsumerOptions::spin`).
+    #[arg(long, value_name = "US")]
+    spin_us: Option<u64>,
     /// e2e: events per second offered in total; tasks: tasks per second
     /// dispatched (0 = as fast as possible).
     #[arg(long, default_value_t = 0)]

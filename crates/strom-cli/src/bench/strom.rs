@@ -139,6 +139,10 @@ impl Target for StromTarget {
                 // Data lands in recycled buffers, as in an application that
                 // reads into its own arrays: warm memory, nothing zeroed.
                 broker: Arc::new(PoolBroker::default()),
+                spin: cfg
+                    .args
+                    .spin_us
+                    .map_or_else(strom_client::default_spin, Duration::from_micros),
                 ..Default::default()
             },
         )?;
