@@ -1,0 +1,155 @@
+//! Dispatch by API key and version, `ApiVersions`, and the answer to
+//! anything unsupported. Every body is checked by [`crate::guard`] before
+//! `kafka-protocol` decodes it.
+
+use std::sync::atomic::AtomicI64;
+use std::sync::Arc;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::api_versions_response::ApiVersion;
+use kafka_protocol::messages::{ApiKey, ApiVersionsResponse};
+use kafka_protocol::protocol::Decodable;
+use strom_server::Services;
+
+use crate::conn::{respond, Header, Reply};
+use crate::error::{kcode, FrameError};
+use crate::guard::{self, F};
+
+/// What every handler needs: the services, and who this broker is.
+pub struct Ctx {
+    pub services: Arc<Services>,
+    /// The Kafka listener's address, advertised in `Metadata`.
+    pub host: String,
+    pub port: i32,
+    /// The next producer id `InitProducerId` hands out.
+    pub next_producer_id: AtomicI64,
+}
+
+impl Ctx {
+    /// This broker's node id: the Strom member id (0 until a joining
+    /// member has its id).
+    pub fn node_id(&self) -> i32 {
+        let m = self.services.control.member();
+        if m == u32::MAX {
+            0
+        } else {
+            m as i32
+        }
+    }
+}
+
+/// The API keys and versions served; exactly what `ApiVersions` advertises.
+/// Only non-flexible versions, except `ApiVersions` v3 itself.
+pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
+    (ApiKey::Produce, 3, 8),
+    (ApiKey::Fetch, 4, 11),
+    (ApiKey::ListOffsets, 1, 5),
+    (ApiKey::Metadata, 0, 8),
+    (ApiKey::ApiVersions, 0, 3),
+    (ApiKey::CreateTopics, 2, 4),
+    (ApiKey::DeleteTopics, 1, 3),
+    (ApiKey::InitProducerId, 0, 1),
+];
+
+fn supported(key: ApiKey, version: i16) -> bool {
+    SUPPORTED
+        .iter()
+        .any(|(k, lo, hi)| *k == key && (*lo..=*hi).contains(&version))
+}
+
+/// Checks `body` against `layout`, then decodes it; a panic inside the
+/// decoder (which the guard should make impossible) is caught and treated
+/// as a malformed body.
+pub fn decode<R: Decodable>(
+    api: &'static str,
+    layout: &[F],
+    version: i16,
+    flexible: bool,
+    body: Bytes,
+) -> Result<R, FrameError> {
+    let err = |detail: String| FrameError::Body {
+        api,
+        version,
+        detail,
+    };
+    guard::check(&body, layout, version, flexible).map_err(|e| err(e.to_string()))?;
+    let mut b = body;
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+        R::decode(&mut b, version)
+    }))
+    .map_err(|_| err("decoder panicked".into()))?
+    .map_err(|e| err(e.to_string()))
+}
+
+/// A response that is ready now.
+pub fn ready(b: Bytes) -> Reply {
+    Box::pin(std::future::ready(Some(b)))
+}
+
+/// Handles one request: decode, act, and a future of the answer.
+pub fn handle(ctx: &Arc<Ctx>, h: Header, body: Bytes) -> Result<Reply, FrameError> {
+    let key = match ApiKey::try_from(h.key) {
+        Ok(k) if supported(k, h.version) => k,
+        Ok(ApiKey::ApiVersions) => {
+            return Ok(ready(api_versions(
+                h.correlation,
+                0,
+                kcode::UNSUPPORTED_VERSION,
+            )))
+        }
+        other => {
+            tracing::info!(api_key = h.key, version = h.version, known = other.is_ok(), client = ?h.client_id, "unsupported Kafka API key or version");
+            return Ok(ready(unsupported(h.correlation)));
+        }
+    };
+    let v = h.version;
+    let c = h.correlation;
+    match key {
+        ApiKey::ApiVersions => {
+            decode::<kafka_protocol::messages::ApiVersionsRequest>(
+                "ApiVersions",
+                guard::API_VERSIONS,
+                v,
+                v >= 3,
+                body,
+            )?;
+            Ok(ready(api_versions(c, v, kcode::NONE)))
+        }
+        ApiKey::Metadata => crate::admin::metadata(ctx, v, c, body),
+        ApiKey::CreateTopics => crate::admin::create_topics(ctx, v, c, body),
+        ApiKey::DeleteTopics => crate::admin::delete_topics(ctx, v, c, body),
+        ApiKey::InitProducerId => crate::admin::init_producer_id(ctx, v, c, body),
+        ApiKey::Produce => crate::produce::produce(ctx, v, c, body),
+        ApiKey::ListOffsets => crate::fetch::list_offsets(ctx, v, c, body),
+        ApiKey::Fetch => crate::fetch::fetch(ctx, v, c, body),
+        _ => Ok(ready(unsupported(c))),
+    }
+}
+
+/// The `ApiVersions` answer at `version` (0 when the client asked for a
+/// version this server does not know, as Kafka does).
+fn api_versions(correlation: i32, version: i16, error: i16) -> Bytes {
+    let api_keys = SUPPORTED
+        .iter()
+        .map(|(k, lo, hi)| {
+            ApiVersion::default()
+                .with_api_key(*k as i16)
+                .with_min_version(*lo)
+                .with_max_version(*hi)
+        })
+        .collect();
+    let body = ApiVersionsResponse::default()
+        .with_error_code(error)
+        .with_api_keys(api_keys);
+    respond(ApiKey::ApiVersions, version, correlation, &body)
+}
+
+/// The answer to an API key or version this server does not serve: the
+/// correlation id and `UNSUPPORTED_VERSION`, the shape of an `ApiVersions`
+/// v0 error (clients only send what `ApiVersions` advertised).
+fn unsupported(correlation: i32) -> Bytes {
+    let mut out = BytesMut::with_capacity(6);
+    out.put_i32(correlation);
+    out.put_i16(kcode::UNSUPPORTED_VERSION);
+    out.freeze()
+}

@@ -1,0 +1,115 @@
+//! Strom's Kafka wire-protocol front end: Kafka clients (kcat, librdkafka,
+//! confluent-kafka) produce to and consume from Strom topics, one more
+//! front end over the service layer (`strom_server::Services`). It decodes
+//! Kafka requests, calls the same typed data and control operations the
+//! native front end calls, and encodes Kafka responses; it never touches
+//! the registry state or storage except through them, and it must never
+//! depend on the client or CLI crates.
+//!
+//! - `conn`: framing (size-capped), the request header, ordered responses.
+//! - `guard`: checks every count and length of a request body before
+//!   `kafka-protocol` decodes it.
+//! - `api`: dispatch, `ApiVersions`, unsupported keys and versions.
+//! - `admin`: `Metadata`, `CreateTopics`, `DeleteTopics`, `InitProducerId`.
+//! - `produce`, `records`, `mapping`: record batches in, events out.
+//! - `fetch`: `Fetch` with long polling, `ListOffsets`.
+//!
+//! Started beside the native front end by `strom server --kafka-listen`
+//! (docs/kafka.md).
+
+mod admin;
+mod api;
+mod conn;
+pub mod error;
+mod fetch;
+pub mod guard;
+pub mod mapping;
+mod produce;
+pub mod records;
+
+use std::net::SocketAddr;
+use std::sync::atomic::AtomicI64;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use strom_server::Services;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+pub use api::SUPPORTED;
+pub use error::KafkaError;
+
+/// A running Kafka listener.
+pub struct KafkaHandle {
+    addr: SocketAddr,
+    stop: watch::Sender<bool>,
+    task: JoinHandle<()>,
+}
+
+impl KafkaHandle {
+    /// The address bound (with the port picked, for port 0).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Stops accepting connections. Open connections end with the runtime.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        let _ = self.task.await;
+    }
+}
+
+/// Binds `addr` (`HOST:PORT`) and serves the Kafka protocol over
+/// `services` until [`KafkaHandle::shutdown`]. Connections count against
+/// nothing of the native front end's; each is one task.
+pub async fn serve(services: Arc<Services>, addr: &str) -> Result<KafkaHandle, KafkaError> {
+    let sa: SocketAddr = addr.parse().map_err(|source| KafkaError::BadAddress {
+        addr: addr.to_string(),
+        source,
+    })?;
+    let listener = TcpListener::bind(sa)
+        .await
+        .map_err(|source| KafkaError::Bind {
+            addr: addr.to_string(),
+            source,
+        })?;
+    let local = listener.local_addr().map_err(|source| KafkaError::Bind {
+        addr: addr.to_string(),
+        source,
+    })?;
+    let start_s = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0);
+    let ctx = Arc::new(api::Ctx {
+        services,
+        host: local.ip().to_string(),
+        port: i32::from(local.port()),
+        next_producer_id: AtomicI64::new(start_s << 20),
+    });
+    let (stop, mut stopped) = watch::channel(false);
+    let task = tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                c = listener.accept() => match c {
+                    Ok((sock, peer)) => {
+                        tracing::debug!(peer = %peer, "Kafka connection");
+                        tokio::spawn(conn::serve(sock, peer, ctx.clone()));
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "Kafka accept failed");
+                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    }
+                },
+                _ = stopped.changed() => break,
+            }
+        }
+    });
+    tracing::info!(addr = %local, "strom kafka listening");
+    Ok(KafkaHandle {
+        addr: local,
+        stop,
+        task,
+    })
+}
