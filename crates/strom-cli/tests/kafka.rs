@@ -1,0 +1,336 @@
+//! The Kafka front end with real Kafka clients: the `strom server` binary
+//! with `--kafka-listen 127.0.0.1:0`, kcat (librdkafka) producing and
+//! consuming, and the native Strom client on the other side of the same
+//! topics. Needs `kcat` on PATH (`make setup` installs it).
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{read_all, ServerProcess};
+use strom_client::TopicSpec;
+
+/// A server with a Kafka listener, and that listener's address.
+fn start(base: &Path) -> (ServerProcess, String) {
+    let server = ServerProcess::start_with(base, &["--kafka-listen", "127.0.0.1:0"]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let err = server.stderr();
+        if let Some(addr) = err
+            .lines()
+            .find_map(|l| l.strip_prefix("strom kafka listening on "))
+        {
+            return (server, addr.trim().to_string());
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no Kafka address printed; stderr:\n{err}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Runs kcat with `args` and `stdin`, bounded; returns stdout, asserting
+/// success.
+fn kcat(args: &[&str], stdin: &[u8]) -> Vec<u8> {
+    let mut child = Command::new("kcat")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawning kcat (install it: apt-get install kcat, or make setup)");
+    let mut input = child.stdin.take().expect("stdin is piped");
+    let data = stdin.to_vec();
+    let writer = std::thread::spawn(move || {
+        let _ = input.write_all(&data);
+    });
+    let out = child.stdout.take().expect("stdout is piped");
+    let reader = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut { out }, &mut v);
+        v
+    });
+    let status = common::wait_bounded(&mut child, Duration::from_secs(120))
+        .unwrap_or_else(|| panic!("kcat {args:?} did not finish within 120 s"));
+    let _ = writer.join();
+    let stdout = reader.join().expect("stdout reader");
+    let mut err = String::new();
+    if let Some(mut e) = child.stderr.take() {
+        let _ = std::io::Read::read_to_string(&mut e, &mut err);
+    }
+    assert!(status.success(), "kcat {args:?} failed: {status}\n{err}");
+    stdout
+}
+
+/// One record as kcat prints it with `-f '%p\t%o\t%k\t%h\t%s\n'`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Rec {
+    partition: u32,
+    offset: u64,
+    key: String,
+    headers: String,
+    value: String,
+}
+
+fn consume_all(broker: &str, topic: &str) -> Vec<Rec> {
+    let out = kcat(
+        &[
+            "-b",
+            broker,
+            "-C",
+            "-t",
+            topic,
+            "-o",
+            "beginning",
+            "-e",
+            "-q",
+            "-f",
+            "%p\t%o\t%k\t%h\t%s\n",
+        ],
+        b"",
+    );
+    let text = String::from_utf8(out).expect("kcat output is UTF-8");
+    text.lines()
+        .filter(|l| !l.is_empty())
+        .map(|l| {
+            let f: Vec<&str> = l.splitn(5, '\t').collect();
+            assert_eq!(f.len(), 5, "unexpected kcat line {l:?}");
+            Rec {
+                partition: f[0].parse().expect("partition"),
+                offset: f[1].parse().expect("offset"),
+                key: f[2].to_string(),
+                headers: f[3].to_string(),
+                value: f[4].to_string(),
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn kcat_round_trips_10000_keyed_messages_with_headers() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (server, broker) = start(dir.path());
+    let driver = server.connect();
+    driver
+        .create_topic(TopicSpec::new("kc", 4))
+        .expect("creating the topic");
+
+    // Ten kcat runs of 1,000 messages, each run with its own headers; run 3
+    // compresses with lz4, run 5 with zstd, run 7 with gzip, run 9 with
+    // snappy, and every run uses librdkafka's idempotent producer.
+    let mut expected: Vec<(String, String, String)> = Vec::new(); // key, headers, value
+    for run in 0..10u32 {
+        let mut input = String::new();
+        let mut batch = Vec::new();
+        for j in 0..1000u32 {
+            let i = run * 1000 + j;
+            let key = format!("key-{}", i % 37);
+            let value = format!("value-{i}-{}", "x".repeat((i % 97) as usize));
+            input.push_str(&format!("{key}:{value}\n"));
+            batch.push((key, format!("run={run},src=kcat"), value));
+        }
+        let run_h = format!("run={run}");
+        let mut args = vec![
+            "-b",
+            &broker,
+            "-P",
+            "-t",
+            "kc",
+            "-K:",
+            "-H",
+            &run_h,
+            "-H",
+            "src=kcat",
+            "-X",
+            "enable.idempotence=true",
+        ];
+        let codec = match run {
+            3 => Some("lz4"),
+            5 => Some("zstd"),
+            7 => Some("gzip"),
+            9 => Some("snappy"),
+            _ => None,
+        };
+        if let Some(c) = codec {
+            args.extend_from_slice(&["-z", c]);
+        }
+        kcat(&args, input.as_bytes());
+        expected.extend(batch);
+    }
+
+    let got = consume_all(&broker, "kc");
+    assert_eq!(got.len(), 10_000, "every message comes back once");
+    // Offsets dense from 0 in every partition, each key on one partition.
+    let mut by_part: BTreeMap<u32, Vec<&Rec>> = BTreeMap::new();
+    for r in &got {
+        by_part.entry(r.partition).or_default().push(r);
+    }
+    assert!(by_part.len() > 1, "keys spread over partitions");
+    let mut key_part: BTreeMap<&str, u32> = BTreeMap::new();
+    for (p, recs) in &by_part {
+        for (i, r) in recs.iter().enumerate() {
+            assert_eq!(r.offset, i as u64, "partition {p}: offsets dense from 0");
+            let prev = key_part.insert(&r.key, *p);
+            assert!(
+                prev.is_none() || prev == Some(*p),
+                "key {} on one partition",
+                r.key
+            );
+        }
+    }
+    // Per partition, records come in production order with their bytes,
+    // keys and headers intact.
+    for (p, recs) in &by_part {
+        let want: Vec<(String, String, String)> = expected
+            .iter()
+            .filter(|(k, _, _)| key_part.get(k.as_str()) == Some(p))
+            .cloned()
+            .collect();
+        let have: Vec<(String, String, String)> = recs
+            .iter()
+            .map(|r| (r.key.clone(), r.headers.clone(), r.value.clone()))
+            .collect();
+        assert_eq!(have, want, "partition {p}: records in order, intact");
+    }
+
+    // The same events through the native client: offsets agree, the value
+    // is the data and the key and headers are in the metadata.
+    let native = read_all(&driver, "kc", "native-reader", Duration::from_secs(60));
+    assert_eq!(native.len(), 10_000);
+    for r in got.iter().take(50) {
+        let ev = &native.events[&(r.partition, r.offset)];
+        assert_eq!(ev.data, r.value.as_bytes());
+        let meta: serde_json::Value = serde_json::from_slice(&ev.meta).expect("JSON metadata");
+        assert_eq!(meta["kafka"]["key"], r.key.as_str(), "{meta}");
+        assert_eq!(meta["kafka"]["headers"][1][0], "src", "{meta}");
+        assert!(
+            meta["kafka"]["timestamp_ms"].as_i64().unwrap_or(0) > 0,
+            "{meta}"
+        );
+    }
+}
+
+#[test]
+fn native_events_are_read_by_kcat_and_kcat_records_natively() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (server, broker) = start(dir.path());
+    let driver = server.connect();
+    let topic = driver
+        .create_topic(TopicSpec::new("cross", 1))
+        .expect("creating the topic");
+
+    // Native producer -> kcat: metadata as the strom.meta header, data as
+    // the value, Strom offsets as Kafka offsets.
+    let p = topic.producer().expect("producer");
+    for i in 0..100u32 {
+        p.push(format!("{{\"i\":{i}}}"), format!("data-{i}").into_bytes())
+            .expect("push")
+            .wait()
+            .expect("stored");
+    }
+    let got = consume_all(&broker, "cross");
+    assert_eq!(got.len(), 100);
+    for (i, r) in got.iter().enumerate() {
+        assert_eq!(r.offset, i as u64);
+        assert_eq!(r.value, format!("data-{i}"));
+        assert_eq!(r.headers, format!("strom.meta={{\"i\":{i}}}"));
+        assert_eq!(r.key, "");
+    }
+
+    // kcat -> native consumer: the value is the data, key and headers in
+    // the metadata, offsets follow on.
+    let input: String = (0..50).map(|i| format!("k{i}:from-kcat-{i}\n")).collect();
+    kcat(
+        &[
+            "-b",
+            &broker,
+            "-P",
+            "-t",
+            "cross",
+            "-K:",
+            "-H",
+            "origin=kafka",
+        ],
+        input.as_bytes(),
+    );
+    let native = read_all(&driver, "cross", "reader", Duration::from_secs(30));
+    assert_eq!(native.len(), 150);
+    for i in 0..50u64 {
+        let ev = &native.events[&(0, 100 + i)];
+        assert_eq!(ev.data, format!("from-kcat-{i}").as_bytes());
+        let meta: serde_json::Value = serde_json::from_slice(&ev.meta).expect("JSON metadata");
+        assert_eq!(meta["kafka"]["key"], format!("k{i}"), "{meta}");
+        assert_eq!(
+            meta["kafka"]["headers"],
+            serde_json::json!([["origin", "kafka"]]),
+            "{meta}"
+        );
+    }
+}
+
+#[test]
+fn kcat_waits_for_events_produced_later() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (server, broker) = start(dir.path());
+    let driver = server.connect();
+    let topic = driver
+        .create_topic(TopicSpec::new("later", 1))
+        .expect("creating the topic");
+    // A consumer that waits for 3 messages (long-poll fetches) while they
+    // are produced 300 ms apart by the native client.
+    let b = broker.clone();
+    let consumer = std::thread::spawn(move || {
+        kcat(
+            &[
+                "-b",
+                &b,
+                "-C",
+                "-t",
+                "later",
+                "-o",
+                "beginning",
+                "-c",
+                "3",
+                "-q",
+                "-f",
+                "%o:%s\n",
+            ],
+            b"",
+        )
+    });
+    let p = topic.producer().expect("producer");
+    for i in 0..3u32 {
+        std::thread::sleep(Duration::from_millis(300));
+        p.push("{}", format!("late-{i}").into_bytes())
+            .expect("push")
+            .wait()
+            .expect("stored");
+    }
+    let out = String::from_utf8(consumer.join().expect("consumer thread")).expect("UTF-8");
+    assert_eq!(out, "0:late-0\n1:late-1\n2:late-2\n");
+}
+
+#[test]
+fn kcat_lists_topics_and_partitions() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (server, broker) = start(dir.path());
+    server
+        .connect()
+        .create_topic(TopicSpec::new("listed", 3))
+        .expect("creating the topic");
+    let out = String::from_utf8(kcat(&["-b", &broker, "-L", "-J"], b"")).expect("UTF-8");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("kcat -L -J prints JSON");
+    let t = v["topics"]
+        .as_array()
+        .expect("topics")
+        .iter()
+        .find(|t| t["topic"] == "listed")
+        .unwrap_or_else(|| panic!("topic listed: {v}"));
+    assert_eq!(t["partitions"].as_array().map(Vec::len), Some(3), "{v}");
+    assert_eq!(v["brokers"][0]["name"], broker.as_str(), "{v}");
+}
