@@ -126,6 +126,63 @@ pub fn handle(ctx: &Arc<Ctx>, h: Header, body: Bytes) -> Result<Reply, FrameErro
     }
 }
 
+/// Parses and decodes one request frame (after its size prefix) as
+/// [`handle`] would, without acting on it: the header, then the guard and
+/// the decoder of a supported key and version. For fuzzing the decoders.
+pub fn check_request(mut frame: Bytes) -> Result<(), FrameError> {
+    use kafka_protocol::messages as m;
+    let h = crate::conn::header(&mut frame)?;
+    let Ok(key) = ApiKey::try_from(h.key) else {
+        return Ok(());
+    };
+    if !supported(key, h.version) {
+        return Ok(());
+    }
+    let v = h.version;
+    match key {
+        ApiKey::ApiVersions => {
+            decode::<m::ApiVersionsRequest>("ApiVersions", guard::API_VERSIONS, v, v >= 3, frame)
+                .map(drop)
+        }
+        ApiKey::Metadata => {
+            decode::<m::MetadataRequest>("Metadata", guard::METADATA, v, false, frame).map(drop)
+        }
+        ApiKey::CreateTopics => {
+            decode::<m::CreateTopicsRequest>("CreateTopics", guard::CREATE_TOPICS, v, false, frame)
+                .map(drop)
+        }
+        ApiKey::DeleteTopics => {
+            decode::<m::DeleteTopicsRequest>("DeleteTopics", guard::DELETE_TOPICS, v, false, frame)
+                .map(drop)
+        }
+        ApiKey::InitProducerId => decode::<m::InitProducerIdRequest>(
+            "InitProducerId",
+            guard::INIT_PRODUCER_ID,
+            v,
+            false,
+            frame,
+        )
+        .map(drop),
+        ApiKey::Produce => {
+            let req: m::ProduceRequest = decode("Produce", guard::PRODUCE, v, false, frame)?;
+            for pd in req.topic_data.iter().flat_map(|t| &t.partition_data) {
+                if let Some(r) = &pd.records {
+                    let _ = crate::records::parse(r.clone(), 1 << 20);
+                }
+            }
+            Ok(())
+        }
+        ApiKey::ListOffsets => {
+            decode::<m::ListOffsetsRequest>("ListOffsets", guard::LIST_OFFSETS, v, false, frame)
+                .map(drop)
+        }
+        ApiKey::Fetch => {
+            decode::<m::FetchRequest>("Fetch", guard::FETCH, v, false, frame).map(drop)
+        }
+        _ => Ok(()),
+    }
+}
+
 /// The `ApiVersions` answer at `version` (0 when the client asked for a
 /// version this server does not know, as Kafka does).
 fn api_versions(correlation: i32, version: i16, error: i16) -> Bytes {

@@ -13,6 +13,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::ApiKey;
@@ -56,7 +57,7 @@ pub fn respond<R: Encodable>(key: ApiKey, version: i16, correlation: i32, body: 
 }
 
 /// Parses the request header; the rest of `frame` is the body.
-fn header(frame: &mut Bytes) -> Result<Header, FrameError> {
+pub(crate) fn header(frame: &mut Bytes) -> Result<Header, FrameError> {
     let bad = |m: &str| FrameError::Header(m.to_string());
     if frame.len() < 10 {
         return Err(bad(
@@ -91,6 +92,7 @@ fn header(frame: &mut Bytes) -> Result<Header, FrameError> {
 async fn read_frame(
     sock: &mut tokio::net::tcp::OwnedReadHalf,
     max: u32,
+    frame_timeout: Duration,
 ) -> Result<Option<Bytes>, FrameError> {
     let size = match sock.read_i32().await {
         Ok(n) => i64::from(n),
@@ -104,7 +106,10 @@ async fn read_frame(
         return Err(FrameError::TooShort(size));
     }
     let mut buf = BytesMut::zeroed(size as usize);
-    sock.read_exact(&mut buf).await?;
+    match tokio::time::timeout(frame_timeout, sock.read_exact(&mut buf)).await {
+        Ok(r) => r?,
+        Err(_) => return Err(FrameError::Stalled(frame_timeout)),
+    };
     Ok(Some(buf.freeze()))
 }
 
@@ -125,8 +130,9 @@ pub async fn serve(sock: TcpStream, peer: SocketAddr, ctx: Arc<Ctx>) {
         let _ = wr.shutdown().await;
     });
     let max = ctx.services.config.max_frame_bytes;
+    let frame_timeout = Duration::from_millis(ctx.services.config.frame_timeout_ms);
     loop {
-        let frame = match read_frame(&mut rd, max).await {
+        let frame = match read_frame(&mut rd, max, frame_timeout).await {
             Ok(Some(f)) => f,
             Ok(None) => break,
             Err(e) => {

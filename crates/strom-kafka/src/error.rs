@@ -44,6 +44,8 @@ pub enum FrameError {
         version: i16,
         detail: String,
     },
+    #[error("a started frame did not arrive within {0:?} (frame_timeout_ms)")]
+    Stalled(std::time::Duration),
     #[error("reading from the socket: {0}")]
     Io(#[from] std::io::Error),
 }

@@ -37,7 +37,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-pub use api::SUPPORTED;
+pub use api::{check_request, SUPPORTED};
 pub use error::KafkaError;
 
 /// A running Kafka listener.
