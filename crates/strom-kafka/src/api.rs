@@ -51,7 +51,7 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::InitProducerId, 0, 1),
 ];
 
-fn supported(key: ApiKey, version: i16) -> bool {
+pub(crate) fn supported(key: ApiKey, version: i16) -> bool {
     SUPPORTED
         .iter()
         .any(|(k, lo, hi)| *k == key && (*lo..=*hi).contains(&version))

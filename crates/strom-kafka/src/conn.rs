@@ -73,8 +73,10 @@ pub(crate) fn header(frame: &mut Bytes) -> Result<Header, FrameError> {
         n if n as usize > frame.len() => return Err(bad("client id longer than the frame")),
         n => Some(String::from_utf8_lossy(&frame.split_to(n as usize)).into_owned()),
     };
+    // Tagged header fields matter only to a request that will be decoded;
+    // anything else is answered from the fixed part of the header.
     let flexible = ApiKey::try_from(key)
-        .map(|k| k.request_header_version(version) >= 2)
+        .map(|k| crate::api::supported(k, version) && k.request_header_version(version) >= 2)
         .unwrap_or(false);
     if flexible {
         let n = crate::guard::header_tags(frame).map_err(|e| FrameError::Header(e.to_string()))?;
