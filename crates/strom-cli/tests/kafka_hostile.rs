@@ -205,7 +205,7 @@ fn hostile_kafka_frames_close_only_their_connection() {
     api_versions_ok(&mut s, 46);
 
     // Random garbage frames on fresh connections.
-    let mut rng = common::Rng::new(0x6b61_666b_61);
+    let mut rng = common::Rng::new(0x006b_6166_6b61);
     for _ in 0..200 {
         let mut s = connect(&broker);
         s.set_read_timeout(Some(Duration::from_secs(2)))
