@@ -7,11 +7,6 @@ use strom_server::ServerError;
 /// Why the Kafka listener could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum KafkaError {
-    #[error("kafka_listen = '{addr}' is not a socket address (HOST:PORT, e.g. 127.0.0.1:9092): {source}")]
-    BadAddress {
-        addr: String,
-        source: std::net::AddrParseError,
-    },
     #[error("binding the Kafka listener to {addr}: {source}")]
     Bind {
         addr: String,
@@ -23,7 +18,6 @@ impl KafkaError {
     /// The error's stable code (shared with `strom_proto::ErrorCode`).
     pub fn code(&self) -> u16 {
         match self {
-            KafkaError::BadAddress { .. } => ErrorCode::INVALID_ARGUMENT.0,
             KafkaError::Bind { .. } => ErrorCode::CONNECTION_FAILED.0,
         }
     }

@@ -60,31 +60,42 @@ impl KafkaHandle {
     }
 }
 
+/// The host `Metadata` names as this broker: the configured host, unless
+/// it is a wildcard (`0.0.0.0`, `::`); then the native listener's host if
+/// that one is specific, else `localhost`.
+fn advertised_host(configured: &str, local: SocketAddr, native: &str) -> String {
+    let host = |a: &str| {
+        a.rsplit_once(':')
+            .map(|(h, _)| h.trim_matches(['[', ']']).to_string())
+    };
+    if !local.ip().is_unspecified() {
+        return host(configured).unwrap_or_else(|| local.ip().to_string());
+    }
+    let n = native.strip_prefix("tcp://").unwrap_or(native);
+    match host(n) {
+        Some(h) if !h.is_empty() && h != "0.0.0.0" && h != "::" => h,
+        _ => "localhost".to_string(),
+    }
+}
+
 /// Binds `addr` (`HOST:PORT`) and serves the Kafka protocol over
 /// `services` until [`KafkaHandle::shutdown`]. Connections count against
 /// nothing of the native front end's; each is one task.
 pub async fn serve(services: Arc<Services>, addr: &str) -> Result<KafkaHandle, KafkaError> {
-    let sa: SocketAddr = addr.parse().map_err(|source| KafkaError::BadAddress {
+    let bind_err = |source| KafkaError::Bind {
         addr: addr.to_string(),
         source,
-    })?;
-    let listener = TcpListener::bind(sa)
-        .await
-        .map_err(|source| KafkaError::Bind {
-            addr: addr.to_string(),
-            source,
-        })?;
-    let local = listener.local_addr().map_err(|source| KafkaError::Bind {
-        addr: addr.to_string(),
-        source,
-    })?;
+    };
+    let listener = TcpListener::bind(addr).await.map_err(bind_err)?;
+    let local = listener.local_addr().map_err(bind_err)?;
+    let host = advertised_host(addr, local, services.control.addr());
     let start_s = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs() as i64)
         .unwrap_or(0);
     let ctx = Arc::new(api::Ctx {
         services,
-        host: local.ip().to_string(),
+        host,
         port: i32::from(local.port()),
         next_producer_id: AtomicI64::new(start_s << 20),
     });
