@@ -162,3 +162,114 @@ def test_kafka_python_lists_topics_and_finds_offsets_by_timestamp(kafka):
     assert c.end_offsets([tp])[tp] == 10
     assert c.offsets_for_times({tp: int(time.time() * 1000) + 60_000})[tp] is None
     c.close()
+
+
+def group_consumer(broker: str, group: str):
+    from confluent_kafka import Consumer
+
+    return Consumer({
+        "bootstrap.servers": broker,
+        "group.id": group,
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": False,
+        "session.timeout.ms": 6000,
+        "heartbeat.interval.ms": 500,
+    })
+
+
+def poll_until(consumers, cond, timeout=60.0, sink=None):
+    """Polls every consumer until `cond()` holds; messages go to `sink`."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        for c in consumers:
+            m = c.poll(0.1)
+            if m is not None:
+                assert m.error() is None, m.error()
+                if sink is not None:
+                    sink.setdefault(id(c), []).append(m)
+
+
+def test_confluent_kafka_group_splits_partitions_rebalances_and_resumes(kafka):
+    create_topic(kafka.broker, "grp", 4)
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": kafka.broker})
+
+    def produce(start, n):
+        for i in range(start, start + n):
+            p.produce("grp", value=b"%d" % i, partition=i % 4)
+        assert p.flush(30) == 0
+
+    a = group_consumer(kafka.broker, "workers")
+    b = group_consumer(kafka.broker, "workers")
+    a.subscribe(["grp"])
+    b.subscribe(["grp"])
+    # Two members split the four partitions.
+    poll_until([a, b], lambda: len(a.assignment()) == 2 and len(b.assignment()) == 2)
+    parts_a = {tp.partition for tp in a.assignment()}
+    parts_b = {tp.partition for tp in b.assignment()}
+    assert parts_a | parts_b == {0, 1, 2, 3} and not parts_a & parts_b
+
+    produce(0, 400)
+    got: dict = {}
+    poll_until([a, b], lambda: sum(len(v) for v in got.values()) >= 400, sink=got)
+    for c, parts in ((a, parts_a), (b, parts_b)):
+        msgs = got.get(id(c), [])
+        assert {m.partition() for m in msgs} <= parts, "each reads only its partitions"
+    values = sorted(int(m.value()) for v in got.values() for m in v)
+    assert values == list(range(400)), "every message once"
+    a.commit(asynchronous=False)
+    b.commit(asynchronous=False)
+
+    # One leaves: the other takes its partitions over, from the committed
+    # offsets (nothing read twice).
+    b.close()
+    poll_until([a], lambda: len(a.assignment()) == 4)
+    produce(400, 100)
+    got = {}
+    poll_until([a], lambda: len(got.get(id(a), [])) >= 100, sink=got)
+    assert sorted(int(m.value()) for m in got[id(a)]) == list(range(400, 500))
+    a.commit(asynchronous=False)
+    a.close()
+
+    # A restarted member resumes after the committed offsets.
+    produce(500, 20)
+    c = group_consumer(kafka.broker, "workers")
+    c.subscribe(["grp"])
+    got = {}
+    poll_until([c], lambda: len(got.get(id(c), [])) >= 20, sink=got)
+    quiet_until = time.monotonic() + 1.0
+    poll_until([c], lambda: time.monotonic() > quiet_until, sink=got)
+    assert sorted(int(m.value()) for m in got[id(c)]) == list(range(500, 520))
+    c.close()
+
+
+def test_a_killed_member_s_partitions_go_to_the_survivor(kafka, tmp_path):
+    create_topic(kafka.broker, "kill", 4)
+    script = tmp_path / "member.py"
+    script.write_text(
+        "import sys\n"
+        "from confluent_kafka import Consumer\n"
+        "c = Consumer({'bootstrap.servers': sys.argv[1], 'group.id': 'survive',\n"
+        "              'session.timeout.ms': 6000, 'heartbeat.interval.ms': 500})\n"
+        "c.subscribe(['kill'])\n"
+        "while True:\n"
+        "    c.poll(0.1)\n")
+    import sys
+
+    other = subprocess.Popen([sys.executable, str(script), kafka.broker])
+    try:
+        a = group_consumer(kafka.broker, "survive")
+        a.subscribe(["kill"])
+        poll_until([a], lambda: len(a.assignment()) == 2)
+        other.kill()
+        other.wait()
+        # The killed member's session (6 s) runs out; the survivor rejoins
+        # and takes all four partitions.
+        poll_until([a], lambda: len(a.assignment()) == 4, timeout=30)
+        a.close()
+    finally:
+        if other.poll() is None:
+            other.kill()
+            other.wait()

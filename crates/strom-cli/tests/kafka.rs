@@ -334,3 +334,58 @@ fn kcat_lists_topics_and_partitions() {
     assert_eq!(t["partitions"].as_array().map(Vec::len), Some(3), "{v}");
     assert_eq!(v["brokers"][0]["name"], broker.as_str(), "{v}");
 }
+
+#[test]
+fn kcat_group_commits_are_strom_consumer_offsets() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (server, broker) = start(dir.path());
+    let driver = server.connect();
+    driver
+        .create_topic(TopicSpec::new("grouped", 2))
+        .expect("creating the topic");
+    let input: String = (0..100).map(|i| format!("k{}:g-{i}\n", i % 5)).collect();
+    kcat(
+        &["-b", &broker, "-P", "-t", "grouped", "-K:"],
+        input.as_bytes(),
+    );
+    // A balanced consumer (JoinGroup, SyncGroup, OffsetFetch, Fetch,
+    // OffsetCommit) reads everything and commits on exit.
+    let group_read = |args: &[&str]| {
+        let mut a = vec![
+            "-b",
+            broker.as_str(),
+            "-G",
+            "kgroup",
+            "-e",
+            "-q",
+            "-f",
+            "%s\n",
+        ];
+        a.extend_from_slice(args);
+        a.push("grouped");
+        String::from_utf8(kcat(&a, b"")).expect("UTF-8")
+    };
+    let first = group_read(&["-o", "beginning"]);
+    let mut seen: Vec<&str> = first.lines().collect();
+    seen.sort_unstable();
+    let mut want: Vec<String> = (0..100).map(|i| format!("g-{i}")).collect();
+    want.sort_unstable();
+    assert_eq!(seen, want);
+    // The commits are the Strom consumer offsets of a consumer named like
+    // the group: every partition committed to its end.
+    for p in 0..2 {
+        let offsets = driver.consumer_offsets("grouped", p).expect("offsets");
+        let info = driver
+            .open_topic("grouped")
+            .and_then(|t| t.describe())
+            .expect("describe");
+        let next = info.partitions[p as usize].next_offset;
+        assert!(
+            offsets.iter().any(|(n, o)| n == "kgroup" && *o == next),
+            "partition {p}: {offsets:?}, next {next}"
+        );
+    }
+    // The group resumes there: a second run sees only what came later.
+    kcat(&["-b", &broker, "-P", "-t", "grouped", "-K:"], b"k1:late\n");
+    assert_eq!(group_read(&[]), "late\n");
+}

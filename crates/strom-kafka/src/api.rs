@@ -23,6 +23,8 @@ pub struct Ctx {
     pub port: i32,
     /// The next producer id `InitProducerId` hands out.
     pub next_producer_id: AtomicI64,
+    /// The Kafka groups this server coordinates.
+    pub groups: crate::groups::Coordinator,
 }
 
 impl Ctx {
@@ -49,6 +51,13 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::CreateTopics, 2, 4),
     (ApiKey::DeleteTopics, 1, 3),
     (ApiKey::InitProducerId, 0, 1),
+    (ApiKey::FindCoordinator, 0, 2),
+    (ApiKey::JoinGroup, 0, 5),
+    (ApiKey::SyncGroup, 0, 3),
+    (ApiKey::Heartbeat, 0, 3),
+    (ApiKey::LeaveGroup, 0, 2),
+    (ApiKey::OffsetCommit, 2, 7),
+    (ApiKey::OffsetFetch, 1, 5),
 ];
 
 pub(crate) fn supported(key: ApiKey, version: i16) -> bool {
@@ -122,6 +131,13 @@ pub fn handle(ctx: &Arc<Ctx>, h: Header, body: Bytes) -> Result<Reply, FrameErro
         ApiKey::Produce => crate::produce::produce(ctx, v, c, body),
         ApiKey::ListOffsets => crate::fetch::list_offsets(ctx, v, c, body),
         ApiKey::Fetch => crate::fetch::fetch(ctx, v, c, body),
+        ApiKey::FindCoordinator => crate::group_api::find_coordinator(ctx, v, c, body),
+        ApiKey::JoinGroup => crate::group_api::join_group(ctx, v, c, h.client_id, body),
+        ApiKey::SyncGroup => crate::group_api::sync_group(ctx, v, c, body),
+        ApiKey::Heartbeat => crate::group_api::heartbeat(ctx, v, c, body),
+        ApiKey::LeaveGroup => crate::group_api::leave_group(ctx, v, c, body),
+        ApiKey::OffsetCommit => crate::group_api::offset_commit(ctx, v, c, body),
+        ApiKey::OffsetFetch => crate::group_api::offset_fetch(ctx, v, c, body),
         _ => Ok(ready(unsupported(c))),
     }
 }
@@ -178,6 +194,35 @@ pub fn check_request(mut frame: Bytes) -> Result<(), FrameError> {
         }
         ApiKey::Fetch => {
             decode::<m::FetchRequest>("Fetch", guard::FETCH, v, false, frame).map(drop)
+        }
+        ApiKey::FindCoordinator => decode::<m::FindCoordinatorRequest>(
+            "FindCoordinator",
+            guard::FIND_COORDINATOR,
+            v,
+            false,
+            frame,
+        )
+        .map(drop),
+        ApiKey::JoinGroup => {
+            decode::<m::JoinGroupRequest>("JoinGroup", guard::JOIN_GROUP, v, false, frame).map(drop)
+        }
+        ApiKey::SyncGroup => {
+            decode::<m::SyncGroupRequest>("SyncGroup", guard::SYNC_GROUP, v, false, frame).map(drop)
+        }
+        ApiKey::Heartbeat => {
+            decode::<m::HeartbeatRequest>("Heartbeat", guard::HEARTBEAT, v, false, frame).map(drop)
+        }
+        ApiKey::LeaveGroup => {
+            decode::<m::LeaveGroupRequest>("LeaveGroup", guard::LEAVE_GROUP, v, false, frame)
+                .map(drop)
+        }
+        ApiKey::OffsetCommit => {
+            decode::<m::OffsetCommitRequest>("OffsetCommit", guard::OFFSET_COMMIT, v, false, frame)
+                .map(drop)
+        }
+        ApiKey::OffsetFetch => {
+            decode::<m::OffsetFetchRequest>("OffsetFetch", guard::OFFSET_FETCH, v, false, frame)
+                .map(drop)
         }
         _ => Ok(()),
     }

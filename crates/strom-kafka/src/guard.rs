@@ -304,6 +304,66 @@ pub const LIST_OFFSETS: &[F] = &[
     ),
 ];
 
+pub const FIND_COORDINATOR: &[F] = &[F(0, ALL, Str), F(1, ALL, I8)];
+
+pub const JOIN_GROUP: &[F] = &[
+    F(0, ALL, Str),
+    F(0, ALL, I32),
+    F(1, ALL, I32),
+    F(0, ALL, Str),
+    F(5, ALL, Str),
+    F(0, ALL, Str),
+    F(0, ALL, Arr(&[F(0, ALL, Str), F(0, ALL, Bytes)])),
+];
+
+pub const SYNC_GROUP: &[F] = &[
+    F(0, ALL, Str),
+    F(0, ALL, I32),
+    F(0, ALL, Str),
+    F(3, ALL, Str),
+    F(0, ALL, Arr(&[F(0, ALL, Str), F(0, ALL, Bytes)])),
+];
+
+pub const HEARTBEAT: &[F] = &[
+    F(0, ALL, Str),
+    F(0, ALL, I32),
+    F(0, ALL, Str),
+    F(3, ALL, Str),
+];
+
+pub const LEAVE_GROUP: &[F] = &[F(0, ALL, Str), F(0, 2, Str)];
+
+pub const OFFSET_COMMIT: &[F] = &[
+    F(0, ALL, Str),
+    F(1, ALL, I32),
+    F(1, ALL, Str),
+    F(7, ALL, Str),
+    F(2, 4, I64),
+    F(
+        0,
+        ALL,
+        Arr(&[
+            F(0, ALL, Str),
+            F(
+                0,
+                ALL,
+                Arr(&[
+                    F(0, ALL, I32),
+                    F(0, ALL, I64),
+                    F(6, ALL, I32),
+                    F(0, ALL, Str),
+                ]),
+            ),
+        ]),
+    ),
+];
+
+pub const OFFSET_FETCH: &[F] = &[
+    F(0, ALL, Str),
+    F(0, ALL, Arr(&[F(0, ALL, Str), F(0, ALL, ArrI32)])),
+    F(7, ALL, I8),
+];
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -13,6 +13,8 @@
 //! - `admin`: `Metadata`, `CreateTopics`, `DeleteTopics`, `InitProducerId`.
 //! - `produce`, `records`, `mapping`: record batches in, events out.
 //! - `fetch`: `Fetch` with long polling, `ListOffsets`.
+//! - `groups`, `group_api`: the classic group protocol (coordinator in
+//!   memory) and committed offsets as Strom consumer offsets.
 //!
 //! Started beside the native front end by `strom server --kafka-listen`
 //! (docs/kafka.md).
@@ -22,6 +24,8 @@ mod api;
 mod conn;
 pub mod error;
 mod fetch;
+mod group_api;
+mod groups;
 pub mod guard;
 pub mod mapping;
 mod produce;
@@ -39,6 +43,9 @@ use tokio::task::JoinHandle;
 
 pub use api::{check_request, SUPPORTED};
 pub use error::KafkaError;
+
+/// How often group sessions and rebalance deadlines are checked.
+const GROUP_TICK: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// A running Kafka listener.
 pub struct KafkaHandle {
@@ -98,9 +105,12 @@ pub async fn serve(services: Arc<Services>, addr: &str) -> Result<KafkaHandle, K
         host,
         port: i32::from(local.port()),
         next_producer_id: AtomicI64::new(start_s << 20),
+        groups: Default::default(),
     });
     let (stop, mut stopped) = watch::channel(false);
     let task = tokio::spawn(async move {
+        let mut tick = tokio::time::interval(GROUP_TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 c = listener.accept() => match c {
@@ -113,6 +123,7 @@ pub async fn serve(services: Arc<Services>, addr: &str) -> Result<KafkaHandle, K
                         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
                     }
                 },
+                _ = tick.tick() => ctx.groups.tick(),
                 _ = stopped.changed() => break,
             }
         }

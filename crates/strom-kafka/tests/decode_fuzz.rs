@@ -172,6 +172,66 @@ fn seeds() -> Vec<Vec<u8>> {
         }
         out.push(frame(1, v, false, &b));
     }
+    // The group APIs.
+    let mut b = BytesMut::new();
+    string(&mut b, "g");
+    b.put_u8(0);
+    out.push(frame(10, 1, false, &b)); // FindCoordinator v1
+    let mut b = BytesMut::new();
+    string(&mut b, "g");
+    b.put_i32(10_000);
+    b.put_i32(30_000);
+    string(&mut b, "");
+    b.put_i16(-1); // group instance id (v5)
+    string(&mut b, "consumer");
+    b.put_i32(1);
+    string(&mut b, "range");
+    b.put_i32(3);
+    b.put_slice(b"sub");
+    out.push(frame(11, 5, false, &b)); // JoinGroup v5
+    let mut b = BytesMut::new();
+    string(&mut b, "g");
+    b.put_i32(1);
+    string(&mut b, "m-1");
+    b.put_i16(-1);
+    b.put_i32(1);
+    string(&mut b, "m-1");
+    b.put_i32(2);
+    b.put_slice(b"as");
+    out.push(frame(14, 3, false, &b)); // SyncGroup v3
+    let mut b = BytesMut::new();
+    string(&mut b, "g");
+    b.put_i32(1);
+    string(&mut b, "m-1");
+    b.put_i16(-1);
+    out.push(frame(12, 3, false, &b)); // Heartbeat v3
+    let mut b = BytesMut::new();
+    string(&mut b, "g");
+    string(&mut b, "m-1");
+    out.push(frame(13, 2, false, &b)); // LeaveGroup v2
+    let mut b = BytesMut::new();
+    string(&mut b, "g");
+    b.put_i32(1);
+    string(&mut b, "m-1");
+    b.put_i16(-1);
+    b.put_i32(1);
+    string(&mut b, "t");
+    b.put_i32(2);
+    for p in 0..2 {
+        b.put_i32(p);
+        b.put_i64(42);
+        b.put_i32(-1);
+        b.put_i16(-1);
+    }
+    out.push(frame(8, 7, false, &b)); // OffsetCommit v7
+    let mut b = BytesMut::new();
+    string(&mut b, "g");
+    b.put_i32(1);
+    string(&mut b, "t");
+    b.put_i32(2);
+    b.put_i32(0);
+    b.put_i32(1);
+    out.push(frame(9, 5, false, &b)); // OffsetFetch v5
     out
 }
 
