@@ -389,3 +389,101 @@ fn kcat_group_commits_are_strom_consumer_offsets() {
     kcat(&["-b", &broker, "-P", "-t", "grouped", "-K:"], b"k1:late\n");
     assert_eq!(group_read(&[]), "late\n");
 }
+
+/// A member joined to `server`'s group with a Kafka listener; killed when
+/// dropped.
+struct KafkaMember(std::process::Child);
+
+impl Drop for KafkaMember {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn a_joined_member_serves_its_partitions_over_kafka() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let server = ServerProcess::start(dir.path());
+    let mut child = Command::new(common::strom_bin())
+        .args([
+            "server",
+            "--listen",
+            "127.0.0.1:0",
+            "--kafka-listen",
+            "127.0.0.1:0",
+        ])
+        .arg("--data-dir")
+        .arg(dir.path().join("member-1"))
+        .arg("--join")
+        .arg(&server.group_file)
+        .env_remove("STROM_GROUP_FILE")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawning the member");
+    let stderr = child.stderr.take().expect("stderr is piped");
+    let _member = KafkaMember(child);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if let Some(a) = line.strip_prefix("strom kafka listening on ") {
+                let _ = tx.send(a.trim().to_string());
+            }
+        }
+    });
+    let broker = rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the member printed its Kafka address");
+    let driver = server.connect();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while driver
+        .members()
+        .map_or(0, |m| m.iter().filter(|m| m.alive).count())
+        < 2
+    {
+        assert!(Instant::now() < deadline, "the member never joined");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Two partitions, one on each member.
+    driver
+        .create_topic(TopicSpec::new("spread", 2))
+        .expect("creating the topic");
+    // The member asks the master for the topic; it leads its own partition
+    // and reports the other as not available here.
+    let out =
+        String::from_utf8(kcat(&["-b", &broker, "-L", "-J", "-t", "spread"], b"")).expect("UTF-8");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+    let parts = v["topics"][0]["partitions"]
+        .as_array()
+        .expect("partitions")
+        .clone();
+    assert_eq!(parts.len(), 2, "{v}");
+    let mine: Vec<u64> = parts
+        .iter()
+        .filter(|p| p["leader"].as_i64() == Some(1))
+        .filter_map(|p| p["partition"].as_u64())
+        .collect();
+    assert_eq!(mine.len(), 1, "one partition led by member 1: {v}");
+    assert!(
+        parts.iter().any(|p| p["leader"].as_i64() == Some(-1)),
+        "the other is not available here: {v}"
+    );
+    let p = mine[0].to_string();
+    kcat(
+        &["-b", &broker, "-P", "-t", "spread", "-p", &p, "-K:"],
+        b"a:1\nb:2\nc:3\n",
+    );
+    let native = read_all(&driver, "spread", "reader", Duration::from_secs(30));
+    let values: Vec<&[u8]> = native.events.values().map(|e| e.data.as_slice()).collect();
+    assert_eq!(values, vec![&b"1"[..], b"2", b"3"]);
+    assert!(native
+        .events
+        .keys()
+        .all(|(part, _)| u64::from(*part) == mine[0]));
+}

@@ -1,7 +1,7 @@
 //! `Metadata`, `CreateTopics`, `DeleteTopics` and `InitProducerId` over
 //! the registry (`ControlService`). The registry lives on the master
-//! (member 0); on another member these answer `NOT_CONTROLLER` for topic
-//! administration and list only what this member can see.
+//! (member 0); another member asks it for `Metadata` over the native
+//! protocol and answers `NOT_CONTROLLER` to topic administration.
 //!
 //! The broker list holds this server alone, at its Kafka address: members
 //! do not publish Kafka addresses to each other yet. A partition hosted by
@@ -22,7 +22,8 @@ use kafka_protocol::messages::{
     MetadataResponse, ProducerId, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
-use strom_proto::{PartitionStatus, TopicInfo, TopicSpec};
+use strom_proto::{PartitionStatus, Request, Response, TopicInfo, TopicSpec};
+use strom_server::ServerError;
 
 use crate::api::{decode, ready, Ctx};
 use crate::conn::{respond, Reply};
@@ -37,17 +38,68 @@ fn str_of(s: &StrBytes) -> String {
     s.as_str().to_string()
 }
 
+/// Where the registry master listens, for a member that is not it: from
+/// the group file it joined through, or the launched group's files.
+fn master_addr(ctx: &Ctx) -> Option<String> {
+    let config = &ctx.services.config;
+    let from_file = |p: &std::path::Path| {
+        let g = strom_server::read_group_file(p).ok()?;
+        g.members
+            .iter()
+            .find(|m| m.id == g.master)
+            .map(|m| m.addr.clone())
+    };
+    if let Some(j) = &config.join {
+        return from_file(j);
+    }
+    let g = config.group_file.as_ref()?;
+    from_file(g).or_else(|| {
+        std::fs::read_to_string(strom_server::rendezvous_file(g))
+            .ok()
+            .map(|s| s.trim().to_string())
+    })
+}
+
+/// Asks the master (this server, or over the native protocol).
+async fn ask_master(ctx: &Ctx, req: Request) -> Result<Vec<TopicInfo>, i16> {
+    let addr = master_addr(ctx).ok_or(kcode::NOT_CONTROLLER)?;
+    match ctx.services.control.link().peers().call(&addr, &req).await {
+        Ok(Response::Topics(t)) => Ok(t),
+        Ok(Response::Topic(t)) => Ok(vec![t]),
+        Ok(Response::Error { code, .. }) => Err(kafka_code(&ServerError::coded(code, ""))),
+        Ok(_) => Err(kcode::UNKNOWN_SERVER_ERROR),
+        Err(e) => {
+            tracing::warn!(master = %addr, error = %e, "Kafka Metadata: the registry master is unreachable");
+            Err(kcode::LEADER_NOT_AVAILABLE)
+        }
+    }
+}
+
 /// The topics a `Metadata` request may see: all of them, or those named.
 async fn topics(ctx: &Ctx, wanted: &Option<Vec<String>>) -> Vec<Result<TopicInfo, (String, i16)>> {
-    let reg = match ctx.services.control.registry() {
-        Ok(r) => r,
-        Err(e) => {
-            return wanted
-                .iter()
-                .flatten()
-                .map(|n| Err((n.clone(), kafka_code(&e))))
-                .collect()
-        }
+    let Ok(reg) = ctx.services.control.registry() else {
+        // Not the master: ask it.
+        return match wanted {
+            None => match ask_master(ctx, Request::ListTopics).await {
+                Ok(t) => t.into_iter().map(Ok).collect(),
+                Err(_) => Vec::new(),
+            },
+            Some(names) => {
+                let mut out = Vec::with_capacity(names.len());
+                for n in names {
+                    let req = Request::DescribeTopic {
+                        name: n.clone(),
+                        offsets: false,
+                    };
+                    out.push(match ask_master(ctx, req).await {
+                        Ok(mut t) if !t.is_empty() => Ok(t.swap_remove(0)),
+                        Ok(_) => Err((n.clone(), kcode::UNKNOWN_TOPIC_OR_PARTITION)),
+                        Err(code) => Err((n.clone(), code)),
+                    });
+                }
+                out
+            }
+        };
     };
     match wanted {
         None => reg.list().await.into_iter().map(Ok).collect(),

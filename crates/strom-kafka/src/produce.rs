@@ -67,7 +67,10 @@ pub fn produce(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply, Fra
                 (Err(_), _) => Outcome::Now(kcode::UNKNOWN_TOPIC_OR_PARTITION),
                 (_, None) => Outcome::Now(kcode::CORRUPT_MESSAGE),
                 (Ok(index), Some(records)) => match svc.data.partition(&topic, index) {
-                    Err(e) => Outcome::Now(kafka_code(&e)),
+                    Err(e) => {
+                        tracing::info!(topic = %topic, partition = index, error = %e, "Kafka produce: partition not served here");
+                        Outcome::Now(kafka_code(&e))
+                    }
                     Ok(p) => match batch(records, max) {
                         Err(code) => Outcome::Now(code),
                         Ok(None) => Outcome::Now(kcode::NONE),
