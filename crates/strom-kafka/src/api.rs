@@ -25,6 +25,8 @@ pub struct Ctx {
     pub next_producer_id: AtomicI64,
     /// The Kafka groups this server coordinates.
     pub groups: crate::groups::Coordinator,
+    /// Idempotent producers' sequence numbers.
+    pub sequences: crate::idempotence::Sequences,
 }
 
 impl Ctx {

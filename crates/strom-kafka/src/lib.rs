@@ -11,7 +11,8 @@
 //!   `kafka-protocol` decodes it.
 //! - `api`: dispatch, `ApiVersions`, unsupported keys and versions.
 //! - `admin`: `Metadata`, `CreateTopics`, `DeleteTopics`, `InitProducerId`.
-//! - `produce`, `records`, `mapping`: record batches in, events out.
+//! - `produce`, `records`, `mapping`: record batches in, events out;
+//!   `idempotence`: retried batches of idempotent producers.
 //! - `fetch`: `Fetch` with long polling, `ListOffsets`.
 //! - `groups`, `group_api`: the classic group protocol (coordinator in
 //!   memory) and committed offsets as Strom consumer offsets.
@@ -27,6 +28,7 @@ mod fetch;
 mod group_api;
 mod groups;
 pub mod guard;
+mod idempotence;
 pub mod mapping;
 mod produce;
 pub mod records;
@@ -106,6 +108,7 @@ pub async fn serve(services: Arc<Services>, addr: &str) -> Result<KafkaHandle, K
         port: i32::from(local.port()),
         next_producer_id: AtomicI64::new(start_s << 20),
         groups: Default::default(),
+        sequences: Default::default(),
     });
     let (stop, mut stopped) = watch::channel(false);
     let task = tokio::spawn(async move {

@@ -2,7 +2,9 @@
 //! event per record, see `mapping.rs`), appended through `DataService` in
 //! the order the requests arrived. The answer waits for every append's
 //! reply, which comes once the batch is durable as the topic promises
-//! (`acks` 1 and -1 alike); `acks = 0` gets no answer, as in Kafka.
+//! (`acks` 1 and -1 alike); `acks = 0` gets no answer, as in Kafka. A
+//! retried batch of an idempotent producer is not appended twice
+//! (`idempotence.rs`).
 
 use std::sync::Arc;
 
@@ -18,17 +20,24 @@ use crate::api::{decode, Ctx};
 use crate::conn::{respond, Reply};
 use crate::error::{kafka_code, kcode, FrameError};
 use crate::guard;
+use crate::idempotence::{Check, DUPLICATE_SEQUENCE_NUMBER, OUT_OF_ORDER_SEQUENCE_NUMBER};
 use crate::mapping::record_meta;
 use crate::records;
 
 /// How one partition's part of a request ends: an offset, or an error.
 enum Outcome {
     Now(i16),
+    /// Already appended at this offset (a retried idempotent batch).
+    Done(u64),
     Pending(oneshot::Receiver<Result<u64, i16>>),
 }
 
-/// Builds the Strom batch for one partition's record set.
-fn batch(records: Bytes, max_bytes: u64) -> Result<Option<ValidBatch>, i16> {
+/// An idempotent producer's batch: producer id and base sequence.
+type Idem = Option<(i64, i32, i32)>;
+
+/// Builds the Strom batch for one partition's record set, with the
+/// producer id, base sequence and record count of an idempotent producer.
+fn batch(records: Bytes, max_bytes: u64) -> Result<Option<(ValidBatch, Idem)>, i16> {
     let batches = records::parse(records, max_bytes).map_err(|e| {
         tracing::info!(error = %e, "Kafka produce: refused record set");
         match e {
@@ -49,8 +58,12 @@ fn batch(records: Bytes, max_bytes: u64) -> Result<Option<ValidBatch>, i16> {
         return Ok(None);
     }
     let count = b.count();
+    let idem = batches
+        .first()
+        .filter(|f| f.producer_id >= 0 && f.base_sequence >= 0)
+        .map(|f| (f.producer_id, f.base_sequence, count as i32));
     ValidBatch::check(count, b.finish(), data)
-        .map(Some)
+        .map(|v| Some((v, idem)))
         .map_err(|_| kcode::CORRUPT_MESSAGE)
 }
 
@@ -74,21 +87,40 @@ pub fn produce(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply, Fra
                     Ok(p) => match batch(records, max) {
                         Err(code) => Outcome::Now(code),
                         Ok(None) => Outcome::Now(kcode::NONE),
-                        Ok(Some(b)) => {
-                            let (tx, rx) = oneshot::channel();
-                            let t = topic.clone();
-                            svc.data.produce(
-                                &p,
-                                b,
-                                Box::new(move |r| {
-                                    let r = r.map(|a| a.base_offset).map_err(|e| {
-                                        tracing::warn!(topic = %t, partition = index, error = %e, "Kafka produce: append failed");
-                                        kafka_code(&e)
-                                    });
-                                    let _ = tx.send(r);
-                                }),
-                            );
-                            Outcome::Pending(rx)
+                        Ok(Some((b, idem))) => {
+                            let check = idem.map(|(pid, seq, n)| {
+                                ctx.sequences.check(pid, &topic, index, seq, n)
+                            });
+                            match check {
+                                Some(Check::Duplicate(Some(o))) => Outcome::Done(o),
+                                Some(Check::Duplicate(None)) => {
+                                    Outcome::Now(DUPLICATE_SEQUENCE_NUMBER)
+                                }
+                                Some(Check::OutOfOrder { expected }) => {
+                                    tracing::info!(topic = %topic, partition = index, expected, "Kafka produce: sequence gap");
+                                    Outcome::Now(OUT_OF_ORDER_SEQUENCE_NUMBER)
+                                }
+                                Some(Check::Fresh) | None => {
+                                    let (tx, rx) = oneshot::channel();
+                                    let t = topic.clone();
+                                    let ctx2 = ctx.clone();
+                                    svc.data.produce(
+                                        &p,
+                                        b,
+                                        Box::new(move |r| {
+                                            let r = r.map(|a| a.base_offset).map_err(|e| {
+                                                tracing::warn!(topic = %t, partition = index, error = %e, "Kafka produce: append failed");
+                                                kafka_code(&e)
+                                            });
+                                            if let Some((pid, seq, _)) = idem {
+                                                ctx2.sequences.appended(pid, &t, index, seq, r.as_ref().ok().copied());
+                                            }
+                                            let _ = tx.send(r);
+                                        }),
+                                    );
+                                    Outcome::Pending(rx)
+                                }
+                            }
                         }
                     },
                 },
@@ -108,6 +140,7 @@ pub fn produce(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply, Fra
             for (index, outcome) in parts {
                 let r = match outcome {
                     Outcome::Now(code) => Err(code),
+                    Outcome::Done(o) => Ok(o),
                     Outcome::Pending(rx) => rx.await.unwrap_or(Err(kcode::UNKNOWN_SERVER_ERROR)),
                 };
                 let mut pr = PartitionProduceResponse::default().with_index(index);
