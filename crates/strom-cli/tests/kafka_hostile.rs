@@ -229,3 +229,42 @@ fn hostile_kafka_frames_close_only_their_connection() {
     api_versions_ok(&mut s, 99);
     kcat_lists(&broker, "h");
 }
+
+#[test]
+fn a_silent_kafka_connection_is_closed_after_the_handshake_timeout() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    // The Kafka listener from the config file this time.
+    let server = ServerProcess::start_with_config(
+        dir.path(),
+        "kafka_listen = \"127.0.0.1:0\"\nhandshake_timeout_ms = 300\n",
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let broker = loop {
+        let err = server.stderr();
+        if let Some(a) = err
+            .lines()
+            .find_map(|l| l.strip_prefix("strom kafka listening on "))
+        {
+            break a.trim().to_string();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no Kafka address; stderr:\n{err}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut silent = connect(&broker);
+    let t0 = Instant::now();
+    assert!(closed(&mut silent), "a silent connection is closed");
+    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+    // A connection that speaks is served, and stays open while idle.
+    let mut s = connect(&broker);
+    api_versions_ok(&mut s, 1);
+    std::thread::sleep(Duration::from_millis(600));
+    api_versions_ok(&mut s, 2);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !server.stderr().contains("no request within") {
+        assert!(Instant::now() < deadline, "logged: {}", server.stderr());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

@@ -133,8 +133,21 @@ pub async fn serve(sock: TcpStream, peer: SocketAddr, ctx: Arc<Ctx>) {
     });
     let max = ctx.services.config.max_frame_bytes;
     let frame_timeout = Duration::from_millis(ctx.services.config.frame_timeout_ms);
+    let handshake = Duration::from_millis(ctx.services.config.handshake_timeout_ms);
+    let mut first = true;
     loop {
-        let frame = match read_frame(&mut rd, max, frame_timeout).await {
+        let next = read_frame(&mut rd, max, frame_timeout);
+        let read = if first {
+            // The first request must come within handshake_timeout_ms.
+            match tokio::time::timeout(handshake, next).await {
+                Ok(r) => r,
+                Err(_) => Err(FrameError::NoRequest(handshake)),
+            }
+        } else {
+            next.await
+        };
+        first = false;
+        let frame = match read {
             Ok(Some(f)) => f,
             Ok(None) => break,
             Err(e) => {

@@ -38,6 +38,8 @@ pub enum FrameError {
         version: i16,
         detail: String,
     },
+    #[error("no request within {0:?} of connecting (handshake_timeout_ms)")]
+    NoRequest(std::time::Duration),
     #[error("a started frame did not arrive within {0:?} (frame_timeout_ms)")]
     Stalled(std::time::Duration),
     #[error("reading from the socket: {0}")]

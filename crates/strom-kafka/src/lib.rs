@@ -88,8 +88,9 @@ fn advertised_host(configured: &str, local: SocketAddr, native: &str) -> String 
 }
 
 /// Binds `addr` (`HOST:PORT`) and serves the Kafka protocol over
-/// `services` until [`KafkaHandle::shutdown`]. Connections count against
-/// nothing of the native front end's; each is one task.
+/// `services` until [`KafkaHandle::shutdown`]. At most `max_connections`
+/// Kafka connections are served at once (a limit of its own, beside the
+/// native front end's); each is one task.
 pub async fn serve(services: Arc<Services>, addr: &str) -> Result<KafkaHandle, KafkaError> {
     let bind_err = |source| KafkaError::Bind {
         addr: addr.to_string(),
@@ -110,17 +111,33 @@ pub async fn serve(services: Arc<Services>, addr: &str) -> Result<KafkaHandle, K
         groups: Default::default(),
         sequences: Default::default(),
     });
+    let slots = Arc::new(tokio::sync::Semaphore::new(
+        ctx.services.config.max_connections as usize,
+    ));
     let (stop, mut stopped) = watch::channel(false);
     let task = tokio::spawn(async move {
+        let mut refused = 0u64;
         let mut tick = tokio::time::interval(GROUP_TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 c = listener.accept() => match c {
-                    Ok((sock, peer)) => {
-                        tracing::debug!(peer = %peer, "Kafka connection");
-                        tokio::spawn(conn::serve(sock, peer, ctx.clone()));
-                    }
+                    Ok((sock, peer)) => match slots.clone().try_acquire_owned() {
+                        Ok(slot) => {
+                            tracing::debug!(peer = %peer, "Kafka connection");
+                            let ctx = ctx.clone();
+                            tokio::spawn(async move {
+                                conn::serve(sock, peer, ctx).await;
+                                drop(slot);
+                            });
+                        }
+                        Err(_) => {
+                            refused += 1;
+                            if refused.is_power_of_two() {
+                                tracing::warn!(peer = %peer, refused, limit = ctx.services.config.max_connections, "Kafka connection limit reached; closing new connections (max_connections)");
+                            }
+                        }
+                    },
                     Err(e) => {
                         tracing::warn!(error = %e, "Kafka accept failed");
                         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
