@@ -255,6 +255,8 @@ fn native_events_are_read_by_kcat_and_kcat_records_natively() {
             "-K:",
             "-H",
             "origin=kafka",
+            "-H",
+            "origin=again",
         ],
         input.as_bytes(),
     );
@@ -267,9 +269,16 @@ fn native_events_are_read_by_kcat_and_kcat_records_natively() {
         assert_eq!(meta["kafka"]["key"], format!("k{i}"), "{meta}");
         assert_eq!(
             meta["kafka"]["headers"],
-            serde_json::json!([["origin", "kafka"]]),
+            serde_json::json!([["origin", "kafka"], ["origin", "again"]]),
             "{meta}"
         );
+    }
+    // Read back through Kafka, a header name given twice stays twice.
+    let got = consume_all(&broker, "cross");
+    assert_eq!(got.len(), 150);
+    for r in &got[100..] {
+        assert_eq!(r.headers, "origin=kafka,origin=again");
+        assert_eq!(r.key, format!("k{}", r.offset - 100));
     }
 }
 

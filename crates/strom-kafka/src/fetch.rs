@@ -5,7 +5,7 @@
 //! visible), within `partition_max_bytes`, the request's `max_bytes` and
 //! the server's `max_frame_bytes` (at least one batch, as Kafka does). Each
 //! stored batch becomes one Kafka record batch (v2, uncompressed) with the
-//! same offsets. When fewer than `min_bytes` are ready, the fetch parks a
+//! same offsets (`encode.rs`). When fewer than `min_bytes` are ready, the fetch parks a
 //! [`BatchSink`] in each partition's `Waiters`: the appender wakes it the
 //! moment a batch becomes visible (or at seal or deletion), and it reads
 //! again, until `max_wait_ms` has passed.
@@ -14,7 +14,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use kafka_protocol::indexmap::IndexMap;
 use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
 use kafka_protocol::messages::list_offsets_response::{
     ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
@@ -23,9 +22,6 @@ use kafka_protocol::messages::{
     ApiKey, FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse,
 };
 use kafka_protocol::protocol::StrBytes;
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
 use strom_proto::BatchView;
 use strom_server::{BatchSink, PartitionManager};
 use strom_storage::{Appended, StorageError};
@@ -160,42 +156,16 @@ fn encode_batch(
     };
     let ts_ms = (b.timestamp_us / 1000) as i64;
     let mut records = Vec::with_capacity(view.count() as usize);
-    for (i, e) in view.iter().enumerate() {
+    for e in view.iter() {
         let start = e.data_pos as usize;
         let end = start + e.data_len as usize;
         if end > whole.len() {
             return Err(kcode::CORRUPT_MESSAGE);
         }
-        let r = event_record(&e.metadata, whole.slice(start..end));
-        let mut headers = IndexMap::with_capacity(r.headers.len());
-        for (k, v) in r.headers {
-            let k = StrBytes::from_utf8(k).unwrap_or_else(|_| StrBytes::from_static_str("?"));
-            headers.insert(k, v);
-        }
-        records.push(Record {
-            transactional: false,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: 0,
-            producer_id: -1,
-            producer_epoch: -1,
-            timestamp_type: TimestampType::Creation,
-            offset: (b.base_offset + i as u64) as i64,
-            sequence: -1,
-            timestamp: r.timestamp_ms.unwrap_or(ts_ms),
-            key: r.key,
-            value: r.value,
-            headers,
-        });
+        records.push(event_record(&e.metadata, whole.slice(start..end)));
     }
-    let opts = RecordEncodeOptions {
-        version: 2,
-        compression: Compression::None,
-    };
-    RecordBatchEncoder::encode(out, records.iter(), &opts).map_err(|e| {
-        tracing::error!(topic = %p.topic, partition = p.id, offset = b.base_offset, error = %e, "Kafka fetch: encoding a record batch failed");
-        kcode::UNKNOWN_SERVER_ERROR
-    })
+    crate::encode::batch(out, b.base_offset, ts_ms, &records);
+    Ok(())
 }
 
 /// One requested partition: its name, index, offset and byte limit.

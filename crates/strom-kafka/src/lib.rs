@@ -13,7 +13,8 @@
 //! - `admin`: `Metadata`, `CreateTopics`, `DeleteTopics`, `InitProducerId`.
 //! - `produce`, `records`, `mapping`: record batches in, events out;
 //!   `idempotence`: retried batches of idempotent producers.
-//! - `fetch`: `Fetch` with long polling, `ListOffsets`.
+//! - `fetch`, `encode`: `Fetch` with long polling, `ListOffsets`; stored
+//!   batches out as record batches.
 //! - `groups`, `group_api`: the classic group protocol (coordinator in
 //!   memory) and committed offsets as Strom consumer offsets.
 //!
@@ -23,6 +24,7 @@
 mod admin;
 mod api;
 mod conn;
+mod encode;
 pub mod error;
 mod fetch;
 mod group_api;
