@@ -273,3 +273,25 @@ def test_a_killed_member_s_partitions_go_to_the_survivor(kafka, tmp_path):
         if other.poll() is None:
             other.kill()
             other.wait()
+
+
+def test_admin_clients_list_and_describe_kafka_groups(kafka):
+    create_topic(kafka.broker, "desc", 2)
+    from confluent_kafka.admin import AdminClient
+
+    c = group_consumer(kafka.broker, "described")
+    c.subscribe(["desc"])
+    poll_until([c], lambda: len(c.assignment()) == 2)
+    admin = AdminClient({"bootstrap.servers": kafka.broker})
+    listed = admin.list_consumer_groups().result(timeout=30)
+    assert "described" in [g.group_id for g in listed.valid]
+    desc = admin.describe_consumer_groups(["described"])["described"].result(timeout=30)
+    assert len(desc.members) == 1
+    assert {tp.partition for tp in desc.members[0].assignment.topic_partitions} == {0, 1}
+    kafka_mod = pytest.importorskip("kafka")
+    ka = kafka_mod.KafkaAdminClient(bootstrap_servers=kafka.broker)
+    # kafka-python 2.x: list_consumer_groups(); 3.x: list_groups().
+    lister = getattr(ka, "list_consumer_groups", None) or ka.list_groups
+    assert "described" in str(lister())
+    ka.close()
+    c.close()

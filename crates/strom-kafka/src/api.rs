@@ -60,6 +60,8 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::LeaveGroup, 0, 2),
     (ApiKey::OffsetCommit, 2, 7),
     (ApiKey::OffsetFetch, 1, 5),
+    (ApiKey::ListGroups, 0, 2),
+    (ApiKey::DescribeGroups, 0, 4),
 ];
 
 pub(crate) fn supported(key: ApiKey, version: i16) -> bool {
@@ -140,6 +142,8 @@ pub fn handle(ctx: &Arc<Ctx>, h: Header, body: Bytes) -> Result<Reply, FrameErro
         ApiKey::LeaveGroup => crate::group_api::leave_group(ctx, v, c, body),
         ApiKey::OffsetCommit => crate::group_api::offset_commit(ctx, v, c, body),
         ApiKey::OffsetFetch => crate::group_api::offset_fetch(ctx, v, c, body),
+        ApiKey::ListGroups => crate::group_api::list_groups(ctx, v, c, body),
+        ApiKey::DescribeGroups => crate::group_api::describe_groups(ctx, v, c, body),
         _ => Ok(ready(unsupported(c))),
     }
 }
@@ -226,6 +230,18 @@ pub fn check_request(mut frame: Bytes) -> Result<(), FrameError> {
             decode::<m::OffsetFetchRequest>("OffsetFetch", guard::OFFSET_FETCH, v, false, frame)
                 .map(drop)
         }
+        ApiKey::ListGroups => {
+            decode::<m::ListGroupsRequest>("ListGroups", guard::LIST_GROUPS, v, false, frame)
+                .map(drop)
+        }
+        ApiKey::DescribeGroups => decode::<m::DescribeGroupsRequest>(
+            "DescribeGroups",
+            guard::DESCRIBE_GROUPS,
+            v,
+            false,
+            frame,
+        )
+        .map(drop),
         _ => Ok(()),
     }
 }

@@ -9,7 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
 use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
+use kafka_protocol::messages::list_groups_response::ListedGroup;
 use kafka_protocol::messages::offset_commit_response::{
     OffsetCommitResponsePartition, OffsetCommitResponseTopic,
 };
@@ -21,6 +23,9 @@ use kafka_protocol::messages::{
     HeartbeatResponse, JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest, LeaveGroupResponse,
     OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse,
     SyncGroupRequest, SyncGroupResponse, TopicName,
+};
+use kafka_protocol::messages::{
+    DescribeGroupsRequest, DescribeGroupsResponse, GroupId, ListGroupsRequest, ListGroupsResponse,
 };
 use kafka_protocol::protocol::StrBytes;
 
@@ -241,4 +246,55 @@ pub fn offset_fetch(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply
         .collect();
     let resp = OffsetFetchResponse::default().with_topics(topics);
     Ok(ready(respond(ApiKey::OffsetFetch, v, c, &resp)))
+}
+
+pub fn list_groups(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply, FrameError> {
+    let _: ListGroupsRequest = decode("ListGroups", guard::LIST_GROUPS, v, false, body)?;
+    let groups = ctx
+        .groups
+        .list()
+        .into_iter()
+        .map(|(name, ptype, _)| {
+            ListedGroup::default()
+                .with_group_id(GroupId(sb(name)))
+                .with_protocol_type(sb(ptype))
+        })
+        .collect();
+    let resp = ListGroupsResponse::default().with_groups(groups);
+    Ok(ready(respond(ApiKey::ListGroups, v, c, &resp)))
+}
+
+pub fn describe_groups(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply, FrameError> {
+    let req: DescribeGroupsRequest =
+        decode("DescribeGroups", guard::DESCRIBE_GROUPS, v, false, body)?;
+    let groups = req
+        .groups
+        .iter()
+        .map(|name| {
+            let d = DescribedGroup::default().with_group_id(name.clone());
+            match ctx.groups.describe(name.0.as_str()) {
+                // Kafka's answer for a group it does not know.
+                None => d.with_group_state(StrBytes::from_static_str("Dead")),
+                Some(g) => {
+                    let members = g
+                        .members
+                        .into_iter()
+                        .map(|(id, client, sub, assignment)| {
+                            DescribedGroupMember::default()
+                                .with_member_id(sb(id))
+                                .with_client_id(sb(client))
+                                .with_member_metadata(sub)
+                                .with_member_assignment(assignment)
+                        })
+                        .collect();
+                    d.with_group_state(StrBytes::from_static_str(g.state))
+                        .with_protocol_type(sb(g.protocol_type))
+                        .with_protocol_data(sb(g.protocol))
+                        .with_members(members)
+                }
+            }
+        })
+        .collect();
+    let resp = DescribeGroupsResponse::default().with_groups(groups);
+    Ok(ready(respond(ApiKey::DescribeGroups, v, c, &resp)))
 }

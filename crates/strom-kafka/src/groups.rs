@@ -48,6 +48,7 @@ pub struct Joined {
 }
 
 struct Member {
+    client_id: String,
     session: Duration,
     rebalance: Duration,
     protocols: Vec<(String, Bytes)>,
@@ -184,6 +185,26 @@ impl Group {
     }
 }
 
+impl State {
+    fn name(self) -> &'static str {
+        match self {
+            State::Empty => "Empty",
+            State::Preparing { .. } => "PreparingRebalance",
+            State::Completing => "CompletingRebalance",
+            State::Stable => "Stable",
+        }
+    }
+}
+
+/// One group as `DescribeGroups` shows it.
+pub struct Described {
+    pub state: &'static str,
+    pub protocol_type: String,
+    pub protocol: String,
+    /// (member id, client id, subscription, assignment)
+    pub members: Vec<(String, String, Bytes, Bytes)>,
+}
+
 impl Joined {
     fn error(code: i16, member_id: &str) -> Self {
         Joined {
@@ -248,6 +269,7 @@ impl Coordinator {
             return rx;
         };
         let m = g.members.entry(id.clone()).or_insert_with(|| Member {
+            client_id: r.client_id.clone(),
             session: r.session,
             rebalance: r.rebalance,
             protocols: Vec::new(),
@@ -373,6 +395,42 @@ impl Coordinator {
             _ if generation != g.generation => gcode::ILLEGAL_GENERATION,
             _ => kcode::NONE,
         }
+    }
+
+    /// Every group: (name, protocol type, state).
+    pub fn list(&self) -> Vec<(String, String, &'static str)> {
+        let groups = self.groups.lock();
+        let mut out: Vec<_> = groups
+            .iter()
+            .map(|(n, g)| (n.clone(), g.protocol_type.clone(), g.state.name()))
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// One group, or `None` if this server does not know it.
+    pub fn describe(&self, group: &str) -> Option<Described> {
+        let groups = self.groups.lock();
+        let g = groups.get(group)?;
+        let members = g
+            .members
+            .iter()
+            .map(|(id, m)| {
+                let sub = m
+                    .protocols
+                    .iter()
+                    .find(|(n, _)| *n == g.protocol)
+                    .map(|(_, b)| b.clone())
+                    .unwrap_or_default();
+                (id.clone(), m.client_id.clone(), sub, m.assignment.clone())
+            })
+            .collect();
+        Some(Described {
+            state: g.state.name(),
+            protocol_type: g.protocol_type.clone(),
+            protocol: g.protocol.clone(),
+            members,
+        })
     }
 
     /// Removes members whose session expired and completes rebalances past

@@ -364,6 +364,10 @@ pub const OFFSET_FETCH: &[F] = &[
     F(7, ALL, I8),
 ];
 
+pub const LIST_GROUPS: &[F] = &[];
+
+pub const DESCRIBE_GROUPS: &[F] = &[F(0, ALL, ArrStr), F(3, ALL, I8)];
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -232,6 +232,13 @@ fn seeds() -> Vec<Vec<u8>> {
     b.put_i32(0);
     b.put_i32(1);
     out.push(frame(9, 5, false, &b)); // OffsetFetch v5
+    out.push(frame(16, 2, false, &[])); // ListGroups v2
+    let mut b = BytesMut::new();
+    b.put_i32(2);
+    string(&mut b, "g");
+    string(&mut b, "h");
+    b.put_u8(0);
+    out.push(frame(15, 4, false, &b)); // DescribeGroups v4
     out
 }
 
