@@ -116,11 +116,13 @@ impl Group {
         let State::Preparing { deadline } = self.state else {
             return;
         };
-        let all_joined = self.members.values().all(|m| m.join.is_some());
+        // A member whose JoinGroup connection closed has not joined.
+        let joined = |m: &Member| m.join.as_ref().is_some_and(|tx| !tx.is_closed());
+        let all_joined = self.members.values().all(joined);
         if !(all_joined || now >= deadline) {
             return;
         }
-        self.members.retain(|_, m| m.join.is_some());
+        self.members.retain(|_, m| joined(m));
         if self.members.is_empty() {
             self.state = State::Empty;
             return;
@@ -441,7 +443,8 @@ impl Coordinator {
         for (name, g) in groups.iter_mut() {
             let before = g.members.len();
             g.members.retain(|id, m| {
-                let alive = m.join.is_some() || now.duration_since(m.last_seen) <= m.session;
+                let waiting = m.join.as_ref().is_some_and(|tx| !tx.is_closed());
+                let alive = waiting || now.duration_since(m.last_seen) <= m.session;
                 if !alive {
                     tracing::info!(group = %name, member = %id, "Kafka group member's session expired");
                 }
