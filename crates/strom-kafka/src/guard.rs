@@ -185,13 +185,24 @@ impl Walk<'_> {
 /// Walks `body` as `layout` at `version` (`flexible`: compact lengths and
 /// tagged fields). Trailing bytes are left alone.
 pub fn check(body: &[u8], layout: &[F], version: i16, flexible: bool) -> Result<(), GuardError> {
+    unwalked(body, layout, version, flexible).map(drop)
+}
+
+/// [`check`], returning how many bytes of `body` the layout left over.
+pub fn unwalked(
+    body: &[u8],
+    layout: &[F],
+    version: i16,
+    flexible: bool,
+) -> Result<usize, GuardError> {
     let mut w = Walk {
         buf: body,
         flexible,
         elements: 0,
     };
     w.fields(layout, version)?;
-    w.tagged()
+    w.tagged()?;
+    Ok(w.buf.len())
 }
 
 /// Skips the flexible request header's tagged fields, returning the bytes
@@ -367,6 +378,36 @@ pub const OFFSET_FETCH: &[F] = &[
 pub const LIST_GROUPS: &[F] = &[];
 
 pub const DESCRIBE_GROUPS: &[F] = &[F(0, ALL, ArrStr), F(3, ALL, I8)];
+
+/// The layout of a served API key's request body, and whether `version`
+/// uses the flexible (compact, tagged) encoding.
+pub fn layout_of(
+    key: kafka_protocol::messages::ApiKey,
+    version: i16,
+) -> Option<(&'static [F], bool)> {
+    use kafka_protocol::messages::ApiKey as K;
+    let layout: &'static [F] = match key {
+        K::ApiVersions => return Some((API_VERSIONS, version >= 3)),
+        K::Metadata => METADATA,
+        K::CreateTopics => CREATE_TOPICS,
+        K::DeleteTopics => DELETE_TOPICS,
+        K::InitProducerId => INIT_PRODUCER_ID,
+        K::Produce => PRODUCE,
+        K::Fetch => FETCH,
+        K::ListOffsets => LIST_OFFSETS,
+        K::FindCoordinator => FIND_COORDINATOR,
+        K::JoinGroup => JOIN_GROUP,
+        K::SyncGroup => SYNC_GROUP,
+        K::Heartbeat => HEARTBEAT,
+        K::LeaveGroup => LEAVE_GROUP,
+        K::OffsetCommit => OFFSET_COMMIT,
+        K::OffsetFetch => OFFSET_FETCH,
+        K::ListGroups => LIST_GROUPS,
+        K::DescribeGroups => DESCRIBE_GROUPS,
+        _ => return None,
+    };
+    Some((layout, false))
+}
 
 #[cfg(test)]
 mod tests {
