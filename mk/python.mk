@@ -10,7 +10,9 @@ PY_DIR := python
 PY_VENV := $(PY_DIR)/.venv
 PY := $(PY_VENV)/bin/python
 # pyzmq: the comparison system of bench/python/pipeline.py (suite scenario 7).
-PY_PKGS := maturin numpy pytest pytest-timeout pyzmq
+# confluent-kafka, kafka-python: python/tests/test_kafka.py, against the
+# Kafka front end (docs/kafka.md).
+PY_PKGS := maturin numpy pytest pytest-timeout pyzmq confluent-kafka kafka-python
 # One shared target directory, so the Strom crates are not compiled twice.
 PY_TARGET := $(CURDIR)/target
 # Where `make wheel` puts strom-<version>-cp311-abi3-<platform>.whl.
@@ -23,7 +25,7 @@ python-setup: $(PY_VENV)/.strom-setup
 $(PY_VENV)/.strom-setup: mk/python.mk
 	@test -x $(PY) || python3 -m venv $(PY_VENV) || { \
 		apt-get install -y -qq python3-venv >/dev/null && python3 -m venv $(PY_VENV); }
-	@$(PY) -c 'import maturin, numpy, pytest, pytest_timeout, zmq' 2>/dev/null || \
+	@$(PY) -c 'import maturin, numpy, pytest, pytest_timeout, zmq, confluent_kafka, kafka' 2>/dev/null || \
 		$(PY) -m pip install --quiet --no-cache-dir --disable-pip-version-check $(PY_PKGS)
 	@touch $@
 

@@ -38,5 +38,6 @@ if have apt-get && have dpkg; then
   # chromium: the dashboard test loads the page headless.
   # libfabric-dev libclang-dev clang: strom-ofi's build script runs bindgen
   # over <rdma/fabric.h> (the ofi+* transports, on by default in strom-net).
-  apt_install build-essential pkg-config openmpi-bin libopenmpi-dev gfortran postgresql prometheus chromium libfabric-dev libclang-dev clang
+  # kcat: the Kafka front end's tests produce and consume with it (librdkafka).
+  apt_install build-essential pkg-config openmpi-bin libopenmpi-dev gfortran postgresql prometheus chromium libfabric-dev libclang-dev clang kcat
 fi

@@ -36,6 +36,10 @@ pub struct ServerArgs {
     /// after every request (0 = never; config key `busy_poll_us`).
     #[arg(long, value_name = "US")]
     busy_poll_us: Option<u64>,
+    /// Serve the Kafka wire protocol (kcat, librdkafka, confluent-kafka) on
+    /// this HOST:PORT; port 0 picks a free port (docs/kafka.md).
+    #[arg(long)]
+    kafka_listen: Option<String>,
 }
 
 pub fn run(args: ServerArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> {
@@ -62,6 +66,9 @@ pub fn run(args: ServerArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> 
     if args.http_listen.is_some() {
         config.http_listen = args.http_listen;
     }
+    if args.kafka_listen.is_some() {
+        config.kafka_listen = args.kafka_listen;
+    }
     config.validate()?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .thread_name("strom-server")
@@ -70,6 +77,7 @@ pub fn run(args: ServerArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> 
         .context("starting the server runtime")?;
     rt.block_on(async move {
         let http_listen = config.http_listen.clone();
+        let kafka_listen = config.kafka_listen.clone();
         let server = Server::start(config).await?;
         eprintln!("strom server listening on {}", server.addrs().join(" "));
         let http = match http_listen {
@@ -85,8 +93,24 @@ pub fn run(args: ServerArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> 
             },
             None => None,
         };
+        let kafka = match kafka_listen {
+            Some(addr) => match strom_kafka::serve(server.services(), &addr).await {
+                Ok(k) => {
+                    eprintln!("strom kafka listening on {}", k.addr());
+                    Some(k)
+                }
+                Err(e) => {
+                    server.shutdown().await;
+                    return Err(e.into());
+                }
+            },
+            None => None,
+        };
         wait_for_signal().await?;
         tracing::info!("shutting down");
+        if let Some(k) = kafka {
+            k.shutdown().await;
+        }
         if let Some(h) = http {
             h.shutdown().await;
         }

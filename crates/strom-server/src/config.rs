@@ -68,6 +68,10 @@ pub struct ServerConfig {
     /// JSON API), e.g. `127.0.0.1:9464`; port 0 picks a free port. None
     /// (the default) serves no HTTP.
     pub http_listen: Option<String>,
+    /// Address of the Kafka wire-protocol front end (`strom-kafka`, see
+    /// docs/kafka.md), e.g. `127.0.0.1:9092`; port 0 picks a free port.
+    /// None (the default) serves no Kafka protocol.
+    pub kafka_listen: Option<String>,
 }
 
 impl Default for ServerConfig {
@@ -95,6 +99,7 @@ impl Default for ServerConfig {
             max_connection_buffer_bytes: 256 << 20,
             producer_lease_ms: 10_000,
             http_listen: None,
+            kafka_listen: None,
         }
     }
 }
@@ -163,6 +168,9 @@ impl ServerConfig {
         }
         if let Some(h) = &self.http_listen {
             check_socket_addr("http_listen", h)?;
+        }
+        if let Some(k) = &self.kafka_listen {
+            check_socket_addr("kafka_listen", k)?;
         }
         let (lo, hi) = crate::registry::LEASE_RANGE_MS;
         if !(lo..=hi).contains(&self.producer_lease_ms) {

@@ -31,4 +31,10 @@ pub use group::{read_group_file, write_group_file};
 pub use launch::{rank_from_env, rendezvous_file};
 pub use server::{Server, ServerHandle};
 pub use service::Services;
+// What other front ends (strom-kafka) need to produce into and read from
+// hosted partitions through `Services`: the checked batch, the partition
+// manager the data service hands out, and the sinks a long poll parks.
+pub use batch::ValidBatch;
+pub use partition::PartitionManager;
+pub use sink::{BatchSink, Waiters};
 pub use strom_net::Transports;

@@ -1,0 +1,288 @@
+//! `Metadata`, `CreateTopics`, `DeleteTopics` and `InitProducerId` over
+//! the registry (`ControlService`). The registry lives on the master
+//! (member 0); another member asks it for `Metadata` over the native
+//! protocol and answers `NOT_CONTROLLER` to topic administration.
+//!
+//! The broker list holds this server alone, at its Kafka address: members
+//! do not publish Kafka addresses to each other yet. A partition hosted by
+//! another member is listed with `LEADER_NOT_AVAILABLE` (docs/kafka.md).
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
+use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
+use kafka_protocol::messages::metadata_response::{
+    MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
+};
+use kafka_protocol::messages::{
+    ApiKey, BrokerId, CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest,
+    DeleteTopicsResponse, InitProducerIdRequest, InitProducerIdResponse, MetadataRequest,
+    MetadataResponse, ProducerId, TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
+use strom_proto::{PartitionStatus, Request, Response, TopicInfo, TopicSpec};
+use strom_server::ServerError;
+
+use crate::api::{decode, ready, Ctx};
+use crate::conn::{respond, Reply};
+use crate::error::{kafka_code, kcode, FrameError};
+use crate::guard;
+
+fn name(s: &str) -> TopicName {
+    TopicName(StrBytes::from_string(s.to_string()))
+}
+
+fn str_of(s: &StrBytes) -> String {
+    s.as_str().to_string()
+}
+
+/// Where the registry master listens, for a member that is not it: from
+/// the group file it joined through, or the launched group's files.
+fn master_addr(ctx: &Ctx) -> Option<String> {
+    let config = &ctx.services.config;
+    let from_file = |p: &std::path::Path| {
+        let g = strom_server::read_group_file(p).ok()?;
+        g.members
+            .iter()
+            .find(|m| m.id == g.master)
+            .map(|m| m.addr.clone())
+    };
+    if let Some(j) = &config.join {
+        return from_file(j);
+    }
+    let g = config.group_file.as_ref()?;
+    from_file(g).or_else(|| {
+        std::fs::read_to_string(strom_server::rendezvous_file(g))
+            .ok()
+            .map(|s| s.trim().to_string())
+    })
+}
+
+/// Asks the master (this server, or over the native protocol).
+async fn ask_master(ctx: &Ctx, req: Request) -> Result<Vec<TopicInfo>, i16> {
+    let addr = master_addr(ctx).ok_or(kcode::NOT_CONTROLLER)?;
+    match ctx.services.control.link().peers().call(&addr, &req).await {
+        Ok(Response::Topics(t)) => Ok(t),
+        Ok(Response::Topic(t)) => Ok(vec![t]),
+        Ok(Response::Error { code, .. }) => Err(kafka_code(&ServerError::coded(code, ""))),
+        Ok(_) => Err(kcode::UNKNOWN_SERVER_ERROR),
+        Err(e) => {
+            tracing::warn!(master = %addr, error = %e, "Kafka Metadata: the registry master is unreachable");
+            Err(kcode::LEADER_NOT_AVAILABLE)
+        }
+    }
+}
+
+/// The topics a `Metadata` request may see: all of them, or those named.
+async fn topics(ctx: &Ctx, wanted: &Option<Vec<String>>) -> Vec<Result<TopicInfo, (String, i16)>> {
+    let Ok(reg) = ctx.services.control.registry() else {
+        // Not the master: ask it.
+        return match wanted {
+            None => match ask_master(ctx, Request::ListTopics).await {
+                Ok(t) => t.into_iter().map(Ok).collect(),
+                Err(_) => Vec::new(),
+            },
+            Some(names) => {
+                let mut out = Vec::with_capacity(names.len());
+                for n in names {
+                    let req = Request::DescribeTopic {
+                        name: n.clone(),
+                        offsets: false,
+                    };
+                    out.push(match ask_master(ctx, req).await {
+                        Ok(mut t) if !t.is_empty() => Ok(t.swap_remove(0)),
+                        Ok(_) => Err((n.clone(), kcode::UNKNOWN_TOPIC_OR_PARTITION)),
+                        Err(code) => Err((n.clone(), code)),
+                    });
+                }
+                out
+            }
+        };
+    };
+    match wanted {
+        None => reg.list().await.into_iter().map(Ok).collect(),
+        Some(names) => {
+            let mut out = Vec::with_capacity(names.len());
+            for n in names {
+                out.push(
+                    reg.describe(n, false)
+                        .await
+                        .map_err(|e| (n.clone(), kafka_code(&e))),
+                );
+            }
+            out
+        }
+    }
+}
+
+pub fn metadata(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply, FrameError> {
+    let req: MetadataRequest = decode("Metadata", guard::METADATA, v, false, body)?;
+    // Version 0 uses an empty list, not null, for "all topics".
+    let wanted: Option<Vec<String>> = match req.topics {
+        Some(t) if !(v == 0 && t.is_empty()) => Some(
+            t.iter()
+                .filter_map(|t| t.name.as_ref().map(|n| str_of(&n.0)))
+                .collect(),
+        ),
+        _ => None,
+    };
+    let ctx = ctx.clone();
+    Ok(Box::pin(async move {
+        let me = ctx.node_id();
+        let my_member = ctx.services.control.member();
+        let mut out = Vec::new();
+        for t in topics(&ctx, &wanted).await {
+            let topic = match t {
+                Err((n, code)) => MetadataResponseTopic::default()
+                    .with_name(Some(name(&n)))
+                    .with_error_code(code),
+                Ok(info) => {
+                    let partitions = info
+                        .partitions
+                        .iter()
+                        .map(|p| {
+                            let here =
+                                p.member == my_member && matches!(p.status, PartitionStatus::Ok);
+                            let mut mp = MetadataResponsePartition::default()
+                                .with_partition_index(p.id as i32);
+                            if here {
+                                mp = mp
+                                    .with_leader_id(BrokerId(me))
+                                    .with_replica_nodes(vec![BrokerId(me)])
+                                    .with_isr_nodes(vec![BrokerId(me)]);
+                            } else {
+                                mp = mp
+                                    .with_error_code(kcode::LEADER_NOT_AVAILABLE)
+                                    .with_leader_id(BrokerId(-1));
+                            }
+                            if v >= 7 {
+                                mp = mp.with_leader_epoch(0);
+                            }
+                            mp
+                        })
+                        .collect();
+                    MetadataResponseTopic::default()
+                        .with_name(Some(name(&info.spec.name)))
+                        .with_partitions(partitions)
+                }
+            };
+            out.push(topic);
+        }
+        let broker = MetadataResponseBroker::default()
+            .with_node_id(BrokerId(me))
+            .with_host(StrBytes::from_string(ctx.host.clone()))
+            .with_port(ctx.port);
+        let mut resp = MetadataResponse::default()
+            .with_brokers(vec![broker])
+            .with_topics(out);
+        if v >= 1 {
+            resp = resp.with_controller_id(BrokerId(me));
+        }
+        if v >= 2 {
+            resp = resp.with_cluster_id(Some(StrBytes::from_static_str("strom")));
+        }
+        Some(respond(ApiKey::Metadata, v, c, &resp))
+    }))
+}
+
+pub fn create_topics(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply, FrameError> {
+    let req: CreateTopicsRequest = decode("CreateTopics", guard::CREATE_TOPICS, v, false, body)?;
+    let ctx = ctx.clone();
+    Ok(Box::pin(async move {
+        let mut results = Vec::with_capacity(req.topics.len());
+        for t in &req.topics {
+            let n = str_of(&t.name.0);
+            let partitions = if t.num_partitions == -1 {
+                1
+            } else {
+                t.num_partitions
+            };
+            let outcome: Result<(), (i16, String)> = if partitions < 1 {
+                Err((
+                    kcode::INVALID_PARTITIONS,
+                    "num_partitions must be at least 1".into(),
+                ))
+            } else if !(t.replication_factor == -1 || t.replication_factor == 1) {
+                Err((
+                    kcode::INVALID_REPLICATION_FACTOR,
+                    "Strom partitions are not replicated yet: use replication factor 1 or -1"
+                        .into(),
+                ))
+            } else if !t.assignments.is_empty() {
+                Err((
+                    kcode::INVALID_REQUEST,
+                    "manual replica assignment is not supported".into(),
+                ))
+            } else if req.validate_only {
+                Ok(())
+            } else {
+                match ctx.services.control.registry() {
+                    Err(e) => Err((kafka_code(&e), e.to_string())),
+                    Ok(reg) => reg
+                        .create(TopicSpec::new(n.clone(), partitions as u32), None)
+                        .await
+                        .map(|_| ())
+                        .map_err(|e| (kafka_code(&e), e.to_string())),
+                }
+            };
+            let mut r = CreatableTopicResult::default().with_name(name(&n));
+            if let Err((code, msg)) = outcome {
+                tracing::info!(topic = %n, code, error = %msg, "Kafka CreateTopics refused");
+                r = r.with_error_code(code);
+                if v >= 1 {
+                    r = r.with_error_message(Some(StrBytes::from_string(msg)));
+                }
+            }
+            results.push(r);
+        }
+        let resp = CreateTopicsResponse::default().with_topics(results);
+        Some(respond(ApiKey::CreateTopics, v, c, &resp))
+    }))
+}
+
+pub fn delete_topics(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply, FrameError> {
+    let req: DeleteTopicsRequest = decode("DeleteTopics", guard::DELETE_TOPICS, v, false, body)?;
+    let ctx = ctx.clone();
+    Ok(Box::pin(async move {
+        let mut results = Vec::with_capacity(req.topic_names.len());
+        for t in &req.topic_names {
+            let n = str_of(&t.0);
+            let code = match ctx.services.control.registry() {
+                Err(e) => kafka_code(&e),
+                Ok(reg) => match reg.delete(&n).await {
+                    Ok(()) => kcode::NONE,
+                    Err(e) => {
+                        tracing::info!(topic = %n, error = %e, "Kafka DeleteTopics refused");
+                        kafka_code(&e)
+                    }
+                },
+            };
+            results.push(
+                DeletableTopicResult::default()
+                    .with_name(Some(name(&n)))
+                    .with_error_code(code),
+            );
+        }
+        let resp = DeleteTopicsResponse::default().with_responses(results);
+        Some(respond(ApiKey::DeleteTopics, v, c, &resp))
+    }))
+}
+
+/// Hands out a fresh producer id (epoch 0). Ids start from the server's
+/// start time in seconds shifted left by 20, so a restarted server does not
+/// reuse an id a client still holds. Transactional ids are refused.
+pub fn init_producer_id(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply, FrameError> {
+    let req: InitProducerIdRequest =
+        decode("InitProducerId", guard::INIT_PRODUCER_ID, v, false, body)?;
+    let resp = if req.transactional_id.is_some() {
+        InitProducerIdResponse::default().with_error_code(kcode::UNSUPPORTED_VERSION)
+    } else {
+        let id = ctx.next_producer_id.fetch_add(1, Ordering::Relaxed);
+        InitProducerIdResponse::default()
+            .with_producer_id(ProducerId(id))
+            .with_producer_epoch(0)
+    };
+    Ok(ready(respond(ApiKey::InitProducerId, v, c, &resp)))
+}

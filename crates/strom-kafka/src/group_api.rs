@@ -1,0 +1,300 @@
+//! The group APIs: `FindCoordinator` (always this server), `JoinGroup`,
+//! `SyncGroup`, `Heartbeat` and `LeaveGroup` over [`crate::groups`], and
+//! `OffsetCommit` / `OffsetFetch` over Strom's consumer offsets: a Kafka
+//! group's committed offset on a partition is the Strom consumer offset
+//! under the group's name (`DataService::commit`, durable like any ack), so
+//! `strom topic describe` shows the group and its lag.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
+use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
+use kafka_protocol::messages::list_groups_response::ListedGroup;
+use kafka_protocol::messages::offset_commit_response::{
+    OffsetCommitResponsePartition, OffsetCommitResponseTopic,
+};
+use kafka_protocol::messages::offset_fetch_response::{
+    OffsetFetchResponsePartition, OffsetFetchResponseTopic,
+};
+use kafka_protocol::messages::{
+    ApiKey, BrokerId, FindCoordinatorRequest, FindCoordinatorResponse, HeartbeatRequest,
+    HeartbeatResponse, JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest, LeaveGroupResponse,
+    OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse,
+    SyncGroupRequest, SyncGroupResponse, TopicName,
+};
+use kafka_protocol::messages::{
+    DescribeGroupsRequest, DescribeGroupsResponse, GroupId, ListGroupsRequest, ListGroupsResponse,
+};
+use kafka_protocol::protocol::StrBytes;
+
+use crate::api::{decode, ready, Ctx};
+use crate::conn::{respond, Reply};
+use crate::error::{kafka_code, kcode, FrameError};
+use crate::groups::JoinRequest;
+use crate::guard;
+
+fn s(x: &StrBytes) -> String {
+    x.as_str().to_string()
+}
+
+fn sb(x: String) -> StrBytes {
+    StrBytes::from_string(x)
+}
+
+pub fn find_coordinator(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply, FrameError> {
+    let req: FindCoordinatorRequest =
+        decode("FindCoordinator", guard::FIND_COORDINATOR, v, false, body)?;
+    let resp = if req.key_type != 0 {
+        // Transaction coordinators are not served.
+        FindCoordinatorResponse::default()
+            .with_error_code(15) // COORDINATOR_NOT_AVAILABLE
+            .with_node_id(BrokerId(-1))
+    } else {
+        FindCoordinatorResponse::default()
+            .with_node_id(BrokerId(ctx.node_id()))
+            .with_host(sb(ctx.host.clone()))
+            .with_port(ctx.port)
+    };
+    Ok(ready(respond(ApiKey::FindCoordinator, v, c, &resp)))
+}
+
+pub fn join_group(
+    ctx: &Arc<Ctx>,
+    v: i16,
+    c: i32,
+    client_id: Option<String>,
+    body: Bytes,
+) -> Result<Reply, FrameError> {
+    let req: JoinGroupRequest = decode("JoinGroup", guard::JOIN_GROUP, v, false, body)?;
+    let session = Duration::from_millis(req.session_timeout_ms.max(0) as u64);
+    let rebalance = if v >= 1 {
+        Duration::from_millis(req.rebalance_timeout_ms.max(0) as u64)
+    } else {
+        session
+    };
+    let rx = ctx.groups.join(JoinRequest {
+        group: s(&req.group_id.0),
+        member_id: s(&req.member_id),
+        client_id: client_id.unwrap_or_else(|| "kafka".into()),
+        session,
+        rebalance,
+        protocol_type: s(&req.protocol_type),
+        protocols: req
+            .protocols
+            .iter()
+            .map(|p| (s(&p.name), p.metadata.clone()))
+            .collect(),
+    });
+    Ok(Box::pin(async move {
+        let j = rx.await.ok()?;
+        let members = j
+            .members
+            .into_iter()
+            .map(|(id, meta)| {
+                JoinGroupResponseMember::default()
+                    .with_member_id(sb(id))
+                    .with_metadata(meta)
+            })
+            .collect();
+        let resp = JoinGroupResponse::default()
+            .with_error_code(j.error)
+            .with_generation_id(j.generation)
+            .with_protocol_name(Some(sb(j.protocol)))
+            .with_leader(sb(j.leader))
+            .with_member_id(sb(j.member_id))
+            .with_members(members);
+        Some(respond(ApiKey::JoinGroup, v, c, &resp))
+    }))
+}
+
+pub fn sync_group(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply, FrameError> {
+    let req: SyncGroupRequest = decode("SyncGroup", guard::SYNC_GROUP, v, false, body)?;
+    let assignments = req
+        .assignments
+        .iter()
+        .map(|a| (s(&a.member_id), a.assignment.clone()))
+        .collect();
+    let rx = ctx.groups.sync(
+        req.group_id.0.as_str(),
+        req.generation_id,
+        req.member_id.as_str(),
+        assignments,
+    );
+    Ok(Box::pin(async move {
+        let (error, assignment) = rx.await.ok()?;
+        let resp = SyncGroupResponse::default()
+            .with_error_code(error)
+            .with_assignment(assignment);
+        Some(respond(ApiKey::SyncGroup, v, c, &resp))
+    }))
+}
+
+pub fn heartbeat(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply, FrameError> {
+    let req: HeartbeatRequest = decode("Heartbeat", guard::HEARTBEAT, v, false, body)?;
+    let error = ctx.groups.heartbeat(
+        req.group_id.0.as_str(),
+        req.generation_id,
+        req.member_id.as_str(),
+    );
+    let resp = HeartbeatResponse::default().with_error_code(error);
+    Ok(ready(respond(ApiKey::Heartbeat, v, c, &resp)))
+}
+
+pub fn leave_group(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply, FrameError> {
+    let req: LeaveGroupRequest = decode("LeaveGroup", guard::LEAVE_GROUP, v, false, body)?;
+    let error = ctx
+        .groups
+        .leave(req.group_id.0.as_str(), req.member_id.as_str());
+    let resp = LeaveGroupResponse::default().with_error_code(error);
+    Ok(ready(respond(ApiKey::LeaveGroup, v, c, &resp)))
+}
+
+pub fn offset_commit(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply, FrameError> {
+    let req: OffsetCommitRequest = decode("OffsetCommit", guard::OFFSET_COMMIT, v, false, body)?;
+    let ctx = ctx.clone();
+    Ok(Box::pin(async move {
+        let group = s(&req.group_id.0);
+        let allowed = ctx.groups.check_commit(
+            &group,
+            req.generation_id_or_member_epoch,
+            req.member_id.as_str(),
+        );
+        let mut topics = Vec::with_capacity(req.topics.len());
+        for t in &req.topics {
+            let name = s(&t.name.0);
+            let mut parts = Vec::with_capacity(t.partitions.len());
+            for p in &t.partitions {
+                let code = if allowed != kcode::NONE {
+                    allowed
+                } else {
+                    commit(&ctx, &name, p.partition_index, &group, p.committed_offset).await
+                };
+                parts.push(
+                    OffsetCommitResponsePartition::default()
+                        .with_partition_index(p.partition_index)
+                        .with_error_code(code),
+                );
+            }
+            topics.push(
+                OffsetCommitResponseTopic::default()
+                    .with_name(TopicName(sb(name)))
+                    .with_partitions(parts),
+            );
+        }
+        let resp = OffsetCommitResponse::default().with_topics(topics);
+        Some(respond(ApiKey::OffsetCommit, v, c, &resp))
+    }))
+}
+
+/// Records `offset` as `group`'s position on a partition (a Strom ack).
+async fn commit(ctx: &Ctx, topic: &str, index: i32, group: &str, offset: i64) -> i16 {
+    let (Ok(index), Ok(offset)) = (u32::try_from(index), u64::try_from(offset)) else {
+        return kcode::OFFSET_OUT_OF_RANGE;
+    };
+    let data = &ctx.services.data;
+    let p = match data.partition(topic, index) {
+        Ok(p) => p,
+        Err(e) => return kafka_code(&e),
+    };
+    match data.commit(p, group.to_string(), offset).await {
+        Ok(()) => kcode::NONE,
+        Err(e) => {
+            tracing::info!(group = %group, topic = %topic, partition = index, error = %e, "Kafka OffsetCommit refused");
+            kafka_code(&e)
+        }
+    }
+}
+
+pub fn offset_fetch(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply, FrameError> {
+    let req: OffsetFetchRequest = decode("OffsetFetch", guard::OFFSET_FETCH, v, false, body)?;
+    let group = s(&req.group_id.0);
+    let data = &ctx.services.data;
+    // (topic, [partition]). A request naming no topics (v2+: "all") gets
+    // none: the service layer lists offsets per partition, not per group.
+    let wanted: Vec<(String, Vec<i32>)> = req
+        .topics
+        .iter()
+        .flatten()
+        .map(|t| (s(&t.name.0), t.partition_indexes.clone()))
+        .collect();
+    let topics = wanted
+        .into_iter()
+        .map(|(name, parts)| {
+            let partitions = parts
+                .into_iter()
+                .map(|i| {
+                    let r = OffsetFetchResponsePartition::default().with_partition_index(i);
+                    let found = u32::try_from(i)
+                        .map_err(|_| kcode::UNKNOWN_TOPIC_OR_PARTITION)
+                        .and_then(|i| data.partition(&name, i).map_err(|e| kafka_code(&e)));
+                    match found {
+                        Ok(p) => {
+                            let o = p.offsets.get(&group).map_or(-1, |o| o as i64);
+                            r.with_committed_offset(o)
+                                .with_metadata(Some(sb(String::new())))
+                        }
+                        Err(code) => r.with_committed_offset(-1).with_error_code(code),
+                    }
+                })
+                .collect();
+            OffsetFetchResponseTopic::default()
+                .with_name(TopicName(sb(name)))
+                .with_partitions(partitions)
+        })
+        .collect();
+    let resp = OffsetFetchResponse::default().with_topics(topics);
+    Ok(ready(respond(ApiKey::OffsetFetch, v, c, &resp)))
+}
+
+pub fn list_groups(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply, FrameError> {
+    let _: ListGroupsRequest = decode("ListGroups", guard::LIST_GROUPS, v, false, body)?;
+    let groups = ctx
+        .groups
+        .list()
+        .into_iter()
+        .map(|(name, ptype, _)| {
+            ListedGroup::default()
+                .with_group_id(GroupId(sb(name)))
+                .with_protocol_type(sb(ptype))
+        })
+        .collect();
+    let resp = ListGroupsResponse::default().with_groups(groups);
+    Ok(ready(respond(ApiKey::ListGroups, v, c, &resp)))
+}
+
+pub fn describe_groups(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply, FrameError> {
+    let req: DescribeGroupsRequest =
+        decode("DescribeGroups", guard::DESCRIBE_GROUPS, v, false, body)?;
+    let groups = req
+        .groups
+        .iter()
+        .map(|name| {
+            let d = DescribedGroup::default().with_group_id(name.clone());
+            match ctx.groups.describe(name.0.as_str()) {
+                // Kafka's answer for a group it does not know.
+                None => d.with_group_state(StrBytes::from_static_str("Dead")),
+                Some(g) => {
+                    let members = g
+                        .members
+                        .into_iter()
+                        .map(|(id, client, sub, assignment)| {
+                            DescribedGroupMember::default()
+                                .with_member_id(sb(id))
+                                .with_client_id(sb(client))
+                                .with_member_metadata(sub)
+                                .with_member_assignment(assignment)
+                        })
+                        .collect();
+                    d.with_group_state(StrBytes::from_static_str(g.state))
+                        .with_protocol_type(sb(g.protocol_type))
+                        .with_protocol_data(sb(g.protocol))
+                        .with_members(members)
+                }
+            }
+        })
+        .collect();
+    let resp = DescribeGroupsResponse::default().with_groups(groups);
+    Ok(ready(respond(ApiKey::DescribeGroups, v, c, &resp)))
+}

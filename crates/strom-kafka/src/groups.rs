@@ -1,0 +1,533 @@
+//! The Kafka group coordinator (the classic protocol: JoinGroup, SyncGroup,
+//! Heartbeat, LeaveGroup), in memory on the server the clients'
+//! `FindCoordinator` names: this one.
+//!
+//! A rebalance starts when a member joins, leaves or misses its session;
+//! the others learn it from `REBALANCE_IN_PROGRESS` heartbeats and join
+//! again. It completes when every known member has joined (or, after the
+//! longest rebalance timeout, without those that did not): the generation
+//! goes up, the leader gets every member's subscription and computes the
+//! assignment on the client side (range, round-robin, sticky: whatever the
+//! clients agree on), and `SyncGroup` hands each member its part.
+//! Committed offsets are not kept here: they are Strom consumer offsets
+//! under the group's name (`group_api.rs`).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+use tokio::sync::oneshot;
+
+use crate::error::kcode;
+
+/// Kafka error codes of the group protocol.
+pub mod gcode {
+    pub const ILLEGAL_GENERATION: i16 = 22;
+    pub const INCONSISTENT_GROUP_PROTOCOL: i16 = 23;
+    pub const UNKNOWN_MEMBER_ID: i16 = 25;
+    pub const INVALID_SESSION_TIMEOUT: i16 = 26;
+    pub const REBALANCE_IN_PROGRESS: i16 = 27;
+}
+
+/// Session timeouts accepted (Kafka's broker defaults: 6 s to 30 min).
+const SESSION_RANGE: (Duration, Duration) =
+    (Duration::from_millis(1_000), Duration::from_secs(1_800));
+
+/// What a member learns when a rebalance completes.
+#[derive(Debug, Clone)]
+pub struct Joined {
+    pub error: i16,
+    pub generation: i32,
+    pub protocol: String,
+    pub leader: String,
+    pub member_id: String,
+    /// Every member's subscription, for the leader only.
+    pub members: Vec<(String, Bytes)>,
+}
+
+struct Member {
+    client_id: String,
+    session: Duration,
+    rebalance: Duration,
+    protocols: Vec<(String, Bytes)>,
+    last_seen: Instant,
+    join: Option<oneshot::Sender<Joined>>,
+    sync: Option<oneshot::Sender<(i16, Bytes)>>,
+    assignment: Bytes,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Empty,
+    Preparing { deadline: Instant },
+    Completing,
+    Stable,
+}
+
+struct Group {
+    state: State,
+    generation: i32,
+    protocol_type: String,
+    protocol: String,
+    leader: String,
+    members: BTreeMap<String, Member>,
+}
+
+impl Group {
+    fn new(protocol_type: String) -> Self {
+        Group {
+            state: State::Empty,
+            generation: 0,
+            protocol_type,
+            protocol: String::new(),
+            leader: String::new(),
+            members: BTreeMap::new(),
+        }
+    }
+
+    /// Starts a rebalance (if none is under way), then completes it if
+    /// every member has joined already.
+    fn rebalance(&mut self, now: Instant) {
+        if !matches!(self.state, State::Preparing { .. }) {
+            let wait = self
+                .members
+                .values()
+                .map(|m| m.rebalance)
+                .max()
+                .unwrap_or_default();
+            self.state = State::Preparing {
+                deadline: now + wait,
+            };
+            for m in self.members.values_mut() {
+                // A member waiting for its assignment must join again.
+                if let Some(tx) = m.sync.take() {
+                    let _ = tx.send((gcode::REBALANCE_IN_PROGRESS, Bytes::new()));
+                }
+            }
+        }
+        self.try_complete(now);
+    }
+
+    /// Completes a rebalance once every member has joined, or at the
+    /// deadline without those that did not.
+    fn try_complete(&mut self, now: Instant) {
+        let State::Preparing { deadline } = self.state else {
+            return;
+        };
+        // A member whose JoinGroup connection closed has not joined.
+        let joined = |m: &Member| m.join.as_ref().is_some_and(|tx| !tx.is_closed());
+        let all_joined = self.members.values().all(joined);
+        if !(all_joined || now >= deadline) {
+            return;
+        }
+        self.members.retain(|_, m| joined(m));
+        if self.members.is_empty() {
+            self.state = State::Empty;
+            return;
+        }
+        self.generation += 1;
+        if !self.members.contains_key(&self.leader) {
+            self.leader = self.members.keys().next().cloned().unwrap_or_default();
+        }
+        // The first of the leader's protocols that every member supports.
+        let chosen = self.members[&self.leader]
+            .protocols
+            .iter()
+            .map(|(n, _)| n.clone())
+            .find(|n| {
+                self.members
+                    .values()
+                    .all(|m| m.protocols.iter().any(|(x, _)| x == n))
+            });
+        let Some(protocol) = chosen else {
+            for (id, m) in std::mem::take(&mut self.members) {
+                if let Some(tx) = m.join {
+                    let _ = tx.send(Joined::error(gcode::INCONSISTENT_GROUP_PROTOCOL, &id));
+                }
+            }
+            self.state = State::Empty;
+            return;
+        };
+        self.protocol = protocol;
+        let subscriptions: Vec<(String, Bytes)> = self
+            .members
+            .iter()
+            .map(|(id, m)| {
+                let meta = m
+                    .protocols
+                    .iter()
+                    .find(|(n, _)| *n == self.protocol)
+                    .map(|(_, b)| b.clone())
+                    .unwrap_or_default();
+                (id.clone(), meta)
+            })
+            .collect();
+        for (id, m) in self.members.iter_mut() {
+            m.assignment = Bytes::new();
+            m.last_seen = now;
+            if let Some(tx) = m.join.take() {
+                let _ = tx.send(Joined {
+                    error: kcode::NONE,
+                    generation: self.generation,
+                    protocol: self.protocol.clone(),
+                    leader: self.leader.clone(),
+                    member_id: id.clone(),
+                    members: if *id == self.leader {
+                        subscriptions.clone()
+                    } else {
+                        Vec::new()
+                    },
+                });
+            }
+        }
+        self.state = State::Completing;
+        tracing::info!(generation = self.generation, leader = %self.leader, members = self.members.len(), protocol = %self.protocol, "Kafka group rebalanced");
+    }
+}
+
+impl State {
+    fn name(self) -> &'static str {
+        match self {
+            State::Empty => "Empty",
+            State::Preparing { .. } => "PreparingRebalance",
+            State::Completing => "CompletingRebalance",
+            State::Stable => "Stable",
+        }
+    }
+}
+
+/// One group as `DescribeGroups` shows it.
+pub struct Described {
+    pub state: &'static str,
+    pub protocol_type: String,
+    pub protocol: String,
+    /// (member id, client id, subscription, assignment)
+    pub members: Vec<(String, String, Bytes, Bytes)>,
+}
+
+impl Joined {
+    fn error(code: i16, member_id: &str) -> Self {
+        Joined {
+            error: code,
+            generation: -1,
+            protocol: String::new(),
+            leader: String::new(),
+            member_id: member_id.to_string(),
+            members: Vec::new(),
+        }
+    }
+}
+
+/// A JoinGroup request's content.
+pub struct JoinRequest {
+    pub group: String,
+    pub member_id: String,
+    pub client_id: String,
+    pub session: Duration,
+    pub rebalance: Duration,
+    pub protocol_type: String,
+    pub protocols: Vec<(String, Bytes)>,
+}
+
+/// Every Kafka group this server coordinates.
+#[derive(Default)]
+pub struct Coordinator {
+    groups: Mutex<HashMap<String, Group>>,
+    next_member: AtomicU64,
+}
+
+impl Coordinator {
+    /// Joins (or rejoins) a member; the answer comes when the rebalance
+    /// completes.
+    pub fn join(&self, r: JoinRequest) -> oneshot::Receiver<Joined> {
+        let (tx, rx) = oneshot::channel();
+        let now = Instant::now();
+        if r.session < SESSION_RANGE.0 || r.session > SESSION_RANGE.1 {
+            let _ = tx.send(Joined::error(gcode::INVALID_SESSION_TIMEOUT, &r.member_id));
+            return rx;
+        }
+        let mut groups = self.groups.lock();
+        let g = groups
+            .entry(r.group.clone())
+            .or_insert_with(|| Group::new(r.protocol_type.clone()));
+        if g.members.is_empty() {
+            g.protocol_type = r.protocol_type.clone();
+        } else if g.protocol_type != r.protocol_type {
+            let _ = tx.send(Joined::error(
+                gcode::INCONSISTENT_GROUP_PROTOCOL,
+                &r.member_id,
+            ));
+            return rx;
+        }
+        let id = if r.member_id.is_empty() {
+            let n = self.next_member.fetch_add(1, Ordering::Relaxed);
+            format!("{}-{n}", r.client_id)
+        } else if g.members.contains_key(&r.member_id) {
+            r.member_id.clone()
+        } else {
+            let _ = tx.send(Joined::error(gcode::UNKNOWN_MEMBER_ID, &r.member_id));
+            return rx;
+        };
+        let m = g.members.entry(id.clone()).or_insert_with(|| Member {
+            client_id: r.client_id.clone(),
+            session: r.session,
+            rebalance: r.rebalance,
+            protocols: Vec::new(),
+            last_seen: now,
+            join: None,
+            sync: None,
+            assignment: Bytes::new(),
+        });
+        m.session = r.session;
+        m.rebalance = r.rebalance;
+        m.protocols = r.protocols;
+        m.last_seen = now;
+        if let Some(old) = m.join.replace(tx) {
+            let _ = old.send(Joined::error(gcode::UNKNOWN_MEMBER_ID, &id));
+        }
+        tracing::debug!(group = %r.group, member = %id, "Kafka JoinGroup");
+        g.rebalance(now);
+        rx
+    }
+
+    /// A member's assignment for `generation`; the leader brings everyone's.
+    pub fn sync(
+        &self,
+        group: &str,
+        generation: i32,
+        member: &str,
+        assignments: Vec<(String, Bytes)>,
+    ) -> oneshot::Receiver<(i16, Bytes)> {
+        let (tx, rx) = oneshot::channel();
+        let mut groups = self.groups.lock();
+        let Some(g) = groups
+            .get_mut(group)
+            .filter(|g| g.members.contains_key(member))
+        else {
+            let _ = tx.send((gcode::UNKNOWN_MEMBER_ID, Bytes::new()));
+            return rx;
+        };
+        if generation != g.generation {
+            let _ = tx.send((gcode::ILLEGAL_GENERATION, Bytes::new()));
+            return rx;
+        }
+        match g.state {
+            State::Preparing { .. } | State::Empty => {
+                let _ = tx.send((gcode::REBALANCE_IN_PROGRESS, Bytes::new()));
+            }
+            State::Stable => {
+                let a = g.members[member].assignment.clone();
+                let _ = tx.send((kcode::NONE, a));
+            }
+            State::Completing => {
+                if let Some(m) = g.members.get_mut(member) {
+                    m.sync = Some(tx);
+                    m.last_seen = Instant::now();
+                }
+                if member == g.leader {
+                    for (id, a) in assignments {
+                        if let Some(m) = g.members.get_mut(&id) {
+                            m.assignment = a;
+                        }
+                    }
+                    g.state = State::Stable;
+                    for m in g.members.values_mut() {
+                        if let Some(tx) = m.sync.take() {
+                            let _ = tx.send((kcode::NONE, m.assignment.clone()));
+                        }
+                    }
+                }
+            }
+        }
+        rx
+    }
+
+    /// A member is alive; `REBALANCE_IN_PROGRESS` tells it to join again.
+    pub fn heartbeat(&self, group: &str, generation: i32, member: &str) -> i16 {
+        let mut groups = self.groups.lock();
+        let Some(g) = groups.get_mut(group) else {
+            return gcode::UNKNOWN_MEMBER_ID;
+        };
+        let Some(m) = g.members.get_mut(member) else {
+            return gcode::UNKNOWN_MEMBER_ID;
+        };
+        m.last_seen = Instant::now();
+        match g.state {
+            State::Preparing { .. } => gcode::REBALANCE_IN_PROGRESS,
+            _ if generation != g.generation => gcode::ILLEGAL_GENERATION,
+            _ => kcode::NONE,
+        }
+    }
+
+    /// A member leaves; the others rebalance.
+    pub fn leave(&self, group: &str, member: &str) -> i16 {
+        let mut groups = self.groups.lock();
+        let Some(g) = groups.get_mut(group) else {
+            return gcode::UNKNOWN_MEMBER_ID;
+        };
+        if g.members.remove(member).is_none() {
+            return gcode::UNKNOWN_MEMBER_ID;
+        }
+        tracing::info!(group = %group, member = %member, "Kafka group member left");
+        if g.members.is_empty() {
+            g.state = State::Empty;
+        } else {
+            g.rebalance(Instant::now());
+        }
+        kcode::NONE
+    }
+
+    /// Whether `member` may commit for `generation` (`-1`: a commit from
+    /// outside the group protocol, always accepted).
+    pub fn check_commit(&self, group: &str, generation: i32, member: &str) -> i16 {
+        if generation < 0 {
+            return kcode::NONE;
+        }
+        let groups = self.groups.lock();
+        let Some(g) = groups.get(group) else {
+            return gcode::UNKNOWN_MEMBER_ID;
+        };
+        if !g.members.contains_key(member) {
+            return gcode::UNKNOWN_MEMBER_ID;
+        }
+        match g.state {
+            State::Preparing { .. } => gcode::REBALANCE_IN_PROGRESS,
+            _ if generation != g.generation => gcode::ILLEGAL_GENERATION,
+            _ => kcode::NONE,
+        }
+    }
+
+    /// Every group: (name, protocol type, state).
+    pub fn list(&self) -> Vec<(String, String, &'static str)> {
+        let groups = self.groups.lock();
+        let mut out: Vec<_> = groups
+            .iter()
+            .map(|(n, g)| (n.clone(), g.protocol_type.clone(), g.state.name()))
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// One group, or `None` if this server does not know it.
+    pub fn describe(&self, group: &str) -> Option<Described> {
+        let groups = self.groups.lock();
+        let g = groups.get(group)?;
+        let members = g
+            .members
+            .iter()
+            .map(|(id, m)| {
+                let sub = m
+                    .protocols
+                    .iter()
+                    .find(|(n, _)| *n == g.protocol)
+                    .map(|(_, b)| b.clone())
+                    .unwrap_or_default();
+                (id.clone(), m.client_id.clone(), sub, m.assignment.clone())
+            })
+            .collect();
+        Some(Described {
+            state: g.state.name(),
+            protocol_type: g.protocol_type.clone(),
+            protocol: g.protocol.clone(),
+            members,
+        })
+    }
+
+    /// Removes members whose session expired and completes rebalances past
+    /// their deadline. Run periodically.
+    pub fn tick(&self) {
+        let now = Instant::now();
+        let mut groups = self.groups.lock();
+        for (name, g) in groups.iter_mut() {
+            let before = g.members.len();
+            g.members.retain(|id, m| {
+                let waiting = m.join.as_ref().is_some_and(|tx| !tx.is_closed());
+                let alive = waiting || now.duration_since(m.last_seen) <= m.session;
+                if !alive {
+                    tracing::info!(group = %name, member = %id, "Kafka group member's session expired");
+                }
+                alive
+            });
+            if g.members.len() != before {
+                if g.members.is_empty() {
+                    g.state = State::Empty;
+                } else {
+                    g.rebalance(now);
+                }
+            }
+            g.try_complete(now);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(member: &str) -> JoinRequest {
+        JoinRequest {
+            group: "g".into(),
+            member_id: member.into(),
+            client_id: "c".into(),
+            session: Duration::from_secs(10),
+            rebalance: Duration::from_secs(10),
+            protocol_type: "consumer".into(),
+            protocols: vec![("range".into(), Bytes::from_static(b"sub"))],
+        }
+    }
+
+    #[test]
+    fn two_members_join_sync_and_rebalance_when_one_leaves() {
+        let c = Coordinator::default();
+        let a = c
+            .join(req(""))
+            .try_recv()
+            .expect("alone: completes at once");
+        assert_eq!((a.error, a.generation), (kcode::NONE, 1));
+        assert_eq!(a.leader, a.member_id);
+        // A second member: a rebalance; the first learns it by heartbeat.
+        let mut b_rx = c.join(req(""));
+        assert!(b_rx.try_recv().is_err(), "waits for the first to rejoin");
+        assert_eq!(
+            c.heartbeat("g", 1, &a.member_id),
+            gcode::REBALANCE_IN_PROGRESS
+        );
+        let a2 = c.join(req(&a.member_id)).try_recv().expect("completes");
+        let b = b_rx.try_recv().expect("completes");
+        assert_eq!((a2.generation, b.generation), (2, 2));
+        assert_eq!(a2.members.len(), 2, "the leader gets the subscriptions");
+        assert!(b.members.is_empty());
+        // The follower waits for the leader's assignment.
+        let mut fb = c.sync("g", 2, &b.member_id, vec![]);
+        assert!(fb.try_recv().is_err());
+        let la = c.sync(
+            "g",
+            2,
+            &a.member_id,
+            vec![
+                (a.member_id.clone(), Bytes::from_static(b"A")),
+                (b.member_id.clone(), Bytes::from_static(b"B")),
+            ],
+        );
+        assert_eq!(
+            la.blocking_recv().expect("answer").1,
+            Bytes::from_static(b"A")
+        );
+        assert_eq!(fb.try_recv().expect("answer").1, Bytes::from_static(b"B"));
+        assert_eq!(c.heartbeat("g", 2, &b.member_id), kcode::NONE);
+        // One leaves: the other is told to rejoin and is alone at gen 3.
+        assert_eq!(c.leave("g", &a.member_id), kcode::NONE);
+        assert_eq!(
+            c.heartbeat("g", 2, &b.member_id),
+            gcode::REBALANCE_IN_PROGRESS
+        );
+        let b3 = c.join(req(&b.member_id)).try_recv().expect("completes");
+        assert_eq!((b3.generation, b3.leader.clone()), (3, b.member_id.clone()));
+        assert_eq!(
+            c.check_commit("g", 2, &b.member_id),
+            gcode::ILLEGAL_GENERATION
+        );
+    }
+}

@@ -1,0 +1,121 @@
+//! Idempotent producers: per (producer id, topic, partition), the next
+//! sequence number expected and the offsets of the last five batches, kept
+//! in memory. A retried batch (its sequence already seen) is not appended
+//! again: it is answered with the offset it got the first time, or
+//! `DUPLICATE_SEQUENCE_NUMBER` (which librdkafka treats as success) when
+//! that is no longer known; a gap is answered `OUT_OF_ORDER_SEQUENCE_NUMBER`.
+//! After a server restart, or a failed append, the next batch starts afresh.
+
+use std::collections::{HashMap, VecDeque};
+
+use parking_lot::Mutex;
+
+/// Batches whose offsets are remembered per producer and partition (as
+/// Kafka does, for `max.in.flight` up to 5).
+const RECENT: usize = 5;
+/// Most (producer, partition) pairs tracked; past it the table restarts.
+const MAX_ENTRIES: usize = 100_000;
+
+pub const DUPLICATE_SEQUENCE_NUMBER: i16 = 46;
+pub const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
+
+type Key = (i64, String, u32);
+
+#[derive(Default)]
+struct Entry {
+    next: i32,
+    /// (base sequence, base offset once appended).
+    recent: VecDeque<(i32, Option<u64>)>,
+}
+
+/// What to do with a batch of an idempotent producer.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Check {
+    /// Append it.
+    Fresh,
+    /// Already appended at this offset.
+    Duplicate(Option<u64>),
+    /// A gap in the sequence: refuse it.
+    OutOfOrder { expected: i32 },
+}
+
+#[derive(Default)]
+pub struct Sequences {
+    map: Mutex<HashMap<Key, Entry>>,
+}
+
+impl Sequences {
+    /// Checks a batch of `count` records starting at `base_seq`; a fresh
+    /// one is recorded as sent.
+    pub fn check(&self, pid: i64, topic: &str, part: u32, base_seq: i32, count: i32) -> Check {
+        let mut map = self.map.lock();
+        if map.len() >= MAX_ENTRIES {
+            map.clear();
+        }
+        let e = map.entry((pid, topic.to_string(), part)).or_default();
+        let fresh = e.recent.is_empty() || base_seq == e.next;
+        if !fresh {
+            if base_seq < e.next {
+                let known = e
+                    .recent
+                    .iter()
+                    .find(|(s, _)| *s == base_seq)
+                    .and_then(|(_, o)| *o);
+                return Check::Duplicate(known);
+            }
+            return Check::OutOfOrder { expected: e.next };
+        }
+        e.next = base_seq.wrapping_add(count);
+        e.recent.push_back((base_seq, None));
+        if e.recent.len() > RECENT {
+            e.recent.pop_front();
+        }
+        Check::Fresh
+    }
+
+    /// Records where a fresh batch was appended, or forgets the producer's
+    /// state on this partition if the append failed.
+    pub fn appended(&self, pid: i64, topic: &str, part: u32, base_seq: i32, offset: Option<u64>) {
+        let mut map = self.map.lock();
+        let key = (pid, topic.to_string(), part);
+        match offset {
+            None => {
+                map.remove(&key);
+            }
+            Some(o) => {
+                if let Some(e) = map.get_mut(&key) {
+                    if let Some(r) = e.recent.iter_mut().find(|(s, _)| *s == base_seq) {
+                        r.1 = Some(o);
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_retried_batch_is_a_duplicate_with_its_first_offset() {
+        let s = Sequences::default();
+        assert_eq!(s.check(7, "t", 0, 0, 10), Check::Fresh);
+        s.appended(7, "t", 0, 0, Some(100));
+        assert_eq!(s.check(7, "t", 0, 10, 5), Check::Fresh);
+        // The response to the second was lost; the client retries both.
+        assert_eq!(s.check(7, "t", 0, 0, 10), Check::Duplicate(Some(100)));
+        assert_eq!(s.check(7, "t", 0, 10, 5), Check::Duplicate(None));
+        assert_eq!(
+            s.check(7, "t", 0, 20, 1),
+            Check::OutOfOrder { expected: 15 }
+        );
+        assert_eq!(s.check(7, "t", 0, 15, 1), Check::Fresh);
+        // Another partition or producer is independent.
+        assert_eq!(s.check(7, "t", 1, 0, 1), Check::Fresh);
+        assert_eq!(s.check(8, "t", 0, 0, 1), Check::Fresh);
+        // A failed append forgets: the retry is appended.
+        s.appended(7, "t", 0, 15, None);
+        assert_eq!(s.check(7, "t", 0, 15, 1), Check::Fresh);
+    }
+}

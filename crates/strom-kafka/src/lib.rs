@@ -1,0 +1,159 @@
+//! Strom's Kafka wire-protocol front end: Kafka clients (kcat, librdkafka,
+//! confluent-kafka) produce to and consume from Strom topics, one more
+//! front end over the service layer (`strom_server::Services`). It decodes
+//! Kafka requests, calls the same typed data and control operations the
+//! native front end calls, and encodes Kafka responses; it never touches
+//! the registry state or storage except through them, and it must never
+//! depend on the client or CLI crates.
+//!
+//! - `conn`: framing (size-capped), the request header, ordered responses.
+//! - `guard`: checks every count and length of a request body before
+//!   `kafka-protocol` decodes it.
+//! - `api`: dispatch, `ApiVersions`, unsupported keys and versions.
+//! - `admin`: `Metadata`, `CreateTopics`, `DeleteTopics`, `InitProducerId`.
+//! - `produce`, `records`, `mapping`: record batches in, events out;
+//!   `idempotence`: retried batches of idempotent producers.
+//! - `fetch`, `encode`: `Fetch` with long polling, `ListOffsets`; stored
+//!   batches out as record batches.
+//! - `groups`, `group_api`: the classic group protocol (coordinator in
+//!   memory) and committed offsets as Strom consumer offsets.
+//!
+//! Started beside the native front end by `strom server --kafka-listen`
+//! (docs/kafka.md).
+
+mod admin;
+mod api;
+mod conn;
+mod encode;
+pub mod error;
+mod fetch;
+mod group_api;
+mod groups;
+pub mod guard;
+mod idempotence;
+pub mod mapping;
+mod produce;
+pub mod records;
+
+use std::net::SocketAddr;
+use std::sync::atomic::AtomicI64;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use strom_server::Services;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+pub use api::{check_request, SUPPORTED};
+pub use error::KafkaError;
+
+/// How often group sessions and rebalance deadlines are checked.
+const GROUP_TICK: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// A running Kafka listener.
+pub struct KafkaHandle {
+    addr: SocketAddr,
+    stop: watch::Sender<bool>,
+    task: JoinHandle<()>,
+}
+
+impl KafkaHandle {
+    /// The address bound (with the port picked, for port 0).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Stops accepting connections. Open connections end with the runtime.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        let _ = self.task.await;
+    }
+}
+
+/// The host `Metadata` names as this broker: the configured host, unless
+/// it is a wildcard (`0.0.0.0`, `::`); then the native listener's host if
+/// that one is specific, else `localhost`.
+fn advertised_host(configured: &str, local: SocketAddr, native: &str) -> String {
+    let host = |a: &str| {
+        a.rsplit_once(':')
+            .map(|(h, _)| h.trim_matches(['[', ']']).to_string())
+    };
+    if !local.ip().is_unspecified() {
+        return host(configured).unwrap_or_else(|| local.ip().to_string());
+    }
+    let n = native.strip_prefix("tcp://").unwrap_or(native);
+    match host(n) {
+        Some(h) if !h.is_empty() && h != "0.0.0.0" && h != "::" => h,
+        _ => "localhost".to_string(),
+    }
+}
+
+/// Binds `addr` (`HOST:PORT`) and serves the Kafka protocol over
+/// `services` until [`KafkaHandle::shutdown`]. At most `max_connections`
+/// Kafka connections are served at once (a limit of its own, beside the
+/// native front end's); each is one task.
+pub async fn serve(services: Arc<Services>, addr: &str) -> Result<KafkaHandle, KafkaError> {
+    let bind_err = |source| KafkaError::Bind {
+        addr: addr.to_string(),
+        source,
+    };
+    let listener = TcpListener::bind(addr).await.map_err(bind_err)?;
+    let local = listener.local_addr().map_err(bind_err)?;
+    let host = advertised_host(addr, local, services.control.addr());
+    let start_s = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0);
+    let ctx = Arc::new(api::Ctx {
+        services,
+        host,
+        port: i32::from(local.port()),
+        next_producer_id: AtomicI64::new(start_s << 20),
+        groups: Default::default(),
+        sequences: Default::default(),
+    });
+    let slots = Arc::new(tokio::sync::Semaphore::new(
+        ctx.services.config.max_connections as usize,
+    ));
+    let (stop, mut stopped) = watch::channel(false);
+    let task = tokio::spawn(async move {
+        let mut refused = 0u64;
+        let mut tick = tokio::time::interval(GROUP_TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                c = listener.accept() => match c {
+                    Ok((sock, peer)) => match slots.clone().try_acquire_owned() {
+                        Ok(slot) => {
+                            tracing::debug!(peer = %peer, "Kafka connection");
+                            let ctx = ctx.clone();
+                            tokio::spawn(async move {
+                                conn::serve(sock, peer, ctx).await;
+                                drop(slot);
+                            });
+                        }
+                        Err(_) => {
+                            refused += 1;
+                            if refused.is_power_of_two() {
+                                tracing::warn!(peer = %peer, refused, limit = ctx.services.config.max_connections, "Kafka connection limit reached; closing new connections (max_connections)");
+                            }
+                        }
+                    },
+                    Err(e) => {
+                        tracing::warn!(error = %e, "Kafka accept failed");
+                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    }
+                },
+                _ = tick.tick() => ctx.groups.tick(),
+                _ = stopped.changed() => break,
+            }
+        }
+    });
+    tracing::info!(addr = %local, "strom kafka listening");
+    Ok(KafkaHandle {
+        addr: local,
+        stop,
+        task,
+    })
+}

@@ -1,0 +1,172 @@
+//! `Produce`: each partition's record batches become one Strom batch (one
+//! event per record, see `mapping.rs`), appended through `DataService` in
+//! the order the requests arrived. The answer waits for every append's
+//! reply, which comes once the batch is durable as the topic promises
+//! (`acks` 1 and -1 alike); `acks = 0` gets no answer, as in Kafka. A
+//! retried batch of an idempotent producer is not appended twice
+//! (`idempotence.rs`).
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse, TopicName};
+use kafka_protocol::protocol::StrBytes;
+use strom_proto::BatchBuilder;
+use strom_server::ValidBatch;
+use tokio::sync::oneshot;
+
+use crate::api::{decode, Ctx};
+use crate::conn::{respond, Reply};
+use crate::error::{kafka_code, kcode, FrameError};
+use crate::guard;
+use crate::idempotence::{Check, DUPLICATE_SEQUENCE_NUMBER, OUT_OF_ORDER_SEQUENCE_NUMBER};
+use crate::mapping::record_meta;
+use crate::records;
+
+/// How one partition's part of a request ends: an offset, or an error.
+enum Outcome {
+    Now(i16),
+    /// Already appended at this offset (a retried idempotent batch).
+    Done(u64),
+    Pending(oneshot::Receiver<Result<u64, i16>>),
+}
+
+/// An idempotent producer's batch: producer id and base sequence.
+type Idem = Option<(i64, i32, i32)>;
+
+/// Builds the Strom batch for one partition's record set, with the
+/// producer id, base sequence and record count of an idempotent producer.
+fn batch(records: Bytes, max_bytes: u64) -> Result<Option<(ValidBatch, Idem)>, i16> {
+    let batches = records::parse(records, max_bytes).map_err(|e| {
+        tracing::info!(error = %e, "Kafka produce: refused record set");
+        match e {
+            records::RecordError::TooLarge(_) => kcode::MESSAGE_TOO_LARGE,
+            _ => kcode::CORRUPT_MESSAGE,
+        }
+    })?;
+    let mut b = BatchBuilder::new();
+    let mut data = Vec::new();
+    for r in batches.iter().flat_map(|b| b.records.iter()) {
+        let value = r.value.clone().unwrap_or_default();
+        b.push(&record_meta(r), &[], value.len() as u64);
+        if !value.is_empty() {
+            data.push(value);
+        }
+    }
+    if b.is_empty() {
+        return Ok(None);
+    }
+    let count = b.count();
+    let idem = batches
+        .first()
+        .filter(|f| f.producer_id >= 0 && f.base_sequence >= 0)
+        .map(|f| (f.producer_id, f.base_sequence, count as i32));
+    ValidBatch::check(count, b.finish(), data)
+        .map(|v| Some((v, idem)))
+        .map_err(|_| kcode::CORRUPT_MESSAGE)
+}
+
+pub fn produce(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply, FrameError> {
+    let req: ProduceRequest = decode("Produce", guard::PRODUCE, v, false, body)?;
+    let svc = &ctx.services;
+    let max = svc.config.max_batch_bytes;
+    let mut topics = Vec::with_capacity(req.topic_data.len());
+    for t in req.topic_data {
+        let topic = t.name.0.as_str().to_string();
+        let mut parts = Vec::with_capacity(t.partition_data.len());
+        for pd in t.partition_data {
+            let outcome = match (u32::try_from(pd.index), pd.records) {
+                (Err(_), _) => Outcome::Now(kcode::UNKNOWN_TOPIC_OR_PARTITION),
+                (_, None) => Outcome::Now(kcode::CORRUPT_MESSAGE),
+                (Ok(index), Some(records)) => match svc.data.partition(&topic, index) {
+                    Err(e) => {
+                        tracing::info!(topic = %topic, partition = index, error = %e, "Kafka produce: partition not served here");
+                        Outcome::Now(kafka_code(&e))
+                    }
+                    Ok(p) => match batch(records, max) {
+                        Err(code) => Outcome::Now(code),
+                        Ok(None) => Outcome::Now(kcode::NONE),
+                        Ok(Some((b, idem))) => {
+                            let check = idem.map(|(pid, seq, n)| {
+                                ctx.sequences.check(pid, &topic, index, seq, n)
+                            });
+                            match check {
+                                Some(Check::Duplicate(Some(o))) => Outcome::Done(o),
+                                Some(Check::Duplicate(None)) => {
+                                    Outcome::Now(DUPLICATE_SEQUENCE_NUMBER)
+                                }
+                                Some(Check::OutOfOrder { expected }) => {
+                                    tracing::info!(topic = %topic, partition = index, expected, "Kafka produce: sequence gap");
+                                    Outcome::Now(OUT_OF_ORDER_SEQUENCE_NUMBER)
+                                }
+                                Some(Check::Fresh) | None => {
+                                    let (tx, rx) = oneshot::channel();
+                                    let t = topic.clone();
+                                    let ctx2 = ctx.clone();
+                                    svc.data.produce(
+                                        &p,
+                                        b,
+                                        Box::new(move |r| {
+                                            let r = r.map(|a| a.base_offset).map_err(|e| {
+                                                tracing::warn!(topic = %t, partition = index, error = %e, "Kafka produce: append failed");
+                                                kafka_code(&e)
+                                            });
+                                            if let Some((pid, seq, _)) = idem {
+                                                ctx2.sequences.appended(pid, &t, index, seq, r.as_ref().ok().copied());
+                                            }
+                                            let _ = tx.send(r);
+                                        }),
+                                    );
+                                    Outcome::Pending(rx)
+                                }
+                            }
+                        }
+                    },
+                },
+            };
+            parts.push((pd.index, outcome));
+        }
+        topics.push((topic, parts));
+    }
+    if req.acks == 0 {
+        return Ok(Box::pin(std::future::ready(None)));
+    }
+    let ctx = ctx.clone();
+    Ok(Box::pin(async move {
+        let mut responses = Vec::with_capacity(topics.len());
+        for (topic, parts) in topics {
+            let mut prs = Vec::with_capacity(parts.len());
+            for (index, outcome) in parts {
+                let r = match outcome {
+                    Outcome::Now(code) => Err(code),
+                    Outcome::Done(o) => Ok(o),
+                    Outcome::Pending(rx) => rx.await.unwrap_or(Err(kcode::UNKNOWN_SERVER_ERROR)),
+                };
+                let mut pr = PartitionProduceResponse::default().with_index(index);
+                match r {
+                    Ok(base) => {
+                        pr = pr.with_base_offset(base as i64);
+                        if v >= 5 {
+                            let first = u32::try_from(index)
+                                .ok()
+                                .and_then(|i| ctx.services.data.partition(&topic, i).ok())
+                                .map(|p| p.log.first_offset() as i64)
+                                .unwrap_or(0);
+                            pr = pr.with_log_start_offset(first);
+                        }
+                    }
+                    Err(code) => pr = pr.with_error_code(code).with_base_offset(-1),
+                }
+                prs.push(pr);
+            }
+            responses.push(
+                TopicProduceResponse::default()
+                    .with_name(TopicName(StrBytes::from_string(topic)))
+                    .with_partition_responses(prs),
+            );
+        }
+        let resp = ProduceResponse::default().with_responses(responses);
+        Some(respond(ApiKey::Produce, v, c, &resp))
+    }))
+}
