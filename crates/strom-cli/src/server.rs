@@ -97,6 +97,8 @@ pub fn run(args: ServerArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> 
             Some(addr) => match strom_kafka::serve(server.services(), &addr).await {
                 Ok(k) => {
                     eprintln!("strom kafka listening on {}", k.addr());
+                    // Other members list this broker in their Metadata.
+                    server.advertise(k.url()).await;
                     Some(k)
                 }
                 Err(e) => {

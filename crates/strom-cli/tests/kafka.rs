@@ -410,11 +410,10 @@ impl Drop for KafkaMember {
     }
 }
 
-#[test]
-fn a_joined_member_serves_its_partitions_over_kafka() {
+/// Starts a member that joins `server`'s group (data under `dir`) with a
+/// Kafka listener; returns it and its Kafka address.
+fn join_kafka_member(dir: &Path, server: &ServerProcess) -> (KafkaMember, String) {
     use std::io::BufRead;
-    let dir = tempfile::tempdir().expect("temp dir");
-    let server = ServerProcess::start(dir.path());
     let mut child = Command::new(common::strom_bin())
         .args([
             "server",
@@ -424,7 +423,7 @@ fn a_joined_member_serves_its_partitions_over_kafka() {
             "127.0.0.1:0",
         ])
         .arg("--data-dir")
-        .arg(dir.path().join("member-1"))
+        .arg(dir.join("member-1"))
         .arg("--join")
         .arg(&server.group_file)
         .env_remove("STROM_GROUP_FILE")
@@ -434,7 +433,7 @@ fn a_joined_member_serves_its_partitions_over_kafka() {
         .spawn()
         .expect("spawning the member");
     let stderr = child.stderr.take().expect("stderr is piped");
-    let _member = KafkaMember(child);
+    let member = KafkaMember(child);
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         for line in std::io::BufReader::new(stderr)
@@ -449,6 +448,14 @@ fn a_joined_member_serves_its_partitions_over_kafka() {
     let broker = rx
         .recv_timeout(Duration::from_secs(10))
         .expect("the member printed its Kafka address");
+    (member, broker)
+}
+
+#[test]
+fn a_joined_member_serves_its_partitions_over_kafka() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let server = ServerProcess::start(dir.path());
+    let (_member, broker) = join_kafka_member(dir.path(), &server);
     let driver = server.connect();
     let deadline = Instant::now() + Duration::from_secs(10);
     while driver
@@ -495,4 +502,127 @@ fn a_joined_member_serves_its_partitions_over_kafka() {
         .events
         .keys()
         .all(|(part, _)| u64::from(*part) == mine[0]));
+}
+
+/// The brokers `kcat -L` lists through `broker`: (id, "host:port").
+fn brokers_of(broker: &str) -> Vec<(i64, String)> {
+    let out = String::from_utf8(kcat(&["-b", broker, "-L", "-J"], b"")).expect("UTF-8");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+    let mut b: Vec<(i64, String)> = v["brokers"]
+        .as_array()
+        .expect("brokers")
+        .iter()
+        .map(|b| {
+            (
+                b["id"].as_i64().unwrap_or(-1),
+                b["name"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    b.sort();
+    b
+}
+
+/// Every member serving Kafka publishes its address: one bootstrap address
+/// lists both brokers, each partition is led by the member hosting it,
+/// kcat produces to and consumes from both, and a consumer group meets in
+/// the master's coordinator and commits offsets on both members.
+#[test]
+fn a_group_of_two_kafka_brokers_serves_every_partition_from_one_bootstrap() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (server, master) = start(dir.path());
+    let (_member, other) = join_kafka_member(dir.path(), &server);
+    // The member's Kafka address reaches the master with its heartbeats.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let want = {
+        let mut w = vec![(0, master.clone()), (1, other.clone())];
+        w.sort();
+        w
+    };
+    loop {
+        let got = brokers_of(&master);
+        if got.len() == 2 {
+            assert_eq!(got, want, "broker ids are member ids");
+            break;
+        }
+        assert!(Instant::now() < deadline, "the master lists {got:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(brokers_of(&other), want, "the member lists both too");
+    let driver = server.connect();
+    driver
+        .create_topic(TopicSpec::new("both", 2))
+        .expect("creating the topic");
+    let info = driver
+        .open_topic("both")
+        .and_then(|t| t.describe())
+        .expect("describe");
+    let owners: Vec<u32> = info.partitions.iter().map(|p| p.member).collect();
+    let mut sorted = owners.clone();
+    sorted.sort_unstable();
+    assert_eq!(sorted, vec![0, 1], "one partition on each member");
+    let out =
+        String::from_utf8(kcat(&["-b", &master, "-L", "-J", "-t", "both"], b"")).expect("UTF-8");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+    for p in v["topics"][0]["partitions"].as_array().expect("partitions") {
+        let id = p["partition"].as_u64().expect("partition id") as usize;
+        assert_eq!(
+            p["leader"].as_i64(),
+            Some(i64::from(owners[id])),
+            "partition {id} led by its owner: {v}"
+        );
+    }
+    // Produced through the master's address, to both partitions.
+    for p in 0..2 {
+        let input: String = (0..10).map(|i| format!("k{i}:p{p}-{i}\n")).collect();
+        kcat(
+            &[
+                "-b",
+                &master,
+                "-P",
+                "-t",
+                "both",
+                "-p",
+                &p.to_string(),
+                "-K:",
+            ],
+            input.as_bytes(),
+        );
+    }
+    let recs = consume_all(&master, "both");
+    let mut values: Vec<String> = recs.iter().map(|r| r.value.clone()).collect();
+    values.sort();
+    let mut want: Vec<String> = (0..2)
+        .flat_map(|p| (0..10).map(move |i| format!("p{p}-{i}")))
+        .collect();
+    want.sort();
+    assert_eq!(values, want);
+    // A group read through the member's address: its coordinator is the
+    // master, and its commits land on both partitions' owners.
+    let read = String::from_utf8(kcat(
+        &[
+            "-b",
+            &other,
+            "-G",
+            "both-group",
+            "-e",
+            "-q",
+            "-f",
+            "%s\n",
+            "-o",
+            "beginning",
+            "both",
+        ],
+        b"",
+    ))
+    .expect("UTF-8");
+    assert_eq!(read.lines().count(), 20, "{read}");
+    for p in 0..2u32 {
+        let offsets = driver.consumer_offsets("both", p).expect("offsets");
+        assert!(
+            offsets.iter().any(|(n, o)| n == "both-group" && *o == 10),
+            "partition {p} (member {}): {offsets:?}",
+            owners[p as usize]
+        );
+    }
 }

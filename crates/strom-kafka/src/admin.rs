@@ -3,9 +3,10 @@
 //! (member 0); another member asks it for `Metadata` over the native
 //! protocol and answers `NOT_CONTROLLER` to topic administration.
 //!
-//! The broker list holds this server alone, at its Kafka address: members
-//! do not publish Kafka addresses to each other yet. A partition hosted by
-//! another member is listed with `LEADER_NOT_AVAILABLE` (docs/kafka.md).
+//! The broker list holds every member that serves Kafka (each publishes its
+//! `kafka://host:port` among its addresses; node id = member id). A
+//! partition is led by its owner; one whose owner serves no Kafka (or is
+//! down) is listed with `LEADER_NOT_AVAILABLE` (docs/kafka.md).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -75,8 +76,55 @@ async fn ask_master(ctx: &Ctx, req: Request) -> Result<Vec<TopicInfo>, i16> {
     }
 }
 
+/// Every member serving Kafka: (member id, host, port). This server is
+/// always in it (its listener answers this very request).
+pub(crate) async fn brokers(ctx: &Ctx) -> Vec<(u32, String, i32)> {
+    let me = ctx.node_id() as u32;
+    let members: Vec<(u32, Vec<String>)> = match ctx.services.control.registry() {
+        Ok(reg) => reg
+            .members()
+            .await
+            .into_iter()
+            .filter(|m| m.alive)
+            .map(|m| (m.id, m.addrs))
+            .collect(),
+        Err(_) => match master_addr(ctx) {
+            Some(addr) => match ctx
+                .services
+                .control
+                .link()
+                .peers()
+                .call(&addr, &Request::Members)
+                .await
+            {
+                Ok(Response::Members(m)) => m
+                    .into_iter()
+                    .filter(|m| m.alive)
+                    .map(|m| (m.id, m.addrs))
+                    .collect(),
+                _ => Vec::new(),
+            },
+            None => Vec::new(),
+        },
+    };
+    let mut out: Vec<(u32, String, i32)> = members
+        .into_iter()
+        .filter(|(id, _)| *id != me)
+        .filter_map(|(id, addrs)| {
+            let (host, port) = addrs.iter().find_map(|a| crate::parse_url(a))?;
+            Some((id, host, port))
+        })
+        .collect();
+    out.push((me, ctx.host.clone(), ctx.port));
+    out.sort_by_key(|b| b.0);
+    out
+}
+
 /// The topics a `Metadata` request may see: all of them, or those named.
-async fn topics(ctx: &Ctx, wanted: &Option<Vec<String>>) -> Vec<Result<TopicInfo, (String, i16)>> {
+pub(crate) async fn topics(
+    ctx: &Ctx,
+    wanted: &Option<Vec<String>>,
+) -> Vec<Result<TopicInfo, (String, i16)>> {
     let Ok(reg) = ctx.services.control.registry() else {
         // Not the master: ask it.
         return match wanted {
@@ -131,7 +179,8 @@ pub fn metadata(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply, Fr
     let ctx = ctx.clone();
     Ok(Box::pin(async move {
         let me = ctx.node_id();
-        let my_member = ctx.services.control.member();
+        let brokers = brokers(&ctx).await;
+        let serves = |member: u32| brokers.iter().any(|b| b.0 == member);
         let mut out = Vec::new();
         for t in topics(&ctx, &wanted).await {
             let topic = match t {
@@ -143,15 +192,15 @@ pub fn metadata(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply, Fr
                         .partitions
                         .iter()
                         .map(|p| {
-                            let here =
-                                p.member == my_member && matches!(p.status, PartitionStatus::Ok);
+                            let led = matches!(p.status, PartitionStatus::Ok) && serves(p.member);
                             let mut mp = MetadataResponsePartition::default()
                                 .with_partition_index(p.id as i32);
-                            if here {
+                            if led {
+                                let id = BrokerId(p.member as i32);
                                 mp = mp
-                                    .with_leader_id(BrokerId(me))
-                                    .with_replica_nodes(vec![BrokerId(me)])
-                                    .with_isr_nodes(vec![BrokerId(me)]);
+                                    .with_leader_id(id)
+                                    .with_replica_nodes(vec![id])
+                                    .with_isr_nodes(vec![id]);
                             } else {
                                 mp = mp
                                     .with_error_code(kcode::LEADER_NOT_AVAILABLE)
@@ -170,15 +219,23 @@ pub fn metadata(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply, Fr
             };
             out.push(topic);
         }
-        let broker = MetadataResponseBroker::default()
-            .with_node_id(BrokerId(me))
-            .with_host(StrBytes::from_string(ctx.host.clone()))
-            .with_port(ctx.port);
+        // The registry master coordinates (it is member 0) when it serves
+        // Kafka; otherwise this broker.
+        let controller = if serves(0) { 0 } else { me };
+        let brokers = brokers
+            .into_iter()
+            .map(|(id, host, port)| {
+                MetadataResponseBroker::default()
+                    .with_node_id(BrokerId(id as i32))
+                    .with_host(StrBytes::from_string(host))
+                    .with_port(port)
+            })
+            .collect();
         let mut resp = MetadataResponse::default()
-            .with_brokers(vec![broker])
+            .with_brokers(brokers)
             .with_topics(out);
         if v >= 1 {
-            resp = resp.with_controller_id(BrokerId(me));
+            resp = resp.with_controller_id(BrokerId(controller));
         }
         if v >= 2 {
             resp = resp.with_cluster_id(Some(StrBytes::from_static_str("strom")));

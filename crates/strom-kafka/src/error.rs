@@ -54,6 +54,7 @@ pub mod kcode {
     pub const CORRUPT_MESSAGE: i16 = 2;
     pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
     pub const LEADER_NOT_AVAILABLE: i16 = 5;
+    pub const COORDINATOR_NOT_AVAILABLE: i16 = 15;
     pub const NOT_LEADER_OR_FOLLOWER: i16 = 6;
     pub const MESSAGE_TOO_LARGE: i16 = 10;
     pub const UNSUPPORTED_VERSION: i16 = 35;

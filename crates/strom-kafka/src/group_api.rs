@@ -28,6 +28,8 @@ use kafka_protocol::messages::{
     DescribeGroupsRequest, DescribeGroupsResponse, GroupId, ListGroupsRequest, ListGroupsResponse,
 };
 use kafka_protocol::protocol::StrBytes;
+use strom_proto::{Request, Response};
+use strom_server::ServerError;
 
 use crate::api::{decode, ready, Ctx};
 use crate::conn::{respond, Reply};
@@ -46,18 +48,64 @@ fn sb(x: String) -> StrBytes {
 pub fn find_coordinator(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply, FrameError> {
     let req: FindCoordinatorRequest =
         decode("FindCoordinator", guard::FIND_COORDINATOR, v, false, body)?;
-    let resp = if req.key_type != 0 {
+    if req.key_type != 0 {
         // Transaction coordinators are not served.
-        FindCoordinatorResponse::default()
+        let resp = FindCoordinatorResponse::default()
             .with_error_code(15) // COORDINATOR_NOT_AVAILABLE
-            .with_node_id(BrokerId(-1))
-    } else {
-        FindCoordinatorResponse::default()
-            .with_node_id(BrokerId(ctx.node_id()))
-            .with_host(sb(ctx.host.clone()))
-            .with_port(ctx.port)
-    };
-    Ok(ready(respond(ApiKey::FindCoordinator, v, c, &resp)))
+            .with_node_id(BrokerId(-1));
+        return Ok(ready(respond(ApiKey::FindCoordinator, v, c, &resp)));
+    }
+    let ctx = ctx.clone();
+    Ok(Box::pin(async move {
+        let (id, host, port) = coordinator(&ctx).await;
+        let resp = FindCoordinatorResponse::default()
+            .with_node_id(BrokerId(id as i32))
+            .with_host(sb(host))
+            .with_port(port);
+        Some(respond(ApiKey::FindCoordinator, v, c, &resp))
+    }))
+}
+
+/// The broker that coordinates every Kafka group: the registry master
+/// (member 0) when it serves Kafka, so that all members of a group meet in
+/// one coordinator whichever broker they ask; otherwise this broker.
+async fn coordinator(ctx: &Ctx) -> (u32, String, i32) {
+    let me = (ctx.node_id() as u32, ctx.host.clone(), ctx.port);
+    if me.0 == 0 {
+        return me;
+    }
+    crate::admin::brokers(ctx)
+        .await
+        .into_iter()
+        .find(|b| b.0 == 0)
+        .unwrap_or(me)
+}
+
+/// The native address of the member hosting `topic`'s partition `index`,
+/// for a partition this server does not host.
+async fn owner_of(ctx: &Ctx, topic: &str, index: u32) -> Option<String> {
+    let wanted = Some(vec![topic.to_string()]);
+    let info = crate::admin::topics(ctx, &wanted).await.pop()?.ok()?;
+    let p = info.partitions.get(index as usize)?;
+    (p.member != ctx.services.control.member()).then(|| p.addr.clone())
+}
+
+/// Runs a native request at the partition's owner; the Kafka error code of
+/// a failure.
+async fn at_owner(ctx: &Ctx, topic: &str, index: u32, req: Request) -> Result<Response, i16> {
+    let addr = owner_of(ctx, topic, index)
+        .await
+        .ok_or(kcode::UNKNOWN_TOPIC_OR_PARTITION)?;
+    match ctx.services.control.link().peers().call(&addr, &req).await {
+        Ok(Response::Error { code, message }) => {
+            Err(kafka_code(&ServerError::coded(code, message)))
+        }
+        Ok(r) => Ok(r),
+        Err(e) => {
+            tracing::info!(topic = %topic, partition = index, owner = %addr, error = %e, "Kafka group offsets: the partition's owner is unreachable");
+            Err(kcode::COORDINATOR_NOT_AVAILABLE)
+        }
+    }
 }
 
 pub fn join_group(
@@ -196,7 +244,20 @@ async fn commit(ctx: &Ctx, topic: &str, index: i32, group: &str, offset: i64) ->
     let data = &ctx.services.data;
     let p = match data.partition(topic, index) {
         Ok(p) => p,
-        Err(e) => return kafka_code(&e),
+        Err(e) => {
+            // Hosted by another member: commit there.
+            let req = Request::Commit {
+                topic: topic.to_string(),
+                partition: index,
+                consumer: group.to_string(),
+                offset,
+            };
+            return match at_owner(ctx, topic, index, req).await {
+                Ok(_) => kcode::NONE,
+                Err(kcode::UNKNOWN_TOPIC_OR_PARTITION) => kafka_code(&e),
+                Err(code) => code,
+            };
+        }
     };
     match data.commit(p, group.to_string(), offset).await {
         Ok(()) => kcode::NONE,
@@ -210,7 +271,6 @@ async fn commit(ctx: &Ctx, topic: &str, index: i32, group: &str, offset: i64) ->
 pub fn offset_fetch(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply, FrameError> {
     let req: OffsetFetchRequest = decode("OffsetFetch", guard::OFFSET_FETCH, v, false, body)?;
     let group = s(&req.group_id.0);
-    let data = &ctx.services.data;
     // (topic, [partition]). A request naming no topics (v2+: "all") gets
     // none: the service layer lists offsets per partition, not per group.
     let wanted: Vec<(String, Vec<i32>)> = req
@@ -219,33 +279,53 @@ pub fn offset_fetch(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply
         .flatten()
         .map(|t| (s(&t.name.0), t.partition_indexes.clone()))
         .collect();
-    let topics = wanted
-        .into_iter()
-        .map(|(name, parts)| {
-            let partitions = parts
-                .into_iter()
-                .map(|i| {
-                    let r = OffsetFetchResponsePartition::default().with_partition_index(i);
-                    let found = u32::try_from(i)
-                        .map_err(|_| kcode::UNKNOWN_TOPIC_OR_PARTITION)
-                        .and_then(|i| data.partition(&name, i).map_err(|e| kafka_code(&e)));
-                    match found {
-                        Ok(p) => {
-                            let o = p.offsets.get(&group).map_or(-1, |o| o as i64);
-                            r.with_committed_offset(o)
-                                .with_metadata(Some(sb(String::new())))
-                        }
-                        Err(code) => r.with_committed_offset(-1).with_error_code(code),
-                    }
-                })
-                .collect();
-            OffsetFetchResponseTopic::default()
-                .with_name(TopicName(sb(name)))
-                .with_partitions(partitions)
-        })
-        .collect();
-    let resp = OffsetFetchResponse::default().with_topics(topics);
-    Ok(ready(respond(ApiKey::OffsetFetch, v, c, &resp)))
+    let ctx = ctx.clone();
+    Ok(Box::pin(async move {
+        let mut topics = Vec::with_capacity(wanted.len());
+        for (name, parts) in wanted {
+            let mut partitions = Vec::with_capacity(parts.len());
+            for i in parts {
+                let r = OffsetFetchResponsePartition::default().with_partition_index(i);
+                partitions.push(match committed(&ctx, &name, i, &group).await {
+                    Ok(o) => r
+                        .with_committed_offset(o)
+                        .with_metadata(Some(sb(String::new()))),
+                    Err(code) => r.with_committed_offset(-1).with_error_code(code),
+                });
+            }
+            topics.push(
+                OffsetFetchResponseTopic::default()
+                    .with_name(TopicName(sb(name)))
+                    .with_partitions(partitions),
+            );
+        }
+        let resp = OffsetFetchResponse::default().with_topics(topics);
+        Some(respond(ApiKey::OffsetFetch, v, c, &resp))
+    }))
+}
+
+/// `group`'s committed offset on a partition (-1: none), here or at the
+/// member hosting it.
+async fn committed(ctx: &Ctx, topic: &str, index: i32, group: &str) -> Result<i64, i16> {
+    let index = u32::try_from(index).map_err(|_| kcode::UNKNOWN_TOPIC_OR_PARTITION)?;
+    match ctx.services.data.partition(topic, index) {
+        Ok(p) => Ok(p.offsets.get(group).map_or(-1, |o| o as i64)),
+        Err(e) => {
+            let req = Request::Offsets {
+                topic: topic.to_string(),
+                partition: index,
+            };
+            match at_owner(ctx, topic, index, req).await {
+                Ok(Response::Offsets(all)) => Ok(all
+                    .into_iter()
+                    .find(|(name, _)| name == group)
+                    .map_or(-1, |(_, o)| o as i64)),
+                Ok(_) => Err(kcode::UNKNOWN_SERVER_ERROR),
+                Err(kcode::UNKNOWN_TOPIC_OR_PARTITION) => Err(kafka_code(&e)),
+                Err(code) => Err(code),
+            }
+        }
+    }
 }
 
 pub fn list_groups(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply, FrameError> {

@@ -54,6 +54,8 @@ const GROUP_TICK: std::time::Duration = std::time::Duration::from_millis(250);
 /// A running Kafka listener.
 pub struct KafkaHandle {
     addr: SocketAddr,
+    /// `kafka://host:port` as `Metadata` names this broker.
+    url: String,
     stop: watch::Sender<bool>,
     task: JoinHandle<()>,
 }
@@ -64,11 +66,38 @@ impl KafkaHandle {
         self.addr
     }
 
+    /// The address this broker advertises, as a URL (`kafka://host:port`):
+    /// what the server publishes among its addresses
+    /// (`ServerHandle::advertise`), so other members list it in `Metadata`.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
     /// Stops accepting connections. Open connections end with the runtime.
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
         let _ = self.task.await;
     }
+}
+
+/// The scheme of a member's Kafka address in the group file.
+pub const SCHEME: &str = "kafka";
+
+/// `host:port`, with an IPv6 host in brackets.
+fn join_host_port(host: &str, port: u16) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
+/// The host and port of a `kafka://host:port` address.
+pub fn parse_url(url: &str) -> Option<(String, i32)> {
+    let rest = url.strip_prefix(SCHEME)?.strip_prefix("://")?;
+    let (host, port) = rest.rsplit_once(':')?;
+    let port: u16 = port.parse().ok()?;
+    Some((host.trim_matches(['[', ']']).to_string(), i32::from(port)))
 }
 
 /// The host `Metadata` names as this broker: the configured host, unless
@@ -101,6 +130,7 @@ pub async fn serve(services: Arc<Services>, addr: &str) -> Result<KafkaHandle, K
     let listener = TcpListener::bind(addr).await.map_err(bind_err)?;
     let local = listener.local_addr().map_err(bind_err)?;
     let host = advertised_host(addr, local, services.control.addr());
+    let url = format!("{SCHEME}://{}", join_host_port(&host, local.port()));
     let start_s = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs() as i64)
@@ -153,6 +183,7 @@ pub async fn serve(services: Arc<Services>, addr: &str) -> Result<KafkaHandle, K
     tracing::info!(addr = %local, "strom kafka listening");
     Ok(KafkaHandle {
         addr: local,
+        url,
         stop,
         task,
     })

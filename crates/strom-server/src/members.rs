@@ -9,6 +9,8 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
+use parking_lot::RwLock;
+
 use strom_proto::{ErrorCode, GroupMember, Request, Response};
 
 use crate::error::ServerError;
@@ -18,8 +20,9 @@ use crate::peers::Peers;
 pub struct MemberLink {
     member: AtomicU32,
     addr: String,
-    /// Every address this server listens on, `addr` first.
-    addrs: Vec<String>,
+    /// Every address this server listens on, `addr` first, then those
+    /// front ends started beside it advertise (`kafka://…`).
+    addrs: RwLock<Vec<String>>,
     host: Arc<Host>,
     peers: Peers,
 }
@@ -30,7 +33,7 @@ impl MemberLink {
         MemberLink {
             member: AtomicU32::new(member),
             addr: addrs.first().cloned().unwrap_or_default(),
-            addrs,
+            addrs: RwLock::new(addrs),
             host,
             peers,
         }
@@ -55,8 +58,19 @@ impl MemberLink {
     }
 
     /// Every address this server listens on, the primary first.
-    pub fn addrs(&self) -> &[String] {
-        &self.addrs
+    pub fn addrs(&self) -> Vec<String> {
+        self.addrs.read().clone()
+    }
+
+    /// Adds an address a front end beside the native one serves (e.g.
+    /// `kafka://host:port`), published with the others; false if known.
+    pub fn advertise(&self, url: &str) -> bool {
+        let mut addrs = self.addrs.write();
+        if addrs.iter().any(|a| a == url) {
+            return false;
+        }
+        addrs.push(url.to_string());
+        true
     }
 
     /// This server alone, as a member list.
@@ -64,7 +78,7 @@ impl MemberLink {
         vec![GroupMember {
             id: self.member(),
             addr: self.addr.clone(),
-            addrs: self.addrs.clone(),
+            addrs: self.addrs(),
         }]
     }
 

@@ -329,7 +329,7 @@ async fn membership(
                 let req = Request::Heartbeat {
                     member: *id,
                     addr: state.control.addr().to_string(),
-                    addrs: state.control.link().addrs().to_vec(),
+                    addrs: state.control.link().addrs(),
                 };
                 state
                     .control
@@ -361,7 +361,7 @@ async fn join_once(
     let req = Request::Join {
         member: want,
         addr: state.control.addr().to_string(),
-        addrs: state.control.link().addrs().to_vec(),
+        addrs: state.control.link().addrs(),
     };
     match state.control.link().peers().call(&master, &req).await {
         Ok(Response::Joined { member, .. }) => {
@@ -387,8 +387,20 @@ impl ServerHandle {
     }
 
     /// Every address the server listens on, the primary first.
-    pub fn addrs(&self) -> &[String] {
+    pub fn addrs(&self) -> Vec<String> {
         self.state.control.link().addrs()
+    }
+
+    /// Publishes an address a front end started beside the native one
+    /// serves (e.g. `kafka://host:port`): in the group file at once on the
+    /// master, with the next heartbeat on another member. Clients skip
+    /// schemes they have no transport for.
+    pub async fn advertise(&self, url: &str) {
+        if self.state.control.link().advertise(url) {
+            if let Some(reg) = self.state.control.master_registry() {
+                reg.refresh_own_addrs().await;
+            }
+        }
     }
 
     /// The server's services, for front ends started beside the native

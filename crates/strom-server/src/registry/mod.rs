@@ -192,7 +192,7 @@ impl Registry {
             lease_deadline,
             addrs: HashMap::new(),
         };
-        inner.set_addrs(0, link.addrs().to_vec());
+        inner.set_addrs(0, link.addrs());
         if inner.state.group_id == 0 {
             // Recorded before any group file carries it.
             inner.commit(RegistryCommand::SetGroupId {
@@ -227,6 +227,15 @@ impl Registry {
     /// The group's id, written into the group file.
     pub fn group_id(&self) -> u64 {
         self.group_id
+    }
+
+    /// Re-reads the master's own addresses (a front end advertised one)
+    /// and publishes them.
+    pub async fn refresh_own_addrs(&self) {
+        let mut inner = self.inner.lock().await;
+        if inner.set_addrs(0, self.link.addrs()) {
+            self.publish_group(&inner);
+        }
     }
 
     /// Writes the group file once the expected members have all joined.
