@@ -8,7 +8,7 @@
 # corpus and 100,000 mutants per crate in make test either way.
 
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS ?= frame request response push batch policy_binary policy_validate
+FUZZ_TARGETS ?= frame request response push batch policy_binary policy_validate kafka_request
 # Everything a fuzzing run writes (build, grown corpus, crashes) stays in target/.
 FUZZ_OUT := $(CURDIR)/target/fuzz
 

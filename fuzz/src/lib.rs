@@ -6,6 +6,7 @@
 //! `crates/strom-proto/tests/` and `crates/strom-policy/tests/`, so nothing
 //! in them may need nightly or `cfg(fuzzing)`.
 
+pub mod kafka;
 pub mod policy;
 pub mod proto;
 pub mod replay;
