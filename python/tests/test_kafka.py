@@ -35,10 +35,13 @@ class KafkaServer:
         self.lines: list[str] = []
         found = threading.Event()
         self.broker = ""
+        self.native = ""
 
         def read():
             for line in self.proc.stderr:
                 self.lines.append(line)
+                if line.startswith("strom server listening on "):
+                    self.native = line.split()[4]
                 if line.startswith("strom kafka listening on "):
                     self.broker = line.split()[-1]
                     found.set()
@@ -294,4 +297,48 @@ def test_admin_clients_list_and_describe_kafka_groups(kafka):
     lister = getattr(ka, "list_consumer_groups", None) or ka.list_groups
     assert "described" in str(lister())
     ka.close()
+    c.close()
+
+
+def test_strom_and_confluent_kafka_read_each_other_s_events(kafka):
+    """Cross-surface: events pushed with Strom's Python client are read by
+    confluent-kafka (data as the value, metadata in the `strom.meta`
+    header), and records produced by confluent-kafka are read by Strom's
+    consumer (value as the data; key and headers in the metadata)."""
+    import json
+
+    import numpy as np
+    import strom
+    from confluent_kafka import Producer
+
+    d = strom.Driver.connect(address=kafka.native)
+    t = d.create_topic("cross", partitions=1, type="memory")
+    arrays = [np.arange(i, i + 64, dtype="<u4") for i in range(20)]
+    with t.producer() as p:
+        for i, a in enumerate(arrays):
+            p.push({"i": i, "src": "strom"}, a)
+    got = read_partitions(kafka.broker, "cross", 1, 20)
+    assert len(got) == 20
+    for m in got:
+        meta = json.loads(dict(m.headers())["strom.meta"])
+        assert meta["src"] == "strom"
+        assert m.value() == arrays[meta["i"]].tobytes()
+    assert [json.loads(dict(m.headers())["strom.meta"])["i"] for m in got] == list(range(20))
+
+    create_topic(kafka.broker, "cross2", 1)
+    pr = Producer({"bootstrap.servers": kafka.broker, "enable.idempotence": True})
+    for i in range(20):
+        pr.produce("cross2", key=f"k{i}", value=b"kafka-%d" % i, headers=[("n", str(i).encode())])
+    assert pr.flush(60) == 0
+    c = d.open_topic("cross2").consumer("reader", start="beginning")
+    seen = []
+    while len(seen) < 20:
+        batch = c.pull_batch(64, timeout=30)
+        assert batch, f"no event after {len(seen)}"
+        seen.extend(batch)
+    for i, ev in enumerate(seen):
+        assert bytes(ev.data) == b"kafka-%d" % i
+        k = ev.metadata["kafka"]
+        assert k["key"] == f"k{i}"
+        assert ["n", str(i)] in k["headers"]
     c.close()
