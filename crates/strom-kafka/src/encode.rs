@@ -17,6 +17,42 @@ fn varlong(out: &mut BytesMut, v: i64) {
     out.put_u8(z as u8);
 }
 
+/// Bytes `varlong` writes for `v`.
+fn varlong_len(v: i64) -> usize {
+    let z = ((v << 1) ^ (v >> 63)) as u64;
+    (64 - z.leading_zeros() as usize).max(1).div_ceil(7)
+}
+
+/// Bytes `nullable` writes for `b`.
+fn nullable_len(b: &Option<Bytes>) -> usize {
+    match b {
+        None => 1,
+        Some(b) => varlong_len(b.len() as i64) + b.len(),
+    }
+}
+
+/// Bytes of record `i`'s body (everything after its length varint).
+fn record_len(r: &OutRecord, ts_delta: i64, i: usize) -> usize {
+    1 + varlong_len(ts_delta)
+        + varlong_len(i as i64)
+        + nullable_len(&r.key)
+        + nullable_len(&r.value)
+        + varlong_len(r.headers.len() as i64)
+        + r.headers
+            .iter()
+            .map(|(name, value)| varlong_len(name.len() as i64) + name.len() + nullable_len(value))
+            .sum::<usize>()
+}
+
+/// Most bytes [`batch`] writes for `records`: a bound to reserve with.
+pub fn batch_len_bound(records: &[OutRecord]) -> usize {
+    61 + records
+        .iter()
+        .enumerate()
+        .map(|(i, r)| 10 + record_len(r, i64::MAX, i))
+        .sum::<usize>()
+}
+
 fn nullable(out: &mut BytesMut, b: &Option<Bytes>) {
     match b {
         None => varlong(out, -1),
@@ -48,22 +84,22 @@ pub fn batch(out: &mut BytesMut, base: u64, default_ts: i64, records: &[OutRecor
     out.put_i16(-1); // producer epoch
     out.put_i32(-1); // base sequence
     out.put_i32(records.len() as i32);
-    let mut body = BytesMut::new();
+    // Each record straight into `out`, its length computed first: the
+    // value is copied once.
     for (i, r) in records.iter().enumerate() {
-        body.clear();
-        body.put_i8(0);
-        varlong(&mut body, ts(r) - first_ts);
-        varlong(&mut body, i as i64);
-        nullable(&mut body, &r.key);
-        nullable(&mut body, &r.value);
-        varlong(&mut body, r.headers.len() as i64);
+        let delta = ts(r) - first_ts;
+        varlong(out, record_len(r, delta, i) as i64);
+        out.put_i8(0);
+        varlong(out, delta);
+        varlong(out, i as i64);
+        nullable(out, &r.key);
+        nullable(out, &r.value);
+        varlong(out, r.headers.len() as i64);
         for (name, value) in &r.headers {
-            varlong(&mut body, name.len() as i64);
-            body.put_slice(name);
-            nullable(&mut body, value);
+            varlong(out, name.len() as i64);
+            out.put_slice(name);
+            nullable(out, value);
         }
-        varlong(out, body.len() as i64);
-        out.put_slice(&body);
     }
     let len = (out.len() - start - 12) as i32;
     out[start + 8..start + 12].copy_from_slice(&len.to_be_bytes());
@@ -74,6 +110,28 @@ pub fn batch(out: &mut BytesMut, base: u64, default_ts: i64, records: &[OutRecor
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn varlong_len_is_what_varlong_writes() {
+        for v in [
+            0,
+            1,
+            -1,
+            63,
+            64,
+            -64,
+            -65,
+            8191,
+            8192,
+            i64::MAX,
+            i64::MIN,
+            1 << 40,
+        ] {
+            let mut b = BytesMut::new();
+            varlong(&mut b, v);
+            assert_eq!(varlong_len(v), b.len(), "{v}");
+        }
+    }
     use kafka_protocol::records::RecordBatchDecoder;
 
     fn recs() -> Vec<OutRecord> {

@@ -164,6 +164,7 @@ fn encode_batch(
         }
         records.push(event_record(&e.metadata, whole.slice(start..end)));
     }
+    out.reserve(crate::encode::batch_len_bound(&records));
     crate::encode::batch(out, b.base_offset, ts_ms, &records);
     Ok(())
 }
