@@ -183,16 +183,20 @@ impl DataBudget {
         }
     }
 
-    /// Reserves `want` bytes if they fit under `limit` now (or nothing is
-    /// held), without waiting (the Kafka reader's thread).
+    /// Whether anything more may be fetched: less than `limit` is held (or
+    /// nothing). The Kafka reader checks it before each poll, then takes
+    /// what the record needs ([`take`](Self::take)), one record past the
+    /// limit at most.
     #[cfg(feature = "kafka")]
-    pub fn try_reserve(&self, want: u64, limit: u64) -> bool {
+    pub fn has_room(&self, limit: u64) -> bool {
         let held = self.held.load(Ordering::Acquire);
-        if held == 0 || held + want <= limit {
-            self.held.fetch_add(want, Ordering::AcqRel);
-            return true;
-        }
-        false
+        held == 0 || held < limit
+    }
+
+    /// Counts `n` more bytes as held, without waiting.
+    #[cfg(feature = "kafka")]
+    pub fn take(&self, n: u64) {
+        self.held.fetch_add(n, Ordering::AcqRel);
     }
 
     /// Whether `want` more bytes fit under `limit` now (nothing reserved).

@@ -462,3 +462,46 @@ fn operations_the_kafka_backend_cannot_do_are_typed_errors() {
     assert_eq!(missing.code(), ErrorCode::TOPIC_NOT_FOUND, "{missing}");
     p.close().unwrap();
 }
+
+#[test]
+fn a_seek_while_the_prefetch_budget_is_full_moves_the_consumer() {
+    let stack = Stack::start();
+    let d = stack.kafka();
+    let t = d.create_topic(TopicSpec::new("full", 1)).unwrap();
+    let p = t.producer().unwrap();
+    let ids: Vec<_> = (0..10)
+        .map(|i| p.push(meta(i), data(i, 1000)).unwrap().wait().unwrap())
+        .collect();
+    p.close().unwrap();
+    // Room for one event's data: the reader waits for pulls after it.
+    let c = t
+        .consumer_with(
+            "full",
+            ConsumerOptions {
+                start: StartPos::Beginning,
+                prefetch_bytes: 1000,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    // Reading has begun; then the next event fills the budget and the
+    // reader waits with the one after it.
+    match c.pull_timeout(PULL).unwrap() {
+        Next::Event(e) => assert_eq!(e.json().unwrap()["i"], 0),
+        Next::EndOfStream => panic!("ended early"),
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    let c = Arc::new(c);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let seeker = c.clone();
+    std::thread::spawn(move || tx.send(seeker.seek(StartPos::Offset(ids[7].offset))));
+    let done = rx
+        .recv_timeout(PULL)
+        .expect("seek returns while the queue is full");
+    done.unwrap();
+    let is: Vec<u64> = drain(&c)
+        .iter()
+        .map(|e| e.json().unwrap()["i"].as_u64().unwrap())
+        .collect();
+    assert_eq!(is, vec![7, 8, 9]);
+}

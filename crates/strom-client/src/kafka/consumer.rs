@@ -163,7 +163,8 @@ pub(crate) struct KafkaReader {
 
 impl KafkaReader {
     /// Moves every partition to `pos`; `reset` empties the queue and
-    /// starts a new epoch while no record is being queued.
+    /// starts a new epoch while no record is being queued (the reader
+    /// never waits for room while it holds the position).
     pub fn seek(&self, pos: StartPos, reset: impl FnOnce() -> u64) -> Result<()> {
         let mut position = self.inner.position.lock();
         reset();
@@ -221,9 +222,15 @@ impl ReaderInner {
         Ok(())
     }
 
-    /// The reader thread: polls until stopped.
+    /// The reader thread: polls until stopped, while the fetched data held
+    /// for events not pulled yet is under `prefetch_bytes`.
     fn run(&self) {
+        let limit = self.shared.opts.prefetch_bytes;
         while !self.stop.load(Ordering::Acquire) {
+            if !self.shared.budget.has_room(limit) {
+                std::thread::sleep(Duration::from_millis(1));
+                continue;
+            }
             let mut position = self.position.lock();
             let epoch = self.shared.epoch();
             match self.consumer.poll(POLL) {
@@ -238,6 +245,8 @@ impl ReaderInner {
                     self.shared.deliver(epoch, Item::Failed(e));
                 }
             }
+            // A seek waiting for the position gets it now.
+            parking_lot::MutexGuard::unlock_fair(position);
         }
     }
 
@@ -272,25 +281,23 @@ impl ReaderInner {
                 }
             }
             Record::Event(meta) => {
-                let item = match self.event(m, slot, meta, epoch) {
-                    Some(Ok(ev)) => Item::Events(slot as u32, VecDeque::from([ev])),
-                    Some(Err(e)) => Item::Failed(e),
-                    None => return,
+                let (item, held) = match self.event(m, slot, meta) {
+                    Ok(ev) => {
+                        let held = ev.fetched;
+                        (Item::Events(slot as u32, VecDeque::from([ev])), held)
+                    }
+                    Err(e) => (Item::Failed(e), 0),
                 };
-                self.shared.deliver(epoch, item);
+                if !self.shared.deliver(epoch, item) {
+                    self.shared.budget.release(held);
+                }
             }
         }
     }
 
     /// The event a record is, its selected bytes copied into the broker's
-    /// buffers; `None` if a seek or a drop came while it waited for room.
-    fn event(
-        &self,
-        m: &BorrowedMessage<'_>,
-        slot: usize,
-        meta: Vec<u8>,
-        epoch: u64,
-    ) -> Option<Result<Event>> {
+    /// buffers (and counted in the data budget).
+    fn event(&self, m: &BorrowedMessage<'_>, slot: usize, meta: Vec<u8>) -> Result<Event> {
         let shared = &self.shared;
         let sub = shared.part(slot);
         let value = m.payload().unwrap_or_default();
@@ -316,41 +323,19 @@ impl ReaderInner {
                 .try_select(&em, &desc)
                 .map_err(Error::Selector)
                 .and_then(|sel| Ok((sel.resolve(size).map_err(Error::Selector)?, sel)));
-            let (ranges, sel) = match picked {
-                Ok(p) => p,
-                Err(e) => return Some(Err(e)),
-            };
+            let (ranges, sel) = picked?;
             fetched = ranges.iter().map(|r| r.1).sum();
             if fetched > 0 {
-                // Bounded like the native prefetch: wait for pulls to free
-                // room (a seek or drop meanwhile drops the record).
-                while !shared
-                    .budget
-                    .try_reserve(fetched, shared.opts.prefetch_bytes)
-                {
-                    if self.stop.load(Ordering::Acquire) || shared.epoch() != epoch {
-                        return None;
-                    }
-                    std::thread::sleep(Duration::from_millis(1));
-                }
-                let filled = shared
+                buffers = shared
                     .opts
                     .broker
                     .buffers(&em, &sel, fetched)
-                    .map_err(Error::Broker)
-                    .and_then(|mut bufs| {
-                        copy_ranges(value, &ranges, &mut bufs, fetched).map(|()| bufs)
-                    });
-                match filled {
-                    Ok(b) => buffers = b,
-                    Err(e) => {
-                        shared.budget.release(fetched);
-                        return Some(Err(e));
-                    }
-                }
+                    .map_err(Error::Broker)?;
+                copy_ranges(value, &ranges, &mut buffers, fetched)?;
+                shared.budget.take(fetched);
             }
         }
-        Some(Ok(Event {
+        Ok(Event {
             meta: em,
             data_size: size,
             fetched,
@@ -358,7 +343,7 @@ impl ReaderInner {
             descriptor: Bytes::new(),
             acks: sub.acks.clone(),
             deliveries: 1,
-        }))
+        })
     }
 }
 
