@@ -505,3 +505,19 @@ fn a_seek_while_the_prefetch_budget_is_full_moves_the_consumer() {
         .collect();
     assert_eq!(is, vec![7, 8, 9]);
 }
+
+#[test]
+fn connecting_where_no_kafka_listens_is_connection_failed() {
+    // A port that was free a moment ago: nothing listens there.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let e = Driver::connect_addr(&format!("kafka://127.0.0.1:{port}"))
+        .err()
+        .expect("no cluster");
+    assert_eq!(e.code(), ErrorCode::CONNECTION_FAILED, "{e}");
+    assert!(e.to_string().contains("127.0.0.1"), "{e}");
+    let e = Driver::connect_addr("kafka://").err().expect("no address");
+    assert_eq!(e.code(), ErrorCode::INVALID_ARGUMENT, "{e}");
+}
