@@ -152,9 +152,11 @@ impl Driver {
             let kafka = crate::kafka::KafkaDriver::connect(bootstrap, rt.handle().clone())?;
             let master = format!("{KAFKA_SCHEME}{bootstrap}");
             let mut d = Self::with_runtime(rt, master, Transports::default());
-            if let Some(inner) = Arc::get_mut(&mut d.inner) {
-                inner.kafka = Some(Arc::new(kafka));
-            }
+            // A driver just made has no other handle yet.
+            let inner = Arc::get_mut(&mut d.inner).ok_or_else(|| {
+                Error::coded(ErrorCode::INTERNAL, "a new driver is already shared")
+            })?;
+            inner.kafka = Some(Arc::new(kafka));
             Ok(d)
         }
         #[cfg(not(feature = "kafka"))]
