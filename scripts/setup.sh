@@ -39,5 +39,7 @@ if have apt-get && have dpkg; then
   # libfabric-dev libclang-dev clang: strom-ofi's build script runs bindgen
   # over <rdma/fabric.h> (the ofi+* transports, on by default in strom-net).
   # kcat: the Kafka front end's tests produce and consume with it (librdkafka).
-  apt_install build-essential pkg-config openmpi-bin libopenmpi-dev gfortran postgresql prometheus chromium libfabric-dev libclang-dev clang kcat
+  # cmake: strom-client's `kafka` feature (on in strom-cli and the client's
+  # tests) compiles librdkafka from source.
+  apt_install build-essential pkg-config openmpi-bin libopenmpi-dev gfortran postgresql prometheus chromium libfabric-dev libclang-dev clang kcat cmake
 fi

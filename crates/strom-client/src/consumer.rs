@@ -17,7 +17,7 @@ use strom_proto::{Request, Selection, StartPos};
 use tokio::task::JoinHandle;
 
 use crate::conn::ClientConn;
-use crate::data::{DataBroker, DataSelector, VecBroker};
+use crate::data::{DataBroker, DataBudget, DataSelector, VecBroker};
 use crate::error::{Error, Result};
 use crate::event::{AckTarget, Event, Owner, PartitionAcks};
 use crate::group::Membership;
@@ -228,40 +228,6 @@ impl PartSub {
     }
 }
 
-/// Fetched data held in the queue, with a wake-up for fetchers waiting on it.
-#[derive(Default)]
-pub(crate) struct DataBudget {
-    held: AtomicU64,
-    freed: tokio::sync::Notify,
-}
-
-impl DataBudget {
-    /// Waits until `want` more bytes fit under `limit` (or nothing is held).
-    pub async fn reserve(&self, want: u64, limit: u64) {
-        loop {
-            let freed = self.freed.notified();
-            let held = self.held.load(Ordering::Acquire);
-            if held == 0 || held + want <= limit {
-                self.held.fetch_add(want, Ordering::AcqRel);
-                return;
-            }
-            freed.await;
-        }
-    }
-
-    /// Whether `want` more bytes fit under `limit` now (nothing reserved).
-    pub fn fits(&self, want: u64, limit: u64) -> bool {
-        self.held.load(Ordering::Acquire) + want <= limit
-    }
-
-    pub fn release(&self, n: u64) {
-        if n > 0 {
-            self.held.fetch_sub(n, Ordering::AcqRel);
-            self.freed.notify_waiters();
-        }
-    }
-}
-
 pub(crate) struct Shared {
     pub topic: Topic,
     pub name: String,
@@ -280,6 +246,45 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    /// The state of a consumer reading `parts` as `name` (in `group`).
+    pub fn new(
+        topic: Topic,
+        name: &str,
+        group: Option<Arc<Membership>>,
+        opts: ConsumerOptions,
+        parts: Vec<Arc<PartSub>>,
+        partitioned: bool,
+    ) -> Result<Arc<Shared>> {
+        let n = parts.len();
+        let min_prefetch = if group.is_some() { 1 } else { 2 };
+        Ok(Arc::new(Shared {
+            name: name.into(),
+            group,
+            policy: Arc::new(topic.policy()?),
+            topic,
+            // A group member may hold as little as one event (credit goes
+            // back after each pull); a named consumer streams at least two.
+            opts: ConsumerOptions {
+                prefetch: opts.prefetch.max(min_prefetch),
+                ..opts
+            },
+            parts: RwLock::new(parts),
+            tasks: Mutex::new(Vec::new()),
+            assigned: Mutex::new(Vec::new()),
+            budget: DataBudget::default(),
+            queue: Mutex::new(Queue {
+                items: VecDeque::new(),
+                epoch: 0,
+                ended: vec![false; n],
+                dead: vec![false; n],
+                partitioned,
+                taken: vec![0; n],
+                wakers: Vec::new(),
+            }),
+            cond: Condvar::new(),
+        }))
+    }
+
     pub fn part(&self, slot: usize) -> Arc<PartSub> {
         self.parts.read()[slot].clone()
     }
@@ -301,6 +306,27 @@ impl Shared {
         self.cond.notify_all();
         wakers.into_iter().for_each(Waker::wake);
         true
+    }
+
+    /// Drops every queued item (for a seek) and starts a new epoch, which
+    /// items of the old position can no longer enter; returns it.
+    pub fn reset_queue(&self) -> u64 {
+        let mut q = self.queue.lock();
+        q.epoch += 1;
+        let held: u64 = q
+            .items
+            .iter()
+            .map(|i| match i {
+                Item::Events(_, evs) => evs.iter().map(|e| e.fetched_len()).sum(),
+                _ => 0,
+            })
+            .sum();
+        self.budget.release(held);
+        q.items.clear();
+        q.ended.iter_mut().for_each(|e| *e = false);
+        q.dead.iter_mut().for_each(|d| *d = false);
+        q.taken.iter_mut().for_each(|t| *t = 0);
+        q.epoch
     }
 
     pub fn epoch(&self) -> u64 {
@@ -377,6 +403,9 @@ impl Shared {
 pub struct Consumer {
     shared: Arc<Shared>,
     refresher: Mutex<Option<JoinHandle<()>>>,
+    /// The Kafka backend's reader, which fills the same queue.
+    #[cfg(feature = "kafka")]
+    kafka: Option<crate::kafka::KafkaReader>,
 }
 
 impl Consumer {
@@ -396,6 +425,10 @@ impl Consumer {
             return Err(Error::InvalidArgument(
                 "a consumer needs a non-empty name".into(),
             ));
+        }
+        #[cfg(feature = "kafka")]
+        if topic.driver.kafka().is_some() {
+            return crate::kafka::consumer(topic, name, opts);
         }
         let info = topic.refresh_blocking()?;
         let partitioned = group.as_ref().is_some_and(|g| !g.is_shared());
@@ -425,37 +458,12 @@ impl Consumer {
                 pi.addr.clone(),
             ));
         }
-        let n = parts.len();
-        let min_prefetch = if group.is_some() { 1 } else { 2 };
-        let shared = Arc::new(Shared {
-            name: name.into(),
-            group,
-            policy: Arc::new(topic.policy()?),
-            topic,
-            // A group member may hold as little as one event (credit goes
-            // back after each pull); a named consumer streams at least two.
-            opts: ConsumerOptions {
-                prefetch: opts.prefetch.max(min_prefetch),
-                ..opts
-            },
-            parts: RwLock::new(parts),
-            tasks: Mutex::new(Vec::new()),
-            assigned: Mutex::new(Vec::new()),
-            budget: DataBudget::default(),
-            queue: Mutex::new(Queue {
-                items: VecDeque::new(),
-                epoch: 0,
-                ended: vec![false; n],
-                dead: vec![false; n],
-                partitioned,
-                taken: vec![0; n],
-                wakers: Vec::new(),
-            }),
-            cond: Condvar::new(),
-        });
+        let shared = Shared::new(topic, name, group, opts, parts, partitioned)?;
         let c = Consumer {
             shared,
             refresher: Mutex::new(None),
+            #[cfg(feature = "kafka")]
+            kafka: None,
         };
         c.start(c.shared.opts.start, 0)?;
         if follow_new {
@@ -467,6 +475,16 @@ impl Consumer {
             *c.refresher.lock() = Some(c.handle().spawn(follow));
         }
         Ok(c)
+    }
+
+    /// A consumer whose queue a Kafka reader fills.
+    #[cfg(feature = "kafka")]
+    pub(crate) fn from_kafka(shared: Arc<Shared>, reader: crate::kafka::KafkaReader) -> Consumer {
+        Consumer {
+            shared,
+            refresher: Mutex::new(None),
+            kafka: Some(reader),
+        }
     }
 
     fn handle(&self) -> &tokio::runtime::Handle {
@@ -687,25 +705,12 @@ impl Consumer {
                 "seek is not available to members of a partitioned consumer group yet".into(),
             ));
         }
+        #[cfg(feature = "kafka")]
+        if let Some(k) = &self.kafka {
+            return k.seek(pos, || self.shared.reset_queue());
+        }
         self.stop_partitions();
-        let epoch = {
-            let mut q = self.shared.queue.lock();
-            q.epoch += 1;
-            let held: u64 = q
-                .items
-                .iter()
-                .map(|i| match i {
-                    Item::Events(_, evs) => evs.iter().map(|e| e.fetched_len()).sum(),
-                    _ => 0,
-                })
-                .sum();
-            self.shared.budget.release(held);
-            q.items.clear();
-            q.ended.iter_mut().for_each(|e| *e = false);
-            q.dead.iter_mut().for_each(|d| *d = false);
-            q.taken.iter_mut().for_each(|t| *t = 0);
-            q.epoch
-        };
+        let epoch = self.shared.reset_queue();
         self.start(pos, epoch)
     }
 

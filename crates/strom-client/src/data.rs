@@ -3,6 +3,7 @@
 //! The bytes are then read from the connection straight into those buffers.
 
 use std::any::Any;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -158,6 +159,56 @@ where
         len: u64,
     ) -> std::result::Result<Vec<Box<dyn DataBuffer>>, String> {
         self(meta, selection, len)
+    }
+}
+
+/// Fetched data held in the queue, with a wake-up for fetchers waiting on it.
+#[derive(Default)]
+pub(crate) struct DataBudget {
+    held: AtomicU64,
+    freed: tokio::sync::Notify,
+}
+
+impl DataBudget {
+    /// Waits until `want` more bytes fit under `limit` (or nothing is held).
+    pub async fn reserve(&self, want: u64, limit: u64) {
+        loop {
+            let freed = self.freed.notified();
+            let held = self.held.load(Ordering::Acquire);
+            if held == 0 || held + want <= limit {
+                self.held.fetch_add(want, Ordering::AcqRel);
+                return;
+            }
+            freed.await;
+        }
+    }
+
+    /// Whether anything more may be fetched: less than `limit` is held (or
+    /// nothing). The Kafka reader checks it before each poll, then takes
+    /// what the record needs ([`take`](Self::take)), one record past the
+    /// limit at most.
+    #[cfg(feature = "kafka")]
+    pub fn has_room(&self, limit: u64) -> bool {
+        let held = self.held.load(Ordering::Acquire);
+        held == 0 || held < limit
+    }
+
+    /// Counts `n` more bytes as held, without waiting.
+    #[cfg(feature = "kafka")]
+    pub fn take(&self, n: u64) {
+        self.held.fetch_add(n, Ordering::AcqRel);
+    }
+
+    /// Whether `want` more bytes fit under `limit` now (nothing reserved).
+    pub fn fits(&self, want: u64, limit: u64) -> bool {
+        self.held.load(Ordering::Acquire) + want <= limit
+    }
+
+    pub fn release(&self, n: u64) {
+        if n > 0 {
+            self.held.fetch_sub(n, Ordering::AcqRel);
+            self.freed.notify_waiters();
+        }
     }
 }
 

@@ -17,6 +17,9 @@ use crate::error::{unexpected, Error, Result};
 use crate::lease::Leases;
 use crate::topic::Topic;
 
+/// The address scheme of the Kafka backend: `kafka://host:port`.
+pub const KAFKA_SCHEME: &str = "kafka://";
+
 /// A cheap-to-clone handle on a Strom deployment.
 #[derive(Clone)]
 pub struct Driver {
@@ -38,12 +41,16 @@ pub(crate) struct DriverInner {
     pub leases: Leases,
     #[cfg(feature = "embedded")]
     embedded: Mutex<Option<strom_server::ServerHandle>>,
+    /// The Kafka backend (`kafka://host:port`): topics, producers and
+    /// consumers go to a Kafka cluster instead of Strom servers.
+    #[cfg(feature = "kafka")]
+    pub kafka: Option<Arc<crate::kafka::KafkaDriver>>,
 }
 
 /// Runs `f` on `handle`'s runtime and waits for it on this thread, which
 /// must not be one of that runtime's (that would deadlock). A panic in `f`
 /// or a runtime shutting down is an error, never a panic here.
-fn wait<F>(handle: &Handle, f: F) -> Result<F::Output>
+pub(crate) fn wait<F>(handle: &Handle, f: F) -> Result<F::Output>
 where
     F: Future + Send + 'static,
     F::Output: Send + 'static,
@@ -126,9 +133,62 @@ impl Driver {
     /// Connects to the server holding the registry at `addr` (`host:port`
     /// or `scheme://…`) through `transports`.
     pub fn connect_addr_with(addr: &str, transports: Transports) -> Result<Driver> {
+        if let Some(bootstrap) = addr.strip_prefix(KAFKA_SCHEME) {
+            return Self::connect_kafka(bootstrap);
+        }
         let d = Self::start(addr.to_string(), transports)?;
         d.connect_master()?;
         Ok(d)
+    }
+
+    /// Connects to a Kafka cluster (`bootstrap`: `host:port[,host:port…]`)
+    /// through librdkafka: topics, producers and consumers keep their API,
+    /// with events mapped to records as docs/kafka.md describes ("Client
+    /// adapter"). Needs the `kafka` feature.
+    pub fn connect_kafka(bootstrap: &str) -> Result<Driver> {
+        #[cfg(feature = "kafka")]
+        {
+            let rt = runtime()?;
+            let kafka = crate::kafka::KafkaDriver::connect(bootstrap, rt.handle().clone())?;
+            let master = format!("{KAFKA_SCHEME}{bootstrap}");
+            let mut d = Self::with_runtime(rt, master, Transports::default());
+            // A driver just made has no other handle yet.
+            let inner = Arc::get_mut(&mut d.inner).ok_or_else(|| {
+                Error::coded(ErrorCode::INTERNAL, "a new driver is already shared")
+            })?;
+            inner.kafka = Some(Arc::new(kafka));
+            Ok(d)
+        }
+        #[cfg(not(feature = "kafka"))]
+        Err(Error::InvalidArgument(format!(
+            "cannot connect to Kafka at {bootstrap}: this build of the Strom client has no `kafka` feature"
+        )))
+    }
+
+    /// The Kafka backend, if this driver talks to a Kafka cluster.
+    #[cfg(feature = "kafka")]
+    pub(crate) fn kafka(&self) -> Option<&Arc<crate::kafka::KafkaDriver>> {
+        self.inner.kafka.as_ref()
+    }
+
+    /// Whether this driver talks to a Kafka cluster (`kafka://`).
+    pub fn is_kafka(&self) -> bool {
+        #[cfg(feature = "kafka")]
+        return self.inner.kafka.is_some();
+        #[cfg(not(feature = "kafka"))]
+        false
+    }
+
+    /// `Error::Unsupported` for `what` on a Kafka driver: only Strom
+    /// servers have a registry master and native connections.
+    fn native_only(&self, what: &str) -> Result<()> {
+        if self.is_kafka() {
+            return Err(Error::Unsupported {
+                backend: "kafka",
+                what: what.to_string(),
+            });
+        }
+        Ok(())
     }
 
     /// A driver whose registry master is at `master`, not connected yet.
@@ -157,6 +217,8 @@ impl Driver {
                 leases: Leases::default(),
                 #[cfg(feature = "embedded")]
                 embedded: Mutex::new(None),
+                #[cfg(feature = "kafka")]
+                kafka: None,
             }),
         }
     }
@@ -282,6 +344,9 @@ impl Driver {
     /// can reach: the ones it knows first, then any better one the
     /// server's `Hello` names.
     async fn open(&self, addr: &str) -> Result<Arc<ClientConn>> {
+        self.native_only(&format!(
+            "a native connection to {addr} (this request goes to a Strom server)"
+        ))?;
         let mut tried: Vec<String> = Vec::new();
         let mut failed: Vec<String> = Vec::new();
         loop {
@@ -338,6 +403,13 @@ impl Driver {
     }
 
     pub(crate) async fn master_call(&self, req: Request) -> Result<Response> {
+        if self.is_kafka() {
+            let what = format!("{req:?}");
+            let kind = what.split([' ', '{', '(']).next().unwrap_or_default();
+            self.native_only(&format!(
+                "the registry request {kind} (topic administration beyond create, describe, list and delete, producer registration, Strom consumer groups)"
+            ))?;
+        }
         let conn = self.conn(&self.inner.master).await.map_err(|e| {
             Error::coded(
                 e.code(),
@@ -377,6 +449,10 @@ impl Driver {
     /// Creates a topic with every partition on one member (`Some(id)`), or
     /// spread round-robin (`None`).
     pub fn create_topic_on(&self, spec: TopicSpec, member: Option<u32>) -> Result<Topic> {
+        #[cfg(feature = "kafka")]
+        if let Some(k) = self.kafka() {
+            return Topic::new(self.clone(), k.create_topic(spec, member)?);
+        }
         match self.admin(Request::CreateTopic { spec, member })? {
             Response::Topic(info) => Topic::new(self.clone(), info),
             other => Err(unexpected(other)),
@@ -388,6 +464,10 @@ impl Driver {
     }
 
     pub fn describe(&self, name: &str) -> Result<TopicInfo> {
+        #[cfg(feature = "kafka")]
+        if let Some(k) = self.kafka() {
+            return k.describe(name);
+        }
         match self.admin(Request::DescribeTopic {
             name: name.into(),
             offsets: true,
@@ -398,6 +478,10 @@ impl Driver {
     }
 
     pub fn list_topics(&self) -> Result<Vec<TopicInfo>> {
+        #[cfg(feature = "kafka")]
+        if let Some(k) = self.kafka() {
+            return k.list_topics();
+        }
         match self.admin(Request::ListTopics)? {
             Response::Topics(t) => Ok(t),
             other => Err(unexpected(other)),
@@ -405,6 +489,10 @@ impl Driver {
     }
 
     pub fn delete_topic(&self, name: &str) -> Result<()> {
+        #[cfg(feature = "kafka")]
+        if let Some(k) = self.kafka() {
+            return k.delete_topic(name);
+        }
         self.admin(Request::DeleteTopic { name: name.into() })
             .map(|_| ())
     }

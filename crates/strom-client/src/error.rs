@@ -30,6 +30,10 @@ pub enum Error {
     Timeout(Duration),
     #[error("{0} is closed")]
     Closed(&'static str),
+    /// An operation the backend in use cannot do (the Kafka backend has no
+    /// registry, leases, Strom consumer groups or data descriptors).
+    #[error("not supported by the {backend} backend: {what}")]
+    Unsupported { backend: &'static str, what: String },
     /// A blocking call (anything that waits for a server's answer) made on
     /// one of the driver's own runtime threads, where waiting would
     /// deadlock: from a data selector or broker, or from async code the
@@ -71,6 +75,7 @@ impl Error {
             Error::Selector(_) => ErrorCode::DATA_SELECTOR,
             Error::Timeout(_) => ErrorCode::TIMEOUT,
             Error::Closed(_) => ErrorCode::SHUTTING_DOWN,
+            Error::Unsupported { .. } => ErrorCode::INVALID_ARGUMENT,
             Error::OnDriverThread => ErrorCode::INVALID_ARGUMENT,
             Error::DataExpired { .. } => ErrorCode::DATA_EXPIRED,
             Error::DataCorrupt { .. } => ErrorCode::DATA_CORRUPT,

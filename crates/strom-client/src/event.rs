@@ -42,6 +42,9 @@ pub(crate) enum AckTarget {
     Offsets(Arc<PartitionAcks>),
     /// One by one: a shared group's acks of the partition.
     Share(Arc<ShareAcks>),
+    /// Cumulative: the Kafka group's committed offset of the partition.
+    #[cfg(feature = "kafka")]
+    Kafka(Arc<crate::kafka::KafkaAcks>),
 }
 
 impl Deref for Event {
@@ -105,6 +108,8 @@ impl Event {
         match &self.acks {
             AckTarget::Offsets(a) => a.ack(self.meta.offset + 1),
             AckTarget::Share(s) => s.ack(self.meta.offset),
+            #[cfg(feature = "kafka")]
+            AckTarget::Kafka(k) => k.ack(self.meta.offset + 1),
         }
     }
 
@@ -116,6 +121,11 @@ impl Event {
             AckTarget::Share(s) => s.nack(self.meta.offset),
             AckTarget::Offsets(a) => AckFuture::failed(
                 a.clone(),
+                Error::InvalidArgument("nack applies to events of a shared consumer group".into()),
+            ),
+            #[cfg(feature = "kafka")]
+            AckTarget::Kafka(k) => AckFuture::failed(
+                k.clone(),
                 Error::InvalidArgument("nack applies to events of a shared consumer group".into()),
             ),
         }
@@ -361,7 +371,7 @@ impl AckFuture {
         }
     }
 
-    fn failed(src: Arc<dyn AckSource>, e: Error) -> Self {
+    pub(crate) fn failed(src: Arc<dyn AckSource>, e: Error) -> Self {
         AckFuture {
             src,
             ticket: 0,

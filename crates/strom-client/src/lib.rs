@@ -8,7 +8,9 @@
 //! runs on the driver's own threads. Every call routes per partition to the
 //! server that owns it. This crate must never depend on the CLI, and on the
 //! server only for the optional `embedded` feature (off by default, so a
-//! client carries no server unless it asks for one).
+//! client carries no server unless it asks for one). With the optional
+//! `kafka` feature the same API runs on a Kafka cluster
+//! (`Driver::connect_addr("kafka://host:port")`, librdkafka inside).
 
 mod batching;
 mod conn;
@@ -18,6 +20,8 @@ mod driver;
 mod error;
 mod event;
 mod group;
+#[cfg(feature = "kafka")]
+mod kafka;
 mod lease;
 mod partitioned;
 mod pool;
@@ -34,7 +38,7 @@ pub use consumer::{
     SPARE_CORES, SPIN_ENV,
 };
 pub use data::{DataBroker, DataBuffer, DataDescriptor, DataSelector, EventMeta, VecBroker};
-pub use driver::{Driver, ScrubReport};
+pub use driver::{Driver, ScrubReport, KAFKA_SCHEME};
 pub use error::{Error, Result};
 pub use event::{AckFuture, Event};
 pub use group::{ConsumerGroupMode, GroupOptions, RebalanceListener};

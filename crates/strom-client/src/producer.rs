@@ -108,8 +108,8 @@ pub struct EventId {
 }
 
 #[derive(Clone, Copy)]
-struct BatchAck {
-    base_offset: u64,
+pub(crate) struct BatchAck {
+    pub base_offset: u64,
 }
 
 /// Resolves to the event's [`EventId`] once its batch is acknowledged.
@@ -121,6 +121,17 @@ pub struct PushFuture {
 }
 
 impl PushFuture {
+    /// The future of one event stored alone at the slot's `base_offset`
+    /// (the Kafka backend: one delivery report per record).
+    #[cfg(feature = "kafka")]
+    pub(crate) fn single(slot: Arc<Slot<BatchAck>>, partition: u32) -> Self {
+        PushFuture {
+            slot,
+            partition,
+            index: 0,
+        }
+    }
+
     pub fn wait(self) -> Result<EventId> {
         self.wait_timeout(None)
     }
@@ -224,12 +235,87 @@ impl Inner {
 /// close its part of the stream; call [`close`](Self::close) for that.
 /// A leased producer that is dropped stops being renewed, so its part
 /// ends when the lease runs out ([`ProducerOptions::lease`]).
-pub struct Producer {
-    inner: Arc<Inner>,
+pub struct Producer(Backend);
+
+/// What a producer writes to: Strom servers, or a Kafka cluster.
+enum Backend {
+    Native(NativeProducer),
+    /// Boxed: the native variant stays one pointer wide.
+    #[cfg(feature = "kafka")]
+    Kafka(Box<crate::kafka::KafkaProducer>),
+}
+
+/// Calls the same method on whichever backend the producer has.
+macro_rules! backend {
+    ($self:ident, $p:ident => $e:expr) => {
+        match &$self.0 {
+            Backend::Native($p) => $e,
+            #[cfg(feature = "kafka")]
+            Backend::Kafka($p) => $e,
+        }
+    };
 }
 
 impl Producer {
     pub(crate) fn new(topic: Topic, opts: ProducerOptions) -> Result<Producer> {
+        #[cfg(feature = "kafka")]
+        if topic.driver.kafka().is_some() {
+            let p = crate::kafka::KafkaProducer::new(topic, opts)?;
+            return Ok(Producer(Backend::Kafka(Box::new(p))));
+        }
+        Ok(Producer(Backend::Native(NativeProducer::new(topic, opts)?)))
+    }
+
+    /// Queues an event; returns at once unless the partition's in-flight
+    /// limit is reached (backpressure).
+    pub fn push(
+        &self,
+        metadata: impl Into<MetadataInput>,
+        data: impl Into<Data>,
+    ) -> Result<PushFuture> {
+        self.push_with(metadata, data, None, &[])
+    }
+
+    /// [`push`](Self::push) with an explicit partition and a data descriptor.
+    pub fn push_with(
+        &self,
+        metadata: impl Into<MetadataInput>,
+        data: impl Into<Data>,
+        partition: Option<u32>,
+        descriptor: &[u8],
+    ) -> Result<PushFuture> {
+        backend!(self, p => p.push_with(metadata, data, partition, descriptor))
+    }
+
+    /// Sends every pending event and waits until all are acknowledged.
+    /// Returns the first error any batch met since the last flush.
+    pub fn flush(&self) -> Result<()> {
+        backend!(self, p => p.flush())
+    }
+
+    /// Flushes, then ends this producer's contribution to the stream. When
+    /// every producer of the topic has closed, consumers see end-of-stream.
+    pub fn close(&self) -> Result<()> {
+        backend!(self, p => p.close())
+    }
+
+    pub fn topic(&self) -> &Topic {
+        backend!(self, p => p.topic())
+    }
+
+    /// This producer's id in the topic's registry (see [`Topic::close_producer`]).
+    pub fn id(&self) -> u64 {
+        backend!(self, p => p.id())
+    }
+}
+
+/// A producer writing to Strom servers.
+struct NativeProducer {
+    inner: Arc<Inner>,
+}
+
+impl NativeProducer {
+    fn new(topic: Topic, opts: ProducerOptions) -> Result<NativeProducer> {
         if opts.max_batches == 0 {
             return Err(Error::InvalidArgument(
                 "max_batches must be at least 1".into(),
@@ -265,21 +351,10 @@ impl Producer {
             let weak = Arc::downgrade(&inner);
             inner.topic.driver.inner.handle.spawn(linger_loop(weak));
         }
-        Ok(Producer { inner })
+        Ok(NativeProducer { inner })
     }
 
-    /// Queues an event; returns at once unless the partition's in-flight
-    /// limit is reached (backpressure).
-    pub fn push(
-        &self,
-        metadata: impl Into<MetadataInput>,
-        data: impl Into<Data>,
-    ) -> Result<PushFuture> {
-        self.push_with(metadata, data, None, &[])
-    }
-
-    /// [`push`](Self::push) with an explicit partition and a data descriptor.
-    pub fn push_with(
+    fn push_with(
         &self,
         metadata: impl Into<MetadataInput>,
         data: impl Into<Data>,
@@ -343,9 +418,7 @@ impl Producer {
         Ok(fut)
     }
 
-    /// Sends every pending event and waits until all are acknowledged.
-    /// Returns the first error any batch met since the last flush.
-    pub fn flush(&self) -> Result<()> {
+    fn flush(&self) -> Result<()> {
         self.inner.check_lease()?;
         let mut first = None;
         let parts = self.inner.parts.read().clone();
@@ -371,9 +444,7 @@ impl Producer {
         first.map_or(Ok(()), Err)
     }
 
-    /// Flushes, then ends this producer's contribution to the stream. When
-    /// every producer of the topic has closed, consumers see end-of-stream.
-    pub fn close(&self) -> Result<()> {
+    fn close(&self) -> Result<()> {
         let flushed = self.flush();
         if self.inner.closed.swap(true, Ordering::AcqRel) {
             return flushed;
@@ -394,17 +465,16 @@ impl Producer {
         flushed
     }
 
-    pub fn topic(&self) -> &Topic {
+    fn topic(&self) -> &Topic {
         &self.inner.topic
     }
 
-    /// This producer's id in the topic's registry (see [`Topic::close_producer`]).
-    pub fn id(&self) -> u64 {
+    fn id(&self) -> u64 {
         self.inner.id
     }
 }
 
-impl Drop for Producer {
+impl Drop for NativeProducer {
     fn drop(&mut self) {
         let expired = self.inner.lease.as_ref().is_some_and(|l| l.is_expired());
         if !expired && !self.inner.closed.load(Ordering::Acquire) {

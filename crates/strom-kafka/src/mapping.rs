@@ -6,6 +6,9 @@
 //!   where a key or value is a string when it is UTF-8, `{"base64": "..."}`
 //!   otherwise, and `null` when absent. A null value is stored as empty
 //!   data with `"null_value": true`.
+//!   A record with no key whose only header is `strom.meta` (what a
+//!   native event reads back as, and what strom-client's Kafka backend
+//!   writes) is the inverse: that header's bytes are the metadata.
 //! - Strom → Kafka: an event whose metadata has that shape comes back as
 //!   the record it was; any other event comes out with its metadata as the
 //!   header `strom.meta` (bytes as stored), no key, its data as the value
@@ -45,6 +48,11 @@ fn from_json(v: &Value) -> Option<Option<Bytes>> {
 
 /// The metadata of the event a record becomes.
 pub fn record_meta(r: &InRecord) -> Vec<u8> {
+    if let (None, [(name, Some(meta))]) = (&r.key, r.headers.as_slice()) {
+        if name.as_ref() == META_HEADER.as_bytes() {
+            return meta.to_vec();
+        }
+    }
     let headers: Vec<Value> = r
         .headers
         .iter()
@@ -146,6 +154,26 @@ mod tests {
         assert_eq!(back.value, r.value);
         assert_eq!(back.headers, r.headers);
         assert_eq!(back.timestamp_ms, Some(1234));
+    }
+
+    #[test]
+    fn a_record_carrying_only_the_meta_header_stores_it_as_the_metadata() {
+        let meta = Bytes::from_static(br#"{"step": 3}"#);
+        let r = InRecord {
+            timestamp_ms: 1234,
+            key: None,
+            value: Some(Bytes::from_static(b"data")),
+            headers: vec![(Bytes::from_static(b"strom.meta"), Some(meta.clone()))],
+        };
+        assert_eq!(record_meta(&r), meta.to_vec(), "exact metadata bytes");
+        let back = event_record(&Bytes::from(record_meta(&r)), Bytes::from_static(b"data"));
+        assert_eq!(back.headers, r.headers, "and it reads back as it came");
+        // A key or a second header keeps the record's own shape.
+        let keyed = InRecord {
+            key: Some(Bytes::from_static(b"k")),
+            ..r
+        };
+        assert!(record_meta(&keyed).starts_with(b"{\"kafka\":"));
     }
 
     #[test]
