@@ -150,16 +150,11 @@ pub(crate) trait AckSource: Send + Sync {
 
 impl AckSource for PartitionAcks {
     fn poll_ticket(&self, t: u64, waker: Option<&Waker>) -> Option<Result<()>> {
-        poll_settled(
-            &self.state,
-            waker,
-            |st| self.check(st, t),
-            |st| &mut st.wakers,
-        )
+        poll_settled(&self.state, waker, |st| st.check(t), AckState::wakers)
     }
 
     fn wait_ticket(&self, t: u64, deadline: Option<Instant>) -> Option<Result<()>> {
-        wait_settled(&self.state, &self.cond, deadline, |st| self.check(st, t))
+        wait_settled(&self.state, &self.cond, deadline, |st| st.check(t))
     }
 }
 
@@ -202,12 +197,77 @@ pub(crate) fn wait_settled<T>(
     }
 }
 
-struct AckState {
+/// Commit bookkeeping shared by every kind of partition acks: the highest
+/// offset asked for, the highest committed, one commit in flight at a
+/// time, the first failure, and who waits.
+#[derive(Default)]
+pub(crate) struct AckState {
     wanted: u64,
     committed: u64,
     in_flight: bool,
     error: Option<(ErrorCode, String)>,
     wakers: Vec<Waker>,
+}
+
+impl AckState {
+    /// Asks for everything below `next` to be committed; true if the
+    /// caller must start the commit loop (none is running).
+    pub fn want(&mut self, next: u64) -> bool {
+        self.wanted = self.wanted.max(next);
+        if !self.in_flight && self.committed < self.wanted {
+            self.in_flight = true;
+            return true;
+        }
+        false
+    }
+
+    /// The offset the commit loop commits next, or `None` (the loop ends)
+    /// once everything wanted is committed.
+    pub fn next_target(&mut self) -> Option<u64> {
+        if self.committed >= self.wanted {
+            self.in_flight = false;
+            return None;
+        }
+        Some(self.wanted)
+    }
+
+    /// The outcome for a waiter on `offset`, once there is one.
+    pub fn check(&mut self, offset: u64) -> Option<Result<()>> {
+        if self.committed >= offset {
+            return Some(Ok(()));
+        }
+        self.error
+            .take()
+            .map(|(code, msg)| Err(Error::coded(code, format!("ack failed: {msg}"))))
+    }
+
+    pub fn wakers(&mut self) -> &mut Vec<Waker> {
+        &mut self.wakers
+    }
+}
+
+/// Records the outcome of committing `target` and wakes every waiter;
+/// false if it failed (the commit loop stops).
+pub(crate) fn settle(
+    state: &Mutex<AckState>,
+    cond: &Condvar,
+    target: u64,
+    outcome: std::result::Result<(), (ErrorCode, String)>,
+) -> bool {
+    let mut st = state.lock();
+    match outcome {
+        Ok(()) => st.committed = st.committed.max(target),
+        Err(e) => {
+            st.error = Some(e);
+            st.in_flight = false;
+        }
+    }
+    let wakers = std::mem::take(&mut st.wakers);
+    let ok = st.error.is_none();
+    drop(st);
+    cond.notify_all();
+    wakers.into_iter().for_each(Waker::wake);
+    ok
 }
 
 /// The member owning a partition and its address; follows restarts.
@@ -248,22 +308,13 @@ impl PartitionAcks {
             name,
             fence,
             owner,
-            state: Mutex::new(AckState {
-                wanted: 0,
-                committed: 0,
-                in_flight: false,
-                error: None,
-                wakers: Vec::new(),
-            }),
+            state: Mutex::new(AckState::default()),
             cond: Condvar::new(),
         })
     }
 
     fn ack(self: &Arc<Self>, next: u64) -> AckFuture {
-        let mut st = self.state.lock();
-        st.wanted = st.wanted.max(next);
-        if !st.in_flight && st.committed < st.wanted {
-            st.in_flight = true;
+        if self.state.lock().want(next) {
             self.topic
                 .driver
                 .inner
@@ -275,13 +326,8 @@ impl PartitionAcks {
 
     async fn commit_loop(self: Arc<Self>) {
         loop {
-            let target = {
-                let mut st = self.state.lock();
-                if st.committed >= st.wanted {
-                    st.in_flight = false;
-                    return;
-                }
-                st.wanted
+            let Some(target) = self.state.lock().next_target() else {
+                return;
             };
             let topic = self.topic.name().to_string();
             let req = match self.fence {
@@ -305,20 +351,8 @@ impl PartitionAcks {
                 Ok(conn) => conn.call(&req, Vec::new()).await,
                 Err(e) => Err(e),
             };
-            let mut st = self.state.lock();
-            match r {
-                Ok(_) => st.committed = st.committed.max(target),
-                Err(e) => {
-                    st.error = Some((e.code(), e.to_string()));
-                    st.in_flight = false;
-                }
-            }
-            let wakers = std::mem::take(&mut st.wakers);
-            let failed = st.error.is_some();
-            drop(st);
-            self.cond.notify_all();
-            wakers.into_iter().for_each(Waker::wake);
-            if failed {
+            let outcome = r.map(|_| ()).map_err(|e| (e.code(), e.to_string()));
+            if !settle(&self.state, &self.cond, target, outcome) {
                 return;
             }
         }
@@ -342,15 +376,6 @@ impl PartitionAcks {
         while self.state.lock().in_flight && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
-    }
-
-    fn check(&self, st: &mut AckState, offset: u64) -> Option<Result<()>> {
-        if st.committed >= offset {
-            return Some(Ok(()));
-        }
-        st.error
-            .take()
-            .map(|(code, msg)| Err(Error::coded(code, format!("ack failed: {msg}"))))
     }
 }
 

@@ -27,7 +27,9 @@ use super::{kafka_error, unsupported};
 use crate::consumer::{Consumer, ConsumerOptions, Item, PartSub, Shared};
 use crate::data::{plan_fill, DataDescriptor, EventMeta};
 use crate::error::{Error, Result};
-use crate::event::{poll_settled, wait_settled, AckFuture, AckSource, AckTarget, Event, Owner};
+use crate::event::{
+    poll_settled, settle, wait_settled, AckFuture, AckSource, AckState, AckTarget, Event, Owner,
+};
 use crate::topic::Topic;
 
 /// How long one poll of librdkafka waits (also how soon a seek or a drop
@@ -379,15 +381,6 @@ fn copy_ranges(
     Ok(())
 }
 
-#[derive(Default)]
-struct AckState {
-    wanted: u64,
-    committed: u64,
-    in_flight: bool,
-    error: Option<(ErrorCode, String)>,
-    wakers: Vec<Waker>,
-}
-
 /// Commits of one partition for the consumer's Kafka group: the highest
 /// acked offset, one commit in flight at a time.
 pub(crate) struct KafkaAcks {
@@ -401,10 +394,7 @@ pub(crate) struct KafkaAcks {
 
 impl KafkaAcks {
     pub fn ack(self: &Arc<Self>, next: u64) -> AckFuture {
-        let mut st = self.state.lock();
-        st.wanted = st.wanted.max(next);
-        if !st.in_flight && st.committed < st.wanted {
-            st.in_flight = true;
+        if self.state.lock().want(next) {
             let me = self.clone();
             self.handle.spawn_blocking(move || me.commit_loop());
         }
@@ -413,29 +403,11 @@ impl KafkaAcks {
 
     fn commit_loop(&self) {
         loop {
-            let target = {
-                let mut st = self.state.lock();
-                if st.committed >= st.wanted {
-                    st.in_flight = false;
-                    return;
-                }
-                st.wanted
+            let Some(target) = self.state.lock().next_target() else {
+                return;
             };
-            let r = self.commit(target);
-            let mut st = self.state.lock();
-            match r {
-                Ok(()) => st.committed = st.committed.max(target),
-                Err(e) => {
-                    st.error = Some((e.code(), e.message()));
-                    st.in_flight = false;
-                }
-            }
-            let wakers = std::mem::take(&mut st.wakers);
-            let failed = st.error.is_some();
-            drop(st);
-            self.cond.notify_all();
-            wakers.into_iter().for_each(Waker::wake);
-            if failed {
+            let outcome = self.commit(target).map_err(|e| (e.code(), e.message()));
+            if !settle(&self.state, &self.cond, target, outcome) {
                 return;
             }
         }
@@ -456,28 +428,14 @@ impl KafkaAcks {
             )
         })
     }
-
-    fn check(&self, st: &mut AckState, offset: u64) -> Option<Result<()>> {
-        if st.committed >= offset {
-            return Some(Ok(()));
-        }
-        st.error
-            .take()
-            .map(|(code, msg)| Err(Error::coded(code, format!("ack failed: {msg}"))))
-    }
 }
 
 impl AckSource for KafkaAcks {
     fn poll_ticket(&self, t: u64, waker: Option<&Waker>) -> Option<Result<()>> {
-        poll_settled(
-            &self.state,
-            waker,
-            |st| self.check(st, t),
-            |st| &mut st.wakers,
-        )
+        poll_settled(&self.state, waker, |st| st.check(t), AckState::wakers)
     }
 
     fn wait_ticket(&self, t: u64, deadline: Option<Instant>) -> Option<Result<()>> {
-        wait_settled(&self.state, &self.cond, deadline, |st| self.check(st, t))
+        wait_settled(&self.state, &self.cond, deadline, |st| st.check(t))
     }
 }
