@@ -42,7 +42,10 @@ pub struct Header {
 
 /// A response's bytes: the header for `key` at `version`, then `body`.
 pub fn respond<R: Encodable>(key: ApiKey, version: i16, correlation: i32, body: &R) -> Bytes {
-    let mut out = BytesMut::with_capacity(64);
+    // Sized up front: a fetch response of many record batches would
+    // otherwise grow (and be copied) a dozen times.
+    let size = body.compute_size(version).unwrap_or(0);
+    let mut out = BytesMut::with_capacity(8 + size);
     out.put_i32(correlation);
     if key.response_header_version(version) >= 1 {
         out.put_u8(0); // no tagged fields
