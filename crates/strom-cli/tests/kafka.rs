@@ -11,7 +11,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{read_all, ServerProcess};
+use common::{read_all, JoinedMember, ServerProcess};
 use strom_client::TopicSpec;
 
 /// A server with a Kafka listener, and that listener's address.
@@ -399,41 +399,16 @@ fn kcat_group_commits_are_strom_consumer_offsets() {
     assert_eq!(group_read(&[]), "late\n");
 }
 
-/// A member joined to `server`'s group with a Kafka listener; killed when
-/// dropped.
-struct KafkaMember(std::process::Child);
-
-impl Drop for KafkaMember {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// Starts a member that joins `server`'s group (data under `dir`) with a
 /// Kafka listener; returns it and its Kafka address.
-fn join_kafka_member(dir: &Path, server: &ServerProcess) -> (KafkaMember, String) {
+fn join_kafka_member(dir: &Path, server: &ServerProcess) -> (JoinedMember, String) {
     use std::io::BufRead;
-    let mut child = Command::new(common::strom_bin())
-        .args([
-            "server",
-            "--listen",
-            "127.0.0.1:0",
-            "--kafka-listen",
-            "127.0.0.1:0",
-        ])
-        .arg("--data-dir")
-        .arg(dir.join("member-1"))
-        .arg("--join")
-        .arg(&server.group_file)
-        .env_remove("STROM_GROUP_FILE")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawning the member");
-    let stderr = child.stderr.take().expect("stderr is piped");
-    let member = KafkaMember(child);
+    let mut member = server.join_member(
+        &dir.join("member-1"),
+        &["--kafka-listen", "127.0.0.1:0"],
+        Stdio::piped(),
+    );
+    let stderr = member.0.stderr.take().expect("stderr is piped");
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         for line in std::io::BufReader::new(stderr)

@@ -441,38 +441,11 @@ fn a_bad_http_address_is_refused_clearly() {
     );
 }
 
-/// A member joined to `server`'s group; killed when dropped.
-struct Member(std::process::Child);
-
-impl Member {
-    fn join(server: &ServerProcess, dir: &std::path::Path) -> Member {
-        let child = Command::new(common::strom_bin())
-            .args(["server", "--listen", "127.0.0.1:0", "--data-dir"])
-            .arg(dir.join("member-1"))
-            .arg("--join")
-            .arg(&server.group_file)
-            .env_remove("STROM_GROUP_FILE")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawning the member");
-        Member(child)
-    }
-}
-
-impl Drop for Member {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 #[test]
 fn the_masters_endpoint_shows_every_members_partitions() {
     let dir = tempfile::tempdir().unwrap();
     let (server, http) = server_with_http(dir.path());
-    let _member = Member::join(&server, dir.path());
+    let _member = server.join_member(&dir.path().join("member-1"), &[], Stdio::null());
     let driver = server.connect();
     let deadline = Instant::now() + T;
     while driver

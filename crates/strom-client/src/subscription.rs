@@ -394,7 +394,12 @@ async fn stream_loop(ctx: &StreamCtx, rx: &mut mpsc::UnboundedReceiver<Push>) ->
                 note_lost(&mut lost, pos, base_offset);
                 let started = match ahead.take() {
                     Some((base, started)) if base == base_offset => started,
-                    _ => start_batch(shared, sub, pos, base_offset, timestamp_us, meta).await,
+                    _ => match BatchView::parse(meta) {
+                        Ok(view) => {
+                            start_batch(shared, sub, pos, base_offset, timestamp_us, view).await
+                        }
+                        Err(e) => Err(e.into()),
+                    },
                 };
                 if started.is_ok() {
                     if let Ok(p) = rx.try_recv() {
@@ -529,11 +534,12 @@ async fn start_ahead(
     else {
         return None;
     };
-    let most = BatchView::parse(meta.clone()).ok()?.data_len();
+    let view = BatchView::parse(meta.clone()).ok()?;
+    let most = view.data_len();
     if most == 0 || !shared.budget.fits(most, shared.opts.prefetch_bytes) {
         return None;
     }
-    let started = start_batch(shared, sub, pos, *base_offset, *timestamp_us, meta.clone()).await;
+    let started = start_batch(shared, sub, pos, *base_offset, *timestamp_us, view).await;
     Some((*base_offset, started))
 }
 
@@ -545,9 +551,8 @@ async fn start_batch(
     pos: u64,
     base: u64,
     timestamp_us: u64,
-    meta: bytes::Bytes,
+    view: BatchView,
 ) -> Result<InFlight> {
-    let view = BatchView::parse(meta)?;
     let items = view
         .iter()
         .enumerate()

@@ -37,7 +37,37 @@ pub struct ServerProcess {
     stderr_thread: Option<std::thread::JoinHandle<()>>,
 }
 
+/// A `strom server` joined to another server's group; killed when dropped.
+pub struct JoinedMember(pub Child);
+
+impl Drop for JoinedMember {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 impl ServerProcess {
+    /// Starts a server that joins this one's group, listening on a free
+    /// port with its data in `data_dir`, plus `extra` arguments; its stderr
+    /// goes to `stderr`.
+    pub fn join_member(&self, data_dir: &Path, extra: &[&str], stderr: Stdio) -> JoinedMember {
+        let child = Command::new(strom_bin())
+            .args(["server", "--listen", "127.0.0.1:0"])
+            .args(extra)
+            .arg("--data-dir")
+            .arg(data_dir)
+            .arg("--join")
+            .arg(&self.group_file)
+            .env_remove("STROM_GROUP_FILE")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .expect("spawning the member");
+        JoinedMember(child)
+    }
+
     /// Starts a server with its data in `base/data` and its group file at
     /// `base/group.json`, and waits (bounded) until the group file names it.
     pub fn start(base: &Path) -> ServerProcess {
