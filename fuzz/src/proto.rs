@@ -416,6 +416,17 @@ pub fn sample_requests() -> Vec<Request> {
             group: "g".into(),
         },
         Request::ServerSnapshot,
+        Request::KafkaGroupView {
+            spec: ConsumerGroupSpec::new("kg", "runs", ConsumerGroupMode::Kafka),
+            generation: 3,
+            consumers: vec![GroupConsumerInfo {
+                id: 1,
+                label: "rdkafka-0".into(),
+                alive: true,
+                last_seen_ms: 40,
+                partitions: vec![0, 1],
+            }],
+        },
     ]
 }
 

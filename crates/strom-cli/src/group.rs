@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 use clap::Subcommand;
-use strom_client::{ConsumerGroupInfo, GroupPartitionInfo};
+use strom_client::{ConsumerGroupInfo, ConsumerGroupMode, GroupPartitionInfo};
 use strom_proto::PartitionStatus;
 
 #[derive(Subcommand)]
@@ -146,6 +146,9 @@ fn print_describe(g: &ConsumerGroupInfo) {
         g.generation
     );
     match s.dead_letter.as_deref() {
+        _ if s.mode == ConsumerGroupMode::Kafka => println!(
+            "a Kafka group: Kafka clients assign its partitions; committed offsets are its consumer offsets"
+        ),
         Some(dlq) => println!(
             "visibility timeout {} ms, at most {} deliveries, then dead-letter topic {dlq}",
             s.visibility_ms, s.max_deliveries

@@ -6,66 +6,13 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use common::kafka::{kcat, start};
 use common::{read_all, JoinedMember, ServerProcess};
 use strom_client::TopicSpec;
-
-/// A server with a Kafka listener, and that listener's address.
-fn start(base: &Path) -> (ServerProcess, String) {
-    let server = ServerProcess::start_with(base, &["--kafka-listen", "127.0.0.1:0"]);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let err = server.stderr();
-        if let Some(addr) = err
-            .lines()
-            .find_map(|l| l.strip_prefix("strom kafka listening on "))
-        {
-            return (server, addr.trim().to_string());
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no Kafka address printed; stderr:\n{err}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// Runs kcat with `args` and `stdin`, bounded; returns stdout, asserting
-/// success.
-fn kcat(args: &[&str], stdin: &[u8]) -> Vec<u8> {
-    let mut child = Command::new("kcat")
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawning kcat (install it: apt-get install kcat, or make setup)");
-    let mut input = child.stdin.take().expect("stdin is piped");
-    let data = stdin.to_vec();
-    let writer = std::thread::spawn(move || {
-        let _ = input.write_all(&data);
-    });
-    let out = child.stdout.take().expect("stdout is piped");
-    let reader = std::thread::spawn(move || {
-        let mut v = Vec::new();
-        let _ = std::io::Read::read_to_end(&mut { out }, &mut v);
-        v
-    });
-    let status = common::wait_bounded(&mut child, Duration::from_secs(120))
-        .unwrap_or_else(|| panic!("kcat {args:?} did not finish within 120 s"));
-    let _ = writer.join();
-    let stdout = reader.join().expect("stdout reader");
-    let mut err = String::new();
-    if let Some(mut e) = child.stderr.take() {
-        let _ = std::io::Read::read_to_string(&mut e, &mut err);
-    }
-    assert!(status.success(), "kcat {args:?} failed: {status}\n{err}");
-    stdout
-}
 
 /// One record as kcat prints it with `-f '%p\t%o\t%k\t%h\t%s\n'`.
 #[derive(Debug, Clone, PartialEq, Eq)]

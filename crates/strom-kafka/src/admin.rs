@@ -41,7 +41,7 @@ fn str_of(s: &StrBytes) -> String {
 
 /// Where the registry master listens, for a member that is not it: from
 /// the group file it joined through, or the launched group's files.
-fn master_addr(ctx: &Ctx) -> Option<String> {
+pub(crate) fn master_addr(ctx: &Ctx) -> Option<String> {
     let config = &ctx.services.config;
     let from_file = |p: &std::path::Path| {
         let g = strom_server::read_group_file(p).ok()?;

@@ -359,12 +359,12 @@ pub fn describe_groups(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Re
                     let members = g
                         .members
                         .into_iter()
-                        .map(|(id, client, sub, assignment)| {
+                        .map(|m| {
                             DescribedGroupMember::default()
-                                .with_member_id(sb(id))
-                                .with_client_id(sb(client))
-                                .with_member_metadata(sub)
-                                .with_member_assignment(assignment)
+                                .with_member_id(sb(m.id))
+                                .with_client_id(sb(m.client_id))
+                                .with_member_metadata(m.subscription)
+                                .with_member_assignment(m.assignment)
                         })
                         .collect();
                     d.with_group_state(StrBytes::from_static_str(g.state))

@@ -187,6 +187,35 @@ impl Group {
     }
 }
 
+impl Group {
+    fn described(&self, now: Instant) -> Described {
+        let members = self
+            .members
+            .iter()
+            .map(|(id, m)| DescribedMember {
+                id: id.clone(),
+                client_id: m.client_id.clone(),
+                subscription: m
+                    .protocols
+                    .iter()
+                    .find(|(n, _)| *n == self.protocol)
+                    .or(m.protocols.first())
+                    .map(|(_, b)| b.clone())
+                    .unwrap_or_default(),
+                assignment: m.assignment.clone(),
+                idle: now.saturating_duration_since(m.last_seen),
+            })
+            .collect();
+        Described {
+            state: self.state.name(),
+            generation: self.generation,
+            protocol_type: self.protocol_type.clone(),
+            protocol: self.protocol.clone(),
+            members,
+        }
+    }
+}
+
 impl State {
     fn name(self) -> &'static str {
         match self {
@@ -198,13 +227,25 @@ impl State {
     }
 }
 
-/// One group as `DescribeGroups` shows it.
+/// One group as `DescribeGroups` shows it (and the registry learns it).
 pub struct Described {
     pub state: &'static str,
+    pub generation: i32,
     pub protocol_type: String,
     pub protocol: String,
-    /// (member id, client id, subscription, assignment)
-    pub members: Vec<(String, String, Bytes, Bytes)>,
+    pub members: Vec<DescribedMember>,
+}
+
+/// One member of a [`Described`] group.
+pub struct DescribedMember {
+    pub id: String,
+    pub client_id: String,
+    /// Its metadata for the group's protocol (a consumer's subscription).
+    pub subscription: Bytes,
+    /// What the leader assigned it in the current generation.
+    pub assignment: Bytes,
+    /// How long since it was last heard from.
+    pub idle: Duration,
 }
 
 impl Joined {
@@ -413,26 +454,17 @@ impl Coordinator {
     /// One group, or `None` if this server does not know it.
     pub fn describe(&self, group: &str) -> Option<Described> {
         let groups = self.groups.lock();
-        let g = groups.get(group)?;
-        let members = g
-            .members
+        groups.get(group).map(|g| g.described(Instant::now()))
+    }
+
+    /// Every group this server coordinates, by name.
+    pub fn describe_all(&self) -> Vec<(String, Described)> {
+        let now = Instant::now();
+        let groups = self.groups.lock();
+        groups
             .iter()
-            .map(|(id, m)| {
-                let sub = m
-                    .protocols
-                    .iter()
-                    .find(|(n, _)| *n == g.protocol)
-                    .map(|(_, b)| b.clone())
-                    .unwrap_or_default();
-                (id.clone(), m.client_id.clone(), sub, m.assignment.clone())
-            })
-            .collect();
-        Some(Described {
-            state: g.state.name(),
-            protocol_type: g.protocol_type.clone(),
-            protocol: g.protocol.clone(),
-            members,
-        })
+            .map(|(n, g)| (n.clone(), g.described(now)))
+            .collect()
     }
 
     /// Removes members whose session expired and completes rebalances past

@@ -16,7 +16,10 @@
 //! - `fetch`, `encode`: `Fetch` with long polling, `ListOffsets`; stored
 //!   batches out as record batches.
 //! - `groups`, `group_api`: the classic group protocol (coordinator in
-//!   memory) and committed offsets as Strom consumer offsets.
+//!   memory) and committed offsets as Strom consumer offsets;
+//!   `consumer_protocol`: subscriptions and assignments read off members'
+//!   metadata; `report`: the groups shown to the registry master, so they
+//!   appear among Strom's consumer groups.
 //!
 //! Started beside the native front end by `strom server --kafka-listen`
 //! (docs/kafka.md).
@@ -24,6 +27,7 @@
 mod admin;
 mod api;
 mod conn;
+mod consumer_protocol;
 mod encode;
 pub mod error;
 mod fetch;
@@ -34,6 +38,7 @@ mod idempotence;
 pub mod mapping;
 mod produce;
 pub mod records;
+mod report;
 
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicI64;
@@ -147,6 +152,7 @@ pub async fn serve(services: Arc<Services>, addr: &str) -> Result<KafkaHandle, K
         ctx.services.config.max_connections as usize,
     ));
     let (stop, mut stopped) = watch::channel(false);
+    tokio::spawn(report::run(ctx.clone(), stopped.clone()));
     let task = tokio::spawn(async move {
         let mut refused = 0u64;
         let mut tick = tokio::time::interval(GROUP_TICK);

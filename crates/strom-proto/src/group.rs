@@ -24,6 +24,11 @@ pub enum ConsumerGroupMode {
     Partitioned,
     /// Every member may receive any event; each event is acked on its own.
     Shared,
+    /// A Kafka consumer group on a Kafka listener (docs/kafka.md): its
+    /// members and their partitions come from the Kafka group protocol, its
+    /// committed offsets are consumer offsets under the group's name. Not
+    /// joinable through the native protocol.
+    Kafka,
 }
 
 impl ConsumerGroupMode {
@@ -31,6 +36,7 @@ impl ConsumerGroupMode {
         match self {
             ConsumerGroupMode::Partitioned => "partitioned",
             ConsumerGroupMode::Shared => "shared",
+            ConsumerGroupMode::Kafka => "kafka",
         }
     }
 }
@@ -41,6 +47,7 @@ impl std::str::FromStr for ConsumerGroupMode {
         match s {
             "partitioned" => Ok(ConsumerGroupMode::Partitioned),
             "shared" => Ok(ConsumerGroupMode::Shared),
+            "kafka" => Ok(ConsumerGroupMode::Kafka),
             other => Err(format!(
                 "unknown consumer group mode '{other}' (use 'partitioned' or 'shared')"
             )),
@@ -54,12 +61,14 @@ impl Wire for ConsumerGroupMode {
         out.put_u8(match self {
             ConsumerGroupMode::Partitioned => 0,
             ConsumerGroupMode::Shared => 1,
+            ConsumerGroupMode::Kafka => 2,
         });
     }
     fn get(r: &mut Reader<'_>) -> Result<Self, ProtoError> {
         match r.u8("consumer group mode")? {
             0 => Ok(ConsumerGroupMode::Partitioned),
             1 => Ok(ConsumerGroupMode::Shared),
+            2 => Ok(ConsumerGroupMode::Kafka),
             t => Err(ProtoError::Unknown {
                 what: "consumer group mode",
                 value: t as u64,
@@ -255,6 +264,7 @@ mod tests {
     #[test]
     fn group_types_round_trip() {
         let mut spec = ConsumerGroupSpec::new("g", "t", ConsumerGroupMode::Shared);
+        round_trip(ConsumerGroupSpec::new("k", "t", ConsumerGroupMode::Kafka));
         spec.max_deliveries = 3;
         spec.dead_letter = Some(spec.default_dead_letter());
         assert_eq!(spec.dead_letter.as_deref(), Some("t.g.dlq"));
@@ -295,6 +305,7 @@ mod tests {
         let mut r = Reader::new(&b);
         assert!(ConsumerGroupMode::get(&mut r).is_err());
         assert_eq!("shared".parse(), Ok(ConsumerGroupMode::Shared));
+        assert_eq!("kafka".parse(), Ok(ConsumerGroupMode::Kafka));
         assert!("queue".parse::<ConsumerGroupMode>().is_err());
     }
 }

@@ -10,7 +10,9 @@ use bytes::{Bytes, BytesMut};
 
 use crate::codec::{Reader, Wire};
 use crate::error::{ErrorCode, ProtoError};
-use crate::group::{ConsumerGroupInfo, ConsumerGroupSpec, GroupPartitionInfo, Run};
+use crate::group::{
+    ConsumerGroupInfo, ConsumerGroupSpec, GroupConsumerInfo, GroupPartitionInfo, Run,
+};
 use crate::topic::{GroupMember, MemberInfo, PartitionInfo, StartPos, TopicInfo, TopicSpec};
 #[cfg(test)]
 use crate::PROTOCOL_VERSION;
@@ -244,6 +246,16 @@ pub enum Request {
     /// The receiving server's metrics snapshot (its partitions' counters,
     /// storage and consumer lag): how the master's dashboard sees the group.
     ServerSnapshot,
+    /// A Kafka listener's group coordinator → the master: a Kafka group's
+    /// spec (mode `Kafka`), generation and members as the Kafka protocol
+    /// has them now, so `describe` and `list` show it. Sent on every change
+    /// and refreshed every few seconds; the master creates the group on
+    /// first sight. Protocol version 3.
+    KafkaGroupView {
+        spec: ConsumerGroupSpec,
+        generation: u64,
+        consumers: Vec<GroupConsumerInfo>,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -484,6 +496,7 @@ messages!(Request {
     38 => ConsumerGroupStats { spec, partitions },
     39 => DropConsumerGroup { topic, group },
     40 => ServerSnapshot,
+    41 => KafkaGroupView { spec, generation, consumers },
 });
 
 messages!(Response {
@@ -563,6 +576,17 @@ mod tests {
         });
         round_trip_req(Request::Members);
         round_trip_req(Request::Limits);
+        round_trip_req(Request::KafkaGroupView {
+            spec: ConsumerGroupSpec::new("g", "t", crate::ConsumerGroupMode::Kafka),
+            generation: 4,
+            consumers: vec![GroupConsumerInfo {
+                id: 1,
+                label: "rdkafka-0".into(),
+                alive: true,
+                last_seen_ms: 12,
+                partitions: vec![0, 3],
+            }],
+        });
         let mut spec = TopicSpec::new("t", 3);
         spec.overflow = Some(crate::topic::Overflow::DropOldest);
         round_trip_req(Request::CreateTopic { spec, member: None });

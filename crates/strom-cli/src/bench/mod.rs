@@ -362,6 +362,10 @@ fn run_tasks(args: BenchArgs, group_file: Option<PathBuf>) -> anyhow::Result<()>
         .group
         .parse()
         .map_err(|e: String| anyhow::anyhow!("--group: {e}"))?;
+    anyhow::ensure!(
+        mode != strom_client::ConsumerGroupMode::Kafka,
+        "--group: kafka groups are run by Kafka clients; use partitioned or shared"
+    );
     let mut peers: Vec<&str> = cfg.args.peers.split(',').map(str::trim).collect();
     if mode == strom_client::ConsumerGroupMode::Partitioned && peers.contains(&"redis") {
         eprintln!(

@@ -46,7 +46,7 @@ impl<'a> StromTasks<'a> {
         };
         let task_partitions = match mode {
             ConsumerGroupMode::Shared => 1,
-            ConsumerGroupMode::Partitioned => cfg.args.workers.max(1),
+            ConsumerGroupMode::Partitioned | ConsumerGroupMode::Kafka => cfg.args.workers.max(1),
         };
         Ok(StromTasks {
             driver,

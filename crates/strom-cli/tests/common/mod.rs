@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+pub mod kafka;
 pub mod pg;
 pub mod procs;
 pub mod raw;

@@ -112,6 +112,14 @@ async fn registry_op(svc: &ControlService, req: Request) -> Result<Response, Ser
             r.delete_group(&group).await?;
             Response::Done
         }
+        Request::KafkaGroupView {
+            spec,
+            generation,
+            consumers,
+        } => {
+            r.kafka_group_view(spec, generation, consumers).await?;
+            Response::Done
+        }
         other => {
             return Err(ServerError::coded(
                 strom_proto::ErrorCode::UNKNOWN_OPCODE,

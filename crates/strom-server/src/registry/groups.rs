@@ -33,6 +33,8 @@ pub const VISIBILITY_RANGE_MS: (u32, u32) = (100, 43_200_000);
 pub struct Coordinator {
     last_seen: HashMap<(String, u64), Instant>,
     pub(super) parts: super::coordinator::Partitioned,
+    /// Kafka groups' members, as their coordinators last reported them.
+    pub(super) kafka: HashMap<String, super::kafka_groups::KafkaView>,
 }
 
 impl Coordinator {
@@ -146,6 +148,12 @@ impl Registry {
         rejoin: Option<u64>,
         label: String,
     ) -> Result<Joined, ServerError> {
+        if spec.mode == ConsumerGroupMode::Kafka {
+            return Err(invalid(format!(
+                "consumer group '{}': kafka groups are joined with a Kafka client through a Kafka listener (strom server --kafka-listen), not the native protocol",
+                spec.name
+            )));
+        }
         let exists = self
             .inner
             .lock()
@@ -199,7 +207,7 @@ impl Registry {
     }
 
     /// Records a new group, after creating its dead-letter topic if needed.
-    async fn create_group(&self, spec: ConsumerGroupSpec) -> Result<(), ServerError> {
+    pub(super) async fn create_group(&self, spec: ConsumerGroupSpec) -> Result<(), ServerError> {
         let spec = normalize(spec)?;
         let (source, placement) = {
             let inner = self.inner.lock().await;
@@ -340,6 +348,9 @@ impl Registry {
             .get(name)
             .ok_or_else(|| not_found(name))?
             .clone();
+        if meta.spec.mode == ConsumerGroupMode::Kafka {
+            self.forget_kafka_group(name)?;
+        }
         inner.commit(RegistryCommand::ConsumerGroup(GroupCommand::Delete {
             name: name.to_string(),
         }))?;
@@ -387,7 +398,10 @@ impl Registry {
 
     /// The group's members and, from each owner, its partitions' state.
     async fn group_info(&self, inner: &Inner, meta: &ConsumerGroupMeta) -> ConsumerGroupInfo {
-        let consumers = self.consumers_info(meta);
+        let (consumers, generation) = match meta.spec.mode {
+            ConsumerGroupMode::Kafka => self.kafka_members(&meta.spec.name),
+            _ => (self.consumers_info(meta), meta.generation),
+        };
         let mut partitions = Vec::new();
         if let Ok(t) = super::topics::topic(inner, &meta.spec.topic) {
             for (member, parts) in t.by_member() {
@@ -417,11 +431,16 @@ impl Registry {
         }
         partitions.sort_by_key(|p| p.partition);
         for p in &mut partitions {
-            p.holder = meta.assignment.get(&p.partition).copied();
+            p.holder = meta.assignment.get(&p.partition).copied().or_else(|| {
+                let c = consumers
+                    .iter()
+                    .find(|c| c.partitions.contains(&p.partition))?;
+                Some((c.id, generation))
+            });
         }
         ConsumerGroupInfo {
             spec: meta.spec.clone(),
-            generation: meta.generation,
+            generation,
             consumers,
             ended: super::coordinator::group_ended(inner, meta),
             partitions,

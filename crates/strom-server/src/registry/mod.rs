@@ -18,13 +18,15 @@
 //! `topics` (the topic operations), `leases` (producer leases: open, renew,
 //! expire), `group_machine` and `groups` (consumer groups: their commands,
 //! and join, heartbeat, leave, expiry, describe), `assign` and
-//! `coordinator` (partitioned groups: the sticky assignor and the handoffs).
+//! `coordinator` (partitioned groups: the sticky assignor and the handoffs),
+//! `kafka_groups` (Kafka groups as their coordinators report them).
 
 mod assign;
 mod coordinator;
 mod files;
 mod group_machine;
 mod groups;
+mod kafka_groups;
 mod leases;
 mod machine;
 mod snapshot;

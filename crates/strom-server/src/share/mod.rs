@@ -293,7 +293,7 @@ pub fn stats(
                     Ok(c) => c.info(&pm, member),
                     Err(e) => failed(e.to_string()),
                 },
-                ConsumerGroupMode::Partitioned => GroupPartitionInfo {
+                ConsumerGroupMode::Partitioned | ConsumerGroupMode::Kafka => GroupPartitionInfo {
                     partition: *p,
                     member,
                     committed: pm

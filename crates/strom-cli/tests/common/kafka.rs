@@ -1,0 +1,63 @@
+//! Kafka clients in process-level tests: a `strom server` with a Kafka
+//! listener on port 0, and kcat (librdkafka) run with a bounded time.
+//! Needs `kcat` on PATH (`make setup` installs it).
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::ServerProcess;
+
+/// A server with a Kafka listener, and that listener's address.
+pub fn start(base: &Path) -> (ServerProcess, String) {
+    let server = ServerProcess::start_with(base, &["--kafka-listen", "127.0.0.1:0"]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let err = server.stderr();
+        if let Some(addr) = err
+            .lines()
+            .find_map(|l| l.strip_prefix("strom kafka listening on "))
+        {
+            return (server, addr.trim().to_string());
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no Kafka address printed; stderr:\n{err}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Runs kcat with `args` and `stdin`, bounded; returns stdout, asserting
+/// success.
+pub fn kcat(args: &[&str], stdin: &[u8]) -> Vec<u8> {
+    let mut child = Command::new("kcat")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawning kcat (install it: apt-get install kcat, or make setup)");
+    let mut input = child.stdin.take().expect("stdin is piped");
+    let data = stdin.to_vec();
+    let writer = std::thread::spawn(move || {
+        let _ = input.write_all(&data);
+    });
+    let out = child.stdout.take().expect("stdout is piped");
+    let reader = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut { out }, &mut v);
+        v
+    });
+    let status = super::wait_bounded(&mut child, Duration::from_secs(120))
+        .unwrap_or_else(|| panic!("kcat {args:?} did not finish within 120 s"));
+    let _ = writer.join();
+    let stdout = reader.join().expect("stdout reader");
+    let mut err = String::new();
+    if let Some(mut e) = child.stderr.take() {
+        let _ = std::io::Read::read_to_string(&mut e, &mut err);
+    }
+    assert!(status.success(), "kcat {args:?} failed: {status}\n{err}");
+    stdout
+}
