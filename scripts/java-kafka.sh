@@ -27,6 +27,10 @@ if have apt-get && have dpkg; then
   fi
 fi
 
+for t in java mvn; do
+  have "$t" || { echo "java-kafka: $t is missing: install a JDK (17 or newer) and Maven" >&2; exit 1; }
+done
+
 # The stamp records the pom it was fetched for: editing the pom fetches again.
 STAMP="$LIB/.complete"
 want="$(sha256sum "$POM" | cut -d' ' -f1)"

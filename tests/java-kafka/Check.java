@@ -13,7 +13,9 @@
 // d) listConsumerGroupOffsets for GROUP on TOPIC's partitions equals the end
 //    offsets (with --whole-group-offsets, also listConsumerGroupOffsets(GROUP)
 //    naming no partitions); beginningOffsets, endOffsets, offsetsForTimes and
-//    the admin client's listOffsets are sane.
+//    the admin client's listOffsets are sane;
+// e) a new producer sends 100 more records, and a new member of GROUP
+//    resumes at the committed offsets and reads exactly those.
 //
 // Prints "ok ..." lines and finally "CHECK OK"; exits 1 with "CHECK FAILED:
 // reason" on any mismatch. crates/strom-cli/tests/kafka_java.rs runs it;
@@ -36,6 +38,8 @@ import org.apache.kafka.common.serialization.StringSerializer;
 
 public class Check {
     static final int PARTITIONS = 3;
+    /** Records added for the resume step (e). */
+    static final int RESUME = 100;
 
     static void fail(String why) {
         System.out.println("CHECK FAILED: " + why);
@@ -101,26 +105,11 @@ public class Check {
         pp.putAll(common);
         pp.put("key.serializer", StringSerializer.class.getName());
         pp.put("value.serializer", StringSerializer.class.getName());
-        pp.put("compression.type", "lz4");
+        pp.put("compression.type", System.getProperty("check.compression", "lz4"));
         pp.put("linger.ms", "5");
         long before = System.currentTimeMillis();
-        try (KafkaProducer<String, String> producer = new KafkaProducer<>(pp)) {
-            List<Future<RecordMetadata>> sent = new ArrayList<>(n);
-            for (int i = 0; i < n; i++) {
-                ProducerRecord<String, String> r = new ProducerRecord<>(topic, key(i), value(i));
-                r.headers().add("idx", Integer.toString(i).getBytes(StandardCharsets.UTF_8));
-                r.headers().add("src", "java".getBytes(StandardCharsets.UTF_8));
-                sent.add(producer.send(r));
-            }
-            producer.flush();
-            for (int i = 0; i < n; i++) {
-                RecordMetadata md = sent.get(i).get(20, TimeUnit.SECONDS);
-                check(md.hasOffset() && md.offset() >= 0, "record " + i + ": no offset: " + md);
-                check(md.partition() >= 0 && md.partition() < PARTITIONS,
-                    "record " + i + ": partition " + md.partition());
-            }
-            System.out.println("ok produce: " + n + " records acknowledged");
-        }
+        produce(pp, topic, 0, n);
+        System.out.println("ok produce: " + n + " records acknowledged");
 
         // c) A group consumer reads everything back.
         Properties cp = new Properties();
@@ -130,46 +119,8 @@ public class Check {
         cp.put("value.deserializer", StringDeserializer.class.getName());
         cp.put("auto.offset.reset", "earliest");
         cp.put("enable.auto.commit", "false");
-        Map<TopicPartition, Long> positions = new HashMap<>();
-        try (KafkaConsumer<String, String> consumer = new KafkaConsumer<>(cp)) {
-            consumer.subscribe(List.of(topic));
-            BitSet seen = new BitSet(n);
-            Map<Integer, Long> lastOffset = new HashMap<>();
-            Map<String, Integer> lastIdxOfKey = new HashMap<>();
-            int count = 0;
-            long deadline = System.currentTimeMillis() + 40_000;
-            while (count < n) {
-                check(System.currentTimeMillis() < deadline,
-                    "consumed " + count + " of " + n + " records within 40 s");
-                for (ConsumerRecord<String, String> r : consumer.poll(Duration.ofMillis(500))) {
-                    Header h = r.headers().lastHeader("idx");
-                    check(h != null, "record " + r.partition() + "/" + r.offset() + " lacks header idx");
-                    int i = Integer.parseInt(new String(h.value(), StandardCharsets.UTF_8));
-                    check(i >= 0 && i < n && !seen.get(i), "record index " + i + " unexpected or twice");
-                    seen.set(i);
-                    count++;
-                    check(key(i).equals(r.key()), "record " + i + ": key " + r.key());
-                    check(value(i).equals(r.value()), "record " + i + ": value " + r.value());
-                    Header src = r.headers().lastHeader("src");
-                    check(src != null && "java".equals(new String(src.value(), StandardCharsets.UTF_8)),
-                        "record " + i + ": header src");
-                    check(r.timestamp() >= before - 1000, "record " + i + ": timestamp " + r.timestamp());
-                    Long last = lastOffset.put(r.partition(), r.offset());
-                    check(last == null ? r.offset() == 0 : r.offset() == last + 1,
-                        "partition " + r.partition() + ": offset " + r.offset() + " after " + last);
-                    Integer prev = lastIdxOfKey.put(r.key(), i);
-                    check(prev == null || prev < i,
-                        "key " + r.key() + ": record " + i + " after " + prev + " (order)");
-                }
-            }
-            check(seen.cardinality() == n, "distinct records " + seen.cardinality());
-            consumer.commitSync(Duration.ofSeconds(20));
-            for (TopicPartition tp : consumer.assignment()) {
-                positions.put(tp, consumer.position(tp, Duration.ofSeconds(20)));
-            }
-            System.out.println("ok consume: " + count + " records in order over "
-                + lastOffset.size() + " partitions, committed " + positions);
-        }
+        Map<TopicPartition, Long> positions = consume(cp, topic, 0, n, Map.of(), before);
+        System.out.println("ok consume: " + n + " records in order, committed " + positions);
 
         // d) Offsets, through the admin client and a group-less consumer.
         Properties op = new Properties();
@@ -239,5 +190,86 @@ public class Check {
             }
             System.out.println("ok offsets: end " + end + ", committed equal, offsetsForTimes sane");
         }
+
+        // e) A new producer adds RESUME records; a new member of the group
+        //    resumes at the committed offsets and reads exactly those.
+        produce(pp, topic, n, n + RESUME);
+        Map<TopicPartition, Long> resumed = consume(cp, topic, n, n + RESUME, positions, before);
+        System.out.println("ok resume: " + RESUME + " more records from the committed offsets, committed "
+            + resumed);
+    }
+
+    /** Sends records from..to-1 and checks that every send succeeded. */
+    static void produce(Properties pp, String topic, int from, int to) throws Exception {
+        try (KafkaProducer<String, String> producer = new KafkaProducer<>(pp)) {
+            List<Future<RecordMetadata>> sent = new ArrayList<>(to - from);
+            for (int i = from; i < to; i++) {
+                ProducerRecord<String, String> r = new ProducerRecord<>(topic, key(i), value(i));
+                r.headers().add("idx", Integer.toString(i).getBytes(StandardCharsets.UTF_8));
+                r.headers().add("src", "java".getBytes(StandardCharsets.UTF_8));
+                sent.add(producer.send(r));
+            }
+            producer.flush();
+            for (int i = from; i < to; i++) {
+                RecordMetadata md = sent.get(i - from).get(20, TimeUnit.SECONDS);
+                check(md.hasOffset() && md.offset() >= 0, "record " + i + ": no offset: " + md);
+                check(md.partition() >= 0 && md.partition() < PARTITIONS,
+                    "record " + i + ": partition " + md.partition());
+            }
+        }
+    }
+
+    /**
+     * Subscribes a member of cp's group and polls until records from..to-1
+     * are read, each once, checking key, value, headers, timestamp, dense
+     * offsets per partition starting at {@code start} (0 where absent) and
+     * per-key order; then commitSync. Returns the positions committed.
+     */
+    static Map<TopicPartition, Long> consume(Properties cp, String topic, int from, int to,
+            Map<TopicPartition, Long> start, long before) {
+        int n = to - from;
+        Map<TopicPartition, Long> positions = new HashMap<>();
+        try (KafkaConsumer<String, String> consumer = new KafkaConsumer<>(cp)) {
+            consumer.subscribe(List.of(topic));
+            BitSet seen = new BitSet(n);
+            Map<Integer, Long> lastOffset = new HashMap<>();
+            Map<String, Integer> lastIdxOfKey = new HashMap<>();
+            int count = 0;
+            long deadline = System.currentTimeMillis() + 40_000;
+            while (count < n) {
+                check(System.currentTimeMillis() < deadline,
+                    "consumed " + count + " of " + n + " records within 40 s");
+                for (ConsumerRecord<String, String> r : consumer.poll(Duration.ofMillis(500))) {
+                    Header h = r.headers().lastHeader("idx");
+                    check(h != null, "record " + r.partition() + "/" + r.offset() + " lacks header idx");
+                    int i = Integer.parseInt(new String(h.value(), StandardCharsets.UTF_8));
+                    check(i >= from && i < to && !seen.get(i - from),
+                        "record index " + i + " unexpected or twice (at " + r.partition() + "/"
+                        + r.offset() + ")");
+                    seen.set(i - from);
+                    count++;
+                    check(key(i).equals(r.key()), "record " + i + ": key " + r.key());
+                    check(value(i).equals(r.value()), "record " + i + ": value " + r.value());
+                    Header src = r.headers().lastHeader("src");
+                    check(src != null && "java".equals(new String(src.value(), StandardCharsets.UTF_8)),
+                        "record " + i + ": header src");
+                    check(r.timestamp() >= before - 1000, "record " + i + ": timestamp " + r.timestamp());
+                    Long last = lastOffset.put(r.partition(), r.offset());
+                    long first = start.getOrDefault(new TopicPartition(topic, r.partition()), 0L);
+                    check(last == null ? r.offset() == first : r.offset() == last + 1,
+                        "partition " + r.partition() + ": offset " + r.offset() + " after "
+                        + (last == null ? "the start " + first : last));
+                    Integer prev = lastIdxOfKey.put(r.key(), i);
+                    check(prev == null || prev < i,
+                        "key " + r.key() + ": record " + i + " after " + prev + " (order)");
+                }
+            }
+            check(seen.cardinality() == n, "distinct records " + seen.cardinality());
+            consumer.commitSync(Duration.ofSeconds(20));
+            for (TopicPartition tp : consumer.assignment()) {
+                positions.put(tp, consumer.position(tp, Duration.ofSeconds(20)));
+            }
+        }
+        return positions;
     }
 }

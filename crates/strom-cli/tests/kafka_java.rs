@@ -2,7 +2,8 @@
 //! the `strom server` binary with `--kafka-listen 127.0.0.1:0`, and
 //! `tests/java-kafka/Check.java` run in Java's single-file source mode
 //! (AdminClient, the default idempotent producer with lz4, a group
-//! consumer, committed and listed offsets), then the same events read
+//! consumer, committed and listed offsets, a member resuming at the
+//! committed offsets), then the same events read
 //! natively. Needs a JDK and the jars in `target/java-kafka/lib`
 //! (`make setup` runs `scripts/java-kafka.sh`); without them the test fails
 //! and says so.
@@ -15,8 +16,10 @@ use std::time::{Duration, Instant};
 
 use common::{read_all, ServerProcess};
 
-/// Records the Java producer sends.
+/// Records the Java producer sends, then the records Check.java adds for
+/// its resume step (its `RESUME`).
 const N: usize = 3000;
+const RESUME: usize = 100;
 
 /// A server with a Kafka listener, and that listener's address.
 fn start(base: &Path) -> (ServerProcess, String) {
@@ -118,7 +121,13 @@ fn java_admin_idempotent_producer_and_group_consumer_work() {
         "Check.java failed\nstdout:\n{out}\nstderr:\n{err}\nserver:\n{}",
         server.stderr()
     );
-    for step in ["ok admin:", "ok produce:", "ok consume:", "ok offsets:"] {
+    for step in [
+        "ok admin:",
+        "ok produce:",
+        "ok consume:",
+        "ok offsets:",
+        "ok resume:",
+    ] {
         assert!(
             out.lines().any(|l| l.starts_with(step)),
             "no {step:?} line\n{out}"
@@ -129,9 +138,10 @@ fn java_admin_idempotent_producer_and_group_consumer_work() {
     // The same events natively: every record, as the front end maps it.
     let driver = server.connect();
     let native = read_all(&driver, "jt", "native-reader", Duration::from_secs(30));
-    assert_eq!(native.len(), N);
+    let total = N + RESUME;
+    assert_eq!(native.len(), total);
     assert_eq!(native.end.len(), 3, "three partitions: {:?}", native.end);
-    let mut seen = vec![false; N];
+    let mut seen = vec![false; total];
     for ev in native.events.values() {
         let meta: serde_json::Value = serde_json::from_slice(&ev.meta).expect("JSON metadata");
         let headers = &meta["kafka"]["headers"];
@@ -141,14 +151,15 @@ fn java_admin_idempotent_producer_and_group_consumer_work() {
             .as_str()
             .and_then(|s| s.parse().ok())
             .unwrap_or_else(|| panic!("header idx in {meta}"));
-        assert!(i < N && !seen[i], "record {i} twice or out of range");
+        assert!(i < total && !seen[i], "record {i} twice or out of range");
         seen[i] = true;
         assert_eq!(meta["kafka"]["key"], format!("key-{}", i % 37), "{meta}");
         let value = format!("value-{i}-{}", "x".repeat(i % 53));
         assert_eq!(ev.data, value.as_bytes());
     }
 
-    // The Java group's commits are the Strom consumer offsets of that name.
+    // The Java group's commits (after the resume step: the end) are the
+    // Strom consumer offsets of that name.
     for (p, end) in &native.end {
         let offsets = driver
             .consumer_offsets("jt", *p)
