@@ -17,6 +17,10 @@
 // e) a new producer sends 100 more records, and a new member of GROUP
 //    resumes at the committed offsets and reads exactly those.
 //
+// With --epoch-bump BOOTSTRAP TOPIC SERVER_PID instead: the idempotent
+// producer's own epoch bump after batches expired while the server was
+// stopped (SIGSTOP) loses no acknowledged record.
+//
 // Prints "ok ..." lines and finally "CHECK OK"; exits 1 with "CHECK FAILED:
 // reason" on any mismatch. crates/strom-cli/tests/kafka_java.rs runs it;
 // scripts/java-kafka.sh fetches the jars.
@@ -56,14 +60,18 @@ public class Check {
     static String value(int i) { return "value-" + i + "-" + "x".repeat(i % 53); }
 
     public static void main(String[] args) throws Exception {
+        boolean epochBump = args.length == 4 && args[0].equals("--epoch-bump");
         boolean wholeGroup = args.length == 5 && args[4].equals("--whole-group-offsets");
         if (args.length != 4 && !wholeGroup) {
-            fail("usage: Check BOOTSTRAP TOPIC GROUP N [--whole-group-offsets]");
+            fail("usage: Check BOOTSTRAP TOPIC GROUP N [--whole-group-offsets]\n"
+                + "       Check --epoch-bump BOOTSTRAP TOPIC SERVER_PID");
         }
-        String bootstrap = args[0], topic = args[1], group = args[2];
-        int n = Integer.parseInt(args[3]);
         try {
-            run(bootstrap, topic, group, n, wholeGroup);
+            if (epochBump) {
+                epochBump(args[1], args[2], Long.parseLong(args[3]));
+            } else {
+                run(args[0], args[1], args[2], Integer.parseInt(args[3]), wholeGroup);
+            }
         } catch (Throwable t) {
             t.printStackTrace(System.out);
             fail(t.toString());
@@ -271,5 +279,86 @@ public class Check {
             }
         }
         return positions;
+    }
+
+    /**
+     * The idempotent producer bumps its epoch itself: with the server
+     * stopped (SIGSTOP), batches expire after delivery.timeout.ms; the
+     * producer then moves to epoch + 1 with the same producer id and numbers
+     * its next batches from 0 again. Those must be stored, not taken for
+     * retries of the first batches.
+     */
+    static void epochBump(String bootstrap, String topic, long serverPid) throws Exception {
+        Properties pp = new Properties();
+        pp.put("bootstrap.servers", bootstrap);
+        pp.put("key.serializer", StringSerializer.class.getName());
+        pp.put("value.serializer", StringSerializer.class.getName());
+        pp.put("linger.ms", "0");
+        pp.put("request.timeout.ms", "2500");
+        pp.put("delivery.timeout.ms", "5000");
+        try (Admin admin = Admin.create(pp)) {
+            admin.createTopics(List.of(new NewTopic(topic, 1, (short) 1))).all()
+                .get(20, TimeUnit.SECONDS);
+        }
+        List<String> acked = new ArrayList<>();
+        try (KafkaProducer<String, String> producer = new KafkaProducer<>(pp)) {
+            for (int i = 0; i < 5; i++) {
+                producer.send(new ProducerRecord<>(topic, 0, null, "A" + i)).get(20, TimeUnit.SECONDS);
+                acked.add("A" + i);
+            }
+            int expired = 0;
+            signal("STOP", serverPid);
+            try {
+                List<Future<RecordMetadata>> stalled = new ArrayList<>();
+                for (int i = 0; i < 5; i++) {
+                    stalled.add(producer.send(new ProducerRecord<>(topic, 0, null, "X" + i)));
+                }
+                for (Future<RecordMetadata> f : stalled) {
+                    try {
+                        f.get(30, TimeUnit.SECONDS);
+                    } catch (java.util.concurrent.ExecutionException e) {
+                        expired++;
+                    }
+                }
+            } finally {
+                signal("CONT", serverPid);
+            }
+            check(expired > 0, "no batch expired while the server was stopped");
+            for (int i = 0; i < 5; i++) {
+                RecordMetadata md = producer.send(new ProducerRecord<>(topic, 0, null, "B" + i))
+                    .get(20, TimeUnit.SECONDS);
+                check(md.hasOffset() && md.offset() >= 5,
+                    "B" + i + " after the epoch bump acknowledged at offset " + md.offset());
+                acked.add("B" + i);
+            }
+            System.out.println("ok epoch bump: " + expired + " records expired, 5 more acknowledged");
+        }
+        Properties cp = new Properties();
+        cp.put("bootstrap.servers", bootstrap);
+        cp.put("key.deserializer", StringDeserializer.class.getName());
+        cp.put("value.deserializer", StringDeserializer.class.getName());
+        try (KafkaConsumer<String, String> c = new KafkaConsumer<>(cp)) {
+            TopicPartition tp = new TopicPartition(topic, 0);
+            c.assign(List.of(tp));
+            c.seekToBeginning(List.of(tp));
+            long end = c.endOffsets(List.of(tp), Duration.ofSeconds(20)).get(tp);
+            List<String> stored = new ArrayList<>();
+            long deadline = System.currentTimeMillis() + 20_000;
+            while (c.position(tp) < end) {
+                check(System.currentTimeMillis() < deadline, "reading back: " + stored);
+                for (ConsumerRecord<String, String> r : c.poll(Duration.ofMillis(300))) {
+                    stored.add(r.value());
+                }
+            }
+            List<String> kept = new ArrayList<>(stored);
+            kept.removeIf(v -> v.startsWith("X"));
+            check(kept.equals(acked), "stored " + stored + ", acknowledged " + acked);
+            System.out.println("ok epoch bump: every acknowledged record stored once: " + stored);
+        }
+    }
+
+    static void signal(String sig, long pid) throws Exception {
+        int rc = new ProcessBuilder("kill", "-" + sig, Long.toString(pid)).inheritIO().start().waitFor();
+        check(rc == 0, "kill -" + sig + " " + pid + " failed");
     }
 }

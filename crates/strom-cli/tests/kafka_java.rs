@@ -3,10 +3,10 @@
 //! `tests/java-kafka/Check.java` run in Java's single-file source mode
 //! (AdminClient, the default idempotent producer with lz4, a group
 //! consumer, committed and listed offsets, a member resuming at the
-//! committed offsets), then the same events read
-//! natively. Needs a JDK and the jars in `target/java-kafka/lib`
-//! (`make setup` runs `scripts/java-kafka.sh`); without them the test fails
-//! and says so.
+//! committed offsets), then the same events read natively; and the
+//! idempotent producer's own epoch bump after expired batches. Needs a JDK
+//! and the jars in `target/java-kafka/lib` (`make setup` runs
+//! `scripts/java-kafka.sh`); without them the test fails and says so.
 
 mod common;
 
@@ -70,9 +70,9 @@ fn java_setup() -> (PathBuf, PathBuf) {
     (lib, check)
 }
 
-/// Runs Check.java against `broker`, bounded; returns its exit status
-/// success, stdout and stderr.
-fn run_check(broker: &str, args: &[&str]) -> (bool, String, String) {
+/// Runs Check.java with `first` and `args`, bounded; returns its exit
+/// status success, stdout and stderr.
+fn run_check(first: &str, args: &[&str]) -> (bool, String, String) {
     let (lib, check) = java_setup();
     let mut child = Command::new("java")
         // Kafka's clients log through slf4j-simple, to stderr: warnings only.
@@ -80,7 +80,7 @@ fn run_check(broker: &str, args: &[&str]) -> (bool, String, String) {
         .arg("-cp")
         .arg(format!("{}/*", lib.display()))
         .arg(&check)
-        .arg(broker)
+        .arg(first)
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -173,6 +173,38 @@ fn java_admin_idempotent_producer_and_group_consumer_work() {
             );
         }
     }
+}
+
+/// Kafka's Java producer bumps its epoch itself (same producer id) when
+/// batches expire, here while the server is stopped (SIGSTOP), and numbers
+/// its next batches from 0 again; the front end must store them rather than
+/// take them for retries of the first ones.
+#[test]
+fn java_producer_epoch_bump_after_expired_batches_loses_no_record() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (server, broker) = start(dir.path());
+    let pid = server.pid().to_string();
+    let (ok, out, err) = run_check("--epoch-bump", &[&broker, "je", &pid]);
+    // Whatever happened, the server runs again.
+    let _ = Command::new("kill").args(["-CONT", &pid]).status();
+    assert!(
+        ok && out.lines().any(|l| l == "CHECK OK"),
+        "Check.java --epoch-bump failed\nstdout:\n{out}\nstderr:\n{err}\nserver:\n{}",
+        server.stderr()
+    );
+    let driver = server.connect();
+    let native = read_all(&driver, "je", "native-reader", Duration::from_secs(30));
+    let values: Vec<String> = native
+        .events
+        .values()
+        .map(|e| String::from_utf8_lossy(&e.data).into_owned())
+        .filter(|v| !v.starts_with('X'))
+        .collect();
+    assert_eq!(
+        values,
+        ["A0", "A1", "A2", "A3", "A4", "B0", "B1", "B2", "B3", "B4"],
+        "every acknowledged record once, in order"
+    );
 }
 
 /// `Admin.listConsumerGroupOffsets(group)` naming no partitions sends an
