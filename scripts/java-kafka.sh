@@ -17,9 +17,11 @@ as_root() {
     echo "java-kafka: need root to run: $*" >&2; return 1; fi
 }
 
-if have apt-get && have dpkg; then
+if have apt-get; then
+  # A JDK (javac: single-file source mode compiles in memory) and Maven.
   missing=()
-  for p in openjdk-17-jdk-headless maven; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+  have javac || missing+=(default-jdk-headless)
+  have mvn || missing+=(maven)
   if [ ${#missing[@]} -gt 0 ]; then
     echo "java-kafka: installing ${missing[*]}" >&2
     as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
@@ -27,7 +29,7 @@ if have apt-get && have dpkg; then
   fi
 fi
 
-for t in java mvn; do
+for t in java javac mvn; do
   have "$t" || { echo "java-kafka: $t is missing: install a JDK (17 or newer) and Maven" >&2; exit 1; }
 done
 
@@ -37,7 +39,7 @@ want="$(sha256sum "$POM" | cut -d' ' -f1)"
 if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$want" ]; then
   rm -rf "$LIB"
   mkdir -p "$LIB"
-  mvn -q -B -f "$POM" dependency:copy-dependencies \
+  mvn -q -B -Dstyle.color=never -f "$POM" dependency:copy-dependencies \
     -DoutputDirectory="$LIB" -DincludeScope=runtime
   echo "$want" > "$STAMP"
 fi
