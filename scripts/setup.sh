@@ -43,3 +43,6 @@ if have apt-get && have dpkg; then
   # tests) compiles librdkafka from source.
   apt_install build-essential pkg-config openmpi-bin libopenmpi-dev gfortran postgresql prometheus chromium libfabric-dev libclang-dev clang kcat cmake
 fi
+
+# Kafka's Java clients (kafka-clients) for crates/strom-cli/tests/kafka_java.rs.
+"$(dirname "$0")/java-kafka.sh"

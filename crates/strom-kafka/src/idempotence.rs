@@ -5,6 +5,12 @@
 //! `DUPLICATE_SEQUENCE_NUMBER` (which librdkafka treats as success) when
 //! that is no longer known; a gap is answered `OUT_OF_ORDER_SEQUENCE_NUMBER`.
 //! After a server restart, or a failed append, the next batch starts afresh.
+//!
+//! Sequences count within a producer epoch. A batch of a newer epoch starts
+//! afresh: Kafka's Java producer bumps its epoch itself (same producer id)
+//! after a batch expired or a gap, and numbers its next batches from 0
+//! again, which must not be taken for retries. A batch of an older epoch is
+//! refused (`INVALID_PRODUCER_EPOCH`), as Kafka does.
 
 use std::collections::{HashMap, VecDeque};
 
@@ -18,11 +24,14 @@ const MAX_ENTRIES: usize = 100_000;
 
 pub const DUPLICATE_SEQUENCE_NUMBER: i16 = 46;
 pub const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
+pub const INVALID_PRODUCER_EPOCH: i16 = 47;
 
 type Key = (i64, String, u32);
 
 #[derive(Default)]
 struct Entry {
+    /// The producer epoch the sequences below belong to.
+    epoch: i16,
     next: i32,
     /// (base sequence, base offset once appended).
     recent: VecDeque<(i32, Option<u64>)>,
@@ -37,6 +46,8 @@ pub enum Check {
     Duplicate(Option<u64>),
     /// A gap in the sequence: refuse it.
     OutOfOrder { expected: i32 },
+    /// A batch of an epoch older than the producer's current one: refuse it.
+    StaleEpoch { current: i16 },
 }
 
 #[derive(Default)]
@@ -45,14 +56,30 @@ pub struct Sequences {
 }
 
 impl Sequences {
-    /// Checks a batch of `count` records starting at `base_seq`; a fresh
-    /// one is recorded as sent.
-    pub fn check(&self, pid: i64, topic: &str, part: u32, base_seq: i32, count: i32) -> Check {
+    /// Checks a batch of `count` records of producer `pid` at `epoch`
+    /// starting at `base_seq`; a fresh one is recorded as sent.
+    pub fn check(
+        &self,
+        pid: i64,
+        epoch: i16,
+        topic: &str,
+        part: u32,
+        base_seq: i32,
+        count: i32,
+    ) -> Check {
         let mut map = self.map.lock();
         if map.len() >= MAX_ENTRIES {
             map.clear();
         }
         let e = map.entry((pid, topic.to_string(), part)).or_default();
+        if !e.recent.is_empty() && epoch != e.epoch {
+            if epoch < e.epoch {
+                return Check::StaleEpoch { current: e.epoch };
+            }
+            // A newer epoch: its sequences start afresh.
+            e.recent.clear();
+        }
+        e.epoch = epoch;
         let fresh = e.recent.is_empty() || base_seq == e.next;
         if !fresh {
             if base_seq < e.next {
@@ -74,10 +101,22 @@ impl Sequences {
     }
 
     /// Records where a fresh batch was appended, or forgets the producer's
-    /// state on this partition if the append failed.
-    pub fn appended(&self, pid: i64, topic: &str, part: u32, base_seq: i32, offset: Option<u64>) {
+    /// state on this partition if the append failed; nothing when the
+    /// producer has moved to another epoch since.
+    pub fn appended(
+        &self,
+        pid: i64,
+        epoch: i16,
+        topic: &str,
+        part: u32,
+        base_seq: i32,
+        offset: Option<u64>,
+    ) {
         let mut map = self.map.lock();
         let key = (pid, topic.to_string(), part);
+        if map.get(&key).is_some_and(|e| e.epoch != epoch) {
+            return;
+        }
         match offset {
             None => {
                 map.remove(&key);
@@ -100,22 +139,50 @@ mod tests {
     #[test]
     fn a_retried_batch_is_a_duplicate_with_its_first_offset() {
         let s = Sequences::default();
-        assert_eq!(s.check(7, "t", 0, 0, 10), Check::Fresh);
-        s.appended(7, "t", 0, 0, Some(100));
-        assert_eq!(s.check(7, "t", 0, 10, 5), Check::Fresh);
+        assert_eq!(s.check(7, 0, "t", 0, 0, 10), Check::Fresh);
+        s.appended(7, 0, "t", 0, 0, Some(100));
+        assert_eq!(s.check(7, 0, "t", 0, 10, 5), Check::Fresh);
         // The response to the second was lost; the client retries both.
-        assert_eq!(s.check(7, "t", 0, 0, 10), Check::Duplicate(Some(100)));
-        assert_eq!(s.check(7, "t", 0, 10, 5), Check::Duplicate(None));
+        assert_eq!(s.check(7, 0, "t", 0, 0, 10), Check::Duplicate(Some(100)));
+        assert_eq!(s.check(7, 0, "t", 0, 10, 5), Check::Duplicate(None));
         assert_eq!(
-            s.check(7, "t", 0, 20, 1),
+            s.check(7, 0, "t", 0, 20, 1),
             Check::OutOfOrder { expected: 15 }
         );
-        assert_eq!(s.check(7, "t", 0, 15, 1), Check::Fresh);
+        assert_eq!(s.check(7, 0, "t", 0, 15, 1), Check::Fresh);
         // Another partition or producer is independent.
-        assert_eq!(s.check(7, "t", 1, 0, 1), Check::Fresh);
-        assert_eq!(s.check(8, "t", 0, 0, 1), Check::Fresh);
+        assert_eq!(s.check(7, 0, "t", 1, 0, 1), Check::Fresh);
+        assert_eq!(s.check(8, 0, "t", 0, 0, 1), Check::Fresh);
         // A failed append forgets: the retry is appended.
-        s.appended(7, "t", 0, 15, None);
-        assert_eq!(s.check(7, "t", 0, 15, 1), Check::Fresh);
+        s.appended(7, 0, "t", 0, 15, None);
+        assert_eq!(s.check(7, 0, "t", 0, 15, 1), Check::Fresh);
+    }
+
+    #[test]
+    fn a_new_epoch_starts_its_sequences_afresh() {
+        // Kafka's Java producer, after batches expired, bumps its epoch and
+        // numbers from 0 again: those batches are new, not retries.
+        let s = Sequences::default();
+        assert_eq!(s.check(7, 0, "t", 0, 0, 5), Check::Fresh);
+        s.appended(7, 0, "t", 0, 0, Some(0));
+        assert_eq!(s.check(7, 0, "t", 0, 5, 5), Check::Fresh);
+        s.appended(7, 0, "t", 0, 5, Some(5));
+        assert_eq!(s.check(7, 1, "t", 0, 0, 3), Check::Fresh);
+        s.appended(7, 1, "t", 0, 0, Some(10));
+        assert_eq!(s.check(7, 1, "t", 0, 3, 1), Check::Fresh);
+        // Retries within the new epoch are still duplicates.
+        assert_eq!(s.check(7, 1, "t", 0, 0, 3), Check::Duplicate(Some(10)));
+        assert_eq!(
+            s.check(7, 1, "t", 0, 9, 1),
+            Check::OutOfOrder { expected: 4 }
+        );
+        // A late batch of the old epoch is refused, and an old append's
+        // report does not touch the new epoch's state.
+        assert_eq!(
+            s.check(7, 0, "t", 0, 10, 1),
+            Check::StaleEpoch { current: 1 }
+        );
+        s.appended(7, 0, "t", 0, 3, None);
+        assert_eq!(s.check(7, 1, "t", 0, 4, 1), Check::Fresh);
     }
 }

@@ -20,7 +20,9 @@ use crate::api::{decode, Ctx};
 use crate::conn::{respond, Reply};
 use crate::error::{kafka_code, kcode, FrameError};
 use crate::guard;
-use crate::idempotence::{Check, DUPLICATE_SEQUENCE_NUMBER, OUT_OF_ORDER_SEQUENCE_NUMBER};
+use crate::idempotence::{
+    Check, DUPLICATE_SEQUENCE_NUMBER, INVALID_PRODUCER_EPOCH, OUT_OF_ORDER_SEQUENCE_NUMBER,
+};
 use crate::mapping::record_meta;
 use crate::records;
 
@@ -32,12 +34,19 @@ enum Outcome {
     Pending(oneshot::Receiver<Result<u64, i16>>),
 }
 
-/// An idempotent producer's batch: producer id and base sequence.
-type Idem = Option<(i64, i32, i32)>;
+/// An idempotent producer's batch.
+#[derive(Clone, Copy)]
+struct Idem {
+    pid: i64,
+    epoch: i16,
+    seq: i32,
+    count: i32,
+}
 
 /// Builds the Strom batch for one partition's record set, with the
-/// producer id, base sequence and record count of an idempotent producer.
-fn batch(records: Bytes, max_bytes: u64) -> Result<Option<(ValidBatch, Idem)>, i16> {
+/// producer id, epoch, base sequence and record count of an idempotent
+/// producer.
+fn batch(records: Bytes, max_bytes: u64) -> Result<Option<(ValidBatch, Option<Idem>)>, i16> {
     let batches = records::parse(records, max_bytes).map_err(|e| {
         tracing::info!(error = %e, "Kafka produce: refused record set");
         match e {
@@ -61,7 +70,12 @@ fn batch(records: Bytes, max_bytes: u64) -> Result<Option<(ValidBatch, Idem)>, i
     let idem = batches
         .first()
         .filter(|f| f.producer_id >= 0 && f.base_sequence >= 0)
-        .map(|f| (f.producer_id, f.base_sequence, count as i32));
+        .map(|f| Idem {
+            pid: f.producer_id,
+            epoch: f.producer_epoch,
+            seq: f.base_sequence,
+            count: count as i32,
+        });
     ValidBatch::check(count, b.finish(), data)
         .map(|v| Some((v, idem)))
         .map_err(|_| kcode::CORRUPT_MESSAGE)
@@ -88,13 +102,18 @@ pub fn produce(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply, Fra
                         Err(code) => Outcome::Now(code),
                         Ok(None) => Outcome::Now(kcode::NONE),
                         Ok(Some((b, idem))) => {
-                            let check = idem.map(|(pid, seq, n)| {
-                                ctx.sequences.check(pid, &topic, index, seq, n)
+                            let check = idem.map(|i| {
+                                ctx.sequences
+                                    .check(i.pid, i.epoch, &topic, index, i.seq, i.count)
                             });
                             match check {
                                 Some(Check::Duplicate(Some(o))) => Outcome::Done(o),
                                 Some(Check::Duplicate(None)) => {
                                     Outcome::Now(DUPLICATE_SEQUENCE_NUMBER)
+                                }
+                                Some(Check::StaleEpoch { current }) => {
+                                    tracing::info!(topic = %topic, partition = index, current, "Kafka produce: batch of an older producer epoch");
+                                    Outcome::Now(INVALID_PRODUCER_EPOCH)
                                 }
                                 Some(Check::OutOfOrder { expected }) => {
                                     tracing::info!(topic = %topic, partition = index, expected, "Kafka produce: sequence gap");
@@ -112,8 +131,8 @@ pub fn produce(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply, Fra
                                                 tracing::warn!(topic = %t, partition = index, error = %e, "Kafka produce: append failed");
                                                 kafka_code(&e)
                                             });
-                                            if let Some((pid, seq, _)) = idem {
-                                                ctx2.sequences.appended(pid, &t, index, seq, r.as_ref().ok().copied());
+                                            if let Some(i) = idem {
+                                                ctx2.sequences.appended(i.pid, i.epoch, &t, index, i.seq, r.as_ref().ok().copied());
                                             }
                                             let _ = tx.send(r);
                                         }),

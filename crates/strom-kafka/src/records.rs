@@ -30,6 +30,7 @@ pub struct InRecord {
 pub struct InBatch {
     pub records: Vec<InRecord>,
     pub producer_id: i64,
+    pub producer_epoch: i16,
     pub base_sequence: i32,
 }
 
@@ -135,7 +136,7 @@ fn parse_batch(mut b: Bytes, max_bytes: u64) -> Result<Option<InBatch>, RecordEr
     let first_ts = b.get_i64();
     let _max_ts = b.get_i64();
     let producer_id = b.get_i64();
-    let _producer_epoch = b.get_i16();
+    let producer_epoch = b.get_i16();
     let base_sequence = b.get_i32();
     let count = b.get_i32();
     if attributes & (1 << 5) != 0 {
@@ -183,6 +184,7 @@ fn parse_batch(mut b: Bytes, max_bytes: u64) -> Result<Option<InBatch>, RecordEr
     Ok(Some(InBatch {
         records,
         producer_id,
+        producer_epoch,
         base_sequence,
     }))
 }

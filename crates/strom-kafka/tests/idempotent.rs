@@ -2,7 +2,10 @@
 //! in-process server with the Kafka listener, the same Produce (producer
 //! id 5, sequence 0) sent twice over raw TCP; both answers name offset 0
 //! and the partition holds the records once. A gap in the sequence is
-//! refused with OUT_OF_ORDER_SEQUENCE_NUMBER.
+//! refused with OUT_OF_ORDER_SEQUENCE_NUMBER. A batch of a newer producer
+//! epoch numbered from 0 again (what Kafka's Java producer sends after it
+//! bumps its epoch) is stored, not taken for a retry; one of an older epoch
+//! is refused with INVALID_PRODUCER_EPOCH.
 
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::indexmap::IndexMap;
@@ -15,6 +18,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 fn batch(seq: i32) -> Bytes {
+    batch_at(0, seq)
+}
+
+fn batch_at(epoch: i16, seq: i32) -> Bytes {
     let recs: Vec<Record> = (0..3)
         .map(|i| Record {
             transactional: false,
@@ -22,7 +29,7 @@ fn batch(seq: i32) -> Bytes {
             delete_horizon: false,
             partition_leader_epoch: 0,
             producer_id: 5,
-            producer_epoch: 0,
+            producer_epoch: epoch,
             timestamp_type: TimestampType::Creation,
             offset: i,
             sequence: seq + i as i32,
@@ -107,6 +114,17 @@ async fn a_retried_idempotent_batch_is_stored_once() {
     assert_eq!(code, 45, "OUT_OF_ORDER_SEQUENCE_NUMBER");
     let p = services.data.partition("t", 0).unwrap();
     assert_eq!(p.log.next_offset(), 6, "six records stored, none twice");
+    // The producer bumps its epoch and numbers from 0 again: new records.
+    assert_eq!(produce(&mut s, 5, &batch_at(1, 0)).await, (0, 6));
+    assert_eq!(
+        produce(&mut s, 6, &batch_at(1, 0)).await,
+        (0, 6),
+        "a retry within the new epoch"
+    );
+    assert_eq!(produce(&mut s, 7, &batch_at(1, 3)).await, (0, 9));
+    let (code, _) = produce(&mut s, 8, &batch_at(0, 6)).await;
+    assert_eq!(code, 47, "INVALID_PRODUCER_EPOCH");
+    assert_eq!(p.log.next_offset(), 12, "the new epoch's six records");
     drop(s);
     kafka.shutdown().await;
     server.shutdown().await;

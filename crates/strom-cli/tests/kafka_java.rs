@@ -1,0 +1,228 @@
+//! Kafka's Java clients (kafka-clients 4.3.1) against the Kafka front end:
+//! the `strom server` binary with `--kafka-listen 127.0.0.1:0`, and
+//! `tests/java-kafka/Check.java` run in Java's single-file source mode
+//! (AdminClient, the default idempotent producer with lz4, a group
+//! consumer, committed and listed offsets, a member resuming at the
+//! committed offsets), then the same events read natively; and the
+//! idempotent producer's own epoch bump after expired batches. Needs a JDK
+//! and the jars in `target/java-kafka/lib` (`make setup` runs
+//! `scripts/java-kafka.sh`); without them the test fails and says so.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{read_all, ServerProcess};
+
+/// Records the Java producer sends, then the records Check.java adds for
+/// its resume step (its `RESUME`).
+const N: usize = 3000;
+const RESUME: usize = 100;
+
+/// A server with a Kafka listener, and that listener's address.
+fn start(base: &Path) -> (ServerProcess, String) {
+    let server = ServerProcess::start_with(base, &["--kafka-listen", "127.0.0.1:0"]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let err = server.stderr();
+        if let Some(addr) = err
+            .lines()
+            .find_map(|l| l.strip_prefix("strom kafka listening on "))
+        {
+            return (server, addr.trim().to_string());
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no Kafka address printed; stderr:\n{err}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The jar directory and the Java program, after checking that `java` runs
+/// and the jars are there: a missing piece fails the test with the fix.
+fn java_setup() -> (PathBuf, PathBuf) {
+    let root = repo_root();
+    let lib = root.join("target/java-kafka/lib");
+    let check = root.join("tests/java-kafka/Check.java");
+    let java = Command::new("java")
+        .arg("-version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+    assert!(
+        matches!(java, Ok(s) if s.success()),
+        "`java` (a JDK 17 or newer) is not on PATH: run `make setup` \
+         (scripts/java-kafka.sh installs it and Kafka's Java clients)"
+    );
+    assert!(
+        lib.join("kafka-clients-4.3.1.jar").is_file(),
+        "Kafka's Java clients are not in {}: run `make setup` (scripts/java-kafka.sh)",
+        lib.display()
+    );
+    assert!(check.is_file(), "{} is missing", check.display());
+    (lib, check)
+}
+
+/// Runs Check.java with `first` and `args`, bounded; returns its exit
+/// status success, stdout and stderr.
+fn run_check(first: &str, args: &[&str]) -> (bool, String, String) {
+    let (lib, check) = java_setup();
+    let mut child = Command::new("java")
+        // Kafka's clients log through slf4j-simple, to stderr: warnings only.
+        .arg("-Dorg.slf4j.simpleLogger.defaultLogLevel=warn")
+        .arg("-cp")
+        .arg(format!("{}/*", lib.display()))
+        .arg(&check)
+        .arg(first)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawning java");
+    let mut out = child.stdout.take().expect("stdout is piped");
+    let mut err = child.stderr.take().expect("stderr is piped");
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = std::io::Read::read_to_string(&mut out, &mut s);
+        s
+    });
+    let err_reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = std::io::Read::read_to_string(&mut err, &mut s);
+        s
+    });
+    let status = common::wait_bounded(&mut child, Duration::from_secs(90));
+    let stdout = reader.join().expect("stdout reader");
+    let stderr = err_reader.join().expect("stderr reader");
+    let status = status.unwrap_or_else(|| {
+        panic!("Check.java did not finish within 90 s\nstdout:\n{stdout}\nstderr:\n{stderr}")
+    });
+    (status.success(), stdout, stderr)
+}
+
+#[test]
+fn java_admin_idempotent_producer_and_group_consumer_work() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (server, broker) = start(dir.path());
+    let started = Instant::now();
+    let n = N.to_string();
+    let (ok, out, err) = run_check(&broker, &["jt", "java-group", &n]);
+    let took = started.elapsed();
+    assert!(
+        ok && out.lines().any(|l| l == "CHECK OK"),
+        "Check.java failed\nstdout:\n{out}\nstderr:\n{err}\nserver:\n{}",
+        server.stderr()
+    );
+    for step in [
+        "ok admin:",
+        "ok produce:",
+        "ok consume:",
+        "ok offsets:",
+        "ok resume:",
+    ] {
+        assert!(
+            out.lines().any(|l| l.starts_with(step)),
+            "no {step:?} line\n{out}"
+        );
+    }
+    eprintln!("Check.java took {took:?}");
+
+    // The same events natively: every record, as the front end maps it.
+    let driver = server.connect();
+    let native = read_all(&driver, "jt", "native-reader", Duration::from_secs(30));
+    let total = N + RESUME;
+    assert_eq!(native.len(), total);
+    assert_eq!(native.end.len(), 3, "three partitions: {:?}", native.end);
+    let mut seen = vec![false; total];
+    for ev in native.events.values() {
+        let meta: serde_json::Value = serde_json::from_slice(&ev.meta).expect("JSON metadata");
+        let headers = &meta["kafka"]["headers"];
+        assert_eq!(headers[0][0], "idx", "{meta}");
+        assert_eq!(headers[1], serde_json::json!(["src", "java"]), "{meta}");
+        let i: usize = headers[0][1]
+            .as_str()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("header idx in {meta}"));
+        assert!(i < total && !seen[i], "record {i} twice or out of range");
+        seen[i] = true;
+        assert_eq!(meta["kafka"]["key"], format!("key-{}", i % 37), "{meta}");
+        let value = format!("value-{i}-{}", "x".repeat(i % 53));
+        assert_eq!(ev.data, value.as_bytes());
+    }
+
+    // The Java group's commits (after the resume step: the end) are the
+    // Strom consumer offsets of that name.
+    for (p, end) in &native.end {
+        let offsets = driver
+            .consumer_offsets("jt", *p)
+            .expect("reading consumer offsets");
+        let committed = offsets.iter().find(|(n, _)| n == "java-group");
+        if *end > 0 {
+            assert_eq!(
+                committed.map(|(_, o)| *o),
+                Some(*end),
+                "partition {p}: {offsets:?}"
+            );
+        }
+    }
+}
+
+/// Kafka's Java producer bumps its epoch itself (same producer id) when
+/// batches expire, here while the server is stopped (SIGSTOP), and numbers
+/// its next batches from 0 again; the front end must store them rather than
+/// take them for retries of the first ones.
+#[test]
+fn java_producer_epoch_bump_after_expired_batches_loses_no_record() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (server, broker) = start(dir.path());
+    let pid = server.pid().to_string();
+    let (ok, out, err) = run_check("--epoch-bump", &[&broker, "je", &pid]);
+    // Whatever happened, the server runs again.
+    let _ = Command::new("kill").args(["-CONT", &pid]).status();
+    assert!(
+        ok && out.lines().any(|l| l == "CHECK OK"),
+        "Check.java --epoch-bump failed\nstdout:\n{out}\nstderr:\n{err}\nserver:\n{}",
+        server.stderr()
+    );
+    let driver = server.connect();
+    let native = read_all(&driver, "je", "native-reader", Duration::from_secs(30));
+    let values: Vec<String> = native
+        .events
+        .values()
+        .map(|e| String::from_utf8_lossy(&e.data).into_owned())
+        .filter(|v| !v.starts_with('X'))
+        .collect();
+    assert_eq!(
+        values,
+        ["A0", "A1", "A2", "A3", "A4", "B0", "B1", "B2", "B3", "B4"],
+        "every acknowledged record once, in order"
+    );
+}
+
+/// `Admin.listConsumerGroupOffsets(group)` naming no partitions sends an
+/// `OffsetFetch` naming no topics ("all of the group's offsets"); the front
+/// end answers it with none (`group_api::offset_fetch`), so this fails until
+/// that handler lists the group's offsets over every topic.
+#[test]
+#[ignore = "OffsetFetch naming no topics answers no offsets (crates/strom-kafka/src/group_api.rs)"]
+fn java_lists_a_whole_groups_committed_offsets() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (server, broker) = start(dir.path());
+    let (ok, out, err) = run_check(
+        &broker,
+        &["jw", "java-whole", "300", "--whole-group-offsets"],
+    );
+    assert!(
+        ok && out.lines().any(|l| l == "CHECK OK"),
+        "Check.java failed\nstdout:\n{out}\nstderr:\n{err}\nserver:\n{}",
+        server.stderr()
+    );
+}
