@@ -14,32 +14,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{read_all, ServerProcess};
+use common::kafka::start;
+use common::read_all;
 
 /// Records the Java producer sends, then the records Check.java adds for
 /// its resume step (its `RESUME`).
 const N: usize = 3000;
 const RESUME: usize = 100;
-
-/// A server with a Kafka listener, and that listener's address.
-fn start(base: &Path) -> (ServerProcess, String) {
-    let server = ServerProcess::start_with(base, &["--kafka-listen", "127.0.0.1:0"]);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let err = server.stderr();
-        if let Some(addr) = err
-            .lines()
-            .find_map(|l| l.strip_prefix("strom kafka listening on "))
-        {
-            return (server, addr.trim().to_string());
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no Kafka address printed; stderr:\n{err}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
 
 fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -209,10 +190,8 @@ fn java_producer_epoch_bump_after_expired_batches_loses_no_record() {
 
 /// `Admin.listConsumerGroupOffsets(group)` naming no partitions sends an
 /// `OffsetFetch` naming no topics ("all of the group's offsets"); the front
-/// end answers it with none (`group_api::offset_fetch`), so this fails until
-/// that handler lists the group's offsets over every topic.
+/// end answers with every partition the group committed on.
 #[test]
-#[ignore = "OffsetFetch naming no topics answers no offsets (crates/strom-kafka/src/group_api.rs)"]
 fn java_lists_a_whole_groups_committed_offsets() {
     let dir = tempfile::tempdir().expect("temp dir");
     let (server, broker) = start(dir.path());

@@ -271,27 +271,36 @@ async fn commit(ctx: &Ctx, topic: &str, index: i32, group: &str, offset: i64) ->
 pub fn offset_fetch(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply, FrameError> {
     let req: OffsetFetchRequest = decode("OffsetFetch", guard::OFFSET_FETCH, v, false, body)?;
     let group = s(&req.group_id.0);
-    // (topic, [partition]). A request naming no topics (v2+: "all") gets
-    // none: the service layer lists offsets per partition, not per group.
-    let wanted: Vec<(String, Vec<i32>)> = req
-        .topics
-        .iter()
-        .flatten()
-        .map(|t| (s(&t.name.0), t.partition_indexes.clone()))
-        .collect();
+    // (topic, [partition]). No topic list (v2+) asks for every partition
+    // the group committed on.
+    let named: Option<Vec<(String, Vec<i32>)>> = req.topics.as_ref().map(|ts| {
+        ts.iter()
+            .map(|t| (s(&t.name.0), t.partition_indexes.clone()))
+            .collect()
+    });
     let ctx = ctx.clone();
     Ok(Box::pin(async move {
+        let all = named.is_none();
+        let wanted = match named {
+            Some(w) => w,
+            None => every_partition(&ctx).await,
+        };
         let mut topics = Vec::with_capacity(wanted.len());
         for (name, parts) in wanted {
             let mut partitions = Vec::with_capacity(parts.len());
             for i in parts {
                 let r = OffsetFetchResponsePartition::default().with_partition_index(i);
                 partitions.push(match committed(&ctx, &name, i, &group).await {
+                    Ok(o) if all && o < 0 => continue,
                     Ok(o) => r
                         .with_committed_offset(o)
                         .with_metadata(Some(sb(String::new()))),
+                    Err(_) if all => continue,
                     Err(code) => r.with_committed_offset(-1).with_error_code(code),
                 });
+            }
+            if all && partitions.is_empty() {
+                continue;
             }
             topics.push(
                 OffsetFetchResponseTopic::default()
@@ -302,6 +311,19 @@ pub fn offset_fetch(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply
         let resp = OffsetFetchResponse::default().with_topics(topics);
         Some(respond(ApiKey::OffsetFetch, v, c, &resp))
     }))
+}
+
+/// Every partition of every topic, as `(topic, [partition])`.
+async fn every_partition(ctx: &Ctx) -> Vec<(String, Vec<i32>)> {
+    crate::admin::topics(ctx, &None)
+        .await
+        .into_iter()
+        .flatten()
+        .map(|t| {
+            let n = i32::try_from(t.partitions.len()).unwrap_or(i32::MAX);
+            (t.spec.name, (0..n).collect())
+        })
+        .collect()
 }
 
 /// `group`'s committed offset on a partition (-1: none), here or at the

@@ -433,9 +433,12 @@ impl Coordinator {
         if !g.members.contains_key(member) {
             return gcode::UNKNOWN_MEMBER_ID;
         }
+        // As Kafka: a member of the current generation may still commit
+        // while the next rebalance prepares (what it read before it
+        // rejoins), not while the new assignment is being handed out.
         match g.state {
-            State::Preparing { .. } => gcode::REBALANCE_IN_PROGRESS,
             _ if generation != g.generation => gcode::ILLEGAL_GENERATION,
+            State::Completing => gcode::REBALANCE_IN_PROGRESS,
             _ => kcode::NONE,
         }
     }
@@ -526,11 +529,18 @@ mod tests {
             c.heartbeat("g", 1, &a.member_id),
             gcode::REBALANCE_IN_PROGRESS
         );
+        // Before it rejoins, it may still commit what it read.
+        assert_eq!(c.check_commit("g", 1, &a.member_id), kcode::NONE);
         let a2 = c.join(req(&a.member_id)).try_recv().expect("completes");
         let b = b_rx.try_recv().expect("completes");
         assert_eq!((a2.generation, b.generation), (2, 2));
         assert_eq!(a2.members.len(), 2, "the leader gets the subscriptions");
         assert!(b.members.is_empty());
+        // No commits while the new assignment is handed out.
+        assert_eq!(
+            c.check_commit("g", 2, &a.member_id),
+            gcode::REBALANCE_IN_PROGRESS
+        );
         // The follower waits for the leader's assignment.
         let mut fb = c.sync("g", 2, &b.member_id, vec![]);
         assert!(fb.try_recv().is_err());
@@ -549,6 +559,7 @@ mod tests {
         );
         assert_eq!(fb.try_recv().expect("answer").1, Bytes::from_static(b"B"));
         assert_eq!(c.heartbeat("g", 2, &b.member_id), kcode::NONE);
+        assert_eq!(c.check_commit("g", 2, &b.member_id), kcode::NONE);
         // One leaves: the other is told to rejoin and is alone at gen 3.
         assert_eq!(c.leave("g", &a.member_id), kcode::NONE);
         assert_eq!(
