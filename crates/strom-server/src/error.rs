@@ -40,7 +40,10 @@ impl ServerError {
             ServerError::Coded { code, .. } => *code,
             ServerError::Storage(e) => ErrorCode(e.code()),
             ServerError::Net(e) => e.code(),
-            ServerError::Io { .. } => ErrorCode::STORAGE_IO,
+            ServerError::Io { source, .. } => match source.raw_os_error() {
+                Some(libc::ENOSPC | libc::EDQUOT) => ErrorCode::DISK_FULL,
+                _ => ErrorCode::STORAGE_IO,
+            },
         }
     }
 }

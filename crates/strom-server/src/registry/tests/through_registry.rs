@@ -241,3 +241,29 @@ async fn every_address_of_a_member_reaches_the_group_file() {
     assert_eq!(addrs(&read(), 1), both("10.0.0.1:1", "two"));
     assert_eq!(r.group_members().await.len(), 3);
 }
+
+/// A full disk under the registry is `DISK_FULL` (what the operator must
+/// fix), not a generic `STORAGE_IO`, and it changes nothing.
+#[tokio::test]
+async fn a_full_disk_under_the_registry_is_disk_full() {
+    const ENOSPC: i32 = 28;
+    let tmp = tempfile::tempdir().unwrap();
+    let fs = SimFs::new();
+    let dir = sim_dir(&fs);
+    let link = link(tmp.path());
+    let r = open_sim(&fs, dir, &link);
+    r.create(TopicSpec::new("t", 1), Some(0)).await.unwrap();
+    let before = state(&r).await;
+    for op in [FaultOp::Write, FaultOp::Sync] {
+        fs.inject(Fault {
+            op,
+            errno: ENOSPC,
+            path_contains: LOG.into(),
+            times: Some(1),
+        });
+        let e = r.open_producer("t", 10_000).await.unwrap_err();
+        assert_eq!(e.code(), ErrorCode::DISK_FULL, "{op:?}: {e}");
+        assert_eq!(state(&r).await, before, "{op:?}");
+    }
+    assert!(r.open_producer("t", 10_000).await.is_ok());
+}
