@@ -448,6 +448,9 @@ fn known_partitions_keep_working_while_the_registry_master_is_down() {
         )
         .unwrap();
     ranks[0].kill9();
+    // Past the members' heartbeat timeout (3 s) and a round of failed
+    // lease renewals: nothing on the data path waits for the master.
+    std::thread::sleep(Duration::from_secs(4));
     for &p in &others {
         for i in 0..20 {
             producer
