@@ -1,0 +1,8 @@
+# The randomized fault loop (crates/strom-cli/tests/fault_loop.rs) runs 50
+# cycles inside make test; this runs it longer. Not part of make test.
+#   make fault-loop [CYCLES=500] [SEED=n]   (SEED replays one run)
+.PHONY: fault-loop
+CYCLES ?= 500
+fault-loop: setup
+	STROM_FAULT_CYCLES=$(CYCLES) $(if $(SEED),STROM_FAULT_SEED=$(SEED)) \
+		$(CARGO) test -p strom-cli --test fault_loop -- --nocapture
