@@ -13,27 +13,8 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::ServerProcess;
+use common::kafka::start;
 use strom_client::TopicSpec;
-
-fn start(base: &Path) -> (ServerProcess, String) {
-    let server = ServerProcess::start_with(base, &["--kafka-listen", "127.0.0.1:0"]);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let err = server.stderr();
-        if let Some(a) = err
-            .lines()
-            .find_map(|l| l.strip_prefix("strom kafka listening on "))
-        {
-            return (server, a.trim().to_string());
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no Kafka address; stderr:\n{err}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
 
 fn connect(addr: &str) -> TcpStream {
     let s = TcpStream::connect(addr).expect("connecting to the Kafka port");
