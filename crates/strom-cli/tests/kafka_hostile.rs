@@ -9,11 +9,11 @@ mod common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::kafka::start;
+use common::ServerProcess;
 use strom_client::TopicSpec;
 
 fn connect(addr: &str) -> TcpStream {
