@@ -109,13 +109,22 @@ pub fn run(cmd: TopicCmd, group_file: Option<PathBuf>) -> anyhow::Result<()> {
             };
             let (ptype, durability) = (spec.partition_type, spec.durability);
             let t = d.create_topic_on(spec, a.server)?;
-            eprintln!(
-                "created topic '{}' with {} {} partitions; {}",
-                t.name(),
-                t.partitions(),
-                ptype.as_str(),
-                promise(ptype, durability)
-            );
+            if d.is_kafka() {
+                // The Kafka cluster's own settings decide what an ack means.
+                eprintln!(
+                    "created topic '{}' with {} partitions on the Kafka cluster; its brokers' settings (replication, min.insync.replicas, flush) decide what an ack promises",
+                    t.name(),
+                    t.partitions()
+                );
+            } else {
+                eprintln!(
+                    "created topic '{}' with {} {} partitions; {}",
+                    t.name(),
+                    t.partitions(),
+                    ptype.as_str(),
+                    promise(ptype, durability)
+                );
+            }
         }
         TopicCmd::List { json } => {
             let topics = d.list_topics()?;

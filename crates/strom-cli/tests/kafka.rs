@@ -274,11 +274,30 @@ fn kcat_waits_for_events_produced_later() {
 #[test]
 fn kcat_lists_topics_and_partitions() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let (server, broker) = start(dir.path());
-    server
-        .connect()
-        .create_topic(TopicSpec::new("listed", 3))
-        .expect("creating the topic");
+    let (_server, broker) = start(dir.path());
+    // Created through the CLI's Kafka backend, which says the cluster's
+    // settings decide durability (not Strom's file-partition promise).
+    let url = format!("kafka://{broker}");
+    let created = common::run_cli(
+        &[
+            "--address",
+            &url,
+            "topic",
+            "create",
+            "listed",
+            "--partitions",
+            "3",
+        ],
+        "",
+        &[],
+        Duration::from_secs(60),
+    );
+    assert!(created.status.success(), "{}", created.stderr);
+    assert!(
+        created.stderr.contains("on the Kafka cluster") && !created.stderr.contains("fdatasync"),
+        "{}",
+        created.stderr
+    );
     let out = String::from_utf8(kcat(&["-b", &broker, "-L", "-J"], b"")).expect("UTF-8");
     let v: serde_json::Value = serde_json::from_str(&out).expect("kcat -L -J prints JSON");
     let t = v["topics"]
