@@ -28,7 +28,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{event_payload, read_all, JoinedMember, Rng, ServerProcess};
+use common::{read_all, JoinedMember, Rng, ServerProcess};
 use strom_client::{Driver, Durability, PushFuture, TopicSpec};
 
 const PARTITIONS: u32 = 6;
@@ -121,6 +121,14 @@ fn wait_for(what: &str, log: &Log, mut ok: impl FnMut() -> bool) {
     }
 }
 
+/// Event `seq` of producer `pid`: metadata naming it, and up to 1 KiB of
+/// data derived from it (small, so a run writes little).
+fn payload(pid: u64, seq: u64) -> (Vec<u8>, Vec<u8>) {
+    let meta = format!("{{\"tag\":\"p{pid}\",\"i\":{seq}}}").into_bytes();
+    let size = (seq * 37 % 1024) as usize;
+    (meta, Rng::new(seq ^ (pid << 56) ^ 0xABCD).bytes(size))
+}
+
 /// Pushes until `stop`, in windows of 16, recording every outcome.
 fn load(d: Driver, pid: u64, stop: Arc<AtomicBool>, out: Arc<Mutex<History>>) {
     let t = d.open_topic(TOPIC).expect("open");
@@ -129,7 +137,7 @@ fn load(d: Driver, pid: u64, stop: Arc<AtomicBool>, out: Arc<Mutex<History>>) {
     while !stop.load(Ordering::Acquire) {
         let mut window: Vec<(u64, Option<PushFuture>)> = Vec::new();
         for _ in 0..16 {
-            let (meta, data) = event_payload(&format!("p{pid}"), seq);
+            let (meta, data) = payload(pid, seq);
             let part = (seq % u64::from(PARTITIONS)) as u32;
             window.push((seq, p.push_with(meta, data, Some(part), &[]).ok()));
             seq += 1;
@@ -211,7 +219,7 @@ fn check(d: &Driver, histories: &[Arc<Mutex<History>>], log: &Log) {
             let Some(ev) = got.events.get(&(part, off)) else {
                 log.fail(format!("acked event p{pid}/{seq} at {part}/{off} is lost"));
             };
-            let (meta, data) = event_payload(&format!("p{pid}"), seq);
+            let (meta, data) = payload(pid, seq);
             if ev.meta != meta || ev.data != data {
                 log.fail(format!(
                     "offset {part}/{off} was acked for p{pid}/{seq} but holds {}",
