@@ -1,0 +1,179 @@
+//! How the quorum's members talk: the [`MetaNet`] trait a transport
+//! implements (one opaque request, one opaque answer), openraft's network
+//! over it, and the receiving side, [`serve`], which decodes an RPC, hands
+//! it to the local Raft node and encodes the answer. The bytes are
+//! [`crate::codec`]'s; a server carries them in a single opcode.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use openraft::error::{
+    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
+};
+use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    VoteRequest, VoteResponse,
+};
+use openraft::Raft;
+
+use crate::codec::{decode_rpc, encode_rpc, Rpc, RpcReply};
+use crate::error::NetError;
+use crate::types::{Node, NodeId, TypeConfig};
+
+/// Carries one encoded RPC to member `target` at `addr` and returns its
+/// answer: the bytes that member's [`crate::Meta::handle`] returned.
+#[async_trait]
+pub trait MetaNet: Send + Sync + 'static {
+    async fn call(&self, target: NodeId, addr: &str, rpc: Vec<u8>) -> Result<Vec<u8>, NetError>;
+}
+
+/// openraft's network factory: one [`Peer`] per target.
+pub struct NetFactory {
+    pub net: Arc<dyn MetaNet>,
+}
+
+impl RaftNetworkFactory<TypeConfig> for NetFactory {
+    type Network = Peer;
+
+    async fn new_client(&mut self, target: NodeId, node: &Node) -> Peer {
+        Peer {
+            net: self.net.clone(),
+            target,
+            addr: node.addr.clone(),
+        }
+    }
+}
+
+/// The network towards one member.
+pub struct Peer {
+    net: Arc<dyn MetaNet>,
+    target: NodeId,
+    addr: String,
+}
+
+type RpcErr<E = openraft::error::Infallible> = RPCError<NodeId, Node, RaftError<NodeId, E>>;
+
+impl Peer {
+    /// Sends `rpc` and decodes the answer, within the RPC's time limit.
+    async fn send<E: std::error::Error>(
+        &self,
+        rpc: Rpc,
+        option: &RPCOption,
+    ) -> Result<RpcReply, RpcErr<E>> {
+        let bytes = encode_rpc(&rpc).map_err(|e| {
+            net_error(&NetError::Failed {
+                target: self.target,
+                reason: e,
+            })
+        })?;
+        let call = self.net.call(self.target, &self.addr, bytes);
+        let answer = match tokio::time::timeout(option.hard_ttl(), call).await {
+            Ok(Ok(a)) => a,
+            Ok(Err(e @ NetError::Unreachable { .. })) => {
+                return Err(RPCError::Unreachable(Unreachable::new(&e)))
+            }
+            Ok(Err(e)) => return Err(net_error(&e)),
+            Err(_) => {
+                return Err(net_error(&NetError::Failed {
+                    target: self.target,
+                    reason: format!("no answer within {:?}", option.hard_ttl()),
+                }))
+            }
+        };
+        match decode_rpc::<RpcReply>(&answer, "a Raft RPC answer") {
+            Ok(RpcReply::Refused(reason)) => Err(net_error(&NetError::Failed {
+                target: self.target,
+                reason,
+            })),
+            Ok(reply) => Ok(reply),
+            Err(e) => Err(net_error(&NetError::Failed {
+                target: self.target,
+                reason: e.to_string(),
+            })),
+        }
+    }
+
+    fn mismatch<E: std::error::Error>(&self, reply: &RpcReply) -> RpcErr<E> {
+        net_error(&NetError::Failed {
+            target: self.target,
+            reason: format!("an answer of the wrong kind: {}", kind(reply)),
+        })
+    }
+
+    fn remote<E: std::error::Error>(&self, e: RaftError<NodeId, E>) -> RpcErr<E> {
+        RPCError::RemoteError(RemoteError::new(self.target, e))
+    }
+}
+
+fn net_error<E: std::error::Error>(e: &NetError) -> RpcErr<E> {
+    RPCError::Network(NetworkError::new(e))
+}
+
+fn kind(reply: &RpcReply) -> &'static str {
+    match reply {
+        RpcReply::AppendEntries(_) => "append-entries",
+        RpcReply::Vote(_) => "vote",
+        RpcReply::InstallSnapshot(_) => "install-snapshot",
+        RpcReply::Refused(_) => "refusal",
+    }
+}
+
+impl RaftNetwork<TypeConfig> for Peer {
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<NodeId>, RpcErr> {
+        match self.send(Rpc::AppendEntries(rpc), &option).await? {
+            RpcReply::AppendEntries(r) => r.map_err(|e| self.remote(e)),
+            other => Err(self.mismatch(&other)),
+        }
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        rpc: InstallSnapshotRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<InstallSnapshotResponse<NodeId>, RpcErr<InstallSnapshotError>> {
+        match self.send(Rpc::InstallSnapshot(rpc.into()), &option).await? {
+            RpcReply::InstallSnapshot(r) => r.map_err(|e| self.remote(e)),
+            other => Err(self.mismatch(&other)),
+        }
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<NodeId>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<NodeId>, RpcErr> {
+        match self.send(Rpc::Vote(rpc), &option).await? {
+            RpcReply::Vote(r) => r.map_err(|e| self.remote(e)),
+            other => Err(self.mismatch(&other)),
+        }
+    }
+}
+
+/// Handles one encoded RPC on the receiving member and encodes the answer.
+/// Bytes that do not decode get a [`RpcReply::Refused`] answer naming the
+/// problem; nothing here panics on them.
+pub async fn serve(raft: &Raft<TypeConfig>, rpc: &[u8]) -> Vec<u8> {
+    let reply = match decode_rpc::<Rpc>(rpc, "a Raft RPC") {
+        Err(e) => {
+            tracing::warn!(error = %e, bytes = rpc.len(), "refusing a Raft RPC that does not decode");
+            RpcReply::Refused(e.to_string())
+        }
+        Ok(Rpc::AppendEntries(r)) => RpcReply::AppendEntries(raft.append_entries(r).await),
+        Ok(Rpc::Vote(r)) => RpcReply::Vote(raft.vote(r).await),
+        Ok(Rpc::InstallSnapshot(c)) => {
+            RpcReply::InstallSnapshot(raft.install_snapshot(c.into()).await)
+        }
+    };
+    encode_rpc(&reply).unwrap_or_else(|e| {
+        tracing::error!(error = %e, "encoding a Raft RPC answer failed");
+        encode_rpc(&RpcReply::Refused(format!(
+            "encoding the answer failed: {e}"
+        )))
+        .unwrap_or_default()
+    })
+}
