@@ -113,6 +113,10 @@ pub enum LogError {
     TooLarge(usize),
     #[error("the metadata log is unusable after a failed write ({0}); restart the member")]
     Broken(String),
+    /// Raft asked for a write that would break the log's sequence (a bug):
+    /// nothing was written.
+    #[error("refusing a write that breaks the log's sequence: {0}")]
+    OutOfOrder(String),
 }
 
 impl LogError {
@@ -121,6 +125,7 @@ impl LogError {
             LogError::Corrupt { .. } => code::CORRUPT,
             LogError::Io { .. } | LogError::Broken(_) => code::STORAGE_IO,
             LogError::TooLarge(_) => code::INVALID_ARGUMENT,
+            LogError::OutOfOrder(_) => code::INTERNAL,
         }
     }
 

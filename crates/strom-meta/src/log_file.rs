@@ -237,7 +237,7 @@ impl LogFile {
         self.state
             .lock()
             .check(&recs)
-            .map_err(|why| LogError::Broken(format!("refusing an out-of-order write: {why}")))?;
+            .map_err(LogError::OutOfOrder)?;
         let (bufs, n) = encode_records(self.next_seq, &recs)?;
         let parts: Vec<&[u8]> = bufs.iter().map(|b| &b[..]).collect();
         let written = self.file.write_all_at(&parts, self.len).and_then(|_| {

@@ -82,6 +82,19 @@ impl MetaNet for Net {
     }
 }
 
+/// A network on which every other member is unreachable.
+pub struct NoNet;
+
+#[async_trait]
+impl MetaNet for NoNet {
+    async fn call(&self, target: NodeId, _addr: &str, _rpc: Vec<u8>) -> Result<Vec<u8>, NetError> {
+        Err(NetError::Unreachable {
+            target,
+            reason: "no network".into(),
+        })
+    }
+}
+
 pub fn addr(id: NodeId) -> String {
     format!("mem://member-{id}")
 }
