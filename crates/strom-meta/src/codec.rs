@@ -20,6 +20,10 @@ use crate::types::{Blob, NodeId, SnapshotMeta, TypeConfig, Vote};
 pub const RPC_VERSION: u8 = 1;
 /// The largest RPC (request or answer) accepted, in bytes.
 pub const MAX_RPC: usize = 64 << 20;
+/// An append-entries RPC larger than this is split (down to one entry):
+/// openraft gives each one only the heartbeat interval to be sent,
+/// written and fsynced by the follower, and answered.
+pub const MAX_APPEND: usize = 1 << 20;
 
 /// A Raft RPC from one member to another.
 #[derive(Debug, Serialize, Deserialize)]

@@ -10,7 +10,11 @@ use crate::error::MetaError;
 
 #[derive(Clone, Debug)]
 pub struct MetaConfig {
-    /// How often the leader sends heartbeats.
+    /// How often the leader sends heartbeats. openraft also gives every
+    /// append-entries round trip (sending, the follower's write and
+    /// fdatasync, the answer) this long before it counts as failed, so it
+    /// must stay above the slowest such round trip: one entry of
+    /// `max_command` bytes, or up to 1 MiB of encoded entries.
     pub heartbeat: Duration,
     /// A follower that hears no leader for a random time in this range
     /// starts an election. Must be well above `heartbeat`.
@@ -33,7 +37,7 @@ impl Default for MetaConfig {
             election_timeout_max: Duration::from_millis(800),
             snapshot_every: 1_000,
             keep_after_snapshot: 500,
-            max_command: 4 << 20,
+            max_command: 1 << 20,
         }
     }
 }

@@ -8,7 +8,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use openraft::error::{
-    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
+    InstallSnapshotError, NetworkError, PayloadTooLarge, RPCError, RaftError, RemoteError,
+    Unreachable,
 };
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
@@ -17,7 +18,7 @@ use openraft::raft::{
 };
 use openraft::Raft;
 
-use crate::codec::{decode_rpc, encode_rpc, Rpc, RpcReply};
+use crate::codec::{decode_rpc, encode_rpc, Rpc, RpcReply, MAX_APPEND, MAX_RPC};
 use crate::error::NetError;
 use crate::types::{Node, NodeId, TypeConfig};
 
@@ -55,18 +56,57 @@ pub struct Peer {
 type RpcErr<E = openraft::error::Infallible> = RPCError<NodeId, Node, RaftError<NodeId, E>>;
 
 impl Peer {
+    /// Encodes `rpc`. An append-entries RPC of several entries over
+    /// [`MAX_APPEND`] is refused as too large (openraft then retries with
+    /// fewer entries); anything else over [`MAX_RPC`] is refused outright.
+    // openraft's RPCError is large, and it is the type Raft wants back.
+    #[allow(clippy::result_large_err)]
+    fn encode<E: std::error::Error>(&self, rpc: &Rpc) -> Result<Vec<u8>, RpcErr<E>> {
+        let bytes = encode_rpc(rpc).map_err(|e| {
+            net_error(&NetError::Failed {
+                target: self.target,
+                reason: e,
+            })
+        })?;
+        let entries = match rpc {
+            Rpc::AppendEntries(r) => r.entries.len(),
+            _ => 0,
+        };
+        let limit = if entries > 1 { MAX_APPEND } else { MAX_RPC };
+        if bytes.len() <= limit {
+            return Ok(bytes);
+        }
+        if entries == 0 {
+            return Err(net_error(&NetError::Failed {
+                target: self.target,
+                reason: format!(
+                    "an RPC of {} bytes, over the limit of {MAX_RPC}",
+                    bytes.len()
+                ),
+            }));
+        }
+        // As many entries as fit, if they are about the same size.
+        let fit = (entries * MAX_APPEND / bytes.len()).max(1) as u64;
+        tracing::debug!(
+            target_member = self.target,
+            bytes = bytes.len(),
+            entries,
+            fit,
+            "an append-entries RPC is too large; asking for fewer entries"
+        );
+        Err(RPCError::PayloadTooLarge(
+            PayloadTooLarge::new_entries_hint(fit),
+        ))
+    }
+
     /// Sends `rpc` and decodes the answer, within the RPC's time limit.
     async fn send<E: std::error::Error>(
         &self,
         rpc: Rpc,
         option: &RPCOption,
     ) -> Result<RpcReply, RpcErr<E>> {
-        let bytes = encode_rpc(&rpc).map_err(|e| {
-            net_error(&NetError::Failed {
-                target: self.target,
-                reason: e,
-            })
-        })?;
+        let bytes = self.encode(&rpc)?;
+        drop(rpc);
         let call = self.net.call(self.target, &self.addr, bytes);
         let answer = match tokio::time::timeout(option.hard_ttl(), call).await {
             Ok(Ok(a)) => a,

@@ -257,3 +257,32 @@ async fn a_learner_catches_up_and_becomes_a_voter_in_place_of_another() {
     assert_eq!(c.applied(4).len(), 60);
     c.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lagging_member_catches_up_on_entries_too_large_for_one_rpc() {
+    // Each append-entries round trip must fit in a heartbeat: this debug
+    // build hex-encodes a 1 MiB command slowly.
+    let slow = MetaConfig {
+        heartbeat: Duration::from_millis(500),
+        election_timeout_min: Duration::from_millis(1500),
+        election_timeout_max: Duration::from_millis(3000),
+        ..MetaConfig::default()
+    };
+    let c = std::sync::Arc::new(Cluster::voters(3, slow).await);
+    let leader = c.leader(Duration::from_secs(5)).await;
+    let down = (1..=3).find(|id| *id != leader).unwrap_or(1);
+    c.kill(down).await;
+    // Four commands of the largest size, 8 MiB of hex: far over one
+    // append-entries RPC's 1 MiB. The machine refuses them, but they are
+    // in the log all the same.
+    let big = vec![7u8; MetaConfig::default().max_command];
+    for _ in 0..4 {
+        let r = c.node(leader).propose(big.clone()).await;
+        assert!(matches!(r, Err(MetaError::Rejected(_))), "{r:?}");
+    }
+    c.node(leader).propose(cmd(1)).await.expect("propose");
+    c.start(down).await;
+    c.converge(leader).await;
+    assert_eq!(c.applied(down), [1]);
+    c.shutdown().await;
+}
