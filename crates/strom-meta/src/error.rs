@@ -46,6 +46,9 @@ pub enum MetaError {
     Stopped(String),
     #[error("timed out after {0:?}")]
     Timeout(std::time::Duration),
+    /// The leader could not confirm its leadership with a quorum.
+    #[error("no quorum of voters answered: {0}")]
+    NoQuorum(String),
 }
 
 fn hint(leader: &Option<(NodeId, String)>) -> String {
@@ -66,7 +69,7 @@ impl MetaError {
             | MetaError::Config(_) => code::INVALID_ARGUMENT,
             MetaError::Log(e) => e.code(),
             MetaError::Stopped(_) => code::SHUTTING_DOWN,
-            MetaError::Timeout(_) => code::TIMEOUT,
+            MetaError::Timeout(_) | MetaError::NoQuorum(_) => code::TIMEOUT,
         }
     }
 }

@@ -9,7 +9,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use openraft::error::{ClientWriteError, InitializeError, RaftError};
+use openraft::error::{
+    CheckIsLeaderError, ClientWriteError, ForwardToLeader, InitializeError, RaftError,
+};
 use openraft::{BasicNode, Raft, RaftMetrics, ServerState};
 use parking_lot::Mutex;
 use strom_storage::vfs::{RealFs, Vfs};
@@ -127,19 +129,22 @@ impl<M: Machine> Meta<M> {
 
     fn write_error(&self, e: RaftError<NodeId, ClientWriteError<NodeId, Node>>) -> MetaError {
         match e {
-            RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => {
-                let leader = match (f.leader_id, f.leader_node) {
-                    (Some(id), Some(node)) => Some((id, node.addr)),
-                    (Some(id), None) => self.address_of(id).map(|a| (id, a)),
-                    _ => None,
-                };
-                MetaError::NotLeader { leader }
-            }
+            RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => self.not_leader(f),
             RaftError::APIError(ClientWriteError::ChangeMembershipError(e)) => {
                 MetaError::Membership(e.to_string())
             }
             RaftError::Fatal(e) => MetaError::Stopped(e.to_string()),
         }
+    }
+
+    /// The redirect hint: the leader's id, and its address when known.
+    fn not_leader(&self, f: ForwardToLeader<NodeId, Node>) -> MetaError {
+        let leader = match (f.leader_id, f.leader_node) {
+            (Some(id), Some(node)) => Some((id, node.addr)),
+            (Some(id), None) => self.address_of(id).map(|a| (id, a)),
+            _ => None,
+        };
+        MetaError::NotLeader { leader }
     }
 
     fn address_of(&self, id: NodeId) -> Option<String> {
@@ -181,6 +186,22 @@ impl<M: Machine> Meta<M> {
     /// Reads the local state machine. On a follower it may lag the leader.
     pub fn read<R>(&self, f: impl FnOnce(&M) -> R) -> R {
         f(&self.machine.lock())
+    }
+
+    /// Reads the state machine after confirming with a quorum that this
+    /// member still leads, and after applying everything committed before
+    /// the call: the read sees every write acknowledged before it began.
+    pub async fn read_linearizable<R>(&self, f: impl FnOnce(&M) -> R) -> Result<R, MetaError> {
+        match self.raft.ensure_linearizable().await {
+            Ok(_) => Ok(self.read(f)),
+            Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(fw))) => {
+                Err(self.not_leader(fw))
+            }
+            Err(RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(e))) => {
+                Err(MetaError::NoQuorum(e.to_string()))
+            }
+            Err(RaftError::Fatal(e)) => Err(MetaError::Stopped(e.to_string())),
+        }
     }
 
     /// Handles an RPC another member's [`MetaNet`] carried here.
