@@ -153,6 +153,44 @@ mod tests {
         }
     }
 
+    fn append_entries() -> Vec<u8> {
+        use crate::types::{Blob, Entry, LogId};
+        use openraft::{CommittedLeaderId, EntryPayload};
+        let entry = |i: u64| Entry {
+            log_id: LogId::new(CommittedLeaderId::new(2, 1), i),
+            payload: EntryPayload::Normal(Blob(vec![i as u8; 5])),
+        };
+        let rpc = Rpc::AppendEntries(AppendEntriesRequest {
+            vote: Vote::new_committed(2, 1),
+            prev_log_id: Some(LogId::new(CommittedLeaderId::new(1, 1), 4)),
+            entries: (5..9).map(entry).collect(),
+            leader_commit: Some(LogId::new(CommittedLeaderId::new(1, 1), 4)),
+        });
+        encode_rpc(&rpc).unwrap()
+    }
+
+    #[test]
+    fn randomly_mutated_rpcs_decode_or_fail_without_panicking() {
+        let good = append_entries();
+        assert!(decode_rpc::<Rpc>(&good, "rpc").is_ok());
+        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for _ in 0..5_000 {
+            let mut bytes = good.clone();
+            for _ in 0..1 + next() % 4 {
+                let at = (next() % bytes.len() as u64) as usize;
+                bytes[at] = next() as u8;
+            }
+            let _ = decode_rpc::<Rpc>(&bytes, "rpc");
+            let _ = decode_rpc::<RpcReply>(&bytes, "answer");
+        }
+    }
+
     #[test]
     fn every_prefix_of_a_valid_rpc_is_refused() {
         let rpc = Rpc::Vote(VoteRequest::new(Vote::new(3, 1), None));

@@ -163,6 +163,45 @@ fn garbage_in_place_of_the_log_is_corrupt_not_a_panic() {
     }
 }
 
+/// A small deterministic generator (xorshift64), so failures replay.
+fn next(seed: &mut u64) -> u64 {
+    *seed ^= *seed << 13;
+    *seed ^= *seed >> 7;
+    *seed ^= *seed << 17;
+    *seed
+}
+
+#[test]
+fn random_damage_to_the_log_is_an_error_or_a_clean_recovery_never_a_panic() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    write_entries(dir.path(), 12);
+    let good = std::fs::read(dir.path().join(LOG)).expect("read");
+    let mut seed = 0x5eed_u64;
+    for round in 0..300 {
+        let mut bytes = good.clone();
+        for _ in 0..1 + next(&mut seed) % 3 {
+            let at = (next(&mut seed) % bytes.len() as u64) as usize;
+            bytes[at] = next(&mut seed) as u8;
+        }
+        if round % 4 == 0 {
+            bytes.truncate((next(&mut seed) % bytes.len() as u64) as usize);
+        }
+        std::fs::write(dir.path().join(LOG), &bytes).expect("write");
+        match reopen(dir.path()) {
+            Ok((_, entries)) => {
+                let indexes: Vec<u64> = entries.iter().map(|e| e.0).collect();
+                assert_eq!(
+                    indexes,
+                    (0..indexes.len() as u64).collect::<Vec<_>>(),
+                    "round {round}"
+                );
+            }
+            Err(LogError::Corrupt { .. }) => {}
+            Err(e) => panic!("round {round}: {e}"),
+        }
+    }
+}
+
 #[test]
 fn many_dead_records_make_the_file_be_rewritten() {
     let dir = tempfile::tempdir().expect("temp dir");
