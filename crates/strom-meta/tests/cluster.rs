@@ -110,7 +110,7 @@ async fn restarting_every_member_restores_the_same_state() {
     for id in 1..=3 {
         let after = c.applied(id);
         assert_eq!(after[..300], before[..], "member {id}");
-        assert_eq!(after[300..], [300]);
+        assert_eq!(after[300..], [300], "member {id}");
     }
     c.shutdown().await;
 }

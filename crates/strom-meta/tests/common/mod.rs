@@ -221,13 +221,11 @@ impl Cluster {
         }
     }
 
-    /// Waits until every live member has applied what `leader` applied.
+    /// Waits until every live member has applied `leader`'s whole log. (The
+    /// leader's `last_applied` metric may lag the answers it already gave;
+    /// its last log index never does.)
     pub async fn converge(&self, leader: NodeId) {
-        let index = self
-            .node(leader)
-            .metrics()
-            .last_applied
-            .map_or(0, |l| l.index);
+        let index = self.node(leader).metrics().last_log_index.unwrap_or(0);
         for id in self.live() {
             self.node(id)
                 .wait_applied(index, Duration::from_secs(10))
