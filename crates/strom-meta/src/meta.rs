@@ -43,8 +43,19 @@ impl<M: Machine> Meta<M> {
         machine: M,
         net: Arc<dyn MetaNet>,
     ) -> Result<Self, MetaError> {
+        Self::start_on(Arc::new(RealFs), id, dir, config, machine, net).await
+    }
+
+    /// [`Meta::start`] on another file system (a simulated disk in tests).
+    pub async fn start_on(
+        vfs: Arc<dyn Vfs>,
+        id: NodeId,
+        dir: &Path,
+        config: MetaConfig,
+        machine: M,
+        net: Arc<dyn MetaNet>,
+    ) -> Result<Self, MetaError> {
         let raft_config = Arc::new(config.to_raft()?);
-        let vfs: Arc<dyn Vfs> = Arc::new(RealFs);
         let log = LogFile::open(vfs.clone(), dir)?;
         let store = MachineStore::open(vfs, dir, machine)?;
         let machine = store.machine();

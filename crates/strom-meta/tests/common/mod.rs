@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use strom_meta::{async_trait, Machine, Meta, MetaConfig, MetaError, MetaNet, NetError, NodeId};
+use strom_storage::sim::{SimFs, SimRng};
+use strom_storage::vfs::{RealFs, Vfs};
 use tempfile::TempDir;
 
 /// Commands are 8-byte little-endian numbers, applied in log order.
@@ -103,20 +105,36 @@ pub fn cmd(n: u64) -> Vec<u8> {
     n.to_le_bytes().to_vec()
 }
 
-/// Members `1..=n` over directories under one temporary root.
+/// Members `1..=n` over directories under one temporary root, or each on
+/// its own simulated disk.
 pub struct Cluster {
     pub router: Arc<Router>,
     pub config: MetaConfig,
     root: TempDir,
+    disks: Option<Mutex<HashMap<NodeId, SimFs>>>,
 }
 
 impl Cluster {
-    /// Starts members `1..=n` and initializes them as the voters.
+    /// Starts members `1..=n` on real files and initializes them as the voters.
     pub async fn voters(n: u64, config: MetaConfig) -> Cluster {
+        Self::build(n, config, None).await
+    }
+
+    /// The same, each member on a simulated disk that loses unsynced writes.
+    pub async fn voters_on_sim(n: u64, config: MetaConfig) -> Cluster {
+        Self::build(n, config, Some(Mutex::default())).await
+    }
+
+    async fn build(
+        n: u64,
+        config: MetaConfig,
+        disks: Option<Mutex<HashMap<NodeId, SimFs>>>,
+    ) -> Cluster {
         let c = Cluster {
             router: Arc::default(),
             config,
             root: tempfile::tempdir().expect("temp dir"),
+            disks,
         };
         for id in 1..=n {
             c.start(id).await;
@@ -136,15 +154,16 @@ impl Cluster {
             from: id,
             router: self.router.clone(),
         });
-        let meta = Meta::start(
-            id,
-            &self.dir(id),
-            self.config.clone(),
-            Counter::default(),
-            net,
-        )
-        .await
-        .expect("start member");
+        let (vfs, dir): (Arc<dyn Vfs>, PathBuf) = match &self.disks {
+            None => (Arc::new(RealFs), self.dir(id)),
+            Some(disks) => {
+                let disk = disks.lock().entry(id).or_insert_with(SimFs::new).clone();
+                (Arc::new(disk), PathBuf::from(format!("/member-{id}")))
+            }
+        };
+        let meta = Meta::start_on(vfs, id, &dir, self.config.clone(), Counter::default(), net)
+            .await
+            .expect("start member");
         let node = Arc::new(meta);
         self.router.nodes.lock().insert(id, node.clone());
         node
@@ -164,6 +183,19 @@ impl Cluster {
     pub async fn kill(&self, id: NodeId) {
         let node = self.router.nodes.lock().remove(&id).expect("live member");
         node.shutdown().await.expect("shutdown");
+    }
+
+    /// Power loss on every simulated disk at once: each keeps what it had
+    /// synced, plus a random part of the rest; then every member stops.
+    pub async fn power_loss(&self, rng: &mut SimRng) {
+        let disks = self.disks.as_ref().expect("simulated disks");
+        {
+            let mut disks = disks.lock();
+            for disk in disks.values_mut() {
+                *disk = disk.crash_image(rng);
+            }
+        }
+        self.shutdown().await;
     }
 
     pub fn cut(&self, id: NodeId, cut: bool) {
