@@ -20,7 +20,7 @@ use crate::config::MetaConfig;
 use crate::error::MetaError;
 use crate::log_file::LogFile;
 use crate::log_store::LogStore;
-use crate::network::{serve, MetaNet, NetFactory};
+use crate::network::{serve, MetaNet, NetFactory, SnapshotGate};
 use crate::state_machine::{Machine, MachineStore};
 use crate::types::{Blob, Node, NodeId, Reply, TypeConfig};
 
@@ -30,6 +30,7 @@ pub struct Meta<M: Machine> {
     raft: Raft<TypeConfig>,
     machine: Arc<Mutex<M>>,
     max_command: usize,
+    gate: SnapshotGate,
 }
 
 impl<M: Machine> Meta<M> {
@@ -74,6 +75,7 @@ impl<M: Machine> Meta<M> {
             raft,
             machine,
             max_command: config.max_command,
+            gate: SnapshotGate::default(),
         })
     }
 
@@ -217,7 +219,7 @@ impl<M: Machine> Meta<M> {
 
     /// Handles an RPC another member's [`MetaNet`] carried here.
     pub async fn handle(&self, rpc: &[u8]) -> Vec<u8> {
-        serve(&self.raft, rpc).await
+        serve(&self.raft, &self.gate, rpc).await
     }
 
     /// Stops Raft on this member; its directory can be started again.

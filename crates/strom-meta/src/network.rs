@@ -9,16 +9,17 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use openraft::error::{
     InstallSnapshotError, NetworkError, PayloadTooLarge, RPCError, RaftError, RemoteError,
-    Unreachable,
+    SnapshotMismatch, Unreachable,
 };
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
     VoteRequest, VoteResponse,
 };
-use openraft::Raft;
+use openraft::{Raft, SnapshotSegmentId};
+use parking_lot::Mutex;
 
-use crate::codec::{decode_rpc, encode_rpc, Rpc, RpcReply, MAX_APPEND, MAX_RPC};
+use crate::codec::{decode_rpc, encode_rpc, Rpc, RpcReply, SnapshotChunk, MAX_APPEND, MAX_RPC};
 use crate::error::NetError;
 use crate::types::{Node, NodeId, TypeConfig};
 
@@ -194,10 +195,49 @@ impl RaftNetwork<TypeConfig> for Peer {
     }
 }
 
+/// The largest snapshot a member receives (what `sm.snapshot` can hold).
+const MAX_SNAPSHOT: u64 = u32::MAX as u64;
+
+/// Where the snapshot being received stands. openraft writes each chunk
+/// at the offset it names, growing the buffer up to it, so a chunk far
+/// past the data received would size an allocation: a chunk must start
+/// within what arrived (a retry may repeat it) and end under
+/// [`MAX_SNAPSHOT`].
+#[derive(Default)]
+pub struct SnapshotGate {
+    /// The snapshot id and the bytes received of it.
+    current: Mutex<Option<(String, u64)>>,
+}
+
+impl SnapshotGate {
+    fn admit(&self, c: &SnapshotChunk) -> Result<(), SnapshotMismatch> {
+        let mut current = self.current.lock();
+        let id = &c.meta.snapshot_id;
+        let received = match &*current {
+            Some((cur, n)) if cur == id => *n,
+            _ => 0,
+        };
+        let end = c.offset.saturating_add(c.data.0.len() as u64);
+        if c.offset > received || end > MAX_SNAPSHOT {
+            tracing::warn!(snapshot = %id, offset = c.offset, end, received, "refusing a snapshot chunk that does not follow on");
+            let at = |offset| SnapshotSegmentId {
+                id: id.clone(),
+                offset,
+            };
+            return Err(SnapshotMismatch {
+                expect: at(received),
+                got: at(c.offset),
+            });
+        }
+        *current = (!c.done).then(|| (id.clone(), received.max(end)));
+        Ok(())
+    }
+}
+
 /// Handles one encoded RPC on the receiving member and encodes the answer.
 /// Bytes that do not decode get a [`RpcReply::Refused`] answer naming the
 /// problem; nothing here panics on them.
-pub async fn serve(raft: &Raft<TypeConfig>, rpc: &[u8]) -> Vec<u8> {
+pub async fn serve(raft: &Raft<TypeConfig>, gate: &SnapshotGate, rpc: &[u8]) -> Vec<u8> {
     let reply = match decode_rpc::<Rpc>(rpc, "a Raft RPC") {
         Err(e) => {
             tracing::warn!(error = %e, bytes = rpc.len(), "refusing a Raft RPC that does not decode");
@@ -205,9 +245,10 @@ pub async fn serve(raft: &Raft<TypeConfig>, rpc: &[u8]) -> Vec<u8> {
         }
         Ok(Rpc::AppendEntries(r)) => RpcReply::AppendEntries(raft.append_entries(r).await),
         Ok(Rpc::Vote(r)) => RpcReply::Vote(raft.vote(r).await),
-        Ok(Rpc::InstallSnapshot(c)) => {
-            RpcReply::InstallSnapshot(raft.install_snapshot(c.into()).await)
-        }
+        Ok(Rpc::InstallSnapshot(c)) => RpcReply::InstallSnapshot(match gate.admit(&c) {
+            Ok(()) => raft.install_snapshot(c.into()).await,
+            Err(mismatch) => Err(RaftError::APIError(mismatch.into())),
+        }),
     };
     encode_rpc(&reply).unwrap_or_else(|e| {
         tracing::error!(error = %e, "encoding a Raft RPC answer failed");
@@ -216,4 +257,43 @@ pub async fn serve(raft: &Raft<TypeConfig>, rpc: &[u8]) -> Vec<u8> {
         )))
         .unwrap_or_default()
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::{Blob, SnapshotMeta, Vote};
+
+    fn chunk(id: &str, offset: u64, len: usize, done: bool) -> SnapshotChunk {
+        SnapshotChunk {
+            vote: Vote::new_committed(1, 1),
+            meta: SnapshotMeta {
+                snapshot_id: id.into(),
+                ..Default::default()
+            },
+            offset,
+            data: Blob(vec![0; len]),
+            done,
+        }
+    }
+
+    #[test]
+    fn snapshot_chunks_must_follow_on_from_what_arrived() {
+        let gate = SnapshotGate::default();
+        assert!(gate.admit(&chunk("a", 1 << 40, 10, false)).is_err());
+        assert!(gate.admit(&chunk("a", 0, 10, false)).is_ok());
+        assert!(gate.admit(&chunk("a", 0, 10, false)).is_ok(), "a retry");
+        assert!(gate.admit(&chunk("a", 10, 10, false)).is_ok());
+        assert!(gate.admit(&chunk("a", 21, 10, false)).is_err(), "a gap");
+        assert!(
+            gate.admit(&chunk("b", 10, 10, false)).is_err(),
+            "another snapshot"
+        );
+        assert!(gate.admit(&chunk("a", 20, 5, true)).is_ok());
+        assert!(
+            gate.admit(&chunk("a", 25, 5, false)).is_err(),
+            "after the end"
+        );
+        assert!(gate.admit(&chunk("c", MAX_SNAPSHOT, 0, false)).is_err());
+    }
 }

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use common::{addr, cmd, quick, Cluster};
-use strom_meta::{MetaConfig, MetaError};
+use strom_meta::{codec, MetaConfig, MetaError};
 use tokio::task::JoinSet;
 
 /// Proposes `range` in concurrent waves of 100, following redirects.
@@ -230,6 +230,20 @@ async fn hostile_rpc_bytes_get_a_refusal_and_the_member_carries_on() {
             "{reply:?}"
         );
     }
+    // Well-formed, but far past any data: it would size an allocation.
+    let far = codec::Rpc::InstallSnapshot(codec::SnapshotChunk {
+        vote: node.metrics().vote,
+        meta: Default::default(),
+        offset: 1 << 50,
+        data: strom_meta::types::Blob(vec![1; 16]),
+        done: true,
+    });
+    let answer = node.handle(&codec::encode_rpc(&far).expect("encode")).await;
+    let reply: codec::RpcReply = codec::decode_rpc(&answer, "answer").expect("the answer decodes");
+    assert!(
+        matches!(reply, codec::RpcReply::InstallSnapshot(Err(_))),
+        "{reply:?}"
+    );
     node.propose(cmd(1)).await.expect("still serving");
     c.shutdown().await;
 }
