@@ -82,8 +82,8 @@ impl Durable {
                         e.log_id.index
                     ))
                 }
-                LogRecord::Entry(_) => next += 1,
-                LogRecord::Purged(id) => next = next.max(id.index + 1),
+                LogRecord::Entry(_) => next = next.saturating_add(1),
+                LogRecord::Purged(id) => next = next.max(id.index.saturating_add(1)),
                 LogRecord::Truncated(since) => next = *since,
                 LogRecord::Vote(_) | LogRecord::Committed(_) => {}
             }
@@ -96,8 +96,9 @@ impl Durable {
             LogRecord::Vote(v) => self.vote = Some(v),
             LogRecord::Committed(c) => self.committed = c,
             LogRecord::Purged(id) => {
-                self.entries = self.entries.split_off(&(id.index + 1));
-                self.next_index = self.next_index.max(id.index + 1);
+                let after = id.index.saturating_add(1);
+                self.entries = self.entries.split_off(&after);
+                self.next_index = self.next_index.max(after);
                 self.purged = Some(id);
             }
             LogRecord::Truncated(since) => {
@@ -105,7 +106,7 @@ impl Durable {
                 self.next_index = since;
             }
             LogRecord::Entry(e) => {
-                self.next_index = e.log_id.index + 1;
+                self.next_index = e.log_id.index.saturating_add(1);
                 self.entries.insert(e.log_id.index, e);
             }
         }
@@ -116,7 +117,7 @@ impl Durable {
         let mut recs = Vec::with_capacity(self.entries.len() + 3);
         recs.extend(self.vote.map(LogRecord::Vote));
         recs.extend(self.purged.map(LogRecord::Purged));
-        let after_purge = self.purged.map_or(0, |p| p.index + 1);
+        let after_purge = self.purged.map_or(0, |p| p.index.saturating_add(1));
         if self.entries.is_empty() && self.next_index != after_purge {
             recs.push(LogRecord::Truncated(self.next_index));
         }
@@ -208,7 +209,7 @@ impl LogFile {
                 .map_err(|e| LogError::io("truncating", &path, e))?;
         }
         let records = scan.records.len() as u64;
-        let next_seq = scan.records.last().map_or(1, |r| r.index + 1);
+        let next_seq = scan.records.last().map_or(1, |r| r.index.saturating_add(1));
         tracing::debug!(file = %path.display(), records, entries = state.entries.len(), "Raft log replayed");
         Ok(LogFile {
             vfs,
