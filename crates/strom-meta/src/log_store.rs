@@ -5,7 +5,7 @@
 //! in-memory [`Durable`] state.
 
 use std::fmt::Debug;
-use std::ops::RangeBounds;
+use std::ops::{Bound, RangeBounds};
 use std::sync::Arc;
 
 use openraft::storage::{LogFlushed, LogState, RaftLogReader, RaftLogStorage};
@@ -47,13 +47,32 @@ pub fn storage_error(subject: ErrorSubject<u64>, verb: ErrorVerb, e: &LogError) 
     }
 }
 
+/// The entries in `range`; an empty or inverted range has none (where
+/// `BTreeMap::range` would panic).
+fn entries_in<RB: RangeBounds<u64>>(state: &Durable, range: RB) -> Vec<Entry> {
+    let start = match range.start_bound() {
+        Bound::Included(&s) => Some(s),
+        Bound::Excluded(&s) => s.checked_add(1),
+        Bound::Unbounded => Some(0),
+    };
+    let end = match range.end_bound() {
+        Bound::Included(&e) => e.checked_add(1),
+        Bound::Excluded(&e) => Some(e),
+        Bound::Unbounded => None,
+    };
+    match (start, end) {
+        (Some(s), Some(e)) if s < e => state.entries.range(s..e).map(|(_, v)| v.clone()).collect(),
+        (Some(s), None) => state.entries.range(s..).map(|(_, v)| v.clone()).collect(),
+        _ => Vec::new(),
+    }
+}
+
 impl RaftLogReader<TypeConfig> for LogReader {
     async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + Send>(
         &mut self,
         range: RB,
     ) -> Result<Vec<Entry>, StorageError> {
-        let state = self.state.lock();
-        Ok(state.entries.range(range).map(|(_, e)| e.clone()).collect())
+        Ok(entries_in(&self.state.lock(), range))
     }
 }
 
@@ -62,9 +81,7 @@ impl RaftLogReader<TypeConfig> for LogStore {
         &mut self,
         range: RB,
     ) -> Result<Vec<Entry>, StorageError> {
-        let state = self.file.state();
-        let state = state.lock();
-        Ok(state.entries.range(range).map(|(_, e)| e.clone()).collect())
+        Ok(entries_in(&self.file.state().lock(), range))
     }
 }
 
@@ -144,5 +161,32 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         tracing::debug!(upto = log_id.index, "purging the Raft log");
         self.write(vec![LogRecord::Purged(log_id)], true, ErrorVerb::Delete)
             .map_or(Ok(()), Err)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::Blob;
+    use openraft::{CommittedLeaderId, EntryPayload};
+
+    #[test]
+    fn empty_and_inverted_ranges_read_nothing_instead_of_panicking() {
+        let mut state = Durable::default();
+        for i in 3..8 {
+            let log_id = LogId::new(CommittedLeaderId::new(1, 1), i);
+            let payload = EntryPayload::Normal(Blob::default());
+            state.entries.insert(i, Entry { log_id, payload });
+        }
+        let idx = |v: Vec<Entry>| v.iter().map(|e| e.log_id.index).collect::<Vec<_>>();
+        assert_eq!(idx(entries_in(&state, 4..6)), [4, 5]);
+        assert_eq!(idx(entries_in(&state, 5..)), [5, 6, 7]);
+        assert_eq!(idx(entries_in(&state, ..=3)), [3]);
+        let (hi, lo) = (6, 4);
+        assert!(entries_in(&state, hi..lo).is_empty());
+        assert!(entries_in(&state, 5..5).is_empty());
+        let excluded = (Bound::Excluded(5), Bound::Excluded(5));
+        assert!(entries_in(&state, excluded).is_empty());
+        assert!(entries_in(&state, u64::MAX..=u64::MAX).is_empty());
     }
 }
