@@ -6,6 +6,7 @@ mod machine;
 mod partitioned;
 mod power_loss;
 mod recovery;
+mod replicated;
 mod through_registry;
 
 use std::path::Path;
