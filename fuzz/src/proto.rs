@@ -427,6 +427,9 @@ pub fn sample_requests() -> Vec<Request> {
                 partitions: vec![0, 1],
             }],
         },
+        Request::MetaRpc {
+            rpc: Bytes::from_static(b"\x01{\"Vote\":{}}"),
+        },
     ]
 }
 
@@ -514,6 +517,9 @@ pub fn sample_responses() -> Vec<Response> {
         Response::Acked { floor: 17 },
         Response::ServerSnapshot {
             json: r#"{"member":0,"partitions":[]}"#.into(),
+        },
+        Response::MetaRpc {
+            rpc: Bytes::from_static(b"\x01{\"Vote\":{\"Ok\":{}}}"),
         },
     ]
 }

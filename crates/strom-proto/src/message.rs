@@ -256,6 +256,11 @@ pub enum Request {
         generation: u64,
         consumers: Vec<GroupConsumerInfo>,
     },
+    /// Member → member: one Raft RPC of the metadata quorum (strom-meta's
+    /// encoding, opaque here), answered by [`Response::MetaRpc`]. Protocol 3.
+    MetaRpc {
+        rpc: Bytes,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -349,6 +354,11 @@ pub enum Response {
     /// fields are documented in docs/observability.md).
     ServerSnapshot {
         json: String,
+    },
+    /// Answer to [`Request::MetaRpc`]: the receiving member's quorum's
+    /// answer, opaque here.
+    MetaRpc {
+        rpc: Bytes,
     },
 }
 
@@ -497,6 +507,7 @@ messages!(Request {
     39 => DropConsumerGroup { topic, group },
     40 => ServerSnapshot,
     41 => KafkaGroupView { spec, generation, consumers },
+    42 => MetaRpc { rpc },
 });
 
 messages!(Response {
@@ -524,6 +535,7 @@ messages!(Response {
     22 => GroupStats(stats),
     23 => Acked { floor },
     24 => ServerSnapshot { json },
+    25 => MetaRpc { rpc },
 });
 
 messages!(Push {
@@ -576,6 +588,9 @@ mod tests {
         });
         round_trip_req(Request::Members);
         round_trip_req(Request::Limits);
+        round_trip_req(Request::MetaRpc {
+            rpc: Bytes::from_static(b"\x01{}"),
+        });
         round_trip_req(Request::KafkaGroupView {
             spec: ConsumerGroupSpec::new("g", "t", crate::ConsumerGroupMode::Kafka),
             generation: 4,
@@ -637,6 +652,9 @@ mod tests {
             },
             Response::ServerSnapshot {
                 json: "{\"member\":1}".into(),
+            },
+            Response::MetaRpc {
+                rpc: Bytes::from_static(b"\x01[]"),
             },
         ] {
             let mut b = BytesMut::new();

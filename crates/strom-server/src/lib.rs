@@ -14,6 +14,7 @@ mod group;
 mod host;
 mod launch;
 mod members;
+mod meta_net;
 mod native;
 mod ownership;
 mod partition;
@@ -29,6 +30,7 @@ pub use config::{ConfigError, ServerConfig};
 pub use error::ServerError;
 pub use group::{read_group_file, write_group_file};
 pub use launch::{rank_from_env, rendezvous_file};
+pub use meta_net::{MetaEndpoint, PeerMetaNet};
 pub use server::{Server, ServerHandle};
 pub use service::Services;
 // What other front ends (strom-kafka) need to produce into and read from

@@ -25,6 +25,9 @@ pub async fn handle(svc: &ControlService, req: Request) -> Result<Response, Serv
         | Request::ConsumerGroupStats { .. }
         | Request::DropConsumerGroup { .. }
         | Request::FenceGroupPartition { .. }) => svc.link().local(req).await,
+        Request::MetaRpc { rpc } => Ok(Response::MetaRpc {
+            rpc: svc.meta_rpc(&rpc).await?.into(),
+        }),
         req => registry_op(svc, req).await,
     }
 }

@@ -10,10 +10,13 @@ use strom_proto::{ErrorCode, GroupMember};
 
 use crate::error::ServerError;
 use crate::members::MemberLink;
+use crate::meta_net::MetaEndpoint;
 use crate::registry::Registry;
 
 pub struct ControlService {
     registry: Option<Registry>,
+    /// This member's metadata-quorum handle, once one is registered.
+    meta: std::sync::OnceLock<Arc<dyn MetaEndpoint>>,
     link: Arc<MemberLink>,
     max_frame_bytes: u64,
     max_batch_bytes: u64,
@@ -35,6 +38,7 @@ impl ControlService {
     ) -> Self {
         ControlService {
             registry,
+            meta: std::sync::OnceLock::new(),
             link,
             max_frame_bytes: u64::from(max_frame_bytes),
             max_batch_bytes,
@@ -73,6 +77,28 @@ impl ControlService {
                 ),
             )
         })
+    }
+
+    /// Hands this member's `MetaRpc` requests to `endpoint` from now on;
+    /// false if one is registered already.
+    pub fn serve_meta(&self, endpoint: Arc<dyn MetaEndpoint>) -> bool {
+        self.meta.set(endpoint).is_ok()
+    }
+
+    /// Answers one Raft RPC of the metadata quorum; `INVALID_ARGUMENT` if
+    /// this member runs none.
+    pub async fn meta_rpc(&self, rpc: &[u8]) -> Result<Vec<u8>, ServerError> {
+        match self.meta.get() {
+            Some(m) => Ok(m.handle(rpc).await),
+            None => Err(ServerError::coded(
+                ErrorCode::INVALID_ARGUMENT,
+                format!(
+                    "member {} at {} runs no metadata quorum",
+                    self.member(),
+                    self.addr()
+                ),
+            )),
+        }
     }
 
     /// `(max_frame_bytes, max_batch_bytes)` this server accepts.
