@@ -1,7 +1,8 @@
 //! The randomized fault loop: a group of three real `strom server`
 //! processes (the master and two joined members) under load from two
 //! producers, while each cycle kills and restarts a member (`kill -9`),
-//! pauses one (`SIGSTOP` … `SIGCONT`) or pauses the master. A checker
+//! pauses one (`SIGSTOP` … `SIGCONT`), pauses the master, or kills the
+//! master and starts it again on its address. A checker
 //! then reads the whole topic and holds it against every producer's
 //! history:
 //!
@@ -13,8 +14,8 @@
 //!
 //! Replication factor 1 (file partitions, `durability=always`): a killed
 //! member's partitions are unavailable until it is back, and those pushes
-//! fail. The master is paused but not killed: with one registry, topic
-//! administration would stop (see docs/replication.md).
+//! fail; while the master is down, topic administration waits for it
+//! (one registry; see docs/replication.md).
 //!
 //! `STROM_FAULT_CYCLES` (default 50) sets the length, `STROM_FAULT_SEED`
 //! replays one run; a failure prints the seed and the fault history.
@@ -150,14 +151,29 @@ fn load(d: Driver, pid: u64, stop: Arc<AtomicBool>, out: Arc<Mutex<History>>) {
                 _ => h.failed.push(s),
             }
         }
+        drop(h);
+        // A steady load, not a flood: the check reads everything back.
+        std::thread::sleep(Duration::from_millis(5));
     }
     let _ = p.close();
 }
 
+/// The master, which a fault may kill and start again on its address.
+struct Master {
+    base: PathBuf,
+    proc: Option<ServerProcess>,
+}
+
+impl Master {
+    fn get(&self) -> &ServerProcess {
+        self.proc.as_ref().expect("the master runs")
+    }
+}
+
 /// One fault, then everything back up.
-fn fault(rng: &mut Rng, master: &ServerProcess, members: &mut [Member], d: &Driver, log: &Log) {
+fn fault(rng: &mut Rng, master: &mut Master, members: &mut [Member], d: &Driver, log: &Log) {
     let pause = Duration::from_millis(50 + rng.below(350));
-    match rng.below(3) {
+    match rng.below(4) {
         0 => {
             let m = &mut members[rng.below(members.len() as u64) as usize];
             let id = m.member_id();
@@ -165,7 +181,7 @@ fn fault(rng: &mut Rng, master: &ServerProcess, members: &mut [Member], d: &Driv
             log.say(format!("kill -9 member {id} at {old:?}, down {pause:?}"));
             m.proc = None;
             std::thread::sleep(pause);
-            m.start(master);
+            m.start(master.get());
             // Back once the master has its new address (port 0) and
             // every member is alive.
             wait_for("the member to rejoin", log, || {
@@ -181,11 +197,24 @@ fn fault(rng: &mut Rng, master: &ServerProcess, members: &mut [Member], d: &Driv
             std::thread::sleep(pause);
             signal(m.pid(), libc::SIGCONT);
         }
-        _ => {
+        2 => {
             log.say(format!("SIGSTOP the master for {pause:?}"));
-            signal(master.pid(), libc::SIGSTOP);
+            signal(master.get().pid(), libc::SIGSTOP);
             std::thread::sleep(pause);
-            signal(master.pid(), libc::SIGCONT);
+            signal(master.get().pid(), libc::SIGCONT);
+        }
+        _ => {
+            let addr = master.get().addr.clone();
+            log.say(format!("kill -9 the master at {addr}, down {pause:?}"));
+            if let Some(m) = master.proc.take() {
+                m.kill9();
+            }
+            std::thread::sleep(pause);
+            master.proc = Some(ServerProcess::restart_on(&master.base, &addr));
+            wait_for("the members to rejoin the restarted master", log, || {
+                live_members(d) == members.len() + 1
+            });
+            log.say("master restarted; every member alive".into());
         }
     }
 }
@@ -260,14 +289,20 @@ fn check(d: &Driver, histories: &[Arc<Mutex<History>>], log: &Log) {
     if acked_total == 0 {
         log.fail("no event was acknowledged: the load never ran".into());
     }
+    let lines = log.lines.lock().unwrap();
+    let count = |what: &str| lines.iter().filter(|l| l.contains(what)).count();
     eprintln!(
-        "fault loop (seed {}): {} stored, {acked_total} acked, all acknowledged events present once and in order",
+        "fault loop (seed {}): {} member kills, {} member pauses, {} master pauses, {} master kills; {} stored, {acked_total} acked, all acknowledged events present once and in order",
         log.seed,
+        count("kill -9 member"),
+        count("SIGSTOP member"),
+        count("SIGSTOP the master"),
+        count("kill -9 the master"),
         got.len()
     );
 }
 
-fn start_group(base: &Path, log: &Log) -> (ServerProcess, Vec<Member>, Driver) {
+fn start_group(base: &Path, log: &Log) -> (Master, Vec<Member>, Driver) {
     let master = ServerProcess::start(base);
     let mut members: Vec<Member> = (1..=2)
         .map(|id| Member {
@@ -280,6 +315,10 @@ fn start_group(base: &Path, log: &Log) -> (ServerProcess, Vec<Member>, Driver) {
     }
     let d = master.connect();
     wait_for("three live members", log, || live_members(&d) == 3);
+    let master = Master {
+        base: base.to_path_buf(),
+        proc: Some(master),
+    };
     (master, members, d)
 }
 
@@ -300,7 +339,7 @@ fn acknowledged_events_survive_random_kills_and_pauses() {
     };
     log.say(format!("seed {seed}, {cycles} cycles"));
     let dir = tempfile::tempdir().expect("temp dir");
-    let (master, mut members, d) = start_group(dir.path(), &log);
+    let (mut master, mut members, d) = start_group(dir.path(), &log);
     let spec = TopicSpec {
         durability: Durability::Always,
         ..TopicSpec::new(TOPIC, PARTITIONS)
@@ -320,7 +359,7 @@ fn acknowledged_events_survive_random_kills_and_pauses() {
     let mut rng = Rng::new(seed);
     for _ in 0..cycles {
         std::thread::sleep(Duration::from_millis(50 + rng.below(150)));
-        fault(&mut rng, &master, &mut members, &d, &log);
+        fault(&mut rng, &mut master, &mut members, &d, &log);
     }
     stop.store(true, Ordering::Release);
     for l in loaders {

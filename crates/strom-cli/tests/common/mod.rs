@@ -91,6 +91,17 @@ impl ServerProcess {
 
     /// [`ServerProcess::start_with`] with extra environment variables.
     pub fn start_with_env(base: &Path, extra: &[&str], env: &[(&str, &str)]) -> ServerProcess {
+        Self::spawn(base, "127.0.0.1:0", extra, env)
+    }
+
+    /// Starts the server of `base` again on the address it had (`addr`,
+    /// `host:port`), as an operator restarts a master its members and
+    /// clients know.
+    pub fn restart_on(base: &Path, addr: &str) -> ServerProcess {
+        Self::spawn(base, addr, &[], &[])
+    }
+
+    fn spawn(base: &Path, listen: &str, extra: &[&str], env: &[(&str, &str)]) -> ServerProcess {
         let data_dir = base.join("data");
         let group_file = base.join("group.json");
         // A restart writes a new file; removing the old one first means the
@@ -105,7 +116,7 @@ impl ServerProcess {
             .arg("--data-dir")
             .arg(&data_dir)
             .arg("--listen")
-            .arg("127.0.0.1:0")
+            .arg(listen)
             .arg("--group-file")
             .arg(&group_file)
             .args(extra)
