@@ -27,6 +27,7 @@ pub mod record;
 pub mod sim;
 mod sync_gate;
 pub mod vfs;
+pub mod whole_file;
 
 pub use config::LogConfig;
 pub use error::{Result, StorageError};

@@ -1,14 +1,15 @@
-//! The registry's file names, its typed storage error, and the two file
-//! primitives it is built from: read a whole file, and replace a file
-//! atomically and durably (temp file, fdatasync, rename, fsync of the
-//! directory). All I/O goes through `strom_storage::vfs`, so tests can run
-//! it over a simulated disk that loses unsynced writes.
+//! The registry's file names, its typed storage error, and the file
+//! primitives it is built from (`strom_storage::whole_file`: read a whole
+//! file, replace one atomically and durably), with their errors as
+//! [`StoreError`]. All I/O goes through `strom_storage::vfs`, so tests can
+//! run it over a simulated disk that loses unsynced writes.
 
 use std::io;
 use std::path::{Path, PathBuf};
 
 use strom_proto::ErrorCode;
 use strom_storage::vfs::{Vfs, VfsFile};
+use strom_storage::whole_file::{self, StepError};
 
 use crate::error::ServerError;
 
@@ -81,35 +82,25 @@ impl From<StoreError> for ServerError {
     }
 }
 
-/// Whether `path` exists.
-pub fn exists(vfs: &dyn Vfs, path: &Path) -> Result<bool, StoreError> {
-    vfs.exists(path)
-        .map_err(|e| StoreError::io("looking for", path, e))
+impl From<StepError> for StoreError {
+    fn from(e: StepError) -> Self {
+        StoreError::io(e.step, &e.path, e.source)
+    }
 }
 
-/// The whole contents of `path`, or `None` if it does not exist. The buffer
-/// is as large as the file, never as large as a length read from it.
+/// Whether `path` exists.
+pub fn exists(vfs: &dyn Vfs, path: &Path) -> Result<bool, StoreError> {
+    Ok(whole_file::exists(vfs, path)?)
+}
+
+/// The whole contents of `path`, or `None` if it does not exist.
 pub fn read_all(vfs: &dyn Vfs, path: &Path) -> Result<Option<Vec<u8>>, StoreError> {
-    if !exists(vfs, path)? {
-        return Ok(None);
-    }
-    let f = vfs
-        .open(path, false)
-        .map_err(|e| StoreError::io("opening", path, e))?;
-    let len = f.len().map_err(|e| StoreError::io("reading", path, e))?;
-    let len = usize::try_from(len).map_err(|_| StoreError::corrupt(path, 0, "too large"))?;
-    let mut buf = vec![0u8; len];
-    f.read_exact_at(&mut buf, 0)
-        .map_err(|e| StoreError::io("reading", path, e))?;
-    Ok(Some(buf))
+    Ok(whole_file::read_all(vfs, path)?)
 }
 
 /// Removes `path` if it exists.
 pub fn remove_if_exists(vfs: &dyn Vfs, path: &Path) -> Result<(), StoreError> {
-    match vfs.remove_file(path) {
-        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(StoreError::io("removing", path, e)),
-        _ => Ok(()),
-    }
+    Ok(whole_file::remove_if_exists(vfs, path)?)
 }
 
 /// Replaces `dir/name` with `bytes` atomically and durably, and returns the
@@ -122,22 +113,9 @@ pub fn replace(
     name: &str,
     bytes: &[u8],
 ) -> Result<Box<dyn VfsFile>, (StoreError, bool)> {
-    let path = dir.join(name);
-    let tmp = dir.join(format!("{name}.tmp"));
-    remove_if_exists(vfs, &tmp).map_err(|e| (e, false))?;
-    let f = vfs
-        .open(&tmp, true)
-        .map_err(|e| (StoreError::io("creating", &tmp, e), false))?;
-    f.write_all_at(&[bytes], 0)
-        .and_then(|_| f.sync_data())
-        .map_err(|e| (StoreError::io("writing", &tmp, e), false))?;
-    vfs.rename(&tmp, &path)
-        .map_err(|e| (StoreError::io("renaming into", &path, e), false))?;
-    sync_dir(vfs, dir).map_err(|e| (e, true))?;
-    Ok(f)
+    whole_file::replace(vfs, dir, name, &[bytes]).map_err(|(e, named)| (e.into(), named))
 }
 
 pub fn sync_dir(vfs: &dyn Vfs, dir: &Path) -> Result<(), StoreError> {
-    vfs.sync_dir(dir)
-        .map_err(|e| StoreError::io("syncing the directory", dir, e))
+    Ok(whole_file::sync_dir(vfs, dir)?)
 }
