@@ -50,6 +50,27 @@ struct Log {
     lines: Mutex<Vec<String>>,
 }
 
+/// Prints the run's seed and fault history if the test panics anywhere
+/// (a helper's assertion included), so every failure can be replayed.
+struct HistoryOnPanic<'a>(&'a Log);
+
+impl Drop for HistoryOnPanic<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let lines = self
+                .0
+                .lines
+                .lock()
+                .map(|l| l.join("\n"))
+                .unwrap_or_default();
+            eprintln!(
+                "\nfault loop failed; replay with STROM_FAULT_SEED={}; fault history:\n{lines}",
+                self.0.seed
+            );
+        }
+    }
+}
+
 impl Log {
     fn say(&self, what: String) {
         let t = self.start.elapsed().as_millis();
@@ -59,12 +80,9 @@ impl Log {
             .push(format!("{t:>7} ms  {what}"));
     }
 
+    /// Fails the test; [`HistoryOnPanic`] prints the seed and history.
     fn fail(&self, what: String) -> ! {
-        let lines = self.lines.lock().unwrap().join("\n");
-        panic!(
-            "{what}\n\nreplay with STROM_FAULT_SEED={}; fault history:\n{lines}",
-            self.seed
-        );
+        panic!("{what}");
     }
 }
 
@@ -338,6 +356,7 @@ fn acknowledged_events_survive_random_kills_and_pauses() {
         lines: Mutex::new(Vec::new()),
     };
     log.say(format!("seed {seed}, {cycles} cycles"));
+    let _history = HistoryOnPanic(&log);
     let dir = tempfile::tempdir().expect("temp dir");
     let (mut master, mut members, d) = start_group(dir.path(), &log);
     let spec = TopicSpec {
