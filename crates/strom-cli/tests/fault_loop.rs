@@ -29,7 +29,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{read_all, JoinedMember, Rng, ServerProcess};
+use common::{live_members, read_all, JoinedMember, Rng, ServerProcess};
 use strom_client::{Driver, Durability, PushFuture, TopicSpec};
 
 const PARTITIONS: u32 = 6;
@@ -113,12 +113,6 @@ impl Member {
 fn signal(pid: i32, sig: i32) {
     // SAFETY: kill(2) on our own child's pid; no memory is involved.
     unsafe { libc::kill(pid, sig) };
-}
-
-fn live_members(d: &Driver) -> usize {
-    d.members()
-        .map(|m| m.iter().filter(|m| m.alive).count())
-        .unwrap_or(0)
 }
 
 /// The address the master has for member `id`, if it lists it alive.

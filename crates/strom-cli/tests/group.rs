@@ -2,12 +2,15 @@
 //! `kill -9` of one member, `strom cluster up` + `strom status`, the mpirun
 //! launcher path, and partitions added while producers and consumers run.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::live_members;
 use strom_client::{ConsumerOptions, Driver, Next, StartPos, TopicSpec};
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -60,12 +63,6 @@ fn wait_for(what: &str, mut ok: impl FnMut() -> bool) {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
         std::thread::sleep(Duration::from_millis(50));
     }
-}
-
-fn live_members(d: &Driver) -> usize {
-    d.members()
-        .map(|m| m.iter().filter(|m| m.alive).count())
-        .unwrap_or(0)
 }
 
 fn group(base: &Path, size: u32) -> (Vec<Rank>, Driver) {

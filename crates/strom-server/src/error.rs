@@ -40,10 +40,10 @@ impl ServerError {
             ServerError::Coded { code, .. } => *code,
             ServerError::Storage(e) => ErrorCode(e.code()),
             ServerError::Net(e) => e.code(),
-            ServerError::Io { source, .. } => match source.raw_os_error() {
-                Some(libc::ENOSPC | libc::EDQUOT) => ErrorCode::DISK_FULL,
-                _ => ErrorCode::STORAGE_IO,
-            },
+            ServerError::Io { source, .. } if strom_storage::is_disk_full(source) => {
+                ErrorCode::DISK_FULL
+            }
+            ServerError::Io { .. } => ErrorCode::STORAGE_IO,
         }
     }
 }

@@ -58,6 +58,12 @@ pub enum StorageError {
     PartitionFailed { cause: String },
 }
 
+/// Whether an I/O error means the disk (or the user's quota) is full:
+/// ENOSPC or EDQUOT, reported as `DISK_FULL` wherever it surfaces.
+pub fn is_disk_full(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT))
+}
+
 impl StorageError {
     /// Stable numeric code, equal to the `strom_proto::ErrorCode` constant of
     /// the same name (pinned by `crates/strom-proto/tests/error_codes.rs`;
@@ -81,14 +87,15 @@ impl StorageError {
 
     /// Wraps an I/O error; ENOSPC / EDQUOT become [`StorageError::DiskFull`].
     pub(crate) fn io(context: impl Into<String>, source: io::Error) -> Self {
-        match source.raw_os_error() {
-            Some(code) if code == libc::ENOSPC || code == libc::EDQUOT => StorageError::DiskFull {
+        if is_disk_full(&source) {
+            StorageError::DiskFull {
                 context: context.into(),
-            },
-            _ => StorageError::Io {
+            }
+        } else {
+            StorageError::Io {
                 context: context.into(),
                 source,
-            },
+            }
         }
     }
 

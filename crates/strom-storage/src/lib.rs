@@ -30,7 +30,7 @@ pub mod vfs;
 pub mod whole_file;
 
 pub use config::LogConfig;
-pub use error::{Result, StorageError};
+pub use error::{is_disk_full, Result, StorageError};
 pub use file::FileLog;
 pub use ledger::{DeadLetter, LedgerFile, LedgerRecord, LedgerSnapshot, ShareLedger};
 pub use memory::MemoryLog;

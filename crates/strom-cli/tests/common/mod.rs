@@ -463,6 +463,13 @@ pub fn read_from(
     }
 }
 
+/// How many members the master reports alive (0 if it cannot be asked).
+pub fn live_members(d: &Driver) -> usize {
+    d.members()
+        .map(|m| m.iter().filter(|m| m.alive).count())
+        .unwrap_or(0)
+}
+
 /// A small deterministic PRNG (xorshift64*), so failures can be replayed.
 pub struct Rng(u64);
 
