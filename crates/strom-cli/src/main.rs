@@ -153,7 +153,7 @@ fn main() {
     }
     let result = match cli.command {
         Command::Server(a) => {
-            init_logging("info");
+            init_logging("info,openraft=off");
             server::run(a, cli.group_file)
         }
         Command::Consume(a) => {

@@ -40,6 +40,11 @@ pub struct ServerArgs {
     /// this HOST:PORT; port 0 picks a free port (docs/kafka.md).
     #[arg(long)]
     kafka_listen: Option<String>,
+    /// Replicate the topic registry with Raft over this many members (1, 3
+    /// or 5; config key `meta_voters`). With 3 or 5, the group keeps its
+    /// registry when any minority of them dies, member 0 included.
+    #[arg(long, value_name = "N")]
+    meta_voters: Option<u32>,
 }
 
 pub fn run(args: ServerArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> {
@@ -68,6 +73,9 @@ pub fn run(args: ServerArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> 
     }
     if args.kafka_listen.is_some() {
         config.kafka_listen = args.kafka_listen;
+    }
+    if let Some(n) = args.meta_voters {
+        config.meta_voters = n;
     }
     config.validate()?;
     let rt = tokio::runtime::Builder::new_multi_thread()

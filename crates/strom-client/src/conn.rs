@@ -115,8 +115,18 @@ pub(crate) struct ServerLimits {
     pub max_batch_bytes: u64,
 }
 
+/// What the server said about its group when the connection opened: the
+/// master it knows of (`u32::MAX`: none, an election is in progress) and
+/// the members with their addresses.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Greeting {
+    pub master: u32,
+    pub members: Vec<strom_proto::GroupMember>,
+}
+
 pub(crate) struct ClientConn {
     limits: OnceLock<ServerLimits>,
+    greeting: OnceLock<Greeting>,
     /// The protocol version settled by `Hello` (requests are encoded at it).
     version: AtomicU8,
     mux: Arc<MuxConn<Buffer, Typed>>,
@@ -129,6 +139,7 @@ impl ClientConn {
         let conn = transports.connect(addr).await?;
         let c = Arc::new(ClientConn {
             limits: OnceLock::new(),
+            greeting: OnceLock::new(),
             version: AtomicU8::new(MIN_PROTOCOL_VERSION),
             mux: MuxConn::start_with(conn, addr, transports.busy_poll()),
         });
@@ -137,10 +148,14 @@ impl ClientConn {
             max_version: PROTOCOL_VERSION,
         };
         match c.call(&hello, Vec::new()).await? {
-            Response::Hello { version, .. }
-                if (MIN_PROTOCOL_VERSION..=PROTOCOL_VERSION).contains(&version) =>
-            {
+            Response::Hello {
+                version,
+                master,
+                members,
+                ..
+            } if (MIN_PROTOCOL_VERSION..=PROTOCOL_VERSION).contains(&version) => {
                 c.version.store(version, Ordering::Release);
+                let _ = c.greeting.set(Greeting { master, members });
             }
             Response::Hello { version, .. } => {
                 return Err(Error::coded(
@@ -168,6 +183,11 @@ impl ClientConn {
     /// The protocol version of this connection.
     pub fn version(&self) -> u8 {
         self.version.load(Ordering::Acquire)
+    }
+
+    /// What the server said about its group when the connection opened.
+    pub fn greeting(&self) -> Greeting {
+        self.greeting.get().cloned().unwrap_or_default()
     }
 
     /// The server's size limits, learned when the connection opened.

@@ -29,8 +29,13 @@ pub struct Driver {
 pub(crate) struct DriverInner {
     runtime: Mutex<Option<Runtime>>,
     pub handle: Handle,
-    transports: Transports,
-    master: String,
+    pub transports: Transports,
+    /// The registry master's address (with a metadata quorum: the leader
+    /// last found; `leader.rs` follows it).
+    pub master: Mutex<String>,
+    /// Every member's primary address known (the group file, `Hello`s):
+    /// where to look for a new leader.
+    pub members: Mutex<Vec<String>>,
     conns: Mutex<HashMap<String, Arc<ClientConn>>>,
     /// Every address of each member, by its primary address (from the
     /// group file and the servers' `Hello`).
@@ -121,6 +126,7 @@ impl Driver {
             })?;
         let d = Self::start(master.addr.clone(), transports)?;
         d.learn(group.members.iter().map(|m| (&m.addr, &m.addrs)));
+        d.know_members(group.members.iter().map(|m| m.addr.clone()));
         d.connect_master()?;
         Ok(d)
     }
@@ -200,7 +206,7 @@ impl Driver {
     fn connect_master(&self) -> Result<()> {
         self.block_on({
             let d = self.clone();
-            async move { d.conn(&d.inner.master).await.map(|_| ()) }
+            async move { d.reach_master().await }
         })
     }
 
@@ -210,7 +216,8 @@ impl Driver {
                 handle: rt.handle().clone(),
                 runtime: Mutex::new(Some(rt)),
                 transports,
-                master,
+                master: Mutex::new(master),
+                members: Mutex::new(Vec::new()),
                 conns: Mutex::new(HashMap::new()),
                 routes: Mutex::new(HashMap::new()),
                 via: Mutex::new(HashMap::new()),
@@ -247,7 +254,7 @@ impl Driver {
         *d.inner.embedded.lock() = Some(server);
         d.block_on({
             let d = d.clone();
-            async move { d.conn(&d.inner.master).await.map(|_| ()) }
+            async move { d.reach_master().await }
         })?;
         Ok(d)
     }
@@ -270,14 +277,19 @@ impl Driver {
         *d.inner.embedded.lock() = Some(server);
         d.block_on({
             let d = d.clone();
-            async move { d.conn(&d.inner.master).await.map(|_| ()) }
+            async move { d.reach_master().await }
         })?;
         Ok(d)
     }
 
-    /// Address of the server holding the registry.
-    pub fn master_addr(&self) -> &str {
-        &self.inner.master
+    /// Address of the server holding the registry (with a metadata
+    /// quorum: the leader this driver last found).
+    pub fn master_addr(&self) -> String {
+        self.master()
+    }
+
+    pub(crate) fn master(&self) -> String {
+        self.inner.master.lock().clone()
     }
 
     /// Runs a future on the driver's runtime and waits for it from any
@@ -306,6 +318,7 @@ impl Driver {
     /// are unknown) for the members' addresses. Only the master answers,
     /// and only at protocol version 3; anything else teaches nothing.
     async fn ask_routes(&self, addr: &str, c: &ClientConn) {
+        self.know_members(c.greeting().members.into_iter().map(|m| m.addr));
         if self.inner.routes.lock().contains_key(addr) || c.version() < 3 {
             return;
         }
@@ -410,22 +423,14 @@ impl Driver {
                 "the registry request {kind} (topic administration beyond create, describe, list and delete, producer registration, Strom consumer groups)"
             ))?;
         }
-        let conn = self.conn(&self.inner.master).await.map_err(|e| {
-            Error::coded(
-                e.code(),
-                format!(
-                    "the registry master is unreachable ({}); topic administration waits for it, partitions already known keep working",
-                    e.message()
-                ),
-            )
-        })?;
-        conn.call(&req, Vec::new()).await
+        self.leader_call(&req).await
     }
 
     /// Sends a one-way request to the registry master if connected (best
     /// effort, never waits: for drop paths).
     pub(crate) fn master_oneway(&self, req: &Request) {
-        let conn = self.inner.conns.lock().get(&self.inner.master).cloned();
+        let master = self.master();
+        let conn = self.inner.conns.lock().get(&master).cloned();
         if let Some(c) = conn.filter(|c| !c.is_dead()) {
             c.send_oneway(req);
         }
@@ -433,7 +438,7 @@ impl Driver {
 
     /// The protocol version settled with the registry master.
     pub(crate) async fn master_version(&self) -> Result<u8> {
-        Ok(self.conn(&self.inner.master).await?.version())
+        Ok(self.conn(&self.master()).await?.version())
     }
 
     pub(crate) fn admin(&self, req: Request) -> Result<Response> {

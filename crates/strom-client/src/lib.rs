@@ -22,6 +22,7 @@ mod event;
 mod group;
 #[cfg(feature = "kafka")]
 mod kafka;
+mod leader;
 mod lease;
 mod partitioned;
 mod pool;

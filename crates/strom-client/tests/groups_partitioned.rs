@@ -231,7 +231,7 @@ fn zombie(t: &Topic, d: &Driver) -> Zombie {
     let p = producer(t);
     push(&p, 0, 200);
     p.close().unwrap();
-    let relay = Relay::start(d.master_addr());
+    let relay = Relay::start(&d.master_addr());
     let zd = Driver::connect_addr(&relay.addr).unwrap();
     let zt = zd.open_topic(t.name()).unwrap();
     let z = zt.consumer_group("g", opts()).unwrap();

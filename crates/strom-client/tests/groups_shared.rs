@@ -321,7 +321,7 @@ fn a_member_sees_a_lost_connection_not_a_deleted_group_when_its_server_stops() {
     let d = Driver::embedded(dir.path()).unwrap();
     let t = topic(&d, "stopping", 1, PartitionType::File);
     produce(&t, 20, 0);
-    let remote = Driver::connect_addr(d.master_addr()).unwrap();
+    let remote = Driver::connect_addr(&d.master_addr()).unwrap();
     let c = remote
         .open_topic("stopping")
         .unwrap()

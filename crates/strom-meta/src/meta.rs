@@ -181,6 +181,28 @@ impl<M: Machine> Meta<M> {
         self.raft.metrics().borrow().state == ServerState::Leader
     }
 
+    /// The term this member leads in, if it believes it leads.
+    pub fn leader_term(&self) -> Option<u64> {
+        let m = self.raft.metrics();
+        let m = m.borrow();
+        (m.state == ServerState::Leader).then_some(m.current_term)
+    }
+
+    /// The voting members and the learners, with their addresses, as this
+    /// member's latest membership config has them.
+    pub fn members(&self) -> (BTreeMap<NodeId, String>, BTreeMap<NodeId, String>) {
+        let m = self.raft.metrics();
+        let m = m.borrow();
+        let cfg = m.membership_config.membership();
+        let voters: BTreeSet<NodeId> = cfg.voter_ids().collect();
+        let (mut v, mut l) = (BTreeMap::new(), BTreeMap::new());
+        for (id, node) in cfg.nodes() {
+            let side = if voters.contains(id) { &mut v } else { &mut l };
+            side.insert(*id, node.addr.clone());
+        }
+        (v, l)
+    }
+
     /// Raft's view of this member: term, indexes, membership, snapshot.
     pub fn metrics(&self) -> RaftMetrics<NodeId, Node> {
         self.raft.metrics().borrow().clone()

@@ -72,6 +72,13 @@ pub struct ServerConfig {
     /// docs/kafka.md), e.g. `127.0.0.1:9092`; port 0 picks a free port.
     /// None (the default) serves no Kafka protocol.
     pub kafka_listen: Option<String>,
+    /// Voters of the metadata quorum that holds the registry (1, 3 or 5,
+    /// docs/replication.md). 1 (the default): member 0 holds the registry
+    /// alone, in `registry.log`. 3 or 5: the registry is replicated with
+    /// Raft over that many members, and survives the death of any
+    /// minority of them, member 0 included. Set on member 0 (and on any
+    /// member that may lead); a new group only.
+    pub meta_voters: u32,
 }
 
 impl Default for ServerConfig {
@@ -100,6 +107,7 @@ impl Default for ServerConfig {
             producer_lease_ms: 10_000,
             http_listen: None,
             kafka_listen: None,
+            meta_voters: 1,
         }
     }
 }
@@ -177,6 +185,12 @@ impl ServerConfig {
             return Err(format!(
                 "producer_lease_ms must be between {lo} and {hi}, not {}",
                 self.producer_lease_ms
+            ));
+        }
+        if ![1, 3, 5].contains(&self.meta_voters) {
+            return Err(format!(
+                "meta_voters must be 1, 3 or 5, not {}",
+                self.meta_voters
             ));
         }
         if self.segment_bytes < 4096 {

@@ -160,8 +160,9 @@ impl Server {
             host.clone(),
             peers,
         ));
+        let quorum = config.meta_voters > 1 || matches!(role, Role::Member { .. });
         let registry = match &role {
-            Role::Master { expected } => Some(
+            Role::Master { expected } if !quorum => Some(
                 Registry::open(
                     &config.data_dir,
                     config.group_file.clone(),
@@ -170,24 +171,36 @@ impl Server {
                 )?
                 .with_default_lease(config.producer_lease_ms),
             ),
-            Role::Member { .. } => None,
+            _ => None,
         };
         if let (Some(reg), Some(g)) = (&registry, &config.group_file) {
             check_group_file(g, reg.group_id()).await?;
         }
+        let (stop, _) = watch::channel(false);
+        let mut control = ControlService::new(
+            registry,
+            link,
+            config.max_frame_bytes,
+            config.max_batch_bytes,
+        );
+        if quorum {
+            let expected = match role {
+                Role::Master { expected } => expected,
+                Role::Member { .. } => 1,
+            };
+            control = control.with_quorum(crate::quorum_boot::place(
+                &config,
+                expected,
+                stop.subscribe(),
+            ));
+        }
         let state = Arc::new(Services {
             data: DataService::new(host, &config),
-            control: ControlService::new(
-                registry,
-                link,
-                config.max_frame_bytes,
-                config.max_batch_bytes,
-            ),
+            control,
             config,
             stats: Default::default(),
             _lock: lock,
         });
-        let (stop, _) = watch::channel(false);
         let slots = Arc::new(tokio::sync::Semaphore::new(
             state.config.max_connections as usize,
         ));
@@ -196,6 +209,9 @@ impl Server {
             .map(|l| spawn_accept(l, state.clone(), slots.clone(), stop.subscribe()))
             .collect();
         tasks.push(spawn_retention(state.clone(), stop.subscribe()));
+        if quorum {
+            crate::quorum_boot::boot(&state, matches!(role, Role::Master { .. })).await?;
+        }
         match role {
             Role::Master { expected } => {
                 if let (true, Some(g)) = (expected > 1, &state.config.group_file) {
@@ -205,12 +221,22 @@ impl Server {
                     reg.publish_initial().await;
                 }
                 tasks.push(spawn_lease_loop(state.clone(), stop.subscribe()));
+                if quorum {
+                    let source = state.config.group_file.clone().map(MasterSource::GroupFile);
+                    tasks.push(tokio::spawn(membership(
+                        state.clone(),
+                        Some(0),
+                        source,
+                        stop.subscribe(),
+                    )));
+                }
             }
             Role::Member { want, master } => {
+                tasks.push(spawn_lease_loop(state.clone(), stop.subscribe()));
                 tasks.push(tokio::spawn(membership(
                     state.clone(),
                     want,
-                    master,
+                    Some(master),
                     stop.subscribe(),
                 )));
             }
@@ -283,7 +309,12 @@ fn spawn_lease_loop(state: Arc<Services>, mut stopped: watch::Receiver<bool>) ->
                 _ = stopped.changed() => break,
             }
             let Some(reg) = state.control.master_registry() else {
-                break;
+                // Not the master (now): with a quorum, this member may lead later.
+                if !state.control.has_quorum() {
+                    break;
+                }
+                last = std::time::Instant::now();
+                continue;
             };
             let late = last.elapsed().saturating_sub(every);
             last = std::time::Instant::now();
@@ -308,7 +339,7 @@ fn spawn_lease_loop(state: Arc<Services>, mut stopped: watch::Receiver<bool>) ->
 async fn membership(
     state: Arc<Services>,
     want: Option<u32>,
-    source: MasterSource,
+    source: Option<MasterSource>,
     mut stopped: watch::Receiver<bool>,
 ) {
     let id_file = state.config.data_dir.join("member-id");
@@ -316,15 +347,56 @@ async fn membership(
     let every = Duration::from_millis(state.config.heartbeat_ms);
     let mut joined: Option<(u32, String)> = None;
     loop {
-        let result = match &joined {
-            None => join_once(&state, want, &source).await.map(|(id, master)| {
-                if want != Some(id) {
-                    let _ = write_atomic(&id_file, id.to_string().as_bytes());
-                }
-                want = Some(id);
-                state.control.link().set_member(id);
-                joined = Some((id, master));
-            }),
+        if state.control.master_registry().is_some() {
+            // This member leads the quorum: it is alive by definition.
+            joined = None;
+        } else if let Err(e) =
+            heartbeat_once(&state, &mut joined, &mut want, &source, &id_file).await
+        {
+            tracing::warn!(error = %e, "cannot reach the registry master; retrying");
+            joined = None;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(every) => {}
+            _ = stopped.changed() => return,
+        }
+    }
+}
+
+/// Joins the group (if not joined) or heartbeats to the master once.
+async fn heartbeat_once(
+    state: &Services,
+    joined: &mut Option<(u32, String)>,
+    want: &mut Option<u32>,
+    source: &Option<MasterSource>,
+    id_file: &std::path::Path,
+) -> Result<(), String> {
+    // With a quorum, the leader this member knows of is where to go.
+    // (Not this member itself: after a restart it may still remember
+    // leading, from its last vote.)
+    let me = state.control.member();
+    let hint = state
+        .control
+        .leader_hint()
+        .filter(|(id, _)| *id != me)
+        .map(|(_, a)| a);
+    if let (Some(h), Some((_, master))) = (&hint, joined.as_ref()) {
+        if h != master {
+            *joined = None;
+        }
+    }
+    {
+        let result = match &*joined {
+            None => join_once(state, *want, source, hint)
+                .await
+                .map(|(id, master)| {
+                    if *want != Some(id) {
+                        let _ = write_atomic(id_file, id.to_string().as_bytes());
+                    }
+                    *want = Some(id);
+                    state.control.link().set_member(id);
+                    *joined = Some((id, master));
+                }),
             Some((id, master)) => {
                 let req = Request::Heartbeat {
                     member: *id,
@@ -341,23 +413,21 @@ async fn membership(
                     .map_err(|e| e.to_string())
             }
         };
-        if let Err(e) = result {
-            tracing::warn!(error = %e, "cannot reach the registry master; retrying");
-            joined = None;
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(every) => {}
-            _ = stopped.changed() => return,
-        }
+        result
     }
 }
 
 async fn join_once(
     state: &Services,
     want: Option<u32>,
-    source: &MasterSource,
+    source: &Option<MasterSource>,
+    hint: Option<String>,
 ) -> Result<(u32, String), String> {
-    let master = source.resolve()?;
+    let master = match (hint, source) {
+        (Some(h), _) => h,
+        (None, Some(s)) => s.resolve()?,
+        (None, None) => return Err("no metadata leader is known yet".into()),
+    };
     let req = Request::Join {
         member: want,
         addr: state.control.addr().to_string(),

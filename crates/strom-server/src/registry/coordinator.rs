@@ -173,7 +173,7 @@ impl Registry {
     pub async fn rebalance_groups(&self) {
         let plans = {
             let mut inner = self.inner.lock().await;
-            self.record_done(&mut inner);
+            self.record_done(&mut inner).await;
             let names: Vec<String> = inner
                 .state
                 .consumer_groups
@@ -183,7 +183,7 @@ impl Registry {
                 .collect();
             let mut plans = Vec::new();
             for g in names {
-                self.plan_group(&mut inner, &g, &mut plans);
+                self.plan_group(&mut inner, &g, &mut plans).await;
             }
             plans
         };
@@ -213,7 +213,7 @@ impl Registry {
             });
             // The plan may be stale (the consumer left meanwhile): then
             // the check refuses it and the next tick plans again.
-            match inner.commit(cmd) {
+            match inner.commit(cmd).await {
                 Ok(()) => {
                     tracing::info!(group = %plan.group, partition = plan.partition, consumer = plan.consumer, epoch = plan.epoch, "partition assigned")
                 }
@@ -226,7 +226,7 @@ impl Registry {
     }
 
     /// Commits the `Done` reports heartbeats brought.
-    fn record_done(&self, inner: &mut Inner) {
+    async fn record_done(&self, inner: &mut Inner) {
         let reports: Vec<((String, u32), u64)> = self.coord.lock().parts.done.drain().collect();
         for ((group, partition), end) in reports {
             let known = inner
@@ -242,7 +242,7 @@ impl Registry {
                 partition,
                 end,
             });
-            if let Err(e) = inner.commit(cmd) {
+            if let Err(e) = inner.commit(cmd).await {
                 tracing::warn!(group = %group, partition, error = %e, "could not record a finished partition");
             }
         }
@@ -250,7 +250,7 @@ impl Registry {
 
     /// Revokes and releases what must move in group `g`, and plans the
     /// fences of its free partitions.
-    fn plan_group(&self, inner: &mut Inner, g: &str, plans: &mut Vec<Plan>) {
+    async fn plan_group(&self, inner: &mut Inner, g: &str, plans: &mut Vec<Plan>) {
         let Some(meta) = inner.state.consumer_groups.get(g).cloned() else {
             return;
         };
@@ -297,7 +297,7 @@ impl Registry {
                 group: g.to_string(),
                 partition: p,
             });
-            match inner.commit(cmd) {
+            match inner.commit(cmd).await {
                 Ok(()) => {
                     self.coord.lock().parts.revoking.remove(&(g.to_string(), p));
                     tracing::info!(group = %g, partition = p, "partition released");

@@ -188,11 +188,13 @@ impl Registry {
             _ => meta.next_consumer,
         };
         let group = spec.name.clone();
-        inner.commit(RegistryCommand::ConsumerGroup(GroupCommand::Joined {
-            group: group.clone(),
-            consumer,
-            label: label.clone(),
-        }))?;
+        inner
+            .commit(RegistryCommand::ConsumerGroup(GroupCommand::Joined {
+                group: group.clone(),
+                consumer,
+                label: label.clone(),
+            }))
+            .await?;
         self.coord
             .lock()
             .last_seen
@@ -234,9 +236,11 @@ impl Registry {
             return Ok(()); // created meanwhile by another join
         }
         let name = spec.name.clone();
-        inner.commit(RegistryCommand::ConsumerGroup(GroupCommand::Create {
-            spec,
-        }))?;
+        inner
+            .commit(RegistryCommand::ConsumerGroup(GroupCommand::Create {
+                spec,
+            }))
+            .await?;
         tracing::info!(group = %name, "consumer group created");
         Ok(())
     }
@@ -255,10 +259,12 @@ impl Registry {
         if !meta.consumers.contains_key(&consumer) {
             return Ok(());
         }
-        inner.commit(RegistryCommand::ConsumerGroup(GroupCommand::Left {
-            group: group.to_string(),
-            consumer,
-        }))?;
+        inner
+            .commit(RegistryCommand::ConsumerGroup(GroupCommand::Left {
+                group: group.to_string(),
+                consumer,
+            }))
+            .await?;
         tracing::info!(group = %group, consumer, "consumer left");
         Ok(())
     }
@@ -288,7 +294,7 @@ impl Registry {
                 group: group.clone(),
                 consumer,
             });
-            match inner.commit(cmd) {
+            match inner.commit(cmd).await {
                 Ok(()) => {
                     expired += 1;
                     tracing::info!(group = %group, consumer, "consumer session expired");
@@ -351,9 +357,11 @@ impl Registry {
         if meta.spec.mode == ConsumerGroupMode::Kafka {
             self.forget_kafka_group(name)?;
         }
-        inner.commit(RegistryCommand::ConsumerGroup(GroupCommand::Delete {
-            name: name.to_string(),
-        }))?;
+        inner
+            .commit(RegistryCommand::ConsumerGroup(GroupCommand::Delete {
+                name: name.to_string(),
+            }))
+            .await?;
         self.coord.lock().last_seen.retain(|(g, _), _| g != name);
         if let Ok(t) = super::topics::topic(&inner, &meta.spec.topic) {
             let req = || Request::DropConsumerGroup {

@@ -33,11 +33,13 @@ impl Registry {
         let lease_ms = self.grant(lease_ms);
         let mut inner = self.inner.lock().await;
         let producer = self.next_producer(&inner, name)?;
-        inner.commit(RegistryCommand::RegisterProducer {
-            topic: name.to_string(),
-            producer,
-            lease_ms: Some(lease_ms),
-        })?;
+        inner
+            .commit(RegistryCommand::RegisterProducer {
+                topic: name.to_string(),
+                producer,
+                lease_ms: Some(lease_ms),
+            })
+            .await?;
         inner.lease_deadline.insert(
             (name.to_string(), producer),
             Instant::now() + Duration::from_millis(u64::from(lease_ms)),

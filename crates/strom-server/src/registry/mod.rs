@@ -20,7 +20,9 @@
 //! and join, heartbeat, leave, expiry, describe), `assign` and
 //! `coordinator` (partitioned groups: the sticky assignor and the handoffs),
 //! `kafka_groups` (Kafka groups as their coordinators report them),
-//! `replicated` (the state machine as the metadata quorum will run it).
+//! `replicated` (the state machine as the metadata quorum runs it) and
+//! `quorum` (the registry on the quorum: commits through Raft, leadership,
+//! voters).
 
 mod assign;
 mod coordinator;
@@ -30,9 +32,7 @@ mod groups;
 mod kafka_groups;
 mod leases;
 mod machine;
-// The registry as a strom-meta machine: tested, not yet wired into the
-// server (issue 17's next step; docs/replication.md).
-#[allow(dead_code)]
+mod quorum;
 mod replicated;
 mod snapshot;
 mod store;
@@ -54,6 +54,9 @@ use crate::group::write_group_file;
 use crate::members::MemberLink;
 
 use machine::{RegistryCommand, RegistryState};
+use quorum::Journal;
+pub use quorum::QuorumSetup;
+pub use replicated::RegistryMachine;
 use store::{Limits, Store};
 
 /// A member not heard from for this long is reported dead.
@@ -69,7 +72,10 @@ pub struct Registry {
     default_lease_ms: u32,
     /// Reaches members (this server included) for host/seal/drop/stats.
     link: Arc<MemberLink>,
-    group_id: u64,
+    group_id: std::sync::atomic::AtomicU64,
+    /// The metadata quorum this registry commits through, if any, and the
+    /// term its state was loaded in (0: not ready to lead).
+    quorum: Option<quorum::Leadership>,
     group_file: Option<PathBuf>,
     /// Members expected before the group file is first written (launcher size).
     expected: u32,
@@ -79,7 +85,9 @@ pub struct Registry {
 /// What the registry's lock guards: the machine, its log, and volatile state.
 struct Inner {
     state: RegistryState,
-    store: Store,
+    journal: Journal,
+    /// This member's id (the registry's own member is always alive).
+    me: u32,
     /// When each member was last heard from (not part of the machine).
     last_seen: HashMap<u32, Instant>,
     /// The least id the next topic may take: a failed create uses up its id
@@ -94,27 +102,72 @@ struct Inner {
 }
 
 impl Inner {
-    /// Appends `cmd` to the log durably, then applies it. If the append
-    /// fails, the state is unchanged and the error is returned.
-    fn commit(&mut self, cmd: RegistryCommand) -> Result<(), ServerError> {
+    /// Registry state just loaded (opened, or taken over as the quorum's
+    /// new leader) with fresh volatile state: known members count as dead
+    /// until they heartbeat again, and every leased open producer gets a
+    /// full lease, as members get a full heartbeat timeout.
+    fn loaded(state: RegistryState, journal: Journal, me: u32) -> Inner {
+        let now = Instant::now();
+        let unheard = now.checked_sub(HEARTBEAT_TIMEOUT * 2).unwrap_or(now);
+        let mut last_seen: HashMap<u32, Instant> =
+            state.members.keys().map(|id| (*id, unheard)).collect();
+        last_seen.insert(me, now);
+        let lease_deadline = state
+            .topics
+            .values()
+            .flat_map(|t| {
+                t.leases.iter().map(|(p, ms)| {
+                    (
+                        (t.spec.name.clone(), *p),
+                        now + Duration::from_millis(u64::from(*ms)),
+                    )
+                })
+            })
+            .collect();
+        Inner {
+            topic_id_floor: state.next_topic_id,
+            state,
+            journal,
+            me,
+            last_seen,
+            lease_deadline,
+            addrs: HashMap::new(),
+        }
+    }
+
+    /// Makes `cmd` durable (appended to `registry.log` and fdatasync'ed,
+    /// or committed by the quorum), then applies it. If that fails, the
+    /// state is unchanged and the error is returned.
+    async fn commit(&mut self, cmd: RegistryCommand) -> Result<(), ServerError> {
         self.state.check(&cmd).map_err(|e| {
             ServerError::coded(
                 ErrorCode::INTERNAL,
                 format!("registry command rejected: {e}"),
             )
         })?;
-        self.store.append(&cmd)?;
+        self.journal.append(&cmd).await?;
         self.state.apply_checked(&cmd);
-        if self.store.compaction_due() {
-            if let Err(e) = self.store.compact(&self.state) {
-                tracing::warn!(error = %e, "could not compact the registry log; it keeps growing and compaction is retried after the next change");
-            }
-        }
+        self.journal.compact_if_due(&self.state);
+        Ok(())
+    }
+
+    /// [`commit`](Self::commit) on the local journal, which never waits
+    /// (for opening, outside any runtime).
+    fn commit_local(&mut self, cmd: RegistryCommand) -> Result<(), ServerError> {
+        self.state.check(&cmd).map_err(|e| {
+            ServerError::coded(
+                ErrorCode::INTERNAL,
+                format!("registry command rejected: {e}"),
+            )
+        })?;
+        self.journal.append_local(&cmd)?;
+        self.state.apply_checked(&cmd);
+        self.journal.compact_if_due(&self.state);
         Ok(())
     }
 
     fn alive(&self, id: u32) -> bool {
-        id == 0
+        id == self.me
             || self
                 .last_seen
                 .get(&id)
@@ -171,57 +224,40 @@ impl Registry {
         limits: Limits,
     ) -> Result<Self, ServerError> {
         let (store, state) = Store::open(vfs, data_dir, limits)?;
-        let now = Instant::now();
-        // Known members count as dead until they heartbeat again.
-        let unheard = now.checked_sub(HEARTBEAT_TIMEOUT * 2).unwrap_or(now);
-        let mut last_seen: HashMap<u32, Instant> =
-            state.members.keys().map(|id| (*id, unheard)).collect();
-        last_seen.insert(0, now);
-        // Leases are volatile: every leased open producer starts with a
-        // full lease, as members start with a full heartbeat timeout.
-        let lease_deadline = state
-            .topics
-            .values()
-            .flat_map(|t| {
-                t.leases.iter().map(|(p, ms)| {
-                    (
-                        (t.spec.name.clone(), *p),
-                        now + Duration::from_millis(u64::from(*ms)),
-                    )
-                })
-            })
-            .collect();
-        let mut inner = Inner {
-            topic_id_floor: state.next_topic_id,
-            state,
-            store,
-            last_seen,
-            lease_deadline,
-            addrs: HashMap::new(),
-        };
+        let mut inner = Inner::loaded(state, Journal::Local(store), 0);
         inner.set_addrs(0, link.addrs());
+        let mut first = Vec::new();
         if inner.state.group_id == 0 {
             // Recorded before any group file carries it.
-            inner.commit(RegistryCommand::SetGroupId {
+            first.push(RegistryCommand::SetGroupId {
                 group_id: new_group_id(),
-            })?;
+            });
         }
         let addr = link.addr().to_string();
         if inner.state.members.get(&0) != Some(&addr) {
-            inner.commit(RegistryCommand::MemberJoined { id: 0, addr })?;
+            first.push(RegistryCommand::MemberJoined { id: 0, addr });
         }
-        // Every known consumer gets a full session to heartbeat again.
-        let mut coord = groups::Coordinator::default();
-        Registry::grant_sessions(&mut coord, &inner, now);
+        for cmd in first {
+            inner.commit_local(cmd)?;
+        }
+        let coord = Registry::fresh_coordinator(&inner);
         Ok(Registry {
             coord: parking_lot::Mutex::new(coord),
             default_lease_ms: 10_000,
             link,
-            group_id: inner.state.group_id,
+            group_id: inner.state.group_id.into(),
+            quorum: None,
             group_file,
             expected: expected.max(1),
             inner: Mutex::new(inner),
         })
+    }
+
+    /// Every known consumer gets a full session to heartbeat again.
+    fn fresh_coordinator(inner: &Inner) -> groups::Coordinator {
+        let mut coord = groups::Coordinator::default();
+        Registry::grant_sessions(&mut coord, inner, Instant::now());
+        coord
     }
 
     /// Sets the lease granted to producers that ask for the default
@@ -233,14 +269,15 @@ impl Registry {
 
     /// The group's id, written into the group file.
     pub fn group_id(&self) -> u64 {
-        self.group_id
+        self.group_id.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Re-reads the master's own addresses (a front end advertised one)
     /// and publishes them.
     pub async fn refresh_own_addrs(&self) {
         let mut inner = self.inner.lock().await;
-        if inner.set_addrs(0, self.link.addrs()) {
+        let me = inner.me;
+        if inner.set_addrs(me, self.link.addrs()) {
             self.publish_group(&inner);
         }
     }
@@ -253,8 +290,8 @@ impl Registry {
         }
         let g = GroupFile {
             members: inner.group_members(),
-            master: 0,
-            group_id: self.group_id,
+            master: inner.me,
+            group_id: inner.state.group_id,
         };
         if let Err(e) = write_group_file(path, &g) {
             tracing::error!(path = %path.display(), error = %e, "cannot write the group file");
@@ -277,7 +314,7 @@ impl Registry {
                 addr: addr.clone(),
                 alive: inner.alive(*id),
                 last_seen_ms: match inner.last_seen.get(id) {
-                    Some(t) if *id != 0 => t.elapsed().as_millis() as u64,
+                    Some(t) if *id != inner.me => t.elapsed().as_millis() as u64,
                     _ => 0,
                 },
                 addrs: inner.addrs.get(id).cloned().unwrap_or_default(),
@@ -299,19 +336,29 @@ impl Registry {
     ) -> Result<u32, ServerError> {
         let mut inner = self.inner.lock().await;
         let id = match want {
-            Some(0) => {
+            // Member 0 rejoins a quorum's leader after a restart; without a
+            // quorum, 0 is the registry master itself.
+            Some(0) if self.quorum.is_none() || !inner.state.members.contains_key(&0) => {
                 return Err(ServerError::coded(
                     ErrorCode::INVALID_ARGUMENT,
                     "member id 0 is the registry master; a joining server cannot take it",
                 ))
             }
+            Some(id) if id == inner.me => return Err(ServerError::coded(
+                ErrorCode::INVALID_ARGUMENT,
+                format!(
+                    "member id {id} is the registry leader's own; a joining server cannot take it"
+                ),
+            )),
             Some(id) => id,
             None => inner.state.members.keys().max().map_or(1, |m| m + 1),
         };
-        inner.commit(RegistryCommand::MemberJoined {
-            id,
-            addr: addr.clone(),
-        })?;
+        inner
+            .commit(RegistryCommand::MemberJoined {
+                id,
+                addr: addr.clone(),
+            })
+            .await?;
         inner.last_seen.insert(id, Instant::now());
         inner.set_addrs(id, addrs);
         self.publish_group(&inner);
@@ -360,7 +407,9 @@ impl Registry {
         let moved = *known != addr;
         inner.last_seen.insert(member, Instant::now());
         if moved {
-            inner.commit(RegistryCommand::MemberAddress { id: member, addr })?;
+            inner
+                .commit(RegistryCommand::MemberAddress { id: member, addr })
+                .await?;
         }
         if inner.set_addrs(member, addrs) || moved {
             self.publish_group(&inner);

@@ -195,9 +195,12 @@ impl Registry {
             .await;
             return Err(e);
         }
-        if let Err(e) = inner.commit(RegistryCommand::CreateTopic {
-            meta: Box::new(meta.clone()),
-        }) {
+        if let Err(e) = inner
+            .commit(RegistryCommand::CreateTopic {
+                meta: Box::new(meta.clone()),
+            })
+            .await
+        {
             self.tell_owners(
                 &inner,
                 &meta,
@@ -285,9 +288,11 @@ impl Registry {
     pub async fn delete(&self, name: &str) -> Result<(), ServerError> {
         let mut inner = self.inner.lock().await;
         let meta = topic(&inner, name)?.clone();
-        inner.commit(RegistryCommand::DeleteTopic {
-            name: name.to_string(),
-        })?;
+        inner
+            .commit(RegistryCommand::DeleteTopic {
+                name: name.to_string(),
+            })
+            .await?;
         let drop_req = || Request::DropPartitions {
             topic: name.to_string(),
         };
@@ -311,7 +316,7 @@ impl Registry {
         cmd: RegistryCommand,
     ) -> Result<(), ServerError> {
         let ended_before = topic(inner, name)?.state().ended;
-        inner.commit(cmd)?;
+        inner.commit(cmd).await?;
         let meta = topic(inner, name)?;
         if !ended_before && meta.state().ended {
             let seal = || Request::SealPartitions {
@@ -335,11 +340,13 @@ impl Registry {
     pub async fn register_producer(&self, name: &str) -> Result<u64, ServerError> {
         let mut inner = self.inner.lock().await;
         let producer = self.next_producer(&inner, name)?;
-        inner.commit(RegistryCommand::RegisterProducer {
-            topic: name.to_string(),
-            producer,
-            lease_ms: None,
-        })?;
+        inner
+            .commit(RegistryCommand::RegisterProducer {
+                topic: name.to_string(),
+                producer,
+                lease_ms: None,
+            })
+            .await?;
         Ok(producer)
     }
 
@@ -390,10 +397,12 @@ impl Registry {
         grown.placement.extend_from_slice(&placement);
         grown.spec.partitions = old + count;
         self.host_on_members(&inner, &grown, |p| p >= old).await?;
-        inner.commit(RegistryCommand::AddPartitions {
-            topic: name.to_string(),
-            placement,
-        })?;
+        inner
+            .commit(RegistryCommand::AddPartitions {
+                topic: name.to_string(),
+                placement,
+            })
+            .await?;
         tracing::info!(topic = %name, added = count, "partitions added");
         let meta = topic(&inner, name)?;
         Ok(self.info(&inner, meta, true).await)

@@ -17,7 +17,7 @@ mod control;
 mod data;
 mod tap;
 
-pub use control::ControlService;
+pub use control::{ControlService, QuorumPlace};
 pub use data::DataService;
 
 use crate::config::ServerConfig;

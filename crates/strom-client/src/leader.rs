@@ -1,0 +1,145 @@
+//! Following the registry's master (docs/replication.md). Without a
+//! metadata quorum, the master is member 0 and never moves. With one, it is
+//! the Raft leader, and it moves when the leader dies or loses its quorum:
+//! a registry request that finds no master, or a server answering
+//! `NOT_MASTER`, makes the driver ask the members it knows (their `Hello`
+//! names the leader each of them knows, or none during an election) and
+//! retry at the leader they name, until [`FOLLOW_FOR`] has passed. The
+//! user sees a pause, not an error.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use strom_proto::{ErrorCode, Request, Response};
+
+use crate::conn::ClientConn;
+use crate::driver::Driver;
+use crate::error::{Error, Result};
+
+/// How long a registry request keeps looking for a master that moved.
+pub const FOLLOW_FOR: Duration = Duration::from_secs(15);
+
+/// How long it looks when no member reports an election or another
+/// master (a group without a quorum whose master is down).
+const NO_SIGN_FOR: Duration = Duration::from_secs(2);
+
+const RETRY_EVERY: Duration = Duration::from_millis(200);
+
+/// How long one member may take to answer a `Hello`.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// What the members said about the master.
+enum Probe {
+    /// A member names this master.
+    Master(String),
+    /// A member knows of no master: an election is in progress.
+    Electing,
+    /// None answered, or all named the master already tried.
+    Nothing,
+}
+
+impl Driver {
+    /// Remembers members' primary addresses, to look for a master among.
+    pub(crate) fn know_members(&self, addrs: impl IntoIterator<Item = String>) {
+        let mut known = self.inner.members.lock();
+        for a in addrs {
+            if !a.is_empty() && !known.contains(&a) {
+                known.push(a);
+            }
+        }
+    }
+
+    /// Sends a registry request to the master, following it if it moved.
+    pub(crate) async fn leader_call(&self, req: &Request) -> Result<Response> {
+        self.with_master(|c| async move { c.call(req, Vec::new()).await })
+            .await
+    }
+
+    /// Opens the connection to the master, following it if it moved.
+    pub(crate) async fn reach_master(&self) -> Result<()> {
+        self.with_master(|_| async { Ok(()) }).await
+    }
+
+    /// Runs `op` on the connection to the master; if there is no master
+    /// there (unreachable, or `NOT_MASTER`), looks for it and runs `op`
+    /// again there.
+    async fn with_master<T, F, Fut>(&self, op: F) -> Result<T>
+    where
+        F: Fn(Arc<ClientConn>) -> Fut,
+        Fut: Future<Output = Result<T>>,
+    {
+        let started = Instant::now();
+        let mut signs = false;
+        loop {
+            let master = self.master();
+            let err = match self.conn(&master).await {
+                Ok(c) => match op(c).await {
+                    Err(e) if e.code() == ErrorCode::NOT_MASTER => e,
+                    other => return other,
+                },
+                Err(e) => e,
+            };
+            let limit = |signs: bool| if signs { FOLLOW_FOR } else { NO_SIGN_FOR };
+            match self.find_master(&master).await {
+                Probe::Master(addr) if addr != master => {
+                    tracing::info!(from = %master, to = %addr, "the registry master moved; following it");
+                    *self.inner.master.lock() = addr;
+                    signs = true;
+                    if started.elapsed() < FOLLOW_FOR {
+                        continue;
+                    }
+                }
+                Probe::Master(_) | Probe::Electing => signs = true,
+                Probe::Nothing => signs |= err.code() == ErrorCode::NOT_MASTER,
+            }
+            if started.elapsed() >= limit(signs) {
+                return Err(gave_up(err, started.elapsed()));
+            }
+            tokio::time::sleep(RETRY_EVERY).await;
+        }
+    }
+
+    /// Asks every known member which master it knows of.
+    async fn find_master(&self, tried: &str) -> Probe {
+        let mut candidates = self.inner.members.lock().clone();
+        if !candidates.iter().any(|a| a == tried) {
+            candidates.push(tried.to_string());
+        }
+        let mut electing = false;
+        for addr in candidates {
+            let connect = ClientConn::connect(&self.inner.transports, &addr);
+            let Ok(Ok(c)) = tokio::time::timeout(PROBE_TIMEOUT, connect).await else {
+                continue;
+            };
+            let g = c.greeting();
+            self.know_members(g.members.iter().map(|m| m.addr.clone()));
+            if g.master == u32::MAX {
+                electing = true;
+                continue;
+            }
+            let named = g.members.iter().find(|m| m.id == g.master);
+            match named {
+                Some(m) if m.addr != tried => return Probe::Master(m.addr.clone()),
+                Some(m) if addr == tried => return Probe::Master(m.addr.clone()),
+                _ => {}
+            }
+        }
+        if electing {
+            Probe::Electing
+        } else {
+            Probe::Nothing
+        }
+    }
+}
+
+fn gave_up(e: Error, after: Duration) -> Error {
+    Error::coded(
+        e.code(),
+        format!(
+            "the registry master is unreachable ({}; looked for it for {:.1} s); topic administration waits for it, partitions already known keep working",
+            e.message(),
+            after.as_secs_f64()
+        ),
+    )
+}
