@@ -451,6 +451,10 @@ pub fn sample_responses() -> Vec<Response> {
             0 => vec!["127.0.0.1:7400".into(), "shm:///run/strom/m0.sock".into()],
             _ => Vec::new(),
         },
+        role: match id {
+            0 => "leader".into(),
+            _ => String::new(),
+        },
     };
     vec![
         Response::error(ErrorCode::TOPIC_NOT_FOUND, "no topic 'runs'"),

@@ -63,6 +63,7 @@ pub fn run(a: StatusArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> {
                 "addr": m.addr,
                 "alive": m.alive,
                 "last_seen_ms": m.last_seen_ms,
+                "role": m.role,
                 "partitions": hosted.get(&m.id).copied().unwrap_or(0),
             })
         })
@@ -73,16 +74,17 @@ pub fn run(a: StatusArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> {
         return Ok(());
     }
     println!(
-        "{:>6} {:<24} {:>6} {:>10}",
-        "MEMBER", "ADDRESS", "ALIVE", "PARTITIONS"
+        "{:>6} {:<24} {:>6} {:>10}  {}",
+        "MEMBER", "ADDRESS", "ALIVE", "PARTITIONS", "REGISTRY"
     );
     for m in &members_json {
         println!(
-            "{:>6} {:<24} {:>6} {:>10}",
+            "{:>6} {:<24} {:>6} {:>10}  {}",
             m["id"].to_string(),
             m["addr"].as_str().unwrap_or(""),
             m["alive"].to_string(),
-            m["partitions"].to_string()
+            m["partitions"].to_string(),
+            m["role"].as_str().unwrap_or("")
         );
     }
     for t in &topics_json {

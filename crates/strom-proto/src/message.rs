@@ -644,6 +644,7 @@ mod tests {
                 alive: true,
                 last_seen_ms: 5,
                 addrs: vec!["h:1".into(), "shm:///s".into()],
+                role: "voter".into(),
             }]),
             Response::Done,
             Response::Limits {

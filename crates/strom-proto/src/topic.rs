@@ -479,11 +479,20 @@ pub struct MemberInfo {
         serde(default, skip_serializing_if = "Vec::is_empty")
     )]
     pub addrs: Vec<String>,
+    /// Its part in keeping the registry (protocol version 4): `master`
+    /// (the registry without a quorum), `leader`, `voter` or `learner` of
+    /// the metadata quorum, or empty.
+    #[cfg_attr(
+        feature = "serde",
+        serde(default, skip_serializing_if = "String::is_empty")
+    )]
+    pub role: String,
 }
 wire_struct!(MemberInfo {
     id,
     addr,
     alive,
     last_seen_ms,
-    addrs @ 3
+    addrs @ 3,
+    role @ 4
 });

@@ -42,13 +42,18 @@ pub(crate) fn place(
     }
 }
 
+/// Whether the server of `data_dir` took part in a metadata quorum.
+pub(crate) fn took_part(data_dir: &Path) -> bool {
+    data_dir.join(META_DIR).exists()
+}
+
 /// Starts the quorum handle where startup must: on member 0 (creating a
 /// one-voter quorum in a new group), and on any member that took part
 /// before (its id is in `member-id`).
 pub(crate) async fn boot(state: &Services, first: bool) -> Result<(), ServerError> {
     let data_dir = &state.config.data_dir;
     let dir = data_dir.join(META_DIR);
-    let fresh = !dir.exists();
+    let fresh = !took_part(data_dir);
     if first {
         if fresh {
             refuse_local_registry(data_dir)?;

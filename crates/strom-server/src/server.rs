@@ -160,7 +160,11 @@ impl Server {
             host.clone(),
             peers,
         ));
-        let quorum = config.meta_voters > 1 || matches!(role, Role::Member { .. });
+        // A member 0 that took part in a quorum stays in it, whatever it is
+        // told now: a registry of its own would split the group.
+        let quorum = config.meta_voters > 1
+            || matches!(role, Role::Member { .. })
+            || crate::quorum_boot::took_part(&config.data_dir);
         let registry = match &role {
             Role::Master { expected } if !quorum => Some(
                 Registry::open(

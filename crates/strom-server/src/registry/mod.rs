@@ -304,6 +304,7 @@ impl Registry {
     }
 
     pub async fn members(&self) -> Vec<MemberInfo> {
+        let roles = self.roles();
         let inner = self.inner.lock().await;
         inner
             .state
@@ -318,6 +319,7 @@ impl Registry {
                     _ => 0,
                 },
                 addrs: inner.addrs.get(id).cloned().unwrap_or_default(),
+                role: roles.get(id).copied().unwrap_or_default().to_string(),
             })
             .collect()
     }
@@ -344,12 +346,14 @@ impl Registry {
                     "member id 0 is the registry master; a joining server cannot take it",
                 ))
             }
-            Some(id) if id == inner.me => return Err(ServerError::coded(
-                ErrorCode::INVALID_ARGUMENT,
-                format!(
+            Some(id) if id == inner.me => {
+                return Err(ServerError::coded(
+                    ErrorCode::INVALID_ARGUMENT,
+                    format!(
                     "member id {id} is the registry leader's own; a joining server cannot take it"
                 ),
-            )),
+                ))
+            }
             Some(id) => id,
             None => inner.state.members.keys().max().map_or(1, |m| m + 1),
         };

@@ -17,7 +17,7 @@
 //! members are added as learners, and once enough have caught up, they
 //! all become voters in one membership change.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -191,6 +191,27 @@ impl Registry {
                 })
                 .collect()
         })
+    }
+
+    /// Each member's part in keeping the registry: `master` without a
+    /// quorum; `leader`, `voter` or `learner` with one.
+    pub(super) fn roles(&self) -> HashMap<u32, &'static str> {
+        let Some(l) = &self.quorum else {
+            return HashMap::from([(self.link.member(), "master")]);
+        };
+        let (voters, learners) = l.meta.members();
+        let leader = l.meta.leader().map(|(id, _)| id);
+        let role = |id: u64, voter: bool| match (Some(id) == leader, voter) {
+            (true, _) => "leader",
+            (false, true) => "voter",
+            (false, false) => "learner",
+        };
+        let voters = voters.keys().map(|id| (*id, role(*id, true)));
+        let learners = learners.keys().map(|id| (*id, role(*id, false)));
+        voters
+            .chain(learners)
+            .filter_map(|(id, r)| Some((u32::try_from(id).ok()?, r)))
+            .collect()
     }
 
     /// The quorum handle, if this registry runs on one.
