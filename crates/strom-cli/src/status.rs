@@ -74,8 +74,8 @@ pub fn run(a: StatusArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> {
         return Ok(());
     }
     println!(
-        "{:>6} {:<24} {:>6} {:>10}  {}",
-        "MEMBER", "ADDRESS", "ALIVE", "PARTITIONS", "REGISTRY"
+        "{:>6} {:<24} {:>6} {:>10}  REGISTRY",
+        "MEMBER", "ADDRESS", "ALIVE", "PARTITIONS"
     );
     for m in &members_json {
         println!(
