@@ -120,6 +120,8 @@ pub(crate) struct ServerLimits {
 /// the members with their addresses.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Greeting {
+    /// The answering server's member id.
+    pub member: u32,
     pub master: u32,
     pub members: Vec<strom_proto::GroupMember>,
 }
@@ -150,12 +152,16 @@ impl ClientConn {
         match c.call(&hello, Vec::new()).await? {
             Response::Hello {
                 version,
+                member,
                 master,
                 members,
-                ..
             } if (MIN_PROTOCOL_VERSION..=PROTOCOL_VERSION).contains(&version) => {
                 c.version.store(version, Ordering::Release);
-                let _ = c.greeting.set(Greeting { master, members });
+                let _ = c.greeting.set(Greeting {
+                    member,
+                    master,
+                    members,
+                });
             }
             Response::Hello { version, .. } => {
                 return Err(Error::coded(

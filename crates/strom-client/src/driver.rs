@@ -36,6 +36,8 @@ pub(crate) struct DriverInner {
     /// Every member's primary address known (the group file, `Hello`s):
     /// where to look for a new leader.
     pub members: Mutex<Vec<String>>,
+    /// The member id of the master last reached.
+    pub master_id: Mutex<Option<u32>>,
     conns: Mutex<HashMap<String, Arc<ClientConn>>>,
     /// Every address of each member, by its primary address (from the
     /// group file and the servers' `Hello`).
@@ -218,6 +220,7 @@ impl Driver {
                 transports,
                 master: Mutex::new(master),
                 members: Mutex::new(Vec::new()),
+                master_id: Mutex::new(None),
                 conns: Mutex::new(HashMap::new()),
                 routes: Mutex::new(HashMap::new()),
                 via: Mutex::new(HashMap::new()),

@@ -74,7 +74,11 @@ impl Driver {
         loop {
             let master = self.master();
             let err = match self.conn(&master).await {
-                Ok(c) => match op(c).await {
+                Ok(c) => match op(c.clone()).await {
+                    Ok(v) => {
+                        *self.inner.master_id.lock() = Some(c.greeting().member);
+                        return Ok(v);
+                    }
                     Err(e) if e.code() == ErrorCode::NOT_MASTER => e,
                     other => return other,
                 },
@@ -107,6 +111,9 @@ impl Driver {
             candidates.push(tried.to_string());
         }
         let mut electing = false;
+        // The master last reached, under another address, is not a move
+        // (a client cut off from it keeps being cut off).
+        let last = *self.inner.master_id.lock();
         for addr in candidates {
             let connect = ClientConn::connect(&self.inner.transports, &addr);
             let Ok(Ok(c)) = tokio::time::timeout(PROBE_TIMEOUT, connect).await else {
@@ -119,6 +126,9 @@ impl Driver {
                 continue;
             }
             let named = g.members.iter().find(|m| m.id == g.master);
+            if last == Some(g.master) && addr != tried {
+                continue;
+            }
             match named {
                 Some(m) if m.addr != tried => return Probe::Master(m.addr.clone()),
                 Some(m) if addr == tried => return Probe::Master(m.addr.clone()),
