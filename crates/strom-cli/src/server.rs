@@ -86,6 +86,9 @@ pub fn run(args: ServerArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> 
     rt.block_on(async move {
         let http_listen = config.http_listen.clone();
         let kafka_listen = config.kafka_listen.clone();
+        // Before the group file tells anyone the server is up: a SIGTERM
+        // from then on is a clean shutdown.
+        let signals = Signals::install()?;
         let server = Server::start(config).await?;
         eprintln!("strom server listening on {}", server.addrs().join(" "));
         let http = match http_listen {
@@ -116,7 +119,7 @@ pub fn run(args: ServerArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> 
             },
             None => None,
         };
-        wait_for_signal().await?;
+        signals.wait().await;
         tracing::info!("shutting down");
         if let Some(k) = kafka {
             k.shutdown().await;
@@ -131,13 +134,25 @@ pub fn run(args: ServerArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> 
     Ok(())
 }
 
-async fn wait_for_signal() -> anyhow::Result<()> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
-    let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
+/// SIGTERM and SIGINT, caught from [`Signals::install`] on.
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> anyhow::Result<Signals> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(Signals {
+            term: signal(SignalKind::terminate()).context("installing the SIGTERM handler")?,
+            int: signal(SignalKind::interrupt()).context("installing the SIGINT handler")?,
+        })
     }
-    Ok(())
+
+    async fn wait(mut self) {
+        tokio::select! {
+            _ = self.term.recv() => {}
+            _ = self.int.recv() => {}
+        }
+    }
 }

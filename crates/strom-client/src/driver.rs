@@ -461,9 +461,25 @@ impl Driver {
         if let Some(k) = self.kafka() {
             return Topic::new(self.clone(), k.create_topic(spec, member)?);
         }
-        match self.admin(Request::CreateTopic { spec, member })? {
-            Response::Topic(info) => Topic::new(self.clone(), info),
-            other => Err(unexpected(other)),
+        let req = Request::CreateTopic {
+            spec: spec.clone(),
+            member,
+        };
+        let d = self.clone();
+        let (answer, resent) =
+            self.block_on(async move { Ok(d.leader_call_resent(&req).await) })?;
+        match answer {
+            Ok(Response::Topic(info)) => Topic::new(self.clone(), info),
+            Ok(other) => Err(unexpected(other)),
+            // Sent again after the master died before answering: the
+            // first attempt may have created it.
+            Err(e) if resent && e.code() == ErrorCode::TOPIC_EXISTS => {
+                match self.describe(&spec.name) {
+                    Ok(info) if info.spec == spec => Topic::new(self.clone(), info),
+                    _ => Err(e),
+                }
+            }
+            Err(e) => Err(e),
         }
     }
 

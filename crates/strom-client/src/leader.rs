@@ -52,26 +52,42 @@ impl Driver {
 
     /// Sends a registry request to the master, following it if it moved.
     pub(crate) async fn leader_call(&self, req: &Request) -> Result<Response> {
-        self.with_master(|c| async move { c.call(req, Vec::new()).await })
-            .await
+        self.leader_call_resent(req).await.0
+    }
+
+    /// [`leader_call`](Self::leader_call), and whether the request was
+    /// sent again after a connection lost before its answer (the first
+    /// attempt may have been applied).
+    pub(crate) async fn leader_call_resent(&self, req: &Request) -> (Result<Response>, bool) {
+        let mut resent = false;
+        let r = self
+            .with_master(
+                |c| async move { c.call(req, Vec::new()).await },
+                &mut resent,
+            )
+            .await;
+        (r, resent)
     }
 
     /// Opens the connection to the master, following it if it moved.
     pub(crate) async fn reach_master(&self) -> Result<()> {
-        self.with_master(|_| async { Ok(()) }).await
+        self.with_master(|_| async { Ok(()) }, &mut false).await
     }
 
     /// Runs `op` on the connection to the master; if there is no master
-    /// there (unreachable, or `NOT_MASTER`), looks for it and runs `op`
-    /// again there.
-    async fn with_master<T, F, Fut>(&self, op: F) -> Result<T>
+    /// there (unreachable, `NOT_MASTER`, or the connection was lost before
+    /// the answer), looks for it and runs `op` again there. Sets `resent`
+    /// if `op` ran again after a lost answer.
+    async fn with_master<T, F, Fut>(&self, op: F, resent: &mut bool) -> Result<T>
     where
         F: Fn(Arc<ClientConn>) -> Fut,
         Fut: Future<Output = Result<T>>,
     {
         let started = Instant::now();
         let mut signs = false;
+        let mut lost = false;
         loop {
+            *resent |= lost;
             let master = self.master();
             let err = match self.conn(&master).await {
                 Ok(c) => match op(c.clone()).await {
@@ -80,7 +96,11 @@ impl Driver {
                         return Ok(v);
                     }
                     Err(e) if e.code() == ErrorCode::NOT_MASTER => e,
-                    other => return other,
+                    Err(e) if e.code() == ErrorCode::CONNECTION_CLOSED => {
+                        lost = true;
+                        e
+                    }
+                    Err(e) => return Err(e),
                 },
                 Err(e) => e,
             };
