@@ -17,6 +17,7 @@
 //! The on-disk layout is documented in `docs/on-disk-format.md`.
 
 mod config;
+pub mod epochs;
 mod error;
 mod file;
 mod io_util;
@@ -30,6 +31,7 @@ pub mod vfs;
 pub mod whole_file;
 
 pub use config::LogConfig;
+pub use epochs::EpochHistory;
 pub use error::{is_disk_full, Result, StorageError};
 pub use file::FileLog;
 pub use ledger::{DeadLetter, LedgerFile, LedgerRecord, LedgerSnapshot, ShareLedger};
