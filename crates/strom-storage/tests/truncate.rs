@@ -288,3 +288,67 @@ fn power_loss_during_a_truncation_inside_a_batch() {
         b.0 + 1
     });
 }
+
+/// A full disk while the intent file is written changes nothing and leaves
+/// the log working; an I/O error after it stops the log, and a reopen
+/// (with or without power loss) finishes the truncation or finds the old log.
+#[test]
+fn disk_errors_during_a_truncation_stop_the_log_or_change_nothing() {
+    use strom_storage::sim::{Fault, FaultOp};
+    let (batches, bases) = layout(60);
+    let offset = batches.iter().find(|b| b.0 > bases[2]).unwrap().0;
+
+    let fs = SimFs::new();
+    let log = create_sim(&fs);
+    fill(&log, 60);
+    log.sync_all().unwrap();
+    let old = content(&log);
+    fs.inject(Fault {
+        op: FaultOp::Write,
+        errno: libc::ENOSPC,
+        path_contains: "truncation".into(),
+        times: Some(1),
+    });
+    assert_eq!(log.truncate_from(offset).unwrap_err().code(), 304);
+    assert!(log.failure().is_none(), "a full disk does not stop the log");
+    assert_eq!(content(&log), old);
+    assert_eq!(log.truncate_from(offset).unwrap(), offset, "a retry works");
+
+    for (what, path) in [("the cut .log", ".log"), ("the cut .data", ".data")] {
+        let fs = SimFs::new();
+        let log = create_sim(&fs);
+        fill(&log, 60);
+        log.sync_all().unwrap();
+        let old = content(&log);
+        let new = prefix(&old, offset);
+        // Only the cut fdatasyncs segment files.
+        fs.inject(Fault {
+            op: FaultOp::Sync,
+            errno: libc::EIO,
+            path_contains: path.into(),
+            times: Some(1),
+        });
+        let result = log.truncate_from(offset);
+        assert!(result.is_err(), "{what}: {result:?}");
+        assert!(log.failure().is_some(), "{what}: the log stopped");
+        let b = TestBatch::standard(5);
+        let refused = log.append(strom_storage::AppendBatch {
+            count: b.count,
+            meta: &b.meta,
+            data: &b.data,
+        });
+        assert_eq!(refused.unwrap_err().code(), 311, "{what}: appends refused");
+        drop(log);
+        for seed in 0..3 {
+            let img = fs.crash_image(&mut SimRng::new(seed));
+            let got = content(&open_sim(&img));
+            assert!(got == old || got == new, "{what} seed {seed}");
+        }
+        let log = open_sim(&fs);
+        assert_eq!(
+            content(&log),
+            new,
+            "{what}: a reopen finishes the truncation"
+        );
+    }
+}
