@@ -1,8 +1,14 @@
 //! strom-storage owns the partition log: an ordered, append-only log of
 //! *batches* of events, in two backends (`MemoryLog`, `FileLog`), plus the
-//! per-partition consumer offset store (`OffsetStore`) and the ack ledger of
+//! per-partition consumer offset store (`OffsetStore`), the ack ledger of
 //! each shared consumer group on a partition (`ledger`: `ShareLedger`,
-//! `LedgerFile`).
+//! `LedgerFile`) and the leader-epoch history of a replicated partition
+//! (`EpochHistory`).
+//!
+//! Replication (issue 17) uses two more log primitives: a follower stores
+//! the batches it copies from its leader with `append_replica` (the leader's
+//! offsets and timestamps, byte-identical records) and drops a deposed
+//! leader's divergent tail with `truncate_from`.
 //!
 //! Storage takes bytes and returns bytes. Each batch carries an opaque `meta`
 //! section (storage never parses it) and a `data` section written straight
@@ -17,6 +23,7 @@
 //! The on-disk layout is documented in `docs/on-disk-format.md`.
 
 mod config;
+pub mod epochs;
 mod error;
 mod file;
 mod io_util;
@@ -30,6 +37,7 @@ pub mod vfs;
 pub mod whole_file;
 
 pub use config::LogConfig;
+pub use epochs::EpochHistory;
 pub use error::{is_disk_full, Result, StorageError};
 pub use file::FileLog;
 pub use ledger::{DeadLetter, LedgerFile, LedgerRecord, LedgerSnapshot, ShareLedger};
@@ -46,6 +54,56 @@ pub struct AppendBatch<'a> {
     pub meta: &'a [u8],
     /// Data section as scatter/gather segments; written without concatenation.
     pub data: &'a [Bytes],
+}
+
+/// One batch copied from a leader's log, handed to
+/// [`PartitionLog::append_replica`]: stored at `base_offset` (which must be
+/// the follower's `next_offset()`) with the leader's timestamp, so that the
+/// follower's `read` and `read_data` answer exactly as the leader's do.
+pub struct ReplicaBatch<'a> {
+    /// Base offset the leader assigned (`StoredBatch::base_offset`).
+    pub base_offset: u64,
+    /// Number of events in the batch (>= 1).
+    pub count: u32,
+    /// Timestamp the leader assigned (`StoredBatch::timestamp_us`).
+    pub timestamp_us: u64,
+    /// The leader's meta section, as read.
+    pub meta: &'a [u8],
+    /// The leader's data section, as read (any split into segments).
+    pub data: &'a [Bytes],
+}
+
+/// Who decides a batch's base offset and timestamp: the log itself (a
+/// leader's `append`) or the leader it copies (`append_replica`).
+#[derive(Clone, Copy)]
+pub(crate) enum Stamp {
+    /// Next offset, timestamp `max(last, now)`.
+    Own,
+    /// As given; checked against the log's next offset and last timestamp.
+    Replica { base_offset: u64, timestamp_us: u64 },
+}
+
+impl Stamp {
+    /// The timestamp for a batch at `next` in a log whose last timestamp is
+    /// `last_ts`, or why a replicated batch does not fit there.
+    pub(crate) fn timestamp(self, next: u64, last_ts: u64) -> Result<u64> {
+        match self {
+            Stamp::Own => Ok(last_ts.max(now_us())),
+            Stamp::Replica { base_offset, .. } if base_offset != next => {
+                Err(StorageError::InvalidArgument(format!(
+                    "replica batch at offset {base_offset} does not continue the log, whose \
+                     next offset is {next}; truncate the log or fetch from offset {next}"
+                )))
+            }
+            Stamp::Replica { timestamp_us, .. } if timestamp_us < last_ts => {
+                Err(StorageError::InvalidArgument(format!(
+                    "replica batch at offset {next} has timestamp {timestamp_us} us, below the \
+                     log's last timestamp {last_ts} us; timestamps never decrease"
+                )))
+            }
+            Stamp::Replica { timestamp_us, .. } => Ok(timestamp_us),
+        }
+    }
 }
 
 /// Opaque durability position returned by an append; pass it to
@@ -92,6 +150,21 @@ pub trait PartitionLog: Send + Sync + 'static {
     /// NOT fsync. On any error the log stays consistent (partial writes are
     /// truncated away) and the next append works.
     fn append(&self, batch: AppendBatch<'_>) -> Result<Appended>;
+    /// Appends one batch copied from a leader, at the leader's base offset
+    /// and timestamp, with the same guarantees as `append` (no fsync). The
+    /// base offset must equal `next_offset()` and the timestamp must not be
+    /// below the last batch's, else `InvalidArgument` (code 308) and nothing
+    /// is written. The stored bytes equal the leader's.
+    fn append_replica(&self, batch: ReplicaBatch<'_>) -> Result<Appended>;
+    /// Removes every batch holding an offset >= `offset` (a batch that
+    /// straddles `offset` goes whole) durably, and returns the new
+    /// `next_offset()`, which is <= `offset`. A no-op when `offset >=
+    /// next_offset()`; `OffsetOutOfRange` when `offset < first_offset()`;
+    /// `offset == first_offset()` empties the log (it then restarts at that
+    /// offset). Appends continue at the returned offset. File backend: a
+    /// crash at any point leaves, on reopen, either the old log or the
+    /// truncated one, never anything below `offset` lost.
+    fn truncate_from(&self, offset: u64) -> Result<u64>;
     /// Blocks until everything up to `token` is durable (fdatasync of the data
     /// file, then the log file). Concurrent callers share one fdatasync.
     fn sync(&self, token: SyncToken) -> Result<()>;

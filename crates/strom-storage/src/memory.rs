@@ -15,8 +15,8 @@ use bytes::{Bytes, BytesMut};
 use parking_lot::RwLock;
 
 use crate::{
-    check_batch, now_us, AppendBatch, Appended, LogConfig, LogStats, PartitionLog, Result,
-    StorageError, StoredBatch, SyncToken,
+    check_batch, AppendBatch, Appended, LogConfig, LogStats, PartitionLog, ReplicaBatch, Result,
+    Stamp, StorageError, StoredBatch, SyncToken,
 };
 
 struct MemBatch {
@@ -145,8 +145,9 @@ fn out_of_range(requested: u64, s: &State) -> StorageError {
     }
 }
 
-impl PartitionLog for MemoryLog {
-    fn append(&self, batch: AppendBatch<'_>) -> Result<Appended> {
+impl MemoryLog {
+    /// The one append path of `append` and `append_replica`.
+    fn append_stamped(&self, batch: AppendBatch<'_>, stamp: Stamp) -> Result<Appended> {
         let data_len = check_batch(&batch, &self.config)?;
         let meta = Bytes::copy_from_slice(batch.meta);
         let mut data = Vec::with_capacity(batch.data.len());
@@ -162,7 +163,7 @@ impl PartitionLog for MemoryLog {
         let next = base
             .checked_add(u64::from(batch.count))
             .ok_or_else(|| StorageError::InvalidArgument("offsets exhausted".into()))?;
-        let ts = s.last_ts.max(now_us());
+        let ts = stamp.timestamp(base, s.last_ts)?;
         let b = MemBatch {
             base,
             count: batch.count,
@@ -183,6 +184,46 @@ impl PartitionLog for MemoryLog {
             timestamp_us: ts,
             token: SyncToken(token),
         })
+    }
+}
+
+impl PartitionLog for MemoryLog {
+    fn append(&self, batch: AppendBatch<'_>) -> Result<Appended> {
+        self.append_stamped(batch, Stamp::Own)
+    }
+
+    fn append_replica(&self, batch: ReplicaBatch<'_>) -> Result<Appended> {
+        let stamp = Stamp::Replica {
+            base_offset: batch.base_offset,
+            timestamp_us: batch.timestamp_us,
+        };
+        let batch = AppendBatch {
+            count: batch.count,
+            meta: batch.meta,
+            data: batch.data,
+        };
+        self.append_stamped(batch, stamp)
+    }
+
+    fn truncate_from(&self, offset: u64) -> Result<u64> {
+        let mut s = self.state.write();
+        if offset >= s.next {
+            return Ok(s.next);
+        }
+        if offset < s.first {
+            return Err(out_of_range(offset, &s));
+        }
+        while s.batches.back().is_some_and(|b| b.end() > offset) {
+            if let Some(b) = s.batches.pop_back() {
+                s.bytes -= b.size();
+                s.next = b.base;
+            }
+        }
+        // The timestamps of what is left bound the next ones; an emptied
+        // log takes any.
+        s.last_ts = s.batches.back().map_or(0, |b| b.ts);
+        tracing::debug!(offset, next_offset = s.next, "memory log truncated");
+        Ok(s.next)
     }
 
     fn sync(&self, _token: SyncToken) -> Result<()> {
@@ -314,6 +355,7 @@ pub(crate) fn check_ranges(batch_base: u64, data_len: u64, ranges: &[(u64, u64)]
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::now_us;
 
     fn append(log: &MemoryLog, bytes: usize) {
         let data = [Bytes::from(vec![0u8; bytes])];

@@ -19,6 +19,7 @@ mod read;
 mod record;
 mod scan;
 mod segment;
+mod truncate;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -36,8 +37,8 @@ use crate::memory::check_ranges;
 use crate::sync_gate::SyncGate;
 use crate::vfs::{RealFs, Vfs};
 use crate::{
-    check_batch, now_us, AppendBatch, Appended, LogConfig, LogStats, PartitionLog, Result,
-    StorageError, StoredBatch, SyncToken, VerifyReport,
+    check_batch, AppendBatch, Appended, LogConfig, LogStats, PartitionLog, ReplicaBatch, Result,
+    Stamp, StorageError, StoredBatch, SyncToken, VerifyReport,
 };
 
 struct Shared {
@@ -252,7 +253,7 @@ impl FileLog {
         let last_ts = segments.iter().map(|s| s.max_ts()).max().unwrap_or(0);
         tracing::info!(dir = %dir.display(), first_offset = first, next_offset = next,
             segments = segments.len(), "file partition log opened");
-        Ok(FileLog {
+        let log = FileLog {
             dir: dir.to_path_buf(),
             vfs,
             config,
@@ -269,7 +270,9 @@ impl FileLog {
             closed: std::sync::atomic::AtomicBool::new(false),
             unsealed: Mutex::new(Vec::new()),
             sealing: Mutex::new(()),
-        })
+        };
+        log.resume_truncation()?;
+        Ok(log)
     }
 
     /// A reader met a damaged record at `pos` of `seg` where offset
@@ -280,9 +283,20 @@ impl FileLog {
         tracing::error!(dir = %self.dir.display(), segment = seg.base, pos, expected, next_base,
             resync_pos, "a read met a damaged record");
         if next_base > expected {
-            self.quarantine.add(expected, next_base - 1)?;
+            self.quarantine_live(expected, next_base - 1)?;
         }
         Ok(next_base)
+    }
+
+    /// Quarantines the part of `first..=last` below the log's end: a read
+    /// or scrub racing with a truncation may meet the cut tail, which is
+    /// gone, not damaged.
+    fn quarantine_live(&self, first: u64, last: u64) -> Result<()> {
+        let last = last.min(self.shared.read().next.saturating_sub(1));
+        if first > last {
+            return Ok(());
+        }
+        self.quarantine.add(first, last)
     }
 
     /// Enters the failed state (if not already in it) because of `error`,
@@ -404,17 +418,9 @@ impl FileLog {
     }
 }
 
-impl PartitionLog for FileLog {
-    fn close(&self) -> Result<()> {
-        if let Some(cause) = self.failed.lock().clone() {
-            return Err(StorageError::PartitionFailed { cause });
-        }
-        self.checkpoint_on_close()?;
-        self.closed.store(true, Ordering::Release);
-        Ok(())
-    }
-
-    fn append(&self, batch: AppendBatch<'_>) -> Result<Appended> {
+impl FileLog {
+    /// The one append path of `append` and `append_replica`.
+    fn append_stamped(&self, batch: AppendBatch<'_>, stamp: Stamp) -> Result<Appended> {
         self.closed.store(false, Ordering::Release);
         let data_len = check_batch(&batch, &self.config)?;
         let meta_len = batch.meta.len() as u64;
@@ -432,15 +438,15 @@ impl PartitionLog for FileLog {
         self.check_failed()?;
         let mut seg = self.active();
         let (log_len, mut seg_data_len, base_offset, _) = seg.lens();
+        let end = base_offset
+            .checked_add(u64::from(batch.count))
+            .ok_or_else(|| StorageError::InvalidArgument("offsets exhausted".into()))?;
+        let ts = stamp.timestamp(base_offset, w.last_ts)?;
         let incoming = HEADER_LEN as u64 + meta_len + data_len;
         if base_offset > seg.base && log_len + seg_data_len + incoming > self.config.segment_bytes {
             seg = self.roll(&seg)?;
             seg_data_len = 0;
         }
-        let end = base_offset
-            .checked_add(u64::from(batch.count))
-            .ok_or_else(|| StorageError::InvalidArgument("offsets exhausted".into()))?;
-        let ts = w.last_ts.max(now_us());
         let header = RecordHeader {
             base_offset,
             count: batch.count,
@@ -467,6 +473,38 @@ impl PartitionLog for FileLog {
             timestamp_us: ts,
             token: SyncToken(w.seq),
         })
+    }
+}
+
+impl PartitionLog for FileLog {
+    fn close(&self) -> Result<()> {
+        if let Some(cause) = self.failed.lock().clone() {
+            return Err(StorageError::PartitionFailed { cause });
+        }
+        self.checkpoint_on_close()?;
+        self.closed.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    fn append(&self, batch: AppendBatch<'_>) -> Result<Appended> {
+        self.append_stamped(batch, Stamp::Own)
+    }
+
+    fn append_replica(&self, batch: ReplicaBatch<'_>) -> Result<Appended> {
+        let stamp = Stamp::Replica {
+            base_offset: batch.base_offset,
+            timestamp_us: batch.timestamp_us,
+        };
+        let batch = AppendBatch {
+            count: batch.count,
+            meta: batch.meta,
+            data: batch.data,
+        };
+        self.append_stamped(batch, stamp)
+    }
+
+    fn truncate_from(&self, offset: u64) -> Result<u64> {
+        self.truncate(offset)
     }
 
     fn sync(&self, token: SyncToken) -> Result<()> {
@@ -582,7 +620,7 @@ impl PartitionLog for FileLog {
         check_ranges(batch_base, header.data_len, ranges)?;
         match seg.read_data(&header, ranges, out) {
             Err(StorageError::DataCorrupt { first, last }) => {
-                self.quarantine.add(first, last)?;
+                self.quarantine_live(first, last)?;
                 Err(StorageError::DataCorrupt { first, last })
             }
             other => other,
@@ -705,7 +743,7 @@ impl PartitionLog for FileLog {
                 }
                 tracing::error!(dir = %self.dir.display(), segment = seg.base, first, last,
                     "scrub found damaged batches");
-                self.quarantine.add(first, last)?;
+                self.quarantine_live(first, last)?;
                 report.damaged.push((first, last));
             }
         }

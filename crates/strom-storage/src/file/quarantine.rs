@@ -139,6 +139,37 @@ impl Quarantine {
         self.ranges.read().iter().map(|(&f, &l)| (f, l)).collect()
     }
 
+    /// Forgets the quarantined offsets >= `end` (a truncation removed
+    /// them), durably: the file is rewritten whole and replaced atomically.
+    /// A no-op when no range reaches `end`.
+    pub(crate) fn truncate_from(&self, end: u64) -> Result<()> {
+        let mut f = self.file.lock();
+        let mut ranges = self.ranges.read().clone();
+        if ranges.values().all(|&last| last < end) {
+            return Ok(());
+        }
+        ranges.retain(|&first, _| first < end);
+        for last in ranges.values_mut() {
+            *last = (*last).min(end - 1);
+        }
+        let mut bytes = header().to_vec();
+        for (&first, &last) in &ranges {
+            bytes.extend_from_slice(&encode(first, last));
+        }
+        let file = crate::whole_file::replace(&*self.vfs, &self.dir, FILE_NAME, &[&bytes])
+            .map_err(|(e, _)| {
+                StorageError::io(format!("{} {}", e.step, e.path.display()), e.source)
+            })?;
+        *f = QFile {
+            file: Some(file),
+            len: bytes.len() as u64,
+        };
+        tracing::info!(dir = %self.dir.display(), end, ranges = ranges.len(),
+            "quarantine trimmed by a truncation");
+        *self.ranges.write() = ranges;
+        Ok(())
+    }
+
     /// Quarantines `first..=last` durably (a no-op when already covered).
     pub(crate) fn add(&self, first: u64, last: u64) -> Result<()> {
         if self.containing(first).is_some_and(|(_, l)| l >= last) {

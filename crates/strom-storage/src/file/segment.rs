@@ -63,7 +63,7 @@ pub(crate) struct Segment {
     /// `(log_len, log_len + data_len)` covered by the index files on disk;
     /// held while they are written, so that writes never interleave and an
     /// older checkpoint never replaces a newer one.
-    index_written: Mutex<(u64, u64)>,
+    pub(super) index_written: Mutex<(u64, u64)>,
 }
 
 fn open_rw(vfs: &dyn Vfs, path: &Path) -> Result<Box<dyn VfsFile>> {
@@ -231,6 +231,8 @@ impl Segment {
                     tracing::info!(segment = base, dir = %dir.display(), reason, "rebuilding segment index");
                     let (summary, gaps) =
                         seg.recover(SegmentSummary::default(), log_size, data_size)?;
+                    // `checkpoint` writes nothing beyond the segment's state.
+                    *seg.state.write() = summary.clone();
                     if let Err(e) = seg.checkpoint(&summary) {
                         tracing::warn!(segment = base, error = %e, "could not write rebuilt index files");
                     }
@@ -419,7 +421,9 @@ impl Segment {
     /// files, unless newer ones are already there.
     pub(crate) fn checkpoint(&self, summary: &SegmentSummary) -> Result<()> {
         let mut written = self.index_written.lock();
-        if summary.log_len < written.0 {
+        // Older than what is on disk, or describing bytes a truncation
+        // has cut since it was taken.
+        if summary.log_len < written.0 || summary.log_len > self.state.read().log_len {
             return Ok(());
         }
         self.write_index(summary)?;
