@@ -11,7 +11,7 @@
 use bytes::{Bytes, BytesMut};
 use strom_proto::topic::{
     Durability, GroupMember, MemberInfo, Overflow, PartitionInfo, PartitionStatus, PartitionType,
-    StartPos, TopicInfo, TopicSpec, TopicState,
+    ReplicaBatchHead, ReplicaRole, StartPos, TopicInfo, TopicSpec, TopicState,
 };
 use strom_proto::{
     BatchBuilder, BatchView, ConsumerGroupInfo, ConsumerGroupMode, ConsumerGroupSpec, ErrorCode,
@@ -217,6 +217,8 @@ fn spec() -> TopicSpec {
         retention_ms: None,
         segment_bytes: Some(1 << 26),
         overflow: Some(Overflow::DropOldest),
+        replication_factor: 3,
+        min_in_sync: 2,
     }
 }
 
@@ -240,6 +242,9 @@ fn topic_info() -> TopicInfo {
                 next_offset: 90,
                 status: PartitionStatus::Ok,
                 dropped_events: 0,
+                replicas: vec![1, 2, 0],
+                isr: vec![1, 2],
+                epoch: 4,
             },
             PartitionInfo {
                 id: 1,
@@ -249,6 +254,9 @@ fn topic_info() -> TopicInfo {
                 next_offset: 0,
                 status: PartitionStatus::Failed("fsync failed".into()),
                 dropped_events: 7,
+                replicas: Vec::new(),
+                isr: Vec::new(),
+                epoch: 0,
             },
         ],
         state: TopicState {
@@ -288,6 +296,7 @@ pub fn sample_requests() -> Vec<Request> {
             topic: t(),
             partition: 2,
             count: 3,
+            acks_all: true,
             meta: batch_seed(),
         },
         Request::Subscribe {
@@ -430,6 +439,32 @@ pub fn sample_requests() -> Vec<Request> {
         Request::MetaRpc {
             rpc: Bytes::from_static(b"\x01{\"Vote\":{}}"),
         },
+        Request::SetReplicaRoles {
+            topic: t(),
+            roles: vec![ReplicaRole {
+                partition: 1,
+                epoch: 3,
+                leader: 2,
+                leader_addr: "127.0.0.1:7402".into(),
+                followers: vec![0, 1],
+                isr: vec![2, 0],
+            }],
+        },
+        Request::ReplicaFetch {
+            topic: t(),
+            partition: 1,
+            epoch: 3,
+            follower: 0,
+            from: 4096,
+            last_epoch: 2,
+            max_bytes: 4 << 20,
+        },
+        Request::ReportIsr {
+            topic: t(),
+            partition: 1,
+            epoch: 3,
+            isr: vec![2],
+        },
     ]
 }
 
@@ -524,6 +559,19 @@ pub fn sample_responses() -> Vec<Response> {
         },
         Response::MetaRpc {
             rpc: Bytes::from_static(b"\x01{\"Vote\":{\"Ok\":{}}}"),
+        },
+        Response::ReplicaBatches {
+            hwm: 10,
+            truncate_to: None,
+            epochs: vec![(1, 0), (3, 8)],
+            batches: vec![ReplicaBatchHead {
+                base_offset: 8,
+                count: 2,
+                timestamp_us: 1_700_000_000_000_000,
+                meta_len: 3,
+                data_len: 4,
+            }],
+            bytes: Bytes::from_static(b"abcdefg"),
         },
     ]
 }

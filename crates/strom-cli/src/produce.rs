@@ -27,7 +27,7 @@ use std::time::Duration;
 use anyhow::Context;
 use bytes::Bytes;
 use clap::Args;
-use strom_client::{Data, ErrorCode, ProducerOptions, PushFuture};
+use strom_client::{Acks, Data, ErrorCode, ProducerOptions, PushFuture};
 
 use crate::interrupt;
 
@@ -59,6 +59,10 @@ pub struct ProduceArgs {
     /// server's max_frame_bytes must allow it too. Default 64 MiB.
     #[arg(long)]
     max_event_bytes: Option<u64>,
+    /// Replicated topics: acknowledge after every in-sync copy has the
+    /// event (all, the default) or after the leader's append (leader).
+    #[arg(long, default_value = "all", value_parser = ["all", "leader"])]
+    acks: String,
 }
 
 /// How long the main loop waits for input before it looks at signals and
@@ -182,7 +186,14 @@ impl<W: Write> Results<W> {
 pub fn run(a: ProduceArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> {
     let d = crate::connect(group_file)?;
     let topic = d.open_topic(&a.topic)?;
-    let mut opts = ProducerOptions::default();
+    let mut opts = ProducerOptions {
+        acks: if a.acks == "leader" {
+            Acks::Leader
+        } else {
+            Acks::All
+        },
+        ..Default::default()
+    };
     if let Some(n) = a.max_event_bytes {
         anyhow::ensure!(n > 0, "--max-event-bytes must be positive");
         opts.batch.max_event_bytes = Some(n);

@@ -43,6 +43,11 @@ pub fn run(a: StatusArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> {
                 "dropped_events": p.dropped_events,
                 "first_offset": p.first_offset,
                 "next_offset": p.next_offset,
+                "replicas": p.replicas,
+                "isr": p.isr,
+                "epoch": p.epoch,
+                "under_replicated": p.isr.len() < p.replicas.len(),
+                "replica_line": (!p.replicas.is_empty()).then(|| crate::topic::replica_line(p)),
                 "consumers": consumers.map(|c| c.into_iter().map(|(n, o)| serde_json::json!({
                     "name": n, "committed": o, "lag": p.next_offset.saturating_sub(o)
                 })).collect::<Vec<_>>()),
@@ -128,6 +133,9 @@ pub fn run(a: StatusArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> {
                 p["next_offset"].to_string(),
                 consumers
             );
+            if let Some(line) = p["replica_line"].as_str() {
+                println!("{:>9} {line}", "");
+            }
         }
     }
     Ok(())

@@ -9,7 +9,7 @@ use strom_client::{Durability, Overflow, PartitionType, TopicInfo, TopicSpec};
 #[derive(Subcommand)]
 pub enum TopicCmd {
     /// Create a topic.
-    Create(CreateArgs),
+    Create(Box<CreateArgs>),
     /// List topics.
     List {
         #[arg(long)]
@@ -73,6 +73,12 @@ pub struct CreateArgs {
     /// Place every partition on this member (default: round-robin over live members).
     #[arg(long)]
     server: Option<u32>,
+    /// Copies of each partition on distinct members (docs/replication.md).
+    #[arg(long, default_value_t = 1)]
+    replication_factor: u32,
+    /// In-sync copies an acks=all push needs (default: a majority).
+    #[arg(long)]
+    min_in_sync: Option<u32>,
 }
 
 pub fn run(cmd: TopicCmd, group_file: Option<PathBuf>) -> anyhow::Result<()> {
@@ -105,8 +111,12 @@ pub fn run(cmd: TopicCmd, group_file: Option<PathBuf>) -> anyhow::Result<()> {
                 retention_bytes: a.retention_bytes,
                 retention_ms: a.retention_ms,
                 segment_bytes: a.segment_bytes,
+                replication_factor: a.replication_factor,
+                min_in_sync: a.min_in_sync.unwrap_or(0),
                 ..TopicSpec::new(a.name, a.partitions)
             };
+            let replicated = spec.replicas() > 1;
+            let min_in_sync = spec.min_in_sync_replicas();
             let (ptype, durability) = (spec.partition_type, spec.durability);
             let t = d.create_topic_on(spec, a.server)?;
             if d.is_kafka() {
@@ -124,6 +134,12 @@ pub fn run(cmd: TopicCmd, group_file: Option<PathBuf>) -> anyhow::Result<()> {
                     ptype.as_str(),
                     promise(ptype, durability)
                 );
+                if replicated {
+                    eprintln!(
+                        "each partition has {} copies on distinct members; an acks=all push (the default) is acknowledged once every in-sync copy has it, and needs {min_in_sync} in sync",
+                        t.info().partitions.first().map_or(0, |p| p.replicas.len())
+                    );
+                }
             }
         }
         TopicCmd::List { json } => {
@@ -249,6 +265,16 @@ fn print_describe(t: &TopicInfo, consumers: &[Vec<(String, u64)>]) {
         "stream      open_producers={} closed_producers={} expired_producers={} ended={}",
         t.state.open_producers, t.state.closed_producers, t.state.expired_producers, t.state.ended
     );
+    if s.replicas() > 1 {
+        println!(
+            "replication factor={} min_in_sync={}",
+            s.replicas(),
+            s.min_in_sync_replicas()
+        );
+        for p in &t.partitions {
+            println!("  {}", replica_line(p));
+        }
+    }
     println!(
         "{:>9} {:>22} {:>12} {:>12} {:>10}  CONSUMERS (committed/lag)",
         "PARTITION", "SERVER", "FIRST", "NEXT", "DROPPED"
@@ -268,6 +294,19 @@ fn print_describe(t: &TopicInfo, consumers: &[Vec<(String, u64)>]) {
             cs.join(" ")
         );
     }
+}
+
+/// `partition 0: leader 1 epoch 2 replicas [1, 2, 0] in-sync [1, 2] UNDER-REPLICATED`
+pub fn replica_line(p: &strom_proto::PartitionInfo) -> String {
+    let under = if p.isr.len() < p.replicas.len() {
+        " UNDER-REPLICATED"
+    } else {
+        ""
+    };
+    format!(
+        "partition {}: leader {} epoch {} replicas {:?} in-sync {:?}{under}",
+        p.id, p.member, p.epoch, p.replicas, p.isr
+    )
 }
 
 /// What an acknowledgement promises, said where the topic is created.

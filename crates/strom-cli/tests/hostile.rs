@@ -45,6 +45,7 @@ fn lying_produce(id: u64, topic: &str, meta: Bytes, bulk: &[u8]) -> Vec<u8> {
         topic: topic.into(),
         partition: 0,
         count: 1,
+        acks_all: false,
         meta,
     };
     request_frame(id, &req, bulk)

@@ -44,7 +44,7 @@ pub use error::{Error, Result};
 pub use event::{AckFuture, Event};
 pub use group::{ConsumerGroupMode, GroupOptions, RebalanceListener};
 pub use pool::{PoolBroker, PooledBuffer};
-pub use producer::{Data, EventId, Producer, ProducerOptions, PushFuture};
+pub use producer::{Acks, Data, EventId, Producer, ProducerOptions, PushFuture};
 pub use strom_net::{MemTransport, Transport, Transports};
 pub use strom_policy::MetadataInput;
 pub use strom_proto::{

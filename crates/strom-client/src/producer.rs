@@ -44,6 +44,19 @@ pub struct ProducerOptions {
     /// `None` takes no lease: the producer stays open until closed, even
     /// after its process exits (to hand a stream over to others).
     pub lease: Option<Duration>,
+    /// When a push to a replicated partition is acknowledged: after every
+    /// in-sync replica has it (`All`, the default), or after the leader's
+    /// append (`Leader`: faster, and lost if the leader dies before its
+    /// followers copied it). Unreplicated partitions ignore it.
+    pub acks: Acks,
+}
+
+/// See [`ProducerOptions::acks`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Acks {
+    Leader,
+    #[default]
+    All,
 }
 
 impl Default for ProducerOptions {
@@ -53,6 +66,7 @@ impl Default for ProducerOptions {
             max_batches: 2,
             linger: Duration::from_millis(5),
             lease: Some(Duration::ZERO),
+            acks: Acks::All,
         }
     }
 }
@@ -604,6 +618,7 @@ impl Inner {
             topic: self.topic.name().to_string(),
             partition: q.partition,
             count: b.count,
+            acks_all: self.opts.acks == Acks::All,
             meta: b.meta.clone(),
         }
     }

@@ -51,6 +51,8 @@ codes! {
     FENCED = 212, "another member holds the partition now (stale consumer or epoch)";
     UNKNOWN_CONSUMER = 213, "the consumer is not a member of the group (its session expired); join again";
     PRODUCER_EXPIRED = 214, "the producer's lease ran out; its part of the stream was closed";
+    NOT_ENOUGH_REPLICAS = 215, "too few in-sync replicas for an acks=all append (min_in_sync)";
+    NOT_PARTITION_LEADER = 216, "this member does not lead the partition (now); the registry names its leader";
     STORAGE_IO = 300, "storage I/O error";
     CORRUPT = 301, "corrupt data detected in storage";
     OFFSET_OUT_OF_RANGE = 302, "offset is outside the partition's range";

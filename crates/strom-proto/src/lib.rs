@@ -27,7 +27,7 @@ pub use message::{Push, Request, Response};
 pub use selection::Selection;
 pub use topic::{
     Durability, GroupFile, GroupMember, MemberInfo, Overflow, PartitionInfo, PartitionStatus,
-    PartitionType, StartPos, TopicInfo, TopicSpec, TopicState,
+    PartitionType, ReplicaBatchHead, ReplicaRole, StartPos, TopicInfo, TopicSpec, TopicState,
 };
 
 /// The newest version of the wire protocol this build speaks. Every frame

@@ -13,7 +13,10 @@ use crate::error::{ErrorCode, ProtoError};
 use crate::group::{
     ConsumerGroupInfo, ConsumerGroupSpec, GroupConsumerInfo, GroupPartitionInfo, Run,
 };
-use crate::topic::{GroupMember, MemberInfo, PartitionInfo, StartPos, TopicInfo, TopicSpec};
+use crate::topic::{
+    GroupMember, MemberInfo, PartitionInfo, ReplicaBatchHead, ReplicaRole, StartPos, TopicInfo,
+    TopicSpec,
+};
 #[cfg(test)]
 use crate::PROTOCOL_VERSION;
 
@@ -66,6 +69,10 @@ pub enum Request {
         topic: String,
         partition: u32,
         count: u32,
+        /// Replicated partitions (protocol version 4): `false` (the
+        /// default) acknowledges after the leader's append, `true` after
+        /// every in-sync replica has the batch.
+        acks_all: bool,
         meta: Bytes,
     },
     /// Starts pushing metadata batches of a partition as stream `stream`.
@@ -261,6 +268,32 @@ pub enum Request {
     MetaRpc {
         rpc: Bytes,
     },
+    /// From the registry to a replica's member: lead or follow these
+    /// partitions of `topic` (docs/replication.md).
+    SetReplicaRoles {
+        topic: String,
+        roles: Vec<ReplicaRole>,
+    },
+    /// From a follower to its partition's leader: the batches from
+    /// `from` on (everything below is durable on the follower), with the
+    /// follower's latest leader epoch for the divergence check.
+    ReplicaFetch {
+        topic: String,
+        partition: u32,
+        epoch: u64,
+        follower: u32,
+        from: u64,
+        last_epoch: u64,
+        max_bytes: u32,
+    },
+    /// From a partition's leader to the registry: its in-sync replicas
+    /// changed; recorded only if `epoch` is still the partition's.
+    ReportIsr {
+        topic: String,
+        partition: u32,
+        epoch: u64,
+        isr: Vec<u32>,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -359,6 +392,17 @@ pub enum Response {
     /// answer, opaque here.
     MetaRpc {
         rpc: Bytes,
+    },
+    /// Answer to `ReplicaFetch`: the leader's high watermark and epoch
+    /// history, and either where the follower must cut its log
+    /// (`truncate_to`) or the batches, whose meta and data sections follow
+    /// each other in `bytes`.
+    ReplicaBatches {
+        hwm: u64,
+        truncate_to: Option<u64>,
+        epochs: Vec<(u64, u64)>,
+        batches: Vec<ReplicaBatchHead>,
+        bytes: Bytes,
     },
 }
 
@@ -474,7 +518,7 @@ messages!(Request {
     6 => CompleteTopic { name },
     7 => RegisterProducer { topic },
     8 => CloseProducer { topic, producer },
-    9 => Produce { topic, partition, count; @rest meta },
+    9 => Produce { topic, partition, count, acks_all @ 4; @rest meta },
     10 => Subscribe { stream, topic, partition, consumer, start, prefetch },
     11 => Credit { stream, events },
     12 => Unsubscribe { stream },
@@ -508,6 +552,9 @@ messages!(Request {
     40 => ServerSnapshot,
     41 => KafkaGroupView { spec, generation, consumers },
     42 => MetaRpc { rpc },
+    43 => SetReplicaRoles { topic, roles },
+    44 => ReplicaFetch { topic, partition, epoch, follower, from, last_epoch, max_bytes },
+    45 => ReportIsr { topic, partition, epoch, isr },
 });
 
 messages!(Response {
@@ -536,6 +583,7 @@ messages!(Response {
     23 => Acked { floor },
     24 => ServerSnapshot { json },
     25 => MetaRpc { rpc },
+    26 => ReplicaBatches { hwm, truncate_to, epochs, batches, bytes },
 });
 
 messages!(Push {
@@ -610,6 +658,7 @@ mod tests {
             topic: "t".into(),
             partition: 2,
             count: 3,
+            acks_all: true,
             meta: Bytes::from_static(b"abcdef"),
         });
         round_trip_req(Request::Subscribe {

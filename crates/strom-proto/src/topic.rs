@@ -201,7 +201,21 @@ pub struct TopicSpec {
     /// partition type (`block` for memory). File partitions refuse `Some`.
     #[cfg_attr(feature = "serde", serde(default))]
     pub overflow: Option<Overflow>,
+    /// Copies of each partition on distinct members, the leader included
+    /// (protocol version 4; 0 and 1 both mean one copy, no replication).
+    #[cfg_attr(feature = "serde", serde(default, skip_serializing_if = "is_zero"))]
+    pub replication_factor: u32,
+    /// In-sync replicas (the leader included) an `acks=all` append needs
+    /// (protocol version 4; 0: a majority of `replication_factor`).
+    #[cfg_attr(feature = "serde", serde(default, skip_serializing_if = "is_zero"))]
+    pub min_in_sync: u32,
 }
+
+#[cfg(feature = "serde")]
+fn is_zero(v: &u32) -> bool {
+    *v == 0
+}
+
 wire_struct!(TopicSpec {
     name,
     partitions,
@@ -214,7 +228,9 @@ wire_struct!(TopicSpec {
     retention_bytes,
     retention_ms,
     segment_bytes,
-    overflow
+    overflow,
+    replication_factor @ 4,
+    min_in_sync @ 4
 });
 
 impl TopicSpec {
@@ -234,6 +250,22 @@ impl TopicSpec {
             retention_ms: None,
             segment_bytes: None,
             overflow: None,
+            replication_factor: 0,
+            min_in_sync: 0,
+        }
+    }
+
+    /// Copies of each partition (at least 1).
+    pub fn replicas(&self) -> u32 {
+        self.replication_factor.max(1)
+    }
+
+    /// In-sync replicas an `acks=all` append needs: the spec's, or a
+    /// majority of the replicas.
+    pub fn min_in_sync_replicas(&self) -> u32 {
+        match self.min_in_sync {
+            0 => self.replicas() / 2 + 1,
+            n => n,
         }
     }
 
@@ -358,6 +390,13 @@ pub struct PartitionInfo {
     /// Events dropped by the overflow policy (`drop-oldest`) since the
     /// partition was opened.
     pub dropped_events: u64,
+    /// Replicated partitions (protocol version 4): every replica's member,
+    /// the leader (`member`) first; empty without replication.
+    pub replicas: Vec<u32>,
+    /// The replicas in sync with the leader, as the registry has them.
+    pub isr: Vec<u32>,
+    /// The leader's epoch (0 without replication).
+    pub epoch: u64,
 }
 wire_struct!(PartitionInfo {
     id,
@@ -366,7 +405,51 @@ wire_struct!(PartitionInfo {
     first_offset,
     next_offset,
     status,
-    dropped_events
+    dropped_events,
+    replicas @ 4,
+    isr @ 4,
+    epoch @ 4
+});
+
+/// What one member does with one replicated partition, from the registry
+/// (`SetReplicaRoles`): lead it in `epoch` (when `leader` is the member
+/// itself) with `followers` copying it, or copy it from `leader`.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct ReplicaRole {
+    pub partition: u32,
+    pub epoch: u64,
+    pub leader: u32,
+    pub leader_addr: String,
+    /// The other replicas, by member id.
+    pub followers: Vec<u32>,
+    /// The in-sync replicas the registry recorded, the leader included.
+    pub isr: Vec<u32>,
+}
+wire_struct!(ReplicaRole {
+    partition,
+    epoch,
+    leader,
+    leader_addr,
+    followers,
+    isr
+});
+
+/// One batch of a `ReplicaBatches` answer: its place, and the lengths of
+/// its meta and data sections in the answer's `bytes`.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct ReplicaBatchHead {
+    pub base_offset: u64,
+    pub count: u32,
+    pub timestamp_us: u64,
+    pub meta_len: u32,
+    pub data_len: u64,
+}
+wire_struct!(ReplicaBatchHead {
+    base_offset,
+    count,
+    timestamp_us,
+    meta_len,
+    data_len
 });
 
 /// End-of-stream bookkeeping of a topic.

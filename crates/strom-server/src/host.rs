@@ -238,6 +238,14 @@ impl Host {
         })
     }
 
+    /// The in-sync replicas an `acks=all` append to `topic` needs.
+    pub fn min_in_sync(&self, topic: &str) -> u32 {
+        self.topics
+            .lock()
+            .get(topic)
+            .map_or(1, |h| h.record.spec.min_in_sync_replicas())
+    }
+
     /// Ends the stream on every local partition of the topic.
     pub async fn seal(&self, topic: &str) -> Result<(), ServerError> {
         let parts: Vec<_> = {
@@ -316,6 +324,9 @@ impl Host {
                     next_offset,
                     status,
                     dropped_events,
+                    replicas: Vec::new(),
+                    isr: Vec::new(),
+                    epoch: 0,
                 })
             })
             .collect()

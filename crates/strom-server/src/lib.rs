@@ -21,6 +21,7 @@ mod partition;
 mod peers;
 mod quorum_boot;
 mod registry;
+mod replica;
 mod server;
 mod service;
 mod share;

@@ -24,7 +24,10 @@ pub struct MemberLink {
     /// front ends started beside it advertise (`kafka://…`).
     addrs: RwLock<Vec<String>>,
     host: Arc<Host>,
-    peers: Peers,
+    peers: Arc<Peers>,
+    /// The registry master's address as this member last reached it (for
+    /// replicas that report to it).
+    master: Arc<RwLock<Option<String>>>,
 }
 
 impl MemberLink {
@@ -35,7 +38,25 @@ impl MemberLink {
             addr: addrs.first().cloned().unwrap_or_default(),
             addrs: RwLock::new(addrs),
             host,
-            peers,
+            peers: Arc::new(peers),
+            master: Arc::new(RwLock::new(None)),
+        }
+    }
+
+    /// Records where the registry master is (joined, or this server).
+    pub fn set_master(&self, addr: &str) {
+        let mut m = self.master.write();
+        if m.as_deref() != Some(addr) {
+            *m = Some(addr.to_string());
+        }
+    }
+
+    /// What this member's replicated partitions need to reach the others.
+    pub fn replica_ctx(&self) -> crate::replica::ReplicaCtx {
+        crate::replica::ReplicaCtx {
+            me: self.member(),
+            peers: self.peers.clone(),
+            master: self.master.clone(),
         }
     }
 
@@ -107,6 +128,17 @@ impl MemberLink {
                 sealed,
             } => {
                 blocking(move || host.host(topic_id, &spec, &partitions, sealed)).await?;
+                Ok(Response::Done)
+            }
+            Request::SetReplicaRoles { topic, roles } => {
+                let ctx = self.replica_ctx();
+                let h = host.clone();
+                tokio::task::spawn_blocking(move || {
+                    // Roles start tasks on this runtime.
+                    crate::replica::set_roles(&h, &ctx, &topic, &roles)
+                })
+                .await
+                .map_err(|e| ServerError::coded(ErrorCode::INTERNAL, e.to_string()))??;
                 Ok(Response::Done)
             }
             Request::SealPartitions { topic } => host.seal(&topic).await.map(|_| Response::Done),

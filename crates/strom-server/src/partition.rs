@@ -22,6 +22,13 @@
 //! floor moves, batches below the lowest floor are freed as far as needed
 //! and held appends go in, in order. Seal, shutdown and deletion answer
 //! every held append with an error.
+//!
+//! A replicated partition (`replication_factor` above 1) has a
+//! [`Replica`](crate::replica::Replica) once the registry gave it a role:
+//! consumers then see only up to the high watermark (what every in-sync
+//! replica holds), and only its leader accepts appends ([`admit`]).
+//!
+//! [`admit`]: PartitionManager::admit
 
 use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
@@ -107,6 +114,10 @@ pub struct PartitionManager {
     retain_on_append: bool,
     stop: Arc<AtomicBool>,
     threads: Mutex<Vec<JoinHandle<()>>>,
+    /// The topic keeps more than one copy of each partition.
+    pub replicated: bool,
+    /// Its role among the copies, once the registry gave one.
+    pub replica: std::sync::OnceLock<Arc<crate::replica::Replica>>,
 }
 
 /// An opened log and what goes with it, for [`PartitionManager::start`].
@@ -212,6 +223,14 @@ impl PartitionManager {
             block_bound,
             dir,
         } = parts;
+        let replicated = spec.replicas() > 1;
+        // A replica's consumers see only what every in-sync copy holds:
+        // nothing until its role and high watermark are known.
+        let visible = if replicated {
+            log.first_offset()
+        } else {
+            log.next_offset()
+        };
         let pm = Arc::new(PartitionManager {
             topic: spec.name.clone(),
             id,
@@ -222,7 +241,7 @@ impl PartitionManager {
             mem,
             block_bound,
             floors: Mutex::new(HashMap::new()),
-            visible: watch::Sender::new(log.next_offset()),
+            visible: watch::Sender::new(visible),
             sealed: watch::Sender::new(sealed),
             waiters: Waiters::default(),
             stats: Default::default(),
@@ -233,6 +252,8 @@ impl PartitionManager {
             retain_on_append: spec.partition_type == PartitionType::Memory,
             stop: Arc::new(AtomicBool::new(false)),
             threads: Mutex::new(Vec::new()),
+            replicated,
+            replica: std::sync::OnceLock::new(),
         });
         let mut threads = Vec::new();
         // Memory partitions have nothing to sync: no syncer hop on their acks.
@@ -418,7 +439,7 @@ impl PartitionManager {
         if let Err(e) = self.log.sync_all() {
             tracing::error!(topic = %self.topic, partition = self.id, error = %e, "sync at seal failed");
         }
-        self.publish(self.log.next_offset());
+        self.publish_durable(self.log.next_offset());
         self.sealed.send_replace(true);
         let held = appender
             .as_mut()
@@ -481,10 +502,70 @@ impl PartitionManager {
     }
 
     /// Lets consumers see a batch: parked subscriptions get it pushed
-    /// directly, the others are woken through `visible`.
+    /// directly, the others are woken through `visible`. A replica's
+    /// batch waits for the high watermark instead.
     fn make_visible(&self, a: &Appended, meta: &Bytes) {
+        if self.replicated {
+            return self.publish_durable(a.base_offset + a.count as u64);
+        }
         self.waiters.feed(self.id, a, meta);
         self.publish(a.base_offset + a.count as u64);
+    }
+
+    /// Everything below `end` is durable here.
+    fn publish_durable(&self, end: u64) {
+        match (self.replicated, self.replica.get()) {
+            (false, _) => self.publish(end),
+            (true, Some(r)) => r.durable(self, end),
+            (true, None) => {}
+        }
+    }
+
+    /// A replica's high watermark moved: consumers may read below `hwm`.
+    pub(crate) fn publish_hwm(&self, hwm: u64) {
+        if hwm > *self.visible.borrow() {
+            self.publish(hwm);
+            self.waiters.wake_all();
+        }
+    }
+
+    /// Where consumers may read up to now.
+    pub(crate) fn visible(&self) -> u64 {
+        *self.visible.borrow()
+    }
+
+    /// Runs `f` with appends excluded (a replica's copy from its leader).
+    pub(crate) fn exclusive<R>(&self, f: impl FnOnce() -> R) -> R {
+        let _appends = self.appender.lock();
+        f()
+    }
+
+    /// Whether an append may go in here now, and the reply to give it: a
+    /// replicated partition takes appends only on its leader, `acks_all`
+    /// ones only with `min_in_sync` replicas in sync, and their reply waits
+    /// until every in-sync replica has the batch. Hands `reply` back with
+    /// the refusal.
+    pub fn admit(
+        &self,
+        acks_all: bool,
+        reply: AppendReply,
+    ) -> Result<AppendReply, (AppendReply, ServerError)> {
+        if !self.replicated {
+            return Ok(reply);
+        }
+        match self.replica.get() {
+            Some(r) => r.admit(acks_all, reply),
+            None => Err((
+                reply,
+                ServerError::coded(
+                    ErrorCode::NOT_PARTITION_LEADER,
+                    format!(
+                        "partition {}/{} has no role from the registry yet",
+                        self.topic, self.id
+                    ),
+                ),
+            )),
+        }
     }
 
     fn append_now(&self, batch: &ValidBatch) -> Result<Appended, ServerError> {

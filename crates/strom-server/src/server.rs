@@ -307,6 +307,7 @@ fn spawn_lease_loop(state: Arc<Services>, mut stopped: watch::Receiver<bool>) ->
     tokio::spawn(async move {
         let every = Duration::from_millis(250);
         let mut last = std::time::Instant::now();
+        let mut roles_sent = std::time::Instant::now();
         loop {
             tokio::select! {
                 _ = tokio::time::sleep(every) => {}
@@ -331,9 +332,15 @@ fn spawn_lease_loop(state: Arc<Services>, mut stopped: watch::Receiver<bool>) ->
                 reg.extend_sessions(late).await;
                 continue;
             }
+            state.control.link().set_master(state.control.addr());
             reg.expire_due().await;
             reg.expire_consumers().await;
             reg.rebalance_groups().await;
+            reg.fail_over().await;
+            if roles_sent.elapsed() >= crate::registry::ROLES_EVERY {
+                roles_sent = std::time::Instant::now();
+                reg.resend_roles().await;
+            }
         }
     })
 }
@@ -399,6 +406,7 @@ async fn heartbeat_once(
                     }
                     *want = Some(id);
                     state.control.link().set_member(id);
+                    state.control.link().set_master(&master);
                     *joined = Some((id, master));
                 }),
             Some((id, master)) => {

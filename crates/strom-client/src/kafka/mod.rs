@@ -246,6 +246,9 @@ impl KafkaDriver {
                 next_offset: 0,
                 status: Default::default(),
                 dropped_events: 0,
+                replicas: p.replicas().iter().map(|r| (*r).max(0) as u32).collect(),
+                isr: p.isr().iter().map(|r| (*r).max(0) as u32).collect(),
+                epoch: 0,
             })
             .collect();
         partitions.sort_by_key(|p| p.id);

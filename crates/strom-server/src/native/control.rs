@@ -24,7 +24,8 @@ pub async fn handle(svc: &ControlService, req: Request) -> Result<Response, Serv
         | Request::PartitionStats { .. }
         | Request::ConsumerGroupStats { .. }
         | Request::DropConsumerGroup { .. }
-        | Request::FenceGroupPartition { .. }) => svc.link().local(req).await,
+        | Request::FenceGroupPartition { .. }
+        | Request::SetReplicaRoles { .. }) => svc.link().local(req).await,
         Request::MetaRpc { rpc } => Ok(Response::MetaRpc {
             rpc: svc.meta_rpc(&rpc).await?.into(),
         }),
@@ -113,6 +114,15 @@ async fn registry_op(svc: &ControlService, req: Request) -> Result<Response, Ser
         Request::ListConsumerGroups => Response::ConsumerGroups(r.list_groups().await),
         Request::DeleteConsumerGroup { group } => {
             r.delete_group(&group).await?;
+            Response::Done
+        }
+        Request::ReportIsr {
+            topic,
+            partition,
+            epoch,
+            isr,
+        } => {
+            r.report_isr(&topic, partition, epoch, isr).await?;
             Response::Done
         }
         Request::KafkaGroupView {

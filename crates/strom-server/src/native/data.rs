@@ -20,6 +20,7 @@ impl Session {
         id: u64,
         topic: &str,
         partition: u32,
+        acks_all: bool,
         batch: Option<ValidBatch>,
     ) {
         let p = match (self.partition(topic, partition), batch) {
@@ -54,6 +55,10 @@ impl Session {
                 });
             }
         });
+        let reply = match p.admit(acks_all, reply) {
+            Ok(reply) => reply,
+            Err((reply, e)) => return reply(Err(e)),
+        };
         if DataService::is_large(&p, &batch) {
             // Written while the loop reads the next request (see `appending`).
             self.appending = Some(DataService::produce_pipelined(p, batch, reply));

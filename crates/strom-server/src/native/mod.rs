@@ -263,8 +263,32 @@ impl Session {
         self.appended().await;
         match req {
             Request::Produce {
-                topic, partition, ..
-            } => self.produce(id, &topic, partition, batch),
+                topic,
+                partition,
+                acks_all,
+                ..
+            } => self.produce(id, &topic, partition, acks_all, batch),
+            Request::ReplicaFetch {
+                topic,
+                partition,
+                epoch,
+                follower,
+                from,
+                last_epoch,
+                max_bytes,
+            } => {
+                let p = self.partition(&topic, partition);
+                self.respond_later(id, async move {
+                    let r = p?.replica.get().cloned().ok_or_else(|| {
+                        ServerError::coded(
+                            ErrorCode::NOT_PARTITION_LEADER,
+                            format!("partition {topic}/{partition} has no replica role here"),
+                        )
+                    })?;
+                    r.serve_fetch(epoch, follower, from, last_epoch, max_bytes)
+                        .await
+                });
+            }
             Request::Subscribe {
                 stream,
                 topic,

@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use strom_proto::{GroupMember, TopicSpec, TopicState};
 
 use super::group_machine::{self, ConsumerGroupMeta, GroupCommand};
+use super::replica_machine::{self, ReplicaCommand, ReplicaSet};
 
 /// The most partitions a topic may have.
 pub const MAX_PARTITIONS: u32 = 65_536;
@@ -38,6 +39,10 @@ pub struct TopicMeta {
     /// `producers`, so the end of stream is decided as for a close.
     #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
     pub expired: BTreeSet<u64>,
+    /// Each partition's replicas, epoch and in-sync replicas; empty for a
+    /// topic without replication.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub replicas: Vec<ReplicaSet>,
 }
 
 impl TopicMeta {
@@ -75,6 +80,7 @@ impl TopicMeta {
                 self.placement.len()
             ));
         }
+        self.check_replicas()?;
         if self
             .producers
             .keys()
@@ -143,6 +149,8 @@ pub enum RegistryCommand {
     },
     /// A change to the consumer groups.
     ConsumerGroup(GroupCommand),
+    /// A change of a replicated partition's leader or in-sync replicas.
+    Replica(ReplicaCommand),
 }
 
 /// Why a command does not apply to a state.
@@ -291,6 +299,11 @@ impl RegistryState {
                 if t.state().ended {
                     return fail(format!("topic '{topic}' has ended"));
                 }
+                if !t.replicas.is_empty() {
+                    return fail(format!(
+                        "topic '{topic}' is replicated; adding partitions to it is not supported yet"
+                    ));
+                }
                 let total = t.placement.len() as u64 + placement.len() as u64;
                 if placement.is_empty() || total > MAX_PARTITIONS as u64 {
                     return fail(format!(
@@ -307,6 +320,7 @@ impl RegistryState {
                 }
             }
             C::ConsumerGroup(g) => group_machine::check(self, g)?,
+            C::Replica(r) => replica_machine::check(self, r)?,
         }
         Ok(())
     }
@@ -373,6 +387,7 @@ impl RegistryState {
                 self.members.insert(*id, addr.clone());
             }
             C::ConsumerGroup(g) => group_machine::apply(self, g),
+            C::Replica(r) => replica_machine::apply(self, r),
         }
     }
 }

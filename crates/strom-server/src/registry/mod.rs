@@ -33,6 +33,8 @@ mod kafka_groups;
 mod leases;
 mod machine;
 mod quorum;
+mod replica_machine;
+mod replicas;
 mod replicated;
 mod snapshot;
 mod store;
@@ -56,6 +58,7 @@ use crate::members::MemberLink;
 use machine::{RegistryCommand, RegistryState};
 use quorum::Journal;
 pub use quorum::QuorumSetup;
+pub use replicas::ROLES_EVERY;
 pub use replicated::RegistryMachine;
 use store::{Limits, Store};
 
@@ -99,6 +102,8 @@ struct Inner {
     /// Every address of each member that listens on more than one (from
     /// its joins and heartbeats; volatile, like `last_seen`).
     addrs: HashMap<u32, Vec<String>>,
+    /// When this state was loaded (opened, or taken over as leader).
+    since: Instant,
 }
 
 impl Inner {
@@ -132,6 +137,7 @@ impl Inner {
             last_seen,
             lease_deadline,
             addrs: HashMap::new(),
+            since: now,
         }
     }
 
@@ -369,12 +375,18 @@ impl Registry {
         tracing::info!(member = id, addr = %addr, "member joined");
         // Re-send what the member should host (a restarted member may have
         // missed a seal or a new partition while it was down).
+        let roles: Vec<replicas::RoleCall> = inner
+            .state
+            .topics
+            .values()
+            .flat_map(|t| replicas::role_calls(&inner, t, Some(id)))
+            .collect();
         let work: Vec<Request> = inner
             .state
             .topics
             .values()
             .filter_map(|t| {
-                let parts = t.by_member().remove(&id)?;
+                let parts = t.holders().remove(&id)?;
                 Some(Request::HostPartitions {
                     topic_id: t.id,
                     spec: t.spec.clone(),
@@ -386,7 +398,8 @@ impl Registry {
         drop(inner);
         let link = self.link.clone();
         tokio::spawn(async move {
-            for req in work {
+            let roles = roles.into_iter().map(|(_, _, req)| req);
+            for req in work.into_iter().chain(roles) {
                 if let Err(e) = link.call(id, &addr, req).await {
                     tracing::warn!(member = id, error = %e, "re-hosting partitions on a rejoined member failed");
                 }

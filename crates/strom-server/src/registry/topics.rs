@@ -107,7 +107,7 @@ impl Registry {
         meta: &TopicMeta,
         only: impl Fn(u32) -> bool,
     ) -> Result<(), ServerError> {
-        for (member, parts) in meta.by_member() {
+        for (member, parts) in meta.holders() {
             let parts: Vec<u32> = parts.into_iter().filter(|p| only(*p)).collect();
             if parts.is_empty() {
                 continue;
@@ -135,7 +135,7 @@ impl Registry {
         req: impl Fn() -> Request,
         what: &str,
     ) {
-        for m in meta.by_member().keys() {
+        for m in meta.holders().keys() {
             if let Err(e) = self.link.call(*m, &inner.addr_of(*m), req()).await {
                 tracing::warn!(member = m, topic = %meta.spec.name, error = %e, "{what}");
             }
@@ -167,13 +167,21 @@ impl Registry {
             ));
         }
         let id = inner.state.next_topic_id.max(inner.topic_id_floor);
+        if spec.replicas() > 1 && member.is_some() {
+            return Err(ServerError::coded(
+                ErrorCode::INVALID_TOPIC_SPEC,
+                "a replicated topic's copies go on distinct members; it cannot be placed on one",
+            ));
+        }
         let placement = match like {
             Some(like) if like.len() == spec.partitions as usize => like,
             _ => place(&inner, spec.partitions, id, member)?,
         };
+        let replicas = super::replicas::place(&inner, &spec, &placement)?;
         let meta = TopicMeta {
             id,
             placement,
+            replicas,
             spec,
             producers: Default::default(),
             next_producer: 1,
@@ -210,7 +218,9 @@ impl Registry {
             .await;
             return Err(e);
         }
-        tracing::info!(topic = %meta.spec.name, partitions = meta.spec.partitions, "topic created");
+        tracing::info!(topic = %meta.spec.name, partitions = meta.spec.partitions, replicas = meta.spec.replicas(), "topic created");
+        let calls = super::replicas::role_calls(&inner, &meta, None);
+        self.send_roles(calls).await;
         Ok(self.info(&inner, &meta, true).await)
     }
 
@@ -220,14 +230,20 @@ impl Registry {
             .placement
             .iter()
             .enumerate()
-            .map(|(p, m)| PartitionInfo {
-                id: p as u32,
-                member: *m,
-                addr: inner.addr_of(*m),
-                first_offset: 0,
-                next_offset: 0,
-                status: Default::default(),
-                dropped_events: 0,
+            .map(|(p, m)| {
+                let set = meta.replicas.get(p);
+                PartitionInfo {
+                    id: p as u32,
+                    member: *m,
+                    addr: inner.addr_of(*m),
+                    first_offset: 0,
+                    next_offset: 0,
+                    status: Default::default(),
+                    dropped_events: 0,
+                    replicas: set.map(|s| s.members.clone()).unwrap_or_default(),
+                    isr: set.map(|s| s.isr.clone()).unwrap_or_default(),
+                    epoch: set.map_or(0, |s| s.epoch),
+                }
             })
             .collect();
         for (member, parts) in meta.by_member().into_iter().filter(|_| offsets) {

@@ -46,6 +46,7 @@ pub(super) fn create(state: &RegistryState, name: &str, placement: Vec<u32>) -> 
             completed: false,
             leases: Default::default(),
             expired: Default::default(),
+            replicas: Vec::new(),
         }),
     }
 }

@@ -1,0 +1,176 @@
+//! The registry's record of replicated partitions (docs/replication.md):
+//! each partition's replicas, its leader epoch and its in-sync replicas,
+//! and the commands that change them. Pure, as the rest of the machine.
+//! The leader of partition `p` is `TopicMeta::placement[p]`, so routing
+//! needs nothing new; a failover changes it and bumps the epoch.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::machine::{RegistryState, Rejected, TopicMeta};
+
+/// The copies of one partition.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct ReplicaSet {
+    /// Every replica's member, in placement order.
+    pub members: Vec<u32>,
+    /// The leader epoch: bumped by every change of leader.
+    pub epoch: u64,
+    /// The replicas in sync with the leader, the leader included.
+    pub isr: Vec<u32>,
+}
+
+/// A change to a replicated partition.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub enum ReplicaCommand {
+    /// `leader` (an in-sync replica) leads from `epoch` on, with `isr`.
+    Leader {
+        topic: String,
+        partition: u32,
+        leader: u32,
+        epoch: u64,
+        isr: Vec<u32>,
+    },
+    /// The leader of `epoch` reports its in-sync replicas.
+    Isr {
+        topic: String,
+        partition: u32,
+        epoch: u64,
+        isr: Vec<u32>,
+    },
+}
+
+impl TopicMeta {
+    /// Member -> every partition it holds a copy of (leader or follower).
+    pub fn holders(&self) -> BTreeMap<u32, Vec<u32>> {
+        if self.replicas.is_empty() {
+            return self.by_member();
+        }
+        let mut m: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
+        for (p, set) in self.replicas.iter().enumerate() {
+            for member in &set.members {
+                m.entry(*member).or_default().push(p as u32);
+            }
+        }
+        m
+    }
+
+    /// The invariants of the replica sets.
+    pub(super) fn check_replicas(&self) -> Result<(), Rejected> {
+        if self.replicas.is_empty() {
+            return Ok(());
+        }
+        let bad = |why: String| Err(Rejected(format!("topic '{}': {why}", self.spec.name)));
+        if self.replicas.len() != self.placement.len() {
+            return bad(format!(
+                "{} replica sets for {} partitions",
+                self.replicas.len(),
+                self.placement.len()
+            ));
+        }
+        for (p, set) in self.replicas.iter().enumerate() {
+            let leader = self.placement[p];
+            if !set.isr.contains(&leader) || set.isr.iter().any(|m| !set.members.contains(m)) {
+                return bad(format!(
+                    "partition {p}: leader {leader} and in-sync replicas {:?} must be among its replicas {:?}",
+                    set.isr, set.members
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn set_of<'a>(
+    state: &'a RegistryState,
+    topic: &str,
+    partition: u32,
+) -> Result<(&'a TopicMeta, &'a ReplicaSet), Rejected> {
+    let t = state
+        .topics
+        .get(topic)
+        .ok_or_else(|| Rejected(format!("no topic named '{topic}'")))?;
+    let set = t
+        .replicas
+        .get(partition as usize)
+        .ok_or_else(|| Rejected(format!("partition {topic}/{partition} is not replicated")))?;
+    Ok((t, set))
+}
+
+pub(super) fn check(state: &RegistryState, cmd: &ReplicaCommand) -> Result<(), Rejected> {
+    match cmd {
+        ReplicaCommand::Leader {
+            topic,
+            partition,
+            leader,
+            epoch,
+            isr,
+        } => {
+            let (_, set) = set_of(state, topic, *partition)?;
+            if *epoch <= set.epoch {
+                return Err(Rejected(format!(
+                    "partition {topic}/{partition}: epoch {epoch} is not after {}",
+                    set.epoch
+                )));
+            }
+            if !isr.contains(leader) || isr.iter().any(|m| !set.members.contains(m)) {
+                return Err(Rejected(format!(
+                    "partition {topic}/{partition}: leader {leader} and {isr:?} must be among {:?}",
+                    set.members
+                )));
+            }
+        }
+        ReplicaCommand::Isr {
+            topic,
+            partition,
+            epoch,
+            isr,
+        } => {
+            let (t, set) = set_of(state, topic, *partition)?;
+            let leader = t.placement[*partition as usize];
+            if *epoch != set.epoch {
+                return Err(Rejected(format!(
+                    "partition {topic}/{partition}: epoch {epoch} is over (now {})",
+                    set.epoch
+                )));
+            }
+            if !isr.contains(&leader) || isr.iter().any(|m| !set.members.contains(m)) {
+                return Err(Rejected(format!(
+                    "partition {topic}/{partition}: in-sync replicas {isr:?} must hold leader {leader} and be among {:?}",
+                    set.members
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+pub(super) fn apply(state: &mut RegistryState, cmd: &ReplicaCommand) {
+    match cmd {
+        ReplicaCommand::Leader {
+            topic,
+            partition,
+            leader,
+            epoch,
+            isr,
+        } => {
+            if let Some(t) = state.topics.get_mut(topic) {
+                let p = *partition as usize;
+                t.placement[p] = *leader;
+                t.replicas[p].epoch = *epoch;
+                t.replicas[p].isr = isr.clone();
+            }
+        }
+        ReplicaCommand::Isr {
+            topic,
+            partition,
+            isr,
+            ..
+        } => {
+            if let Some(t) = state.topics.get_mut(topic) {
+                t.replicas[*partition as usize].isr = isr.clone();
+            }
+        }
+    }
+}

@@ -1,0 +1,259 @@
+//! The registry's part in replicated partitions (docs/replication.md):
+//! placing R copies of each partition on distinct members, telling every
+//! holder its role (`SetReplicaRoles`), recording the in-sync replicas the
+//! leaders report (refusing a stale epoch, which fences a deposed leader),
+//! and failing over: when a partition's leader is dead, an in-sync
+//! follower that is alive leads from the next epoch. A partition none of
+//! whose in-sync replicas is alive waits (no unclean election).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use strom_proto::{ErrorCode, ReplicaRole, Request, TopicSpec};
+
+use super::machine::{RegistryCommand, TopicMeta};
+use super::replica_machine::{ReplicaCommand, ReplicaSet};
+use super::{Inner, Registry, HEARTBEAT_TIMEOUT};
+use crate::error::ServerError;
+
+/// How often roles are sent again to every live holder (one that missed
+/// a change, or restarted, gets it this way too).
+pub const ROLES_EVERY: Duration = Duration::from_secs(2);
+
+/// The replica sets of a new topic whose leaders are `leaders`: each
+/// partition's followers are the next live members after its leader.
+pub(super) fn place(
+    inner: &Inner,
+    spec: &TopicSpec,
+    leaders: &[u32],
+) -> Result<Vec<ReplicaSet>, ServerError> {
+    let r = spec.replicas() as usize;
+    if r <= 1 {
+        return Ok(Vec::new());
+    }
+    let alive: Vec<u32> = inner
+        .state
+        .members
+        .keys()
+        .copied()
+        .filter(|id| inner.alive(*id))
+        .collect();
+    if alive.len() < r {
+        return Err(ServerError::coded(
+            ErrorCode::INVALID_TOPIC_SPEC,
+            format!(
+                "replication factor {r} needs {r} live members; {} are alive ({alive:?})",
+                alive.len()
+            ),
+        ));
+    }
+    if spec.min_in_sync_replicas() as usize > r {
+        return Err(ServerError::coded(
+            ErrorCode::INVALID_TOPIC_SPEC,
+            format!(
+                "min_in_sync {} is above the replication factor {r}",
+                spec.min_in_sync
+            ),
+        ));
+    }
+    Ok(leaders
+        .iter()
+        .map(|leader| {
+            let at = alive.iter().position(|m| m == leader).unwrap_or(0);
+            let mut members = vec![*leader];
+            members.extend(
+                (1..alive.len())
+                    .map(|i| alive[(at + i) % alive.len()])
+                    .filter(|m| m != leader)
+                    .take(r - 1),
+            );
+            ReplicaSet {
+                isr: members.clone(),
+                members,
+                epoch: 1,
+            }
+        })
+        .collect())
+}
+
+/// A `SetReplicaRoles` for one member: (member, address, request).
+pub(super) type RoleCall = (u32, String, Request);
+
+/// The `SetReplicaRoles` requests for the live holders of `meta`'s
+/// partitions (`only`: one member).
+pub(super) fn role_calls(inner: &Inner, meta: &TopicMeta, only: Option<u32>) -> Vec<RoleCall> {
+    roles(inner, meta)
+        .into_iter()
+        .filter(|(m, _)| only.is_none_or(|o| o == *m) && inner.alive(*m))
+        .map(|(m, roles)| {
+            let req = Request::SetReplicaRoles {
+                topic: meta.spec.name.clone(),
+                roles,
+            };
+            (m, inner.addr_of(m), req)
+        })
+        .collect()
+}
+
+/// Each holder's roles in the partitions of `meta` it holds.
+fn roles(inner: &Inner, meta: &TopicMeta) -> BTreeMap<u32, Vec<ReplicaRole>> {
+    let mut out: BTreeMap<u32, Vec<ReplicaRole>> = BTreeMap::new();
+    for (p, set) in meta.replicas.iter().enumerate() {
+        let leader = meta.placement[p];
+        let role = ReplicaRole {
+            partition: p as u32,
+            epoch: set.epoch,
+            leader,
+            leader_addr: inner.addr_of(leader),
+            followers: set
+                .members
+                .iter()
+                .copied()
+                .filter(|m| *m != leader)
+                .collect(),
+            isr: set.isr.clone(),
+        };
+        for m in &set.members {
+            out.entry(*m).or_default().push(role.clone());
+        }
+    }
+    out
+}
+
+impl Registry {
+    /// Tells the holders their roles; failures are logged, and the
+    /// periodic resend retries.
+    pub(super) async fn send_roles(&self, calls: Vec<RoleCall>) {
+        for (member, addr, req) in calls {
+            if let Err(e) = self.link.call(member, &addr, req).await {
+                tracing::debug!(member, error = %e, "could not send replica roles; sent again later");
+            }
+        }
+    }
+
+    /// A partition leader reports its in-sync replicas: recorded if its
+    /// epoch is still the partition's, else `FENCED`.
+    pub async fn report_isr(
+        &self,
+        topic: &str,
+        partition: u32,
+        epoch: u64,
+        isr: Vec<u32>,
+    ) -> Result<(), ServerError> {
+        let mut inner = self.inner.lock().await;
+        let current = inner
+            .state
+            .topics
+            .get(topic)
+            .and_then(|t| t.replicas.get(partition as usize))
+            .map(|s| s.epoch);
+        match current {
+            Some(e) if e == epoch => {}
+            Some(e) => {
+                return Err(ServerError::coded(
+                    ErrorCode::FENCED,
+                    format!("partition {topic}/{partition}: epoch {epoch} is over, the partition is in epoch {e}"),
+                ))
+            }
+            None => {
+                return Err(ServerError::coded(
+                    ErrorCode::PARTITION_NOT_FOUND,
+                    format!("partition {topic}/{partition} is not replicated"),
+                ))
+            }
+        }
+        let cmd = ReplicaCommand::Isr {
+            topic: topic.to_string(),
+            partition,
+            epoch,
+            isr: isr.clone(),
+        };
+        inner.commit(RegistryCommand::Replica(cmd)).await?;
+        tracing::info!(topic, partition, epoch, isr = ?isr, "in-sync replicas recorded");
+        Ok(())
+    }
+
+    /// Fails over every replicated partition whose leader is dead to an
+    /// in-sync replica that is alive, then sends the new roles.
+    pub async fn fail_over(&self) {
+        let mut inner = self.inner.lock().await;
+        // A registry that just started (or took over) has not heard from
+        // the members yet: they get a heartbeat timeout first.
+        if inner.since.elapsed() < HEARTBEAT_TIMEOUT {
+            return;
+        }
+        let mut moves = Vec::new();
+        for t in inner.state.topics.values() {
+            for (p, set) in t.replicas.iter().enumerate() {
+                let leader = t.placement[p];
+                if inner.alive(leader) {
+                    continue;
+                }
+                let Some(next) = set
+                    .isr
+                    .iter()
+                    .copied()
+                    .find(|m| *m != leader && inner.alive(*m))
+                else {
+                    continue;
+                };
+                let isr: Vec<u32> = set.isr.iter().copied().filter(|m| *m != leader).collect();
+                moves.push(ReplicaCommand::Leader {
+                    topic: t.spec.name.clone(),
+                    partition: p as u32,
+                    leader: next,
+                    epoch: set.epoch + 1,
+                    isr,
+                });
+            }
+        }
+        let mut changed: Vec<String> = Vec::new();
+        for cmd in moves {
+            let ReplicaCommand::Leader {
+                topic,
+                partition,
+                leader,
+                epoch,
+                ..
+            } = &cmd
+            else {
+                continue;
+            };
+            let (topic, partition, leader, epoch) = (topic.clone(), *partition, *leader, *epoch);
+            match inner.commit(RegistryCommand::Replica(cmd)).await {
+                Ok(()) => {
+                    tracing::warn!(topic = %topic, partition, leader, epoch, "partition leader failed over");
+                    if !changed.contains(&topic) {
+                        changed.push(topic);
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(topic = %topic, partition, error = %e, "could not fail over a partition");
+                    return;
+                }
+            }
+        }
+        let calls: Vec<RoleCall> = changed
+            .iter()
+            .filter_map(|name| inner.state.topics.get(name))
+            .flat_map(|meta| role_calls(&inner, meta, None))
+            .collect();
+        drop(inner);
+        self.send_roles(calls).await;
+    }
+
+    /// Sends every replicated topic's roles to its live holders again.
+    pub async fn resend_roles(&self) {
+        let calls: Vec<RoleCall> = {
+            let inner = self.inner.lock().await;
+            inner
+                .state
+                .topics
+                .values()
+                .filter(|t| !t.replicas.is_empty())
+                .flat_map(|meta| role_calls(&inner, meta, None))
+                .collect()
+        };
+        self.send_roles(calls).await;
+    }
+}

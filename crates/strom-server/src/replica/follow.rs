@@ -1,0 +1,168 @@
+//! A follower's copy loop: fetch from the leader what comes after the local
+//! log, store it at the same offsets (`append_replica`), make it durable,
+//! record the leader's epochs, publish the leader's high watermark, and ask
+//! again from the new end. A cut the leader asks for (`truncate_to`) comes
+//! first. Errors and a leader that is not (yet) one are retried after a
+//! short pause, until the role changes.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use strom_proto::{Durability, ErrorCode, ReplicaBatchHead, Request, Response};
+use strom_storage::ReplicaBatch;
+
+use super::{refusal, Replica, FETCH_BYTES};
+use crate::error::ServerError;
+use crate::partition::PartitionManager;
+
+/// The pause before a failed fetch is tried again.
+const RETRY: Duration = Duration::from_millis(200);
+
+/// What one fetch answered.
+struct Fetched {
+    hwm: u64,
+    truncate_to: Option<u64>,
+    epochs: Vec<(u64, u64)>,
+    batches: Vec<ReplicaBatchHead>,
+    bytes: Bytes,
+}
+
+pub(super) async fn run(r: Arc<Replica>, epoch: u64, leader: String, stop: Arc<AtomicBool>) {
+    let mut failures = 0u32;
+    while !stop.load(Ordering::Acquire) {
+        let Some(pm) = r.pm.upgrade() else { return };
+        if pm.is_deleted() {
+            return;
+        }
+        let got = match fetch(&r, &pm, epoch, &leader).await {
+            Ok(f) => {
+                let (r2, pm2) = (r.clone(), pm.clone());
+                tokio::task::spawn_blocking(move || apply(&r2, &pm2, f))
+                    .await
+                    .unwrap_or_else(|e| Err(refusal(ErrorCode::INTERNAL, e.to_string())))
+            }
+            Err(e) => Err(e),
+        };
+        match got {
+            Ok(()) => failures = 0,
+            Err(e) => {
+                failures += 1;
+                if failures.is_power_of_two() {
+                    tracing::warn!(topic = %r.topic, partition = r.partition, leader = %leader, epoch, failures, error = %e, "replica fetch failed; retrying");
+                }
+                tokio::time::sleep(RETRY).await;
+            }
+        }
+    }
+}
+
+async fn fetch(
+    r: &Replica,
+    pm: &PartitionManager,
+    epoch: u64,
+    leader: &str,
+) -> Result<Fetched, ServerError> {
+    let req = Request::ReplicaFetch {
+        topic: r.topic.clone(),
+        partition: r.partition,
+        epoch,
+        follower: r.me,
+        from: pm.log.next_offset(),
+        last_epoch: r.epochs.latest().map_or(0, |e| e.epoch),
+        max_bytes: FETCH_BYTES,
+    };
+    match r.peers.call(leader, &req).await? {
+        Response::ReplicaBatches {
+            hwm,
+            truncate_to,
+            epochs,
+            batches,
+            bytes,
+        } => Ok(Fetched {
+            hwm,
+            truncate_to,
+            epochs,
+            batches,
+            bytes,
+        }),
+        other => Err(refusal(
+            ErrorCode::INTERNAL,
+            format!("unexpected answer {} to ReplicaFetch", other.opcode()),
+        )),
+    }
+}
+
+/// Stores one answer (blocking: writes and syncs).
+fn apply(r: &Replica, pm: &PartitionManager, f: Fetched) -> Result<(), ServerError> {
+    if let Some(cut) = f.truncate_to {
+        let end = pm.exclusive(|| pm.log.truncate_from(cut))?;
+        r.epochs.truncate_from(end)?;
+        r.durable_end.send_replace(end);
+        tracing::warn!(topic = %r.topic, partition = r.partition, cut, end, "cut this replica's log where the leader's history ends (a deposed leader's unreplicated tail)");
+        return Ok(());
+    }
+    let parts = split(&f.batches, &f.bytes)?;
+    let end = pm.exclusive(|| -> Result<u64, ServerError> {
+        for (h, meta, data) in &parts {
+            pm.log.append_replica(ReplicaBatch {
+                base_offset: h.base_offset,
+                count: h.count,
+                timestamp_us: h.timestamp_us,
+                meta,
+                data: std::slice::from_ref(data),
+            })?;
+        }
+        // `always`: the high watermark means durable on every in-sync copy.
+        if !parts.is_empty() && pm.dir().is_some() && pm.durability == Durability::Always {
+            pm.log.sync_all()?;
+        }
+        Ok(pm.log.next_offset())
+    })?;
+    let known = r.epochs.latest().map_or(0, |e| e.epoch);
+    for (epoch, start) in f.epochs {
+        if epoch > known && start < end {
+            r.epochs.assign(epoch, start)?;
+        }
+    }
+    r.durable_end.send_replace(end);
+    pm.publish_hwm(f.hwm.min(end));
+    Ok(())
+}
+
+/// The meta and data of each batch, cut from `bytes` as the heads say;
+/// lengths that do not add up are the leader's (or the wire's) fault.
+fn split<'a>(
+    heads: &'a [ReplicaBatchHead],
+    bytes: &Bytes,
+) -> Result<Vec<(&'a ReplicaBatchHead, Bytes, Bytes)>, ServerError> {
+    let bad = |why: String| refusal(ErrorCode::MALFORMED_FRAME, format!("ReplicaBatches: {why}"));
+    let mut at = 0usize;
+    let mut out = Vec::with_capacity(heads.len().min(4096));
+    for h in heads {
+        let meta_len = h.meta_len as usize;
+        let data_len = usize::try_from(h.data_len).map_err(|_| bad("data too long".into()))?;
+        let meta_end = at
+            .checked_add(meta_len)
+            .filter(|e| *e <= bytes.len())
+            .ok_or_else(|| bad(format!("batch {} runs past the bytes sent", h.base_offset)))?;
+        let data_end = meta_end
+            .checked_add(data_len)
+            .filter(|e| *e <= bytes.len())
+            .ok_or_else(|| bad(format!("batch {} runs past the bytes sent", h.base_offset)))?;
+        out.push((
+            h,
+            bytes.slice(at..meta_end),
+            bytes.slice(meta_end..data_end),
+        ));
+        at = data_end;
+    }
+    if at != bytes.len() {
+        return Err(bad(format!(
+            "{} bytes sent beyond the batches",
+            bytes.len() - at
+        )));
+    }
+    Ok(out)
+}

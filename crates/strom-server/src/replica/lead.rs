@@ -1,0 +1,335 @@
+//! The leader's side of a replicated partition: where each follower got
+//! to, the high watermark, the `acks=all` appends waiting for it, the
+//! in-sync replicas (kept with the registry's consent) and the answers to
+//! followers' fetches.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use strom_proto::{ErrorCode, ReplicaBatchHead, ReplicaRole, Request, Response};
+use strom_storage::Appended;
+
+use super::{refusal, Replica, State, LAG};
+use crate::error::ServerError;
+use crate::partition::{AppendReply, PartitionManager};
+
+/// How long a fetch that finds nothing new waits for the next batch.
+const LONG_POLL: Duration = Duration::from_millis(500);
+
+/// How often the leader checks its followers against [`LAG`].
+const KEEP_EVERY: Duration = Duration::from_millis(250);
+
+/// One follower, as its fetches show it.
+struct Peer {
+    /// Everything below it is durable on the follower.
+    end: u64,
+    /// When its fetch last asked from the leader's durable end.
+    caught_up: Option<Instant>,
+}
+
+pub(super) struct Leading {
+    pub epoch: u64,
+    /// In-sync replicas as the registry recorded them (this member too).
+    pub isr: BTreeSet<u32>,
+    followers: BTreeMap<u32, Peer>,
+    pub hwm: u64,
+    /// `acks=all` appends: (end offset, what was appended, reply).
+    pub pending: Vec<(u64, Appended, AppendReply)>,
+    /// Whether an ISR change is on its way to the registry.
+    reporting: bool,
+}
+
+pub(super) fn lost_leadership(topic: &str, partition: u32) -> ServerError {
+    refusal(
+        ErrorCode::NOT_PARTITION_LEADER,
+        format!(
+            "partition {topic}/{partition}: this member stopped leading it before every in-sync replica had the batch; it may or may not be kept"
+        ),
+    )
+}
+
+impl Leading {
+    pub fn new(role: &ReplicaRole, me: u32, _end: u64, hwm: u64) -> Leading {
+        let now = Instant::now();
+        let followers = role
+            .followers
+            .iter()
+            .filter(|f| **f != me)
+            .map(|f| {
+                // Those in sync get a full lag to show it.
+                let caught_up = role.isr.contains(f).then_some(now);
+                (*f, Peer { end: 0, caught_up })
+            })
+            .collect();
+        let mut isr: BTreeSet<u32> = role.isr.iter().copied().collect();
+        isr.insert(me);
+        Leading {
+            epoch: role.epoch,
+            isr,
+            followers,
+            hwm,
+            pending: Vec::new(),
+            reporting: false,
+        }
+    }
+
+    /// The high watermark for a durable end of `durable` here, and the
+    /// `acks=all` appends it now covers.
+    pub fn advance(&mut self, durable: u64) -> (u64, Vec<(u64, Appended, AppendReply)>) {
+        let hwm = self
+            .followers
+            .iter()
+            .filter(|(id, _)| self.isr.contains(id))
+            .map(|(_, p)| p.end)
+            .fold(durable, u64::min);
+        self.hwm = self.hwm.max(hwm);
+        let (ready, waiting) = std::mem::take(&mut self.pending)
+            .into_iter()
+            .partition(|(end, _, _)| *end <= self.hwm);
+        self.pending = waiting;
+        (self.hwm, ready)
+    }
+
+    /// Answers every waiting `acks=all` append with the loss of leadership.
+    pub fn fail_pending(self, topic: &str, partition: u32) {
+        for (_, _, reply) in self.pending {
+            reply(Err(lost_leadership(topic, partition)));
+        }
+    }
+
+    /// The ISR the followers' progress asks for: this member, and every
+    /// follower that caught up within [`LAG`].
+    fn wanted_isr(&self, me: u32) -> BTreeSet<u32> {
+        let mut isr: BTreeSet<u32> = self
+            .followers
+            .iter()
+            .filter(|(_, p)| p.caught_up.is_some_and(|t| t.elapsed() < LAG))
+            .map(|(id, _)| *id)
+            .collect();
+        isr.insert(me);
+        isr
+    }
+}
+
+impl Replica {
+    /// Keeps the ISR while this member leads in `epoch`.
+    pub(super) fn spawn_isr_keeper(self: Arc<Self>, epoch: u64) {
+        tokio::runtime::Handle::current().spawn(async move {
+            loop {
+                tokio::time::sleep(KEEP_EVERY).await;
+                let wanted = {
+                    let mut st = self.state.lock();
+                    let State::Leading(l) = &mut *st else { return };
+                    if l.epoch != epoch {
+                        return;
+                    }
+                    let wanted = l.wanted_isr(self.me);
+                    if wanted == l.isr || l.reporting {
+                        continue;
+                    }
+                    l.reporting = true;
+                    wanted
+                };
+                self.report_isr(epoch, wanted).await;
+            }
+        });
+    }
+
+    /// Asks the registry to record `isr`; applies it once recorded, steps
+    /// down if the registry says the epoch is over.
+    async fn report_isr(&self, epoch: u64, isr: BTreeSet<u32>) {
+        let req = Request::ReportIsr {
+            topic: self.topic.clone(),
+            partition: self.partition,
+            epoch,
+            isr: isr.iter().copied().collect(),
+        };
+        let master = self.master.read().clone();
+        let answer = match master {
+            Some(addr) => self.peers.call(&addr, &req).await,
+            None => Err(refusal(
+                ErrorCode::NOT_MASTER,
+                "no registry master known".into(),
+            )),
+        };
+        let Some(pm) = self.pm.upgrade() else { return };
+        let mut st = self.state.lock();
+        let State::Leading(l) = &mut *st else { return };
+        l.reporting = false;
+        match answer {
+            Ok(_) => {
+                tracing::info!(topic = %self.topic, partition = self.partition, epoch, from = ?l.isr, to = ?isr, "in-sync replicas changed");
+                l.isr = isr;
+                drop(st);
+                self.recompute(&pm);
+            }
+            Err(e) if e.code() == ErrorCode::FENCED => {
+                tracing::warn!(topic = %self.topic, partition = self.partition, epoch, error = %e, "deposed: the registry has a newer leader epoch; taking no more appends");
+                let State::Leading(l) = std::mem::replace(&mut *st, State::Idle { epoch }) else {
+                    return;
+                };
+                drop(st);
+                l.fail_pending(&self.topic, self.partition);
+            }
+            Err(e) => {
+                tracing::debug!(topic = %self.topic, partition = self.partition, error = %e, "could not report the in-sync replicas; retrying");
+            }
+        }
+    }
+
+    /// Answers a follower's fetch: where to cut its log, or the batches
+    /// after `from` (waiting up to [`LONG_POLL`] for one).
+    pub async fn serve_fetch(
+        self: &Arc<Self>,
+        epoch: u64,
+        follower: u32,
+        from: u64,
+        last_epoch: u64,
+        max_bytes: u32,
+    ) -> Result<Response, ServerError> {
+        let pm = self
+            .pm
+            .upgrade()
+            .ok_or_else(|| refusal(ErrorCode::SHUTTING_DOWN, "the partition is closed".into()))?;
+        self.note_fetch(&pm, epoch, follower, from)?;
+        let log_end = pm.log.next_offset();
+        if let Some(cut) = self.divergence(from, last_epoch, log_end) {
+            return Ok(self.batches(&pm, Some(cut), Vec::new(), Bytes::new()));
+        }
+        let mut durable = self.durable_end.subscribe();
+        if *durable.borrow_and_update() <= from {
+            let _ = tokio::time::timeout(LONG_POLL, durable.changed()).await;
+        }
+        let until = *durable.borrow();
+        if until <= from {
+            return Ok(self.batches(&pm, None, Vec::new(), Bytes::new()));
+        }
+        let p = pm.clone();
+        let (heads, bytes) =
+            tokio::task::spawn_blocking(move || read_batches(&p, from, until, max_bytes))
+                .await
+                .map_err(|e| refusal(ErrorCode::INTERNAL, e.to_string()))??;
+        Ok(self.batches(&pm, None, heads, bytes))
+    }
+
+    fn batches(
+        &self,
+        pm: &PartitionManager,
+        truncate_to: Option<u64>,
+        batches: Vec<ReplicaBatchHead>,
+        bytes: Bytes,
+    ) -> Response {
+        Response::ReplicaBatches {
+            hwm: pm.visible(),
+            truncate_to,
+            epochs: self.epoch_list(),
+            batches,
+            bytes,
+        }
+    }
+
+    /// Checks the fetch's epoch and records how far the follower got.
+    fn note_fetch(
+        &self,
+        pm: &PartitionManager,
+        epoch: u64,
+        follower: u32,
+        from: u64,
+    ) -> Result<(), ServerError> {
+        let durable = *self.durable_end.borrow();
+        {
+            let mut st = self.state.lock();
+            let l = match &mut *st {
+                State::Leading(l) => l,
+                other => {
+                    return Err(refusal(
+                        ErrorCode::NOT_PARTITION_LEADER,
+                        format!(
+                            "member {} does not lead partition {}/{} (epoch {})",
+                            self.me,
+                            self.topic,
+                            self.partition,
+                            other.epoch()
+                        ),
+                    ))
+                }
+            };
+            if l.epoch != epoch {
+                return Err(refusal(
+                    ErrorCode::FENCED,
+                    format!(
+                        "partition {}/{}: the fetch is for epoch {epoch}, this leader's is {}",
+                        self.topic, self.partition, l.epoch
+                    ),
+                ));
+            }
+            let Some(peer) = l.followers.get_mut(&follower) else {
+                return Err(refusal(
+                    ErrorCode::INVALID_ARGUMENT,
+                    format!(
+                        "member {follower} is not a replica of partition {}/{}",
+                        self.topic, self.partition
+                    ),
+                ));
+            };
+            peer.end = from;
+            if from >= durable {
+                peer.caught_up = Some(Instant::now());
+            }
+        }
+        self.recompute(pm);
+        Ok(())
+    }
+
+    /// Where a follower whose latest epoch is `last_epoch` and whose log
+    /// ends at `from` must cut its log, if it holds what this leader does
+    /// not (Kafka's OffsetsForLeaderEpoch).
+    fn divergence(&self, from: u64, last_epoch: u64, log_end: u64) -> Option<u64> {
+        if from == 0 {
+            return None;
+        }
+        let end = match self.epochs.end_offset_for(last_epoch, log_end) {
+            Some((_, end)) => end,
+            // Older than every epoch this leader knows: keep nothing.
+            None => self.epochs.entries().first().map_or(0, |e| e.start_offset),
+        };
+        (end < from).then_some(end)
+    }
+}
+
+/// Whole batches in `[from, until)`, at least one, up to `max_bytes`.
+fn read_batches(
+    pm: &PartitionManager,
+    from: u64,
+    until: u64,
+    max_bytes: u32,
+) -> Result<(Vec<ReplicaBatchHead>, Bytes), ServerError> {
+    let mut heads = Vec::new();
+    let mut out = BytesMut::new();
+    let stored = pm.log.read(from, max_bytes as usize)?;
+    for b in stored {
+        let end = b.base_offset + u64::from(b.count);
+        if end > until || (!heads.is_empty() && out.len() as u64 + b.data_len > max_bytes as u64) {
+            break;
+        }
+        let mut data = Vec::new();
+        if b.data_len > 0 {
+            pm.log
+                .read_data(b.base_offset, &[(0, b.data_len)], &mut data)?;
+        }
+        heads.push(ReplicaBatchHead {
+            base_offset: b.base_offset,
+            count: b.count,
+            timestamp_us: b.timestamp_us,
+            meta_len: b.meta.len() as u32,
+            data_len: b.data_len,
+        });
+        out.extend_from_slice(&b.meta);
+        for d in data {
+            out.extend_from_slice(&d);
+        }
+    }
+    Ok((heads, out.freeze()))
+}
