@@ -205,6 +205,21 @@ impl ClientConn {
         self.mux.is_dead()
     }
 
+    /// Fails every request waiting on this connection if it has some and
+    /// the server has said nothing for `silence` (a server that stopped, as
+    /// a SIGSTOPped one does, without closing its connections). True if
+    /// it did.
+    pub fn drop_if_silent(&self, silence: std::time::Duration) -> bool {
+        if self.mux.is_dead() || self.mux.in_flight() == 0 || self.mux.silent_for() < silence {
+            return false;
+        }
+        self.mux.kill(NetError::io(
+            format!("waiting {silence:?} for a server that said nothing"),
+            std::io::Error::from(std::io::ErrorKind::TimedOut),
+        ));
+        true
+    }
+
     /// Sends a request (with bulk payload) and waits for its response.
     /// An error response becomes `Err`.
     pub async fn call(&self, req: &Request, bulk: Vec<Bytes>) -> Result<Response> {

@@ -719,12 +719,21 @@ async fn refresh_loop(weak: Weak<Inner>) {
         };
         // Follow owners that moved (a member restarted on a new address).
         let mut moved = Vec::new();
+        let mut former = Vec::new();
         for (q, p) in inner.parts.read().iter().zip(&info.partitions) {
             let mut owner = q.owner.lock();
             if owner.1 != p.addr {
                 *owner = (p.member, p.addr.clone());
-                *q.conn.lock() = None;
+                former.extend(q.conn.lock().take().map(|c| (q.partition, c)));
                 moved.push(q.clone());
+            }
+        }
+        // Batches waiting on a former owner that went silent (a paused
+        // leader the registry replaced) fail now, instead of waiting for it
+        // to wake up. Outside the locks: their completions take them.
+        for (partition, old) in former {
+            if old.drop_if_silent(OWNER_SILENCE) {
+                tracing::warn!(topic = %inner.topic.name(), partition, "the partition's former owner is silent; its pending batches failed");
             }
         }
         let grew = info.partitions.len() > inner.parts.read().len();
@@ -742,6 +751,10 @@ async fn refresh_loop(weak: Weak<Inner>) {
         }
     }
 }
+
+/// How long a partition's former owner may stay silent, with batches
+/// waiting on it, before they fail.
+const OWNER_SILENCE: Duration = Duration::from_secs(2);
 
 /// Longest wait for a partition owner's limits when a producer starts.
 const LIMITS_WAIT: Duration = Duration::from_secs(2);

@@ -157,6 +157,10 @@ pub struct MuxConn<B: LentBuffer = Vec<u8>, C: Complete<B> = Callback<B>> {
     next_id: AtomicU64,
     dead: AtomicBool,
     reader: OnceLock<AbortHandle>,
+    /// When the connection started, and how long after that the last
+    /// frame came in (milliseconds).
+    born: std::time::Instant,
+    last_heard_ms: AtomicU64,
 }
 
 impl<B: LentBuffer, C: Complete<B>> MuxConn<B, C> {
@@ -190,6 +194,8 @@ impl<B: LentBuffer, C: Complete<B>> MuxConn<B, C> {
                 next_id: AtomicU64::new(1),
                 dead: AtomicBool::new(false),
                 reader: OnceLock::new(),
+                born: std::time::Instant::now(),
+                last_heard_ms: AtomicU64::new(0),
             }
         });
         let task = tokio::spawn(read_loop(mux.clone(), reader, busy_poll));
@@ -209,6 +215,13 @@ impl<B: LentBuffer, C: Complete<B>> MuxConn<B, C> {
     /// Requests waiting for their response.
     pub fn in_flight(&self) -> usize {
         self.pending.lock().len()
+    }
+
+    /// How long since the other end last sent a frame (or since the
+    /// connection opened, if it never did).
+    pub fn silent_for(&self) -> Duration {
+        let heard = Duration::from_millis(self.last_heard_ms.load(Ordering::Relaxed));
+        self.born.elapsed().saturating_sub(heard)
     }
 
     fn lost(&self) -> NetError {
@@ -406,6 +419,8 @@ async fn read_one<B: LentBuffer, C: Complete<B>>(
     let Some((header, body)) = reader.next().await? else {
         return Ok(false);
     };
+    let heard = u64::try_from(mux.born.elapsed().as_millis()).unwrap_or(u64::MAX);
+    mux.last_heard_ms.store(heard, Ordering::Relaxed);
     match header.kind {
         FrameKind::Response => {
             let pending = mux.pending.lock().remove(&header.id);

@@ -1,0 +1,356 @@
+//! Replicated partitions on three real `strom server` processes
+//! (docs/replication.md): a topic with replication factor 3 under a
+//! producer with `acks=all` while the leader of a partition is killed with
+//! SIGKILL, or paused with SIGSTOP until it is replaced and then resumed.
+//! Every acknowledged event is read back exactly once, at the offset its
+//! acknowledgement named, in push order per partition; the producer carries
+//! on after the failover; the copies are byte for byte the same on every
+//! replica; and what a consumer saw during the run is what the final log
+//! holds (nothing it saw vanished or changed).
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{read_all, JoinedMember, ServerProcess};
+use strom_client::{Driver, ErrorCode, Next, PushFuture, StartPos, TopicSpec};
+
+const TOPIC: &str = "replicated";
+const PARTITIONS: u32 = 3;
+const WAIT: Duration = Duration::from_secs(30);
+
+fn wait_for(what: &str, mut ok: impl FnMut() -> bool) {
+    let deadline = Instant::now() + WAIT;
+    while !ok() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+struct Group {
+    zero: ServerProcess,
+    /// member id -> (process, data dir)
+    joined: BTreeMap<u32, (JoinedMember, PathBuf)>,
+    d: Driver,
+}
+
+fn member_id(dir: &Path) -> Option<u32> {
+    std::fs::read_to_string(dir.join("member-id"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+fn start(base: &Path) -> Group {
+    let zero = ServerProcess::start(&base.join("m0"));
+    let mut joined = BTreeMap::new();
+    for i in 1..=2 {
+        let dir = base.join(format!("m{i}"));
+        let p = zero.join_member(&dir, &[], Stdio::null());
+        wait_for("the member's id", || member_id(&dir).is_some());
+        joined.insert(member_id(&dir).unwrap(), (p, dir));
+    }
+    let d = zero.connect();
+    wait_for("three live members", || common::live_members(&d) == 3);
+    let spec = TopicSpec {
+        replication_factor: 3,
+        ..TopicSpec::new(TOPIC, PARTITIONS)
+    };
+    d.create_topic(spec).expect("creating the replicated topic");
+    Group { zero, joined, d }
+}
+
+/// What the producer saw: acked `(seq, partition, offset, when)`, and the
+/// seqs that failed.
+#[derive(Default)]
+struct History {
+    acked: Vec<(u64, u32, u64, Instant)>,
+    failed: Vec<u64>,
+}
+
+/// Pushes `seq` to partition `seq % PARTITIONS` until `stop`, waiting for
+/// each window of acknowledgements.
+fn produce(d: Driver, stop: Arc<AtomicBool>, out: Arc<Mutex<History>>) {
+    let t = d.open_topic(TOPIC).unwrap();
+    let p = t.producer().unwrap();
+    let mut seq = 0u64;
+    while !stop.load(Ordering::Acquire) {
+        let mut window: Vec<(u64, Option<PushFuture>)> = Vec::new();
+        for _ in 0..12 {
+            let meta = format!("{{\"i\":{seq}}}");
+            let part = (seq % u64::from(PARTITIONS)) as u32;
+            window.push((
+                seq,
+                p.push_with(meta, vec![seq as u8; 64], Some(part), &[]).ok(),
+            ));
+            seq += 1;
+        }
+        let _ = p.flush();
+        for (s, f) in window {
+            let r = f.map(|f| f.wait());
+            let mut h = out.lock().unwrap();
+            match r {
+                Some(Ok(id)) => h.acked.push((s, id.partition, id.offset, Instant::now())),
+                _ => h.failed.push(s),
+            }
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Follows the topic from the beginning until `stop`, recording what it
+/// saw at each offset.
+fn watch(d: Driver, stop: Arc<AtomicBool>, seen: Arc<Mutex<BTreeMap<(u32, u64), Vec<u8>>>>) {
+    let t = d.open_topic(TOPIC).unwrap();
+    let c = t
+        .consumer_with(
+            "watcher",
+            strom_client::ConsumerOptions {
+                start: StartPos::Beginning,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    while !stop.load(Ordering::Acquire) {
+        match c.pull_timeout(Duration::from_millis(200)) {
+            Ok(Next::Event(e)) => {
+                seen.lock()
+                    .unwrap()
+                    .insert((e.partition, e.offset), e.raw().to_vec());
+            }
+            Ok(Next::EndOfStream) => return,
+            Err(e) if e.code() == ErrorCode::TIMEOUT => {}
+            // A partition's owner died: the consumer follows the new one.
+            Err(_) => {}
+        }
+    }
+}
+
+fn seq_of(meta: &[u8]) -> u64 {
+    let v: serde_json::Value = serde_json::from_slice(meta).expect("JSON metadata");
+    v["i"].as_u64().expect("a sequence number")
+}
+
+/// The checks every run ends with.
+fn check(g: &Group, h: &History, seen: &BTreeMap<(u32, u64), Vec<u8>>) {
+    let stored = read_all(&g.d, TOPIC, "check", WAIT).events;
+    let mut by_seq: BTreeMap<u64, (u32, u64)> = BTreeMap::new();
+    for ((p, o), ev) in &stored {
+        let s = seq_of(&ev.meta);
+        assert!(
+            by_seq.insert(s, (*p, *o)).is_none(),
+            "event {s} is stored twice"
+        );
+        assert_eq!(ev.data, vec![s as u8; 64], "data of event {s}");
+    }
+    for (s, p, o, _) in &h.acked {
+        assert_eq!(
+            by_seq.get(s),
+            Some(&(*p, *o)),
+            "acknowledged event {s} is not at {p}/{o}"
+        );
+    }
+    for p in 0..PARTITIONS {
+        let seqs: Vec<u64> = stored
+            .iter()
+            .filter(|((q, _), _)| *q == p)
+            .map(|(_, ev)| seq_of(&ev.meta))
+            .collect();
+        assert!(
+            seqs.windows(2).all(|w| w[0] < w[1]),
+            "partition {p} out of push order"
+        );
+    }
+    for (at, meta) in seen {
+        let now = stored.get(at).map(|e| &e.meta);
+        assert_eq!(
+            now,
+            Some(meta),
+            "a consumer saw {at:?} as something the log no longer holds"
+        );
+    }
+    eprintln!(
+        "{} acked, {} failed, {} stored, {} seen by the watcher",
+        h.acked.len(),
+        h.failed.len(),
+        stored.len(),
+        seen.len()
+    );
+}
+
+/// Every replica's copy of each partition holds the same bytes.
+fn same_copies(dirs: &[PathBuf]) {
+    for p in 0..PARTITIONS {
+        let logs: Vec<Vec<u8>> = dirs
+            .iter()
+            .map(|d| {
+                let topic = std::fs::read_dir(d.join("topics"))
+                    .unwrap()
+                    .filter_map(|e| e.ok())
+                    .find(|e| e.file_name().to_string_lossy().starts_with(TOPIC))
+                    .expect("the topic's directory")
+                    .path();
+                let mut all = Vec::new();
+                let mut files: Vec<PathBuf> = std::fs::read_dir(topic.join(p.to_string()))
+                    .unwrap()
+                    .filter_map(|e| e.ok().map(|e| e.path()))
+                    .filter(|f| f.extension().is_some_and(|x| x == "log" || x == "data"))
+                    .collect();
+                files.sort();
+                for f in files {
+                    all.extend(std::fs::read(f).unwrap());
+                }
+                all
+            })
+            .collect();
+        assert!(
+            logs.windows(2).all(|w| w[0] == w[1]),
+            "partition {p}: the replicas' files differ"
+        );
+    }
+}
+
+/// The member leading partition `p`, and the epoch.
+fn leader(d: &Driver, p: u32) -> (u32, u64) {
+    let info = d.describe(TOPIC).unwrap();
+    let part = &info.partitions[p as usize];
+    (part.member, part.epoch)
+}
+
+struct Run {
+    stop: Arc<AtomicBool>,
+    history: Arc<Mutex<History>>,
+    seen: Arc<Mutex<BTreeMap<(u32, u64), Vec<u8>>>>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+fn run(g: &Group) -> Run {
+    let stop = Arc::new(AtomicBool::new(false));
+    let history = Arc::new(Mutex::new(History::default()));
+    let seen = Arc::new(Mutex::new(BTreeMap::new()));
+    let pd = Driver::connect(&g.zero.group_file).unwrap();
+    let wd = Driver::connect(&g.zero.group_file).unwrap();
+    let (s1, s2, h, w) = (stop.clone(), stop.clone(), history.clone(), seen.clone());
+    let threads = vec![
+        std::thread::spawn(move || produce(pd, s1, h)),
+        std::thread::spawn(move || watch(wd, s2, w)),
+    ];
+    Run {
+        stop,
+        history,
+        seen,
+        threads,
+    }
+}
+
+impl Run {
+    fn acked_on(&self, p: u32) -> usize {
+        self.history
+            .lock()
+            .unwrap()
+            .acked
+            .iter()
+            .filter(|a| a.1 == p)
+            .count()
+    }
+
+    fn finish(self) -> (History, BTreeMap<(u32, u64), Vec<u8>>) {
+        self.stop.store(true, Ordering::Release);
+        for t in self.threads {
+            t.join().unwrap();
+        }
+        let h = std::mem::take(&mut *self.history.lock().unwrap());
+        let s = std::mem::take(&mut *self.seen.lock().unwrap());
+        (h, s)
+    }
+}
+
+/// The partition member 1 leads (member 0 keeps the registry).
+fn led_by_member_1(d: &Driver) -> u32 {
+    (0..PARTITIONS)
+        .find(|p| leader(d, *p).0 == 1)
+        .expect("member 1 leads a partition")
+}
+
+#[test]
+fn acked_events_survive_sigkill_of_a_partition_leader() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut g = start(tmp.path());
+    let p = led_by_member_1(&g.d);
+    let r = run(&g);
+    wait_for("acks on the partition", || r.acked_on(p) >= 50);
+    let (proc1, dir1) = g.joined.remove(&1).unwrap();
+    let killed = Instant::now();
+    drop(proc1);
+    wait_for("a new leader", || leader(&g.d, p).0 != 1);
+    let (new, epoch) = leader(&g.d, p);
+    assert!(epoch >= 2, "the epoch moved on");
+    let before = r.acked_on(p);
+    wait_for("acks on the partition after the failover", || {
+        r.acked_on(p) > before + 30
+    });
+    let first_after = r
+        .history
+        .lock()
+        .unwrap()
+        .acked
+        .iter()
+        .filter(|a| a.1 == p && a.3 > killed)
+        .map(|a| a.3)
+        .min()
+        .unwrap();
+    eprintln!(
+        "partition {p}: member {new} leads in epoch {epoch}; the producer's first ack there came {:?} after the SIGKILL",
+        first_after - killed
+    );
+    // Member 1 comes back, follows, catches up and is in sync again.
+    let back = g.zero.join_member(&dir1, &[], Stdio::null());
+    g.joined.insert(1, (back, dir1));
+    wait_for("member 1 back in sync", || {
+        let info = g.d.describe(TOPIC).unwrap();
+        info.partitions.iter().all(|q| q.isr.len() == 3)
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let (h, seen) = r.finish();
+    check(&g, &h, &seen);
+    wait_for("every copy caught up", || {
+        std::thread::sleep(Duration::from_millis(300));
+        let info = g.d.describe(TOPIC).unwrap();
+        info.partitions.iter().all(|q| q.isr.len() == 3)
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    let mut dirs = vec![g.zero.data_dir.clone()];
+    dirs.extend(g.joined.values().map(|(_, d)| d.clone()));
+    same_copies(&dirs);
+}
+
+#[test]
+fn a_paused_leader_is_replaced_and_its_stale_tail_never_seen() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut g = start(tmp.path());
+    let p = led_by_member_1(&g.d);
+    let r = run(&g);
+    wait_for("acks on the partition", || r.acked_on(p) >= 50);
+    let pid = g.joined[&1].0 .0.id() as i32;
+    // SAFETY: kill(2) on our own child.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+    wait_for("a new leader", || leader(&g.d, p).0 != 1);
+    let before = r.acked_on(p);
+    wait_for("acks after the failover", || r.acked_on(p) > before + 30);
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
+    wait_for("the old leader back in sync as a follower", || {
+        let info = g.d.describe(TOPIC).unwrap();
+        info.partitions.iter().all(|q| q.isr.len() == 3)
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let (h, seen) = r.finish();
+    check(&g, &h, &seen);
+    let _ = &mut g;
+}
