@@ -104,9 +104,12 @@ fn produce(d: Driver, stop: Arc<AtomicBool>, out: Arc<Mutex<History>>) {
     }
 }
 
+/// What a consumer saw at each offset: (partition, offset) -> metadata.
+type Seen = Arc<Mutex<BTreeMap<(u32, u64), Vec<u8>>>>;
+
 /// Follows the topic from the beginning until `stop`, recording what it
 /// saw at each offset.
-fn watch(d: Driver, stop: Arc<AtomicBool>, seen: Arc<Mutex<BTreeMap<(u32, u64), Vec<u8>>>>) {
+fn watch(d: Driver, stop: Arc<AtomicBool>, seen: Seen) {
     let t = d.open_topic(TOPIC).unwrap();
     let c = t
         .consumer_with(
@@ -226,7 +229,7 @@ fn leader(d: &Driver, p: u32) -> (u32, u64) {
 struct Run {
     stop: Arc<AtomicBool>,
     history: Arc<Mutex<History>>,
-    seen: Arc<Mutex<BTreeMap<(u32, u64), Vec<u8>>>>,
+    seen: Seen,
     threads: Vec<std::thread::JoinHandle<()>>,
 }
 
