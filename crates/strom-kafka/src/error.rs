@@ -56,6 +56,7 @@ pub mod kcode {
     pub const LEADER_NOT_AVAILABLE: i16 = 5;
     pub const COORDINATOR_NOT_AVAILABLE: i16 = 15;
     pub const NOT_LEADER_OR_FOLLOWER: i16 = 6;
+    pub const NOT_ENOUGH_REPLICAS: i16 = 19;
     pub const MESSAGE_TOO_LARGE: i16 = 10;
     pub const UNSUPPORTED_VERSION: i16 = 35;
     pub const TOPIC_ALREADY_EXISTS: i16 = 36;
@@ -76,7 +77,10 @@ pub fn kafka_code(e: &ServerError) -> i16 {
         ErrorCode::TOPIC_NOT_FOUND | ErrorCode::PARTITION_NOT_FOUND => {
             kcode::UNKNOWN_TOPIC_OR_PARTITION
         }
-        ErrorCode::PARTITION_UNAVAILABLE => kcode::NOT_LEADER_OR_FOLLOWER,
+        ErrorCode::PARTITION_UNAVAILABLE | ErrorCode::NOT_PARTITION_LEADER => {
+            kcode::NOT_LEADER_OR_FOLLOWER
+        }
+        ErrorCode::NOT_ENOUGH_REPLICAS => kcode::NOT_ENOUGH_REPLICAS,
         ErrorCode::TOPIC_EXISTS => kcode::TOPIC_ALREADY_EXISTS,
         ErrorCode::NOT_MASTER => kcode::NOT_CONTROLLER,
         ErrorCode::BATCH_TOO_LARGE | ErrorCode::FRAME_TOO_LARGE => kcode::MESSAGE_TOO_LARGE,

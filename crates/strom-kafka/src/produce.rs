@@ -85,6 +85,8 @@ pub fn produce(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply, Fra
     let req: ProduceRequest = decode("Produce", guard::PRODUCE, v, false, body)?;
     let svc = &ctx.services;
     let max = svc.config.max_batch_bytes;
+    // acks=-1 waits for every in-sync copy of a replicated partition.
+    let acks_all = req.acks == -1;
     let mut topics = Vec::with_capacity(req.topic_data.len());
     for t in req.topic_data {
         let topic = t.name.0.as_str().to_string();
@@ -123,20 +125,20 @@ pub fn produce(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply, Fra
                                     let (tx, rx) = oneshot::channel();
                                     let t = topic.clone();
                                     let ctx2 = ctx.clone();
-                                    svc.data.produce(
-                                        &p,
-                                        b,
-                                        Box::new(move |r| {
-                                            let r = r.map(|a| a.base_offset).map_err(|e| {
-                                                tracing::warn!(topic = %t, partition = index, error = %e, "Kafka produce: append failed");
-                                                kafka_code(&e)
-                                            });
-                                            if let Some(i) = idem {
-                                                ctx2.sequences.appended(i.pid, i.epoch, &t, index, i.seq, r.as_ref().ok().copied());
-                                            }
-                                            let _ = tx.send(r);
-                                        }),
-                                    );
+                                    let reply: strom_server::AppendReply = Box::new(move |r| {
+                                        let r = r.map(|a| a.base_offset).map_err(|e| {
+                                            tracing::warn!(topic = %t, partition = index, error = %e, "Kafka produce: append failed");
+                                            kafka_code(&e)
+                                        });
+                                        if let Some(i) = idem {
+                                            ctx2.sequences.appended(i.pid, i.epoch, &t, index, i.seq, r.as_ref().ok().copied());
+                                        }
+                                        let _ = tx.send(r);
+                                    });
+                                    match p.admit(acks_all, reply) {
+                                        Ok(reply) => svc.data.produce(&p, b, reply),
+                                        Err((reply, e)) => reply(Err(e)),
+                                    }
                                     Outcome::Pending(rx)
                                 }
                             }

@@ -39,6 +39,6 @@ pub use service::Services;
 // hosted partitions through `Services`: the checked batch, the partition
 // manager the data service hands out, and the sinks a long poll parks.
 pub use batch::ValidBatch;
-pub use partition::PartitionManager;
+pub use partition::{AppendReply, PartitionManager};
 pub use sink::{BatchSink, Waiters};
 pub use strom_net::Transports;

@@ -290,6 +290,17 @@ impl PartitionManager {
     /// partition holds the batch (and `reply`) until consumers free room.
     /// Blocking file I/O: call it off the async workers for large batches.
     pub fn append(&self, batch: ValidBatch, reply: AppendReply) {
+        // Whatever path it came by, an append to a replica that does not
+        // lead goes nowhere: its log is the leader's copy.
+        if self.replicated && !self.replica.get().is_some_and(|r| r.is_leader()) {
+            return reply(Err(ServerError::coded(
+                ErrorCode::NOT_PARTITION_LEADER,
+                format!(
+                    "partition {}/{} takes appends only on its leader",
+                    self.topic, self.id
+                ),
+            )));
+        }
         let mut guard = self.appender.lock();
         let Some(ap) = guard.as_mut() else {
             drop(guard);

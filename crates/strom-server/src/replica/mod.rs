@@ -271,6 +271,11 @@ impl Replica {
         }
     }
 
+    /// Whether this replica leads its partition now.
+    pub fn is_leader(&self) -> bool {
+        matches!(&*self.state.lock(), State::Leading(_))
+    }
+
     /// The current epoch and the in-sync replicas, when leading.
     pub fn leading(&self) -> Option<(u64, BTreeSet<u32>)> {
         match &*self.state.lock() {
