@@ -144,6 +144,13 @@ impl Cluster {
         c
     }
 
+    /// The simulated disk of member `id` (clusters on simulated disks).
+    pub fn disk(&self, id: NodeId) -> SimFs {
+        let disks = self.disks.as_ref().expect("simulated disks");
+        let mut disks = disks.lock();
+        disks.entry(id).or_insert_with(SimFs::new).clone()
+    }
+
     pub fn dir(&self, id: NodeId) -> PathBuf {
         self.root.path().join(format!("member-{id}"))
     }
