@@ -131,7 +131,14 @@ pub fn produce(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply, Fra
                                             kafka_code(&e)
                                         });
                                         if let Some(i) = idem {
-                                            ctx2.sequences.appended(i.pid, i.epoch, &t, index, i.seq, r.as_ref().ok().copied());
+                                            ctx2.sequences.appended(
+                                                i.pid,
+                                                i.epoch,
+                                                &t,
+                                                index,
+                                                i.seq,
+                                                r.as_ref().ok().copied(),
+                                            );
                                         }
                                         let _ = tx.send(r);
                                     });
