@@ -735,12 +735,13 @@ mod tests {
         spec.overflow = Some(crate::topic::Overflow::Block);
         let m = Request::CreateTopic { spec, member: None };
         let mut b = BytesMut::new();
-        m.encode(PROTOCOL_VERSION, &mut b);
-        // Layout ends with: overflow option tag (1), overflow tag (0), member option (0).
+        // At version 3 the layout ends with: overflow option tag (1),
+        // overflow tag (0), member option (0).
+        m.encode(3, &mut b);
         let n = b.len();
         assert_eq!(&b[n - 3..], &[1, 0, 0]);
         b[n - 2] = 7;
-        match Request::decode(PROTOCOL_VERSION, m.opcode(), &b.freeze()) {
+        match Request::decode(3, m.opcode(), &b.freeze()) {
             Err(e @ ProtoError::Unknown { .. }) => {
                 assert!(e.to_string().contains("overflow policy"), "{e}")
             }
