@@ -572,6 +572,7 @@ pub fn sample_responses() -> Vec<Response> {
                 data_len: 4,
             }],
             bytes: Bytes::from_static(b"abcdefg"),
+            offsets: vec![("analysis".into(), 7)],
         },
     ]
 }

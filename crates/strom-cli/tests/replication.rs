@@ -18,7 +18,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{read_all, JoinedMember, ServerProcess};
-use strom_client::{Driver, ErrorCode, Next, PushFuture, StartPos, TopicSpec};
+use strom_client::{ConsumerOptions, Driver, ErrorCode, Next, PushFuture, StartPos, TopicSpec};
+use strom_proto::PartitionType;
 
 const TOPIC: &str = "replicated";
 const PARTITIONS: u32 = 3;
@@ -48,6 +49,10 @@ fn member_id(dir: &Path) -> Option<u32> {
 }
 
 fn start(base: &Path) -> Group {
+    start_with(base, PartitionType::File)
+}
+
+fn start_with(base: &Path, kind: PartitionType) -> Group {
     let zero = ServerProcess::start(&base.join("m0"));
     let mut joined = BTreeMap::new();
     for i in 1..=2 {
@@ -60,6 +65,7 @@ fn start(base: &Path) -> Group {
     wait_for("three live members", || common::live_members(&d) == 3);
     let spec = TopicSpec {
         replication_factor: 3,
+        partition_type: kind,
         ..TopicSpec::new(TOPIC, PARTITIONS)
     };
     d.create_topic(spec).expect("creating the replicated topic");
@@ -356,4 +362,59 @@ fn a_paused_leader_is_replaced_and_its_stale_tail_never_seen() {
     let (h, seen) = r.finish();
     check(&g, &h, &seen);
     let _ = &mut g;
+}
+
+/// Memory partitions replicate too, and a named consumer's committed
+/// offset is copied with the log: after its leader's SIGKILL, the
+/// consumer resumes on the new leader where it committed.
+#[test]
+fn memory_copies_and_committed_offsets_survive_a_failover() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut g = start_with(tmp.path(), PartitionType::Memory);
+    let p = led_by_member_1(&g.d);
+    let t = g.d.open_topic(TOPIC).unwrap();
+    let producer = t.producer().unwrap();
+    let acked: Vec<_> = (0..60u64)
+        .map(|i| {
+            producer
+                .push_with(format!("{{\"i\":{i}}}"), vec![i as u8; 64], Some(p), &[])
+                .unwrap()
+        })
+        .collect();
+    producer.flush().unwrap();
+    for f in acked {
+        f.wait().expect("an acks=all push");
+    }
+    let only_p = |start| ConsumerOptions {
+        partitions: Some(vec![p]),
+        start,
+        ..Default::default()
+    };
+    let reader = t
+        .consumer_with("reader", only_p(StartPos::Beginning))
+        .unwrap();
+    for _ in 0..20 {
+        match reader.pull_timeout(Duration::from_secs(10)).unwrap() {
+            Next::Event(e) => e.ack().wait().unwrap(),
+            Next::EndOfStream => panic!("the stream has not ended"),
+        }
+    }
+    drop(reader);
+    // The followers copy the offset with their next fetch.
+    std::thread::sleep(Duration::from_secs(1));
+    let (proc1, _) = g.joined.remove(&1).unwrap();
+    drop(proc1);
+    wait_for("a new leader", || leader(&g.d, p).0 != 1);
+    let again = t
+        .consumer_with("reader", only_p(StartPos::Committed))
+        .unwrap();
+    match again.pull_timeout(Duration::from_secs(20)).unwrap() {
+        Next::Event(e) => assert_eq!(e.offset, 20, "resumes where it committed"),
+        Next::EndOfStream => panic!("the stream has not ended"),
+    }
+    let mut n = 1;
+    while let Ok(Next::Event(_)) = again.pull_timeout(Duration::from_secs(2)) {
+        n += 1;
+    }
+    assert_eq!(n, 40, "the rest of the partition is on the new leader");
 }

@@ -403,6 +403,8 @@ pub enum Response {
         epochs: Vec<(u64, u64)>,
         batches: Vec<ReplicaBatchHead>,
         bytes: Bytes,
+        /// The named consumers' committed offsets on the leader.
+        offsets: Vec<(String, u64)>,
     },
 }
 
@@ -583,7 +585,7 @@ messages!(Response {
     23 => Acked { floor },
     24 => ServerSnapshot { json },
     25 => MetaRpc { rpc },
-    26 => ReplicaBatches { hwm, truncate_to, epochs, batches, bytes },
+    26 => ReplicaBatches { hwm, truncate_to, epochs, batches, bytes, offsets },
 });
 
 messages!(Push {

@@ -27,6 +27,7 @@ struct Fetched {
     epochs: Vec<(u64, u64)>,
     batches: Vec<ReplicaBatchHead>,
     bytes: Bytes,
+    offsets: Vec<(String, u64)>,
 }
 
 pub(super) async fn run(r: Arc<Replica>, epoch: u64, leader: String, stop: Arc<AtomicBool>) {
@@ -80,12 +81,14 @@ async fn fetch(
             epochs,
             batches,
             bytes,
+            offsets,
         } => Ok(Fetched {
             hwm,
             truncate_to,
             epochs,
             batches,
             bytes,
+            offsets,
         }),
         other => Err(refusal(
             ErrorCode::INTERNAL,
@@ -96,6 +99,12 @@ async fn fetch(
 
 /// Stores one answer (blocking: writes and syncs).
 fn apply(r: &Replica, pm: &PartitionManager, f: Fetched) -> Result<(), ServerError> {
+    // Named consumers resume where they committed after a failover.
+    for (name, offset) in &f.offsets {
+        if pm.offsets.get(name) != Some(*offset) {
+            pm.offsets.commit(name, *offset)?;
+        }
+    }
     if let Some(cut) = f.truncate_to {
         let end = pm.exclusive(|| pm.log.truncate_from(cut))?;
         r.epochs.truncate_from(end)?;

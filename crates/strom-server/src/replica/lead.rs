@@ -18,6 +18,9 @@ use crate::partition::{AppendReply, PartitionManager};
 /// How long a fetch that finds nothing new waits for the next batch.
 const LONG_POLL: Duration = Duration::from_millis(500);
 
+/// The most named consumers' offsets one fetch answer copies.
+const MAX_OFFSETS: usize = 10_000;
+
 /// How often the leader checks its followers against [`LAG`].
 const KEEP_EVERY: Duration = Duration::from_millis(250);
 
@@ -221,12 +224,15 @@ impl Replica {
         batches: Vec<ReplicaBatchHead>,
         bytes: Bytes,
     ) -> Response {
+        let mut offsets = pm.offsets.all();
+        offsets.truncate(MAX_OFFSETS);
         Response::ReplicaBatches {
             hwm: pm.visible(),
             truncate_to,
             epochs: self.epoch_list(),
             batches,
             bytes,
+            offsets,
         }
     }
 
