@@ -148,7 +148,7 @@ impl Cluster {
     pub fn disk(&self, id: NodeId) -> SimFs {
         let disks = self.disks.as_ref().expect("simulated disks");
         let mut disks = disks.lock();
-        disks.entry(id).or_insert_with(SimFs::new).clone()
+        disks.entry(id).or_default().clone()
     }
 
     pub fn dir(&self, id: NodeId) -> PathBuf {
