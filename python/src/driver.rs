@@ -8,8 +8,8 @@ use parking_lot::Mutex;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString};
 use strom_client::{
-    Batching, ConsumerOptions, DataBroker, DataSelector, Driver, Durability, ErrorCode, Overflow,
-    PartitionType, PoolBroker, ProducerOptions, Selection, Topic, TopicInfo, TopicSpec,
+    Acks, Batching, ConsumerOptions, DataBroker, DataSelector, Driver, Durability, ErrorCode,
+    Overflow, PartitionType, PoolBroker, ProducerOptions, Selection, Topic, TopicInfo, TopicSpec,
 };
 
 use crate::common::{release_pending, ForkSafe};
@@ -46,6 +46,9 @@ fn info_dict<'py>(py: Python<'py>, info: &TopicInfo) -> PyResult<Bound<'py, PyDi
         pd.set_item("status", p.status.as_str())?;
         pd.set_item("reason", p.status.reason())?;
         pd.set_item("dropped_events", p.dropped_events)?;
+        pd.set_item("replicas", p.replicas.clone())?;
+        pd.set_item("isr", p.isr.clone())?;
+        pd.set_item("epoch", p.epoch)?;
         parts.append(pd)?;
     }
     d.set_item("partitions", parts)?;
@@ -134,13 +137,18 @@ impl PyDriver {
     /// consumers' acks once the partition is full) or `"drop-oldest"`
     /// (readers that fall behind get a `DataExpired` gap).
     ///
+    /// `replication_factor`: copies of each partition on distinct members
+    /// (default 1); `min_in_sync`: in-sync copies an `acks="all"` push needs
+    /// (default: a majority). See docs/replication.md.
+    ///
     /// `exist_ok=True` returns the topic if it already exists (say, on a
     /// program's second run) instead of raising `TopicExists`, provided it
     /// has the partition count and type asked for; if it does not,
     /// `TopicExists` says how the existing topic differs.
     #[pyo3(signature = (name, partitions=1, r#type="file", durability="always", validator="none",
         schema=None, selector="round-robin", serializer="json", retention_bytes=None,
-        retention_ms=None, segment_bytes=None, exist_ok=false, overflow=None))]
+        retention_ms=None, segment_bytes=None, exist_ok=false, overflow=None,
+        replication_factor=1, min_in_sync=None))]
     #[allow(clippy::too_many_arguments)]
     fn create_topic(
         &self,
@@ -158,6 +166,8 @@ impl PyDriver {
         segment_bytes: Option<u64>,
         exist_ok: bool,
         overflow: Option<&str>,
+        replication_factor: u32,
+        min_in_sync: Option<u32>,
     ) -> PyResult<PyTopic> {
         let d = self.inner.get(py)?;
         let mut spec = TopicSpec::new(name, partitions);
@@ -181,6 +191,8 @@ impl PyDriver {
         spec.retention_bytes = retention_bytes;
         spec.retention_ms = retention_ms;
         spec.segment_bytes = segment_bytes;
+        spec.replication_factor = replication_factor;
+        spec.min_in_sync = min_in_sync.unwrap_or(0);
         spec.overflow = overflow
             .map(Overflow::parse)
             .transpose()
@@ -338,8 +350,10 @@ impl PyTopic {
     /// Python holds the GIL); if the process dies its part of the stream
     /// ends once the lease runs out. 0 (default) takes the server's
     /// `producer_lease_ms`; `None` takes no lease (the producer stays open
-    /// until closed, even after the process exits).
-    #[pyo3(signature = (batch=None, batch_bytes=None, max_batches=2, linger=0.005, max_batch_bytes=None, max_event_bytes=None, lease=Some(0.0)))]
+    /// until closed, even after the process exits). `acks`: `"all"`
+    /// (default; a replicated partition answers once every in-sync copy
+    /// has the event) or `"leader"` (after the leader's append).
+    #[pyo3(signature = (batch=None, batch_bytes=None, max_batches=2, linger=0.005, max_batch_bytes=None, max_event_bytes=None, lease=Some(0.0), acks="all"))]
     #[allow(clippy::too_many_arguments)]
     fn producer(
         &self,
@@ -351,6 +365,7 @@ impl PyTopic {
         max_batch_bytes: Option<u64>,
         max_event_bytes: Option<u64>,
         lease: Option<f64>,
+        acks: &str,
     ) -> PyResult<PyProducer> {
         release_pending(py);
         let t = self.inner.get(py)?;
@@ -381,7 +396,18 @@ impl PyTopic {
             }
             batching = batching.with_max_event_bytes(n);
         }
+        let acks = match acks {
+            "all" => Acks::All,
+            "leader" => Acks::Leader,
+            other => {
+                return Err(errors::invalid(
+                    py,
+                    format!("acks must be 'all' or 'leader', not '{other}'"),
+                ))
+            }
+        };
         let opts = ProducerOptions {
+            acks,
             batch: batching,
             max_batches,
             linger: Duration::from_secs_f64(linger.max(0.0)),
