@@ -59,12 +59,7 @@ pub struct HistoryOnPanic<'a>(pub &'a Log);
 impl Drop for HistoryOnPanic<'_> {
     fn drop(&mut self) {
         if std::thread::panicking() {
-            let lines = self
-                .0
-                .lines
-                .lock()
-                .map(|l| l.join("\n"))
-                .unwrap_or_default();
+            let lines = self.0.history();
             eprintln!(
                 "\nfault loop failed; replay with STROM_FAULT_SEED={}; fault history:\n{lines}",
                 self.0.seed
@@ -93,6 +88,11 @@ impl Log {
     /// Fails the test; [`HistoryOnPanic`] prints the seed and history.
     pub fn fail(&self, what: String) -> ! {
         panic!("{what}");
+    }
+
+    /// Every line so far.
+    pub fn history(&self) -> String {
+        self.lines.lock().map(|l| l.join("\n")).unwrap_or_default()
     }
 
     /// How many lines of the log so far contain `what`.
