@@ -32,7 +32,7 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 /// How often a registry request that waits for its answer checks whether
 /// another member leads now: a master that is paused or cut off answers
 /// nothing, and never says that it was deposed.
-const CHECK_MOVED_EVERY: Duration = Duration::from_secs(1);
+const CHECK_MOVED_EVERY: Duration = Duration::from_millis(500);
 
 /// What the members said about the master.
 enum Probe {
