@@ -29,6 +29,11 @@ const RETRY_EVERY: Duration = Duration::from_millis(200);
 /// How long one member may take to answer a `Hello`.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 
+/// How often a registry request that waits for its answer checks whether
+/// another member leads now: a master that is paused or cut off answers
+/// nothing, and never says that it was deposed.
+const CHECK_MOVED_EVERY: Duration = Duration::from_millis(500);
+
 /// What the members said about the master.
 enum Probe {
     /// A member names this master.
@@ -75,9 +80,10 @@ impl Driver {
     }
 
     /// Runs `op` on the connection to the master; if there is no master
-    /// there (unreachable, `NOT_MASTER`, or the connection was lost before
-    /// the answer), looks for it and runs `op` again there. Sets `resent`
-    /// if `op` ran again after a lost answer.
+    /// there (unreachable, `NOT_MASTER`, the connection was lost before the
+    /// answer, or another member leads while `op` still waits), looks for
+    /// it and runs `op` again there. Sets `resent` if `op` ran again after
+    /// an answer that was lost or given up on.
     async fn with_master<T, F, Fut>(&self, op: F, resent: &mut bool) -> Result<T>
     where
         F: Fn(Arc<ClientConn>) -> Fut,
@@ -89,20 +95,37 @@ impl Driver {
         loop {
             *resent |= lost;
             let master = self.master();
-            let err = match self.conn(&master).await {
-                Ok(c) => match op(c.clone()).await {
-                    Ok(v) => {
-                        *self.inner.master_id.lock() = Some(c.greeting().member);
-                        return Ok(v);
+            let attempt = async {
+                let c = self.conn(&master).await.map_err(|e| (e, false))?;
+                let v = op(c.clone()).await.map_err(|e| (e, true))?;
+                Ok::<_, (Error, bool)>((v, c.greeting().member))
+            };
+            let outcome = tokio::select! {
+                r = attempt => r,
+                to = self.moved_from(&master) => {
+                    // The request may still be applied where it waits.
+                    tracing::info!(from = %master, to = %to, "the registry master moved while a request waited for it; following it");
+                    *self.inner.master.lock() = to;
+                    lost = true;
+                    signs = true;
+                    if started.elapsed() < FOLLOW_FOR {
+                        continue;
                     }
-                    Err(e) if e.code() == ErrorCode::NOT_MASTER => e,
-                    Err(e) if e.code() == ErrorCode::CONNECTION_CLOSED => {
-                        lost = true;
-                        e
-                    }
-                    Err(e) => return Err(e),
-                },
-                Err(e) => e,
+                    Err((Error::coded(ErrorCode::NOT_MASTER, format!("{master} did not answer, and another member leads")), true))
+                }
+            };
+            let err = match outcome {
+                Ok((v, member)) => {
+                    *self.inner.master_id.lock() = Some(member);
+                    return Ok(v);
+                }
+                Err((e, true)) if e.code() == ErrorCode::NOT_MASTER => e,
+                Err((e, true)) if e.code() == ErrorCode::CONNECTION_CLOSED => {
+                    lost = true;
+                    e
+                }
+                Err((e, true)) => return Err(e),
+                Err((e, false)) => e,
             };
             let limit = |signs: bool| if signs { FOLLOW_FOR } else { NO_SIGN_FOR };
             match self.find_master(&master).await {
@@ -121,6 +144,20 @@ impl Driver {
                 return Err(gave_up(err, started.elapsed()));
             }
             tokio::time::sleep(RETRY_EVERY).await;
+        }
+    }
+
+    /// Returns, once a member names a master other than `master` (checked
+    /// every [`CHECK_MOVED_EVERY`]), its address; never while `master`
+    /// leads.
+    async fn moved_from(&self, master: &str) -> String {
+        loop {
+            tokio::time::sleep(CHECK_MOVED_EVERY).await;
+            if let Probe::Master(addr) = self.find_master(master).await {
+                if addr != master {
+                    return addr;
+                }
+            }
         }
     }
 

@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+pub mod faults;
 pub mod kafka;
 pub mod pg;
 pub mod procs;
