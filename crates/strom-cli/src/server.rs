@@ -45,6 +45,10 @@ pub struct ServerArgs {
     /// registry when any minority of them dies, member 0 included.
     #[arg(long, value_name = "N")]
     meta_voters: Option<u32>,
+    /// A member unheard for this long is dead and its replicated
+    /// partitions fail over (config key `member_timeout_ms`; default 3000).
+    #[arg(long, value_name = "MS")]
+    member_timeout_ms: Option<u64>,
 }
 
 pub fn run(args: ServerArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> {
@@ -76,6 +80,9 @@ pub fn run(args: ServerArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> 
     }
     if let Some(n) = args.meta_voters {
         config.meta_voters = n;
+    }
+    if let Some(ms) = args.member_timeout_ms {
+        config.member_timeout_ms = ms;
     }
     config.validate()?;
     let rt = tokio::runtime::Builder::new_multi_thread()

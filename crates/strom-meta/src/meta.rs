@@ -12,7 +12,7 @@ use std::time::Duration;
 use openraft::error::{
     CheckIsLeaderError, ClientWriteError, ForwardToLeader, InitializeError, RaftError,
 };
-use openraft::{BasicNode, Raft, RaftMetrics, ServerState};
+use openraft::{BasicNode, ChangeMembers, Raft, RaftMetrics, ServerState};
 use parking_lot::Mutex;
 use strom_storage::vfs::{RealFs, Vfs};
 
@@ -135,6 +135,21 @@ impl<M: Machine> Meta<M> {
     pub async fn change_membership(&self, voters: BTreeSet<NodeId>) -> Result<(), MetaError> {
         self.raft
             .change_membership(voters, false)
+            .await
+            .map_err(|e| self.write_error(e))?;
+        Ok(())
+    }
+
+    /// Gives members already in the membership new addresses (a member
+    /// restarted on another port): the quorum reaches them there from now
+    /// on. The ids and the voting set are unchanged.
+    pub async fn set_addresses(&self, addrs: BTreeMap<NodeId, String>) -> Result<(), MetaError> {
+        let nodes: BTreeMap<NodeId, Node> = addrs
+            .into_iter()
+            .map(|(id, addr)| (id, BasicNode::new(addr)))
+            .collect();
+        self.raft
+            .change_membership(ChangeMembers::SetNodes(nodes), false)
             .await
             .map_err(|e| self.write_error(e))?;
         Ok(())

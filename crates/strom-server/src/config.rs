@@ -79,6 +79,10 @@ pub struct ServerConfig {
     /// minority of them, member 0 included. Set on member 0 (and on any
     /// member that may lead); a new group only.
     pub meta_voters: u32,
+    /// A member the master has not heard from for this long is reported
+    /// dead, and the replicated partitions it leads fail over (ms). At
+    /// least twice `heartbeat_ms`.
+    pub member_timeout_ms: u64,
 }
 
 impl Default for ServerConfig {
@@ -108,6 +112,7 @@ impl Default for ServerConfig {
             http_listen: None,
             kafka_listen: None,
             meta_voters: 1,
+            member_timeout_ms: 3_000,
         }
     }
 }
@@ -187,6 +192,12 @@ impl ServerConfig {
                 self.producer_lease_ms
             ));
         }
+        if self.member_timeout_ms < self.heartbeat_ms.saturating_mul(2) {
+            return Err(format!(
+                "member_timeout_ms ({}) must be at least twice heartbeat_ms ({})",
+                self.member_timeout_ms, self.heartbeat_ms
+            ));
+        }
         if ![1, 3, 5].contains(&self.meta_voters) {
             return Err(format!(
                 "meta_voters must be 1, 3 or 5, not {}",
@@ -221,6 +232,22 @@ mod tests {
         let ok: ServerConfig = toml::from_str("listen = \"127.0.0.1:9\"").unwrap();
         assert_eq!(ok.listen, "127.0.0.1:9");
         assert_eq!(ok.segment_bytes, 1 << 30);
+    }
+
+    #[test]
+    fn replication_settings_are_checked() {
+        let parse = |t: &str| {
+            toml::from_str::<ServerConfig>(t)
+                .unwrap()
+                .validate()
+                .map_err(|e| e.to_string())
+        };
+        assert!(parse("meta_voters = 3\nmember_timeout_ms = 2000").is_ok());
+        let e = parse("meta_voters = 2").unwrap_err();
+        assert!(e.contains("meta_voters must be 1, 3 or 5"), "{e}");
+        let e = parse("member_timeout_ms = 1500").unwrap_err();
+        assert!(e.contains("at least twice heartbeat_ms"), "{e}");
+        assert!(parse("member_timeout_ms = 1500\nheartbeat_ms = 500").is_ok());
     }
 
     #[test]

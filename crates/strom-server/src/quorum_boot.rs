@@ -37,6 +37,7 @@ pub(crate) fn place(
             expected,
             voters: config.meta_voters,
             default_lease_ms: config.producer_lease_ms,
+            member_timeout_ms: config.member_timeout_ms,
         },
         stop,
     }

@@ -173,7 +173,8 @@ impl Server {
                     *expected,
                     link.clone(),
                 )?
-                .with_default_lease(config.producer_lease_ms),
+                .with_default_lease(config.producer_lease_ms)
+                .with_member_timeout(config.member_timeout_ms),
             ),
             _ => None,
         };

@@ -62,7 +62,8 @@ pub use replicas::ROLES_EVERY;
 pub use replicated::RegistryMachine;
 use store::{Limits, Store};
 
-/// A member not heard from for this long is reported dead.
+/// A member not heard from for this long is reported dead (the default of
+/// `member_timeout_ms`).
 pub const HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// The shortest and longest producer lease granted, in milliseconds.
@@ -104,6 +105,8 @@ struct Inner {
     addrs: HashMap<u32, Vec<String>>,
     /// When this state was loaded (opened, or taken over as leader).
     since: Instant,
+    /// A member not heard from for this long is dead (`member_timeout_ms`).
+    timeout: Duration,
 }
 
 impl Inner {
@@ -113,7 +116,8 @@ impl Inner {
     /// full lease, as members get a full heartbeat timeout.
     fn loaded(state: RegistryState, journal: Journal, me: u32) -> Inner {
         let now = Instant::now();
-        let unheard = now.checked_sub(HEARTBEAT_TIMEOUT * 2).unwrap_or(now);
+        // Long enough ago for any timeout.
+        let unheard = now.checked_sub(Duration::from_secs(3600)).unwrap_or(now);
         let mut last_seen: HashMap<u32, Instant> =
             state.members.keys().map(|id| (*id, unheard)).collect();
         last_seen.insert(me, now);
@@ -138,6 +142,7 @@ impl Inner {
             lease_deadline,
             addrs: HashMap::new(),
             since: now,
+            timeout: HEARTBEAT_TIMEOUT,
         }
     }
 
@@ -177,7 +182,7 @@ impl Inner {
             || self
                 .last_seen
                 .get(&id)
-                .is_some_and(|t| t.elapsed() < HEARTBEAT_TIMEOUT)
+                .is_some_and(|t| t.elapsed() < self.timeout)
     }
 
     fn addr_of(&self, member: u32) -> String {
@@ -264,6 +269,13 @@ impl Registry {
         let mut coord = groups::Coordinator::default();
         Registry::grant_sessions(&mut coord, inner, Instant::now());
         coord
+    }
+
+    /// Sets how long a member may go unheard before it is dead (and its
+    /// replicated partitions fail over): `member_timeout_ms`.
+    pub fn with_member_timeout(mut self, ms: u64) -> Self {
+        self.inner.get_mut().timeout = Duration::from_millis(ms);
+        self
     }
 
     /// Sets the lease granted to producers that ask for the default

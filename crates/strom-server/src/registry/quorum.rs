@@ -17,7 +17,7 @@
 //! members are added as learners, and once enough have caught up, they
 //! all become voters in one membership change.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -67,6 +67,8 @@ pub struct QuorumSetup {
     pub voters: u32,
     /// The default producer lease (`producer_lease_ms`).
     pub default_lease_ms: u32,
+    /// `member_timeout_ms`.
+    pub member_timeout_ms: u64,
 }
 
 fn meta_error(e: MetaError) -> ServerError {
@@ -153,6 +155,7 @@ impl Registry {
             inner: Mutex::new(inner),
         }
         .with_default_lease(setup.default_lease_ms)
+        .with_member_timeout(setup.member_timeout_ms)
     }
 
     /// Whether this registry serves: always without a quorum; with one,
@@ -243,6 +246,7 @@ impl Registry {
             }
             if last_grow.elapsed() >= Duration::from_secs(1) {
                 last_grow = Instant::now();
+                self.follow_addresses(&lead).await;
                 self.grow_voters(&lead, voters).await;
             }
         }
@@ -259,7 +263,9 @@ impl Registry {
             .map_err(meta_error)?;
         let me = self.link.member();
         let mut inner = self.inner.lock().await;
+        let timeout = inner.timeout;
         *inner = Inner::loaded(state, Journal::Quorum(lead.clone()), me);
+        inner.timeout = timeout;
         inner.set_addrs(me, self.link.addrs());
         *self.coord.lock() = Registry::fresh_coordinator(&inner);
         if inner.state.group_id == 0 {
@@ -285,6 +291,33 @@ impl Registry {
             "leading the metadata quorum; the registry serves here"
         );
         Ok(())
+    }
+
+    /// Gives the quorum the address a member of it now has in the registry
+    /// (it was restarted on another port), or Raft would keep calling the
+    /// old one.
+    async fn follow_addresses(&self, lead: &Leadership) {
+        let (voting, learners) = lead.meta.members();
+        let moved: BTreeMap<u64, String> = {
+            let inner = self.inner.lock().await;
+            voting
+                .iter()
+                .chain(learners.iter())
+                .filter_map(|(id, addr)| {
+                    let now = inner.state.members.get(&u32::try_from(*id).ok()?)?;
+                    (now != addr).then(|| (*id, now.clone()))
+                })
+                .collect()
+        };
+        if moved.is_empty() {
+            return;
+        }
+        match lead.meta.set_addresses(moved.clone()).await {
+            Ok(()) => tracing::info!(moved = ?moved, "metadata quorum members' addresses updated"),
+            Err(e) => {
+                tracing::warn!(error = %e, "could not update the metadata quorum's addresses")
+            }
+        }
     }
 
     /// Adds live members as learners until `voters` members could vote,

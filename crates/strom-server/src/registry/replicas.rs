@@ -13,7 +13,7 @@ use strom_proto::{ErrorCode, ReplicaRole, Request, TopicSpec};
 
 use super::machine::{RegistryCommand, TopicMeta};
 use super::replica_machine::{ReplicaCommand, ReplicaSet};
-use super::{Inner, Registry, HEARTBEAT_TIMEOUT};
+use super::{Inner, Registry};
 use crate::error::ServerError;
 
 /// How often roles are sent again to every live holder (one that missed
@@ -179,7 +179,7 @@ impl Registry {
         let mut inner = self.inner.lock().await;
         // A registry that just started (or took over) has not heard from
         // the members yet: they get a heartbeat timeout first.
-        if inner.since.elapsed() < HEARTBEAT_TIMEOUT {
+        if inner.since.elapsed() < inner.timeout {
             return;
         }
         let mut moves = Vec::new();
