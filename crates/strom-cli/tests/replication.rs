@@ -418,3 +418,28 @@ fn memory_copies_and_committed_offsets_survive_a_failover() {
     }
     assert_eq!(n, 40, "the rest of the partition is on the new leader");
 }
+
+/// The registry asks members for offsets without holding its lock: while
+/// a listing waits for a paused member, other registry requests go on.
+#[test]
+fn a_paused_member_does_not_hold_up_the_registry() {
+    let tmp = tempfile::tempdir().unwrap();
+    let g = start(tmp.path());
+    let pid = g.joined[&1].0 .0.id() as i32;
+    // SAFETY: kill(2) on our own child.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+    let d = Driver::connect(&g.zero.group_file).unwrap();
+    let listing = std::thread::spawn(move || d.list_topics().map(|t| t.len()));
+    std::thread::sleep(Duration::from_millis(300));
+    let t = Instant::now();
+    g.d.create_topic_on(TopicSpec::new("beside", 1), Some(2))
+        .expect("creating a topic on a live member");
+    let took = t.elapsed();
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
+    assert_eq!(listing.join().unwrap().expect("the listing"), 1);
+    assert!(
+        took < Duration::from_millis(2500),
+        "creating a topic waited {took:?} behind a listing that waits for a paused member"
+    );
+}

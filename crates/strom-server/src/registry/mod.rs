@@ -26,6 +26,7 @@
 
 mod assign;
 mod coordinator;
+mod describe;
 mod files;
 mod group_machine;
 mod groups;

@@ -5,10 +5,9 @@
 //! and then commits one command; the member calls that follow a change
 //! (seal at end of stream, drop on delete) come after the commit.
 
-use strom_proto::{
-    ErrorCode, PartitionInfo, PartitionStatus, Request, Response, TopicInfo, TopicSpec,
-};
+use strom_proto::{ErrorCode, Request, TopicInfo, TopicSpec};
 
+use super::describe::Described;
 use super::machine::{RegistryCommand, TopicMeta, MAX_PARTITIONS};
 use super::{Inner, Registry};
 use crate::error::ServerError;
@@ -220,85 +219,29 @@ impl Registry {
         }
         tracing::info!(topic = %meta.spec.name, partitions = meta.spec.partitions, replicas = meta.spec.replicas(), "topic created");
         let calls = super::replicas::role_calls(&inner, &meta, None);
+        let d = Described::of(&inner, &meta, true);
+        drop(inner);
         self.send_roles(calls).await;
-        Ok(self.info(&inner, &meta, true).await)
-    }
-
-    /// The topic's description, with offsets fetched from each owner.
-    async fn info(&self, inner: &Inner, meta: &TopicMeta, offsets: bool) -> TopicInfo {
-        let mut partitions: Vec<PartitionInfo> = meta
-            .placement
-            .iter()
-            .enumerate()
-            .map(|(p, m)| {
-                let set = meta.replicas.get(p);
-                PartitionInfo {
-                    id: p as u32,
-                    member: *m,
-                    addr: inner.addr_of(*m),
-                    first_offset: 0,
-                    next_offset: 0,
-                    status: Default::default(),
-                    dropped_events: 0,
-                    replicas: set.map(|s| s.members.clone()).unwrap_or_default(),
-                    isr: set.map(|s| s.isr.clone()).unwrap_or_default(),
-                    epoch: set.map_or(0, |s| s.epoch),
-                }
-            })
-            .collect();
-        for (member, parts) in meta.by_member().into_iter().filter(|_| offsets) {
-            let req = Request::PartitionStats {
-                topic: meta.spec.name.clone(),
-                partitions: parts.clone(),
-            };
-            let addr = inner.addr_of(member);
-            match self.link.call(member, &addr, req).await {
-                Ok(Response::Stats(stats)) => {
-                    for p in &parts {
-                        partitions[*p as usize].status = PartitionStatus::Unavailable(format!(
-                            "member {member} at {addr} does not serve it"
-                        ));
-                    }
-                    for s in stats {
-                        if let Some(p) = partitions.get_mut(s.id as usize) {
-                            p.first_offset = s.first_offset;
-                            p.next_offset = s.next_offset;
-                            p.status = s.status;
-                            p.dropped_events = s.dropped_events;
-                        }
-                    }
-                }
-                Ok(_) => {}
-                Err(e) => {
-                    tracing::debug!(member, error = %e, "no partition stats from member");
-                    for p in &parts {
-                        partitions[*p as usize].status = PartitionStatus::Unavailable(format!(
-                            "member {member} at {addr} is down or unreachable"
-                        ));
-                    }
-                }
-            }
-        }
-        TopicInfo {
-            spec: meta.spec.clone(),
-            partitions,
-            state: meta.state(),
-        }
+        Ok(self.with_stats(vec![d]).await.remove(0))
     }
 
     pub async fn describe(&self, name: &str, offsets: bool) -> Result<TopicInfo, ServerError> {
         let inner = self.inner.lock().await;
-        let meta = topic(&inner, name)?;
-        Ok(self.info(&inner, meta, offsets).await)
+        let d = Described::of(&inner, topic(&inner, name)?, offsets);
+        drop(inner);
+        Ok(self.with_stats(vec![d]).await.remove(0))
     }
 
     pub async fn list(&self) -> Vec<TopicInfo> {
         let inner = self.inner.lock().await;
-        let mut out = Vec::new();
-        for meta in inner.state.topics.values() {
-            out.push(self.info(&inner, meta, true).await);
-        }
-        out
+        let all = inner
+            .state
+            .topics
+            .values()
+            .map(|meta| Described::of(&inner, meta, true))
+            .collect();
+        drop(inner);
+        self.with_stats(all).await
     }
 
     pub async fn delete(&self, name: &str) -> Result<(), ServerError> {
@@ -420,7 +363,8 @@ impl Registry {
             })
             .await?;
         tracing::info!(topic = %name, added = count, "partitions added");
-        let meta = topic(&inner, name)?;
-        Ok(self.info(&inner, meta, true).await)
+        let d = Described::of(&inner, topic(&inner, name)?, true);
+        drop(inner);
+        Ok(self.with_stats(vec![d]).await.remove(0))
     }
 }
