@@ -437,8 +437,16 @@ fn acknowledged_events_and_metadata_survive_leader_kills_and_pauses() {
     let begin = Instant::now();
     let mut c = Cluster::start(dir.0.as_ref().expect("the dir").path(), &log);
     let d = Driver::connect(c.group_file()).expect("connecting");
+    // Replicated partitions: a killed or paused member's partitions fail
+    // over to an in-sync copy (STROM_FAULT_REPLICAS=1 runs without).
+    let replicas = std::env::var("STROM_FAULT_REPLICAS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3);
+    log.say(format!("replication factor {replicas}"));
     let spec = TopicSpec {
         durability: Durability::Always,
+        replication_factor: replicas,
         ..TopicSpec::new(TOPIC, PARTITIONS)
     };
     d.create_topic(spec).expect("creating the topic");

@@ -443,3 +443,47 @@ fn a_paused_member_does_not_hold_up_the_registry() {
         "creating a topic waited {took:?} behind a listing that waits for a paused member"
     );
 }
+
+/// A leader killed and restarted (on another port) before the registry
+/// fails it over leads again in the same epoch: its followers follow it to
+/// its new address, and acks=all pushes go through.
+#[test]
+fn a_leader_restarted_within_its_epoch_leads_again() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut g = start(tmp.path());
+    let p = led_by_member_1(&g.d);
+    let push_all = |from: u64| {
+        // A fresh topic handle: placement as the registry has it now.
+        let producer = g.d.open_topic(TOPIC).unwrap().producer().unwrap();
+        let fs: Vec<_> = (from..from + 30)
+            .map(|i| producer.push_with(format!("{{\"i\":{i}}}"), vec![i as u8; 64], Some(p), &[]))
+            .collect();
+        let _ = producer.flush();
+        fs.into_iter()
+            .map(|f| f.and_then(|f| f.wait()))
+            .collect::<Vec<_>>()
+    };
+    assert!(push_all(0).iter().all(|r| r.is_ok()));
+    let (proc1, dir1) = g.joined.remove(&1).unwrap();
+    drop(proc1);
+    let back = g.zero.join_member(&dir1, &[], Stdio::null());
+    g.joined.insert(1, (back, dir1));
+    wait_for("member 1 back", || common::live_members(&g.d) == 3);
+    let (leader_now, epoch) = leader(&g.d, p);
+    assert_eq!((leader_now, epoch), (1, 1), "no failover happened");
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let results = push_all(1_000);
+        if results.iter().all(|r| r.is_ok()) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "acks=all pushes kept failing: {:?}",
+            results.last()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let info = g.d.describe(TOPIC).unwrap();
+    assert!(info.partitions[p as usize].next_offset >= 60);
+}

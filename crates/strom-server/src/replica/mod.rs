@@ -134,7 +134,9 @@ impl Replica {
             return Ok(());
         };
         let mut st = self.state.lock();
-        if role.epoch < st.epoch() {
+        // After a restart the state starts over; the epoch history does not.
+        let known = self.epochs.latest().map_or(0, |e| e.epoch);
+        if role.epoch < st.epoch().max(known) {
             return Ok(());
         }
         let same = role.epoch == st.epoch();
@@ -144,7 +146,10 @@ impl Replica {
             }
             stop_following(&st);
             let end = pm.exclusive(|| pm.log.sync_all().map(|_| pm.log.next_offset()))?;
-            self.epochs.assign(role.epoch, end)?;
+            // A leader restarted within its epoch keeps the epoch's start.
+            if known < role.epoch {
+                self.epochs.assign(role.epoch, end)?;
+            }
             self.durable_end.send_replace(end);
             let leading = lead::Leading::new(role, self.me, end, pm.visible());
             *st = State::Leading(leading);
@@ -154,7 +159,12 @@ impl Replica {
             self.clone().spawn_isr_keeper(role.epoch);
             return Ok(());
         }
-        if same && matches!(&*st, State::Following { leader, .. } if *leader == role.leader) {
+        // The same leader may be back on another address (restarted).
+        let unchanged =
+            |leader: &u32, addr: &String| *leader == role.leader && *addr == role.leader_addr;
+        if same
+            && matches!(&*st, State::Following { leader, leader_addr, .. } if unchanged(leader, leader_addr))
+        {
             return Ok(());
         }
         let deposed = std::mem::replace(&mut *st, State::Idle { epoch: role.epoch });
