@@ -28,7 +28,12 @@ const KEEP_EVERY: Duration = Duration::from_millis(250);
 struct Peer {
     /// Everything below it is durable on the follower.
     end: u64,
-    /// When its fetch last asked from the leader's durable end.
+    /// The leader's durable end when it last answered this follower
+    /// (`u64::MAX` before the first answer).
+    answered_to: u64,
+    /// When it last fetched from at least `answered_to`: it had copied
+    /// everything the leader held when it asked before (Kafka's rule, so a
+    /// follower under steady load counts as caught up).
     caught_up: Option<Instant>,
 }
 
@@ -63,7 +68,12 @@ impl Leading {
             .map(|f| {
                 // Those in sync get a full lag to show it.
                 let caught_up = role.isr.contains(f).then_some(now);
-                (*f, Peer { end: 0, caught_up })
+                let peer = Peer {
+                    end: 0,
+                    answered_to: u64::MAX,
+                    caught_up,
+                };
+                (*f, peer)
             })
             .collect();
         let mut isr: BTreeSet<u32> = role.isr.iter().copied().collect();
@@ -206,6 +216,7 @@ impl Replica {
             let _ = tokio::time::timeout(LONG_POLL, durable.changed()).await;
         }
         let until = *durable.borrow();
+        self.answered(epoch, follower, until);
         if until <= from {
             return Ok(self.batches(&pm, None, Vec::new(), Bytes::new()));
         }
@@ -233,6 +244,18 @@ impl Replica {
             batches,
             bytes,
             offsets,
+        }
+    }
+
+    /// Records the durable end this leader is answering `follower` with.
+    fn answered(&self, epoch: u64, follower: u32, until: u64) {
+        let mut st = self.state.lock();
+        if let State::Leading(l) = &mut *st {
+            if l.epoch == epoch {
+                if let Some(peer) = l.followers.get_mut(&follower) {
+                    peer.answered_to = until;
+                }
+            }
         }
     }
 
@@ -281,7 +304,7 @@ impl Replica {
                 ));
             };
             peer.end = from;
-            if from >= durable {
+            if from >= durable || from >= peer.answered_to {
                 peer.caught_up = Some(Instant::now());
             }
         }
