@@ -205,6 +205,12 @@ pub fn run(args: BenchArgs, group_file_arg: Option<PathBuf>) -> anyhow::Result<(
         .filter(|x| x.partition == p && x.ok && x.done <= killed)
         .map(|x| x.done)
         .max();
+    // Any push's acknowledgement, also of one pushed before the kill.
+    let first_any = log
+        .iter()
+        .filter(|x| x.partition == p && x.ok && x.done > killed)
+        .map(|x| x.done)
+        .min();
     let after = d.describe(&cfg.topic)?.partitions[p as usize].clone();
     let ms =
         |t: Option<Instant>| t.map(|t| (t.saturating_duration_since(killed)).as_secs_f64() * 1e3);
@@ -224,6 +230,7 @@ pub fn run(args: BenchArgs, group_file_arg: Option<PathBuf>) -> anyhow::Result<(
         "new_leader": after.member,
         "epoch": after.epoch,
         "failover_ms": failover_ms,
+        "first_ack_any_push_ms": ms(first_any),
         "last_ack_before_kill_ms": last_before.map(|t| -(killed - t).as_secs_f64() * 1e3),
         "failed_pushes": failed_p,
         "failed_pushes_other_partitions": failed_other,
