@@ -104,6 +104,9 @@ fn produce(
             }
         }
     }
+    // Takes the failed pushes' error here, so that the drop's flush does
+    // not log it again.
+    let _ = producer.flush();
 }
 
 pub fn run(args: BenchArgs, group_file_arg: Option<PathBuf>) -> anyhow::Result<()> {
@@ -211,6 +214,14 @@ pub fn run(args: BenchArgs, group_file_arg: Option<PathBuf>) -> anyhow::Result<(
         .filter(|x| x.partition == p && x.ok && x.done > killed)
         .map(|x| x.done)
         .min();
+    // When the failed pushes failed: right away (connection refused) or
+    // after a wait (an append waiting on the dead leader).
+    let failed_at = |pick: fn(Instant, Instant) -> Instant| {
+        log.iter()
+            .filter(|x| x.partition == p && !x.ok)
+            .map(|x| x.done)
+            .reduce(pick)
+    };
     let after = d.describe(&cfg.topic)?.partitions[p as usize].clone();
     let ms =
         |t: Option<Instant>| t.map(|t| (t.saturating_duration_since(killed)).as_secs_f64() * 1e3);
@@ -233,6 +244,8 @@ pub fn run(args: BenchArgs, group_file_arg: Option<PathBuf>) -> anyhow::Result<(
         "first_ack_any_push_ms": ms(first_any),
         "last_ack_before_kill_ms": last_before.map(|t| -(killed - t).as_secs_f64() * 1e3),
         "failed_pushes": failed_p,
+        "first_failure_ms": ms(failed_at(Instant::min)),
+        "last_failure_ms": ms(failed_at(Instant::max)),
         "failed_pushes_other_partitions": failed_other,
         "acked": log.iter().filter(|x| x.partition == p && x.ok).count(),
     });
