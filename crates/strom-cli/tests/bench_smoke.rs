@@ -343,3 +343,75 @@ fn transport_compares_every_transport_beside_memcpy() {
         }
     }
 }
+
+/// A group of `strom cluster up`, taken down (`strom cluster down`) when
+/// dropped, so a failed assertion leaves no server behind.
+struct LocalCluster {
+    dir: tempfile::TempDir,
+    group_file: String,
+}
+
+impl LocalCluster {
+    fn up(servers: u32) -> LocalCluster {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let out = Command::new(env!("CARGO_BIN_EXE_strom"))
+            .args(["cluster", "up", "--servers", &servers.to_string()])
+            .arg("--data-dir")
+            .arg(dir.path())
+            .output()
+            .expect("run strom cluster up");
+        let cluster = LocalCluster {
+            group_file: String::from_utf8_lossy(&out.stdout).trim().to_string(),
+            dir,
+        };
+        assert!(
+            out.status.success(),
+            "strom cluster up failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        cluster
+    }
+}
+
+impl Drop for LocalCluster {
+    fn drop(&mut self) {
+        let _ = Command::new(env!("CARGO_BIN_EXE_strom"))
+            .args(["cluster", "down", "--timeout", "5"])
+            .arg("--data-dir")
+            .arg(self.dir.path())
+            .output();
+    }
+}
+
+#[test]
+fn produce_to_a_replicated_topic_reports_acks_and_ack_latency() {
+    let c = LocalCluster::up(3);
+    let target = format!("strom://{}", c.group_file);
+    for acks in ["all", "leader"] {
+        let v = bench(&[
+            "produce",
+            "--target",
+            &target,
+            "--events",
+            "200",
+            "--data-size",
+            "100",
+            "--partitions",
+            "3",
+            "--replication-factor",
+            "3",
+            "--acks",
+            acks,
+        ]);
+        assert_eq!(v["mode"], "produce", "{v}");
+        assert_eq!(v["produced"].as_u64(), Some(200), "{v}");
+        assert_eq!(v["stored"].as_u64(), Some(200), "{v}");
+        assert_eq!(v["replication_factor"].as_u64(), Some(3), "{v}");
+        assert_eq!(v["acks"], acks, "{v}");
+        assert_eq!(v["latency"], "push->ack", "{v}");
+        assert_eq!(v["latency_samples"].as_u64(), Some(200), "{v}");
+        for key in ["p50_us", "p99_us", "events_per_s", "mb_per_s"] {
+            assert!(v[key].as_f64().is_some(), "{key} missing in {v}");
+        }
+    }
+}

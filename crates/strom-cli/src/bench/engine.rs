@@ -44,6 +44,7 @@ fn produce_jobs(cfg: &Config, events: u64, warmup: u64, stamp: bool) -> Vec<Prod
             events: share(events, i as u64, k as u64),
             warmup: share(warmup, i as u64, k as u64),
             stamp,
+            ack_latency: false,
         })
         .collect()
 }
@@ -72,7 +73,10 @@ pub fn run(cfg: &Config, target: &dyn Target) -> anyhow::Result<Result> {
                 let jobs = produce_jobs(cfg, a.warmup, 0, false);
                 run_threads(cfg, target, &jobs, &[], None)?;
             }
-            let jobs = produce_jobs(cfg, a.events, 0, false);
+            let mut jobs = produce_jobs(cfg, a.events, 0, false);
+            for j in &mut jobs {
+                j.ack_latency = true;
+            }
             let mut r = run_any(cfg, target, &jobs, &[], a.events)?;
             r.events = a.events;
             r.bytes = a.events * bytes_per_event;
@@ -93,6 +97,7 @@ pub fn run(cfg: &Config, target: &dyn Target) -> anyhow::Result<Result> {
                     events: e - s,
                     warmup: 0,
                     stamp: false,
+                    ack_latency: false,
                 })
                 .collect();
             if !fill.is_empty() {
@@ -153,6 +158,7 @@ pub fn run(cfg: &Config, target: &dyn Target) -> anyhow::Result<Result> {
         }
         Mode::Baseline => anyhow::bail!("the baseline mode runs in bench/baseline.rs"),
         Mode::Transport => anyhow::bail!("the transport mode runs in bench/transport.rs"),
+        Mode::Failover => anyhow::bail!("the failover mode runs in bench/failover.rs"),
     }
 }
 
@@ -272,7 +278,7 @@ fn job_json(role: &str, p: Option<&ProduceJob>, c: Option<&ConsumeJob>) -> Strin
     match (p, c) {
         (Some(p), _) => json!({
             "role": role, "partitions": p.partitions, "events": p.events,
-            "warmup": p.warmup, "stamp": p.stamp,
+            "warmup": p.warmup, "stamp": p.stamp, "ack_latency": p.ack_latency,
         }),
         (_, Some(c)) => json!({
             "role": role, "partitions": c.partitions, "expect": c.expect,
@@ -301,6 +307,8 @@ fn child_args(cfg: &Config, target: &dyn Target, job: String) -> Vec<String> {
     flag("consumers", a.consumers.to_string());
     flag("partition-type", a.partition_type.clone());
     flag("durability", a.durability.clone());
+    flag("replication-factor", a.replication_factor.to_string());
+    flag("acks", a.acks.clone());
     flag("selectivity", a.selectivity.to_string());
     flag("rate", a.rate.to_string());
     if let Some(us) = a.spin_us {
@@ -422,6 +430,7 @@ pub fn run_child(cfg: &Config, target: &dyn Target, job: &str) -> anyhow::Result
                 events: j["events"].as_u64().unwrap_or(0),
                 warmup: j["warmup"].as_u64().unwrap_or(0),
                 stamp: j["stamp"].as_bool().unwrap_or(false),
+                ack_latency: j["ack_latency"].as_bool().unwrap_or(false),
             },
         )?,
         Some("consume") => target.consumer(

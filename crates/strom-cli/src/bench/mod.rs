@@ -16,6 +16,7 @@
 
 mod baseline;
 mod engine;
+mod failover;
 #[cfg(feature = "peers")]
 mod kafka;
 #[cfg(feature = "peers")]
@@ -34,7 +35,7 @@ use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
-use strom_client::{Batching, Durability, PartitionType};
+use strom_client::{Acks, Batching, Durability, PartitionType};
 
 #[derive(Clone, Copy, ValueEnum, PartialEq, Eq, Debug)]
 pub enum Mode {
@@ -47,6 +48,9 @@ pub enum Mode {
     Baseline,
     /// Produce and consume over each `--transport`, beside memcpy.
     Transport,
+    /// SIGKILL a partition leader of a `strom cluster up` group under an
+    /// acks=all producer; time until that partition acknowledges again.
+    Failover,
 }
 
 impl Mode {
@@ -58,6 +62,7 @@ impl Mode {
             Mode::Tasks => "tasks",
             Mode::Baseline => "baseline",
             Mode::Transport => "transport",
+            Mode::Failover => "failover",
         }
     }
 }
@@ -112,6 +117,14 @@ pub struct BenchArgs {
     /// Redis: set by the server's AOF configuration).
     #[arg(long, default_value = "never")]
     durability: String,
+    /// Replication factor of the topic the bench creates (Strom only; needs
+    /// that many members, e.g. `strom cluster up --servers 3`).
+    #[arg(long, default_value_t = 1)]
+    replication_factor: u32,
+    /// all | leader: when a push to a replicated partition is acknowledged
+    /// (Strom producers only; `ProducerOptions::acks`).
+    #[arg(long, default_value = "all")]
+    acks: String,
     /// Fraction of each data part a consumer fetches (Strom only).
     #[arg(long, default_value_t = 1.0)]
     selectivity: f64,
@@ -179,6 +192,7 @@ pub struct Config {
     pub batch: Batching,
     pub partition_type: PartitionType,
     pub durability: Durability,
+    pub acks: Acks,
     pub topic: String,
 }
 
@@ -201,6 +215,14 @@ impl Config {
                 "--retention-bytes sizes memory partitions only (--partition-type memory)"
             );
         }
+        if args.replication_factor == 0 {
+            anyhow::bail!("--replication-factor must be at least 1");
+        }
+        let acks = match args.acks.as_str() {
+            "all" => Acks::All,
+            "leader" => Acks::Leader,
+            a => anyhow::bail!("--acks takes all or leader, not '{a}'"),
+        };
         if !(0.0..=1.0).contains(&args.selectivity) {
             anyhow::bail!("--selectivity is a fraction between 0 and 1");
         }
@@ -214,6 +236,7 @@ impl Config {
             partition_type: PartitionType::parse(&args.partition_type)
                 .map_err(anyhow::Error::msg)?,
             durability: Durability::parse(&args.durability).map_err(anyhow::Error::msg)?,
+            acks,
             topic,
             args,
         })
@@ -260,6 +283,8 @@ pub struct ProduceJob {
     pub warmup: u64,
     /// Write the send time into each event after the warm-up (e2e).
     pub stamp: bool,
+    /// Record each push's acknowledgement latency (produce).
+    pub ack_latency: bool,
 }
 
 /// What one consumer worker does: read `expect[i]` events of `partitions[i]`
@@ -275,7 +300,9 @@ pub struct ConsumeJob {
 }
 
 /// What a worker did. A consumer counts only stamped (timed) events in
-/// e2e mode, and every event otherwise.
+/// e2e mode, and every event otherwise. `lats_us`: push-to-delivery
+/// latencies of a consumer (e2e), push-to-acknowledgement of a producer
+/// (produce).
 #[derive(Default, Debug)]
 pub struct Outcome {
     pub events: u64,
@@ -443,6 +470,9 @@ pub fn run(args: BenchArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> {
     if args.mode == Mode::Transport && args.worker_job.is_none() {
         return transport::run(args);
     }
+    if args.mode == Mode::Failover {
+        return failover::run(args, group_file);
+    }
     if let Some(b) = &args.baseline {
         anyhow::bail!("unexpected argument '{b}': only `strom bench baseline` takes one");
     }
@@ -499,6 +529,8 @@ fn report(
         "procs": a.procs,
         "partition_type": a.partition_type,
         "durability": a.durability,
+        "replication_factor": a.replication_factor,
+        "acks": a.acks,
         "batch": a.batch,
         "selectivity": a.selectivity,
         "warmup": a.warmup,
@@ -515,7 +547,15 @@ fn report(
         }
         .into();
     }
-    if a.mode == Mode::E2e {
+    // e2e: push to delivery (consumers); produce: push to acknowledgement
+    // (the push's future resolving), when the target records it.
+    let latency = match a.mode {
+        Mode::E2e => Some("push->delivery"),
+        Mode::Produce if !lats.is_empty() => Some("push->ack"),
+        _ => None,
+    };
+    if let Some(kind) = latency {
+        out["latency"] = kind.into();
         out["p50_us"] = workload::percentile(&lats, 0.5).into();
         out["p99_us"] = workload::percentile(&lats, 0.99).into();
         out["p999_us"] = workload::percentile(&lats, 0.999).into();
@@ -534,9 +574,13 @@ fn report(
         return;
     }
     println!(
-        "{} {}: {} events, {} bytes in {:.3} s = {:.0} events/s, {:.1} MB/s",
+        "{} {} (replication factor {}, acks {}, durability {}): {} events, {} bytes in {:.3} s = \
+         {:.0} events/s, {:.1} MB/s",
         out["target"].as_str().unwrap_or(""),
         a.mode.name(),
+        a.replication_factor,
+        a.acks,
+        a.durability,
         r.events,
         r.bytes,
         r.seconds,
@@ -552,9 +596,9 @@ fn report(
             .map(|(b, o)| format!("; memory retention {b} bytes, overflow {o}"))
             .unwrap_or_default()
     );
-    if a.mode == Mode::E2e {
+    if let Some(kind) = latency {
         println!(
-            "latency push->delivery: p50 {} us, p99 {} us, p99.9 {} us, max {} us ({} samples)",
+            "latency {kind}: p50 {} us, p99 {} us, p99.9 {} us, max {} us ({} samples)",
             out["p50_us"], out["p99_us"], out["p999_us"], out["max_us"], out["latency_samples"]
         );
     }

@@ -6,8 +6,9 @@
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Wake, Waker};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use strom_client::{
@@ -83,11 +84,20 @@ impl Target for StromTarget {
                     // consume run sees fewer events stored and fails.
                     overflow: memory.then_some(Overflow::DropOldest),
                     retention_bytes: memory.then(|| cfg.memory_retention()),
+                    replication_factor: cfg.args.replication_factor,
                     ..TopicSpec::new(&cfg.topic, cfg.args.partitions)
                 })?
             }
             Err(e) => return Err(e.into()),
         };
+        let rf = topic.describe()?.spec.replication_factor.max(1);
+        if rf != cfg.args.replication_factor {
+            anyhow::bail!(
+                "topic '{}' has replication factor {rf}, not --replication-factor {}",
+                cfg.topic,
+                cfg.args.replication_factor
+            );
+        }
         if topic.partitions() != cfg.args.partitions {
             anyhow::bail!(
                 "topic '{}' has {} partitions, not --partitions {}",
@@ -112,6 +122,7 @@ impl Target for StromTarget {
     fn producer(&self, cfg: &Config, job: &ProduceJob) -> anyhow::Result<Box<dyn Worker + '_>> {
         let producer = self.topic(cfg)?.producer_with(ProducerOptions {
             batch: cfg.batch,
+            acks: cfg.acks,
             ..Default::default()
         })?;
         Ok(Box::new(StromProducer {
@@ -177,6 +188,31 @@ impl Target for StromTarget {
     }
 }
 
+/// A push's waker: when the push's future resolves, records the time since
+/// the push (its acknowledgement latency), on the thread that resolved it.
+struct AckClock {
+    pushed: Instant,
+    lats: Arc<Mutex<Vec<u64>>>,
+}
+
+impl AckClock {
+    fn record(&self) {
+        let us = self.pushed.elapsed().as_micros() as u64;
+        if let Ok(mut l) = self.lats.lock() {
+            l.push(us);
+        }
+    }
+}
+
+impl Wake for AckClock {
+    fn wake(self: Arc<Self>) {
+        self.record();
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.record();
+    }
+}
+
 struct StromProducer {
     producer: Producer,
     job: ProduceJob,
@@ -189,6 +225,11 @@ impl Worker for StromProducer {
     fn run(&mut self, progress: &AtomicU64) -> anyhow::Result<Outcome> {
         let parts = &self.job.partitions;
         let mut stamped = self.meta.to_vec();
+        let lats = Arc::new(Mutex::new(Vec::with_capacity(if self.job.ack_latency {
+            self.job.events as usize
+        } else {
+            0
+        })));
         for i in 0..self.job.events {
             self.pacer.wait(i);
             let meta = if self.job.stamp && i >= self.job.warmup {
@@ -198,16 +239,51 @@ impl Worker for StromProducer {
                 self.meta.clone()
             };
             let p = parts[(i % parts.len() as u64) as usize];
-            self.producer
+            let pushed = Instant::now();
+            let fut = self
+                .producer
                 .push_with(meta, self.data.clone(), Some(p), &[])?;
+            if self.job.ack_latency {
+                let clock = Arc::new(AckClock {
+                    pushed,
+                    lats: lats.clone(),
+                });
+                // Registers the clock with the push's batch; resolved
+                // already means acknowledged during the push itself.
+                if fut
+                    .poll_ref(&mut Context::from_waker(&Waker::from(clock.clone())))
+                    .is_ready()
+                {
+                    clock.record();
+                }
+            }
             if i % 1024 == 1023 {
                 progress.fetch_add(1024, Ordering::Relaxed);
             }
         }
         self.producer.flush()?;
         progress.fetch_add(self.job.events % 1024, Ordering::Relaxed);
+        // flush() returned, so every push is resolved; a resolving thread
+        // may still be running the last clocks (wakers run after waiters).
+        let want = if self.job.ack_latency {
+            self.job.events
+        } else {
+            0
+        };
+        let until = Instant::now() + Duration::from_secs(1);
+        let lats_us = loop {
+            let mut l = lats
+                .lock()
+                .map_err(|_| anyhow::anyhow!("ack latency lock poisoned"))?;
+            if l.len() as u64 >= want || Instant::now() > until {
+                break std::mem::take(&mut *l);
+            }
+            drop(l);
+            std::thread::sleep(Duration::from_millis(1));
+        };
         Ok(Outcome {
             events: self.job.events,
+            lats_us,
             ..Default::default()
         })
     }
