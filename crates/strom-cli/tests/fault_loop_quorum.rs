@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 use common::faults::{
     check, seed_and_cycles, signal, wait_for, HistoryOnPanic, Load, Log, PARTITIONS,
 };
-use common::{live_members, strom_bin, JoinedMember, Rng, ServerProcess};
+use common::{live_members, member_id, strom_bin, JoinedMember, Rng, ServerProcess};
 use strom_client::{Driver, Durability, TopicSpec};
 
 const TOPIC: &str = "faults";
@@ -265,15 +265,6 @@ impl Cluster {
         );
         leader
     }
-}
-
-/// The member id a joined server was given.
-fn member_id(data_dir: &Path) -> Option<u32> {
-    std::fs::read_to_string(data_dir.join("member-id"))
-        .ok()?
-        .trim()
-        .parse()
-        .ok()
 }
 
 /// Creates `name` (one partition), then lists it, through `d`; sends how

@@ -11,27 +11,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{ok, read_all, run_cli, strom_bin, JoinedMember, ServerProcess};
+use common::{member_id, ok, read_all, run_cli, strom_bin, wait_for, JoinedMember, ServerProcess};
 use strom_client::{Driver, TopicSpec};
 
 const WAIT: Duration = Duration::from_secs(30);
-
-fn wait_for(what: &str, mut ok: impl FnMut() -> bool) {
-    let deadline = Instant::now() + WAIT;
-    while !ok() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// The member id a joined server was given.
-fn member_id(data_dir: &Path) -> Option<u32> {
-    std::fs::read_to_string(data_dir.join("member-id"))
-        .ok()?
-        .trim()
-        .parse()
-        .ok()
-}
 
 /// The master the group file names, and every member's address.
 fn group_file(path: &Path) -> (u32, Vec<(u32, String)>) {

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{read_all, JoinedMember, ServerProcess};
+use common::{member_id, read_all, wait_for, JoinedMember, ServerProcess};
 use strom_client::{ConsumerOptions, Driver, ErrorCode, Next, PushFuture, StartPos, TopicSpec};
 use strom_proto::PartitionType;
 
@@ -25,27 +25,11 @@ const TOPIC: &str = "replicated";
 const PARTITIONS: u32 = 3;
 const WAIT: Duration = Duration::from_secs(30);
 
-fn wait_for(what: &str, mut ok: impl FnMut() -> bool) {
-    let deadline = Instant::now() + WAIT;
-    while !ok() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 struct Group {
     zero: ServerProcess,
     /// member id -> (process, data dir)
     joined: BTreeMap<u32, (JoinedMember, PathBuf)>,
     d: Driver,
-}
-
-fn member_id(dir: &Path) -> Option<u32> {
-    std::fs::read_to_string(dir.join("member-id"))
-        .ok()?
-        .trim()
-        .parse()
-        .ok()
 }
 
 fn start(base: &Path) -> Group {

@@ -83,6 +83,22 @@ pub(crate) enum Stamp {
     Replica { base_offset: u64, timestamp_us: u64 },
 }
 
+impl<'a> ReplicaBatch<'a> {
+    /// The batch as an append, and the stamp the leader gave it.
+    pub(crate) fn split(self) -> (AppendBatch<'a>, Stamp) {
+        let stamp = Stamp::Replica {
+            base_offset: self.base_offset,
+            timestamp_us: self.timestamp_us,
+        };
+        let batch = AppendBatch {
+            count: self.count,
+            meta: self.meta,
+            data: self.data,
+        };
+        (batch, stamp)
+    }
+}
+
 impl Stamp {
     /// The timestamp for a batch at `next` in a log whose last timestamp is
     /// `last_ts`, or why a replicated batch does not fit there.

@@ -193,15 +193,7 @@ impl PartitionLog for MemoryLog {
     }
 
     fn append_replica(&self, batch: ReplicaBatch<'_>) -> Result<Appended> {
-        let stamp = Stamp::Replica {
-            base_offset: batch.base_offset,
-            timestamp_us: batch.timestamp_us,
-        };
-        let batch = AppendBatch {
-            count: batch.count,
-            meta: batch.meta,
-            data: batch.data,
-        };
+        let (batch, stamp) = batch.split();
         self.append_stamped(batch, stamp)
     }
 

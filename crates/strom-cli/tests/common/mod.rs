@@ -464,6 +464,25 @@ pub fn read_from(
     }
 }
 
+/// Waits (up to 30 s, polling) until `ok` holds; panics naming `what`.
+pub fn wait_for(what: &str, mut ok: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !ok() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The member id a server that joined a group was given (its data dir's
+/// `member-id`), once it has one.
+pub fn member_id(data_dir: &Path) -> Option<u32> {
+    std::fs::read_to_string(data_dir.join("member-id"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
 /// How many members the master reports alive (0 if it cannot be asked).
 pub fn live_members(d: &Driver) -> usize {
     d.members()

@@ -186,6 +186,16 @@ impl Inner {
                 .is_some_and(|t| t.elapsed() < self.timeout)
     }
 
+    /// The members heard from within the timeout, by id.
+    fn live_members(&self) -> Vec<u32> {
+        self.state
+            .members
+            .keys()
+            .copied()
+            .filter(|id| self.alive(*id))
+            .collect()
+    }
+
     fn addr_of(&self, member: u32) -> String {
         self.state.members.get(&member).cloned().unwrap_or_default()
     }

@@ -31,13 +31,7 @@ pub(super) fn place(
     if r <= 1 {
         return Ok(Vec::new());
     }
-    let alive: Vec<u32> = inner
-        .state
-        .members
-        .keys()
-        .copied()
-        .filter(|id| inner.alive(*id))
-        .collect();
+    let alive = inner.live_members();
     if alive.len() < r {
         return Err(ServerError::coded(
             ErrorCode::INVALID_TOPIC_SPEC,

@@ -58,13 +58,7 @@ fn place(
             )),
         };
     }
-    let alive: Vec<u32> = inner
-        .state
-        .members
-        .keys()
-        .copied()
-        .filter(|id| inner.alive(*id))
-        .collect();
+    let alive = inner.live_members();
     Ok((0..count as u64)
         .map(|i| alive[((first + i) % alive.len() as u64) as usize])
         .collect())
