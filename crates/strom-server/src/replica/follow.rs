@@ -20,16 +20,6 @@ use crate::partition::PartitionManager;
 /// The pause before a failed fetch is tried again.
 const RETRY: Duration = Duration::from_millis(200);
 
-/// What one fetch answered.
-struct Fetched {
-    hwm: u64,
-    truncate_to: Option<u64>,
-    epochs: Vec<(u64, u64)>,
-    batches: Vec<ReplicaBatchHead>,
-    bytes: Bytes,
-    offsets: Vec<(String, u64)>,
-}
-
 pub(super) async fn run(r: Arc<Replica>, epoch: u64, leader: String, stop: Arc<AtomicBool>) {
     let mut failures = 0u32;
     while !stop.load(Ordering::Acquire) {
@@ -64,7 +54,7 @@ async fn fetch(
     pm: &PartitionManager,
     epoch: u64,
     leader: &str,
-) -> Result<Fetched, ServerError> {
+) -> Result<Response, ServerError> {
     let req = Request::ReplicaFetch {
         topic: r.topic.clone(),
         partition: r.partition,
@@ -74,45 +64,39 @@ async fn fetch(
         last_epoch: r.epochs.latest().map_or(0, |e| e.epoch),
         max_bytes: FETCH_BYTES,
     };
-    match r.peers.call(leader, &req).await? {
-        Response::ReplicaBatches {
-            hwm,
-            truncate_to,
-            epochs,
-            batches,
-            bytes,
-            offsets,
-        } => Ok(Fetched {
-            hwm,
-            truncate_to,
-            epochs,
-            batches,
-            bytes,
-            offsets,
-        }),
-        other => Err(refusal(
-            ErrorCode::INTERNAL,
-            format!("unexpected answer {} to ReplicaFetch", other.opcode()),
-        )),
-    }
+    r.peers.call(leader, &req).await
 }
 
 /// Stores one answer (blocking: writes and syncs).
-fn apply(r: &Replica, pm: &PartitionManager, f: Fetched) -> Result<(), ServerError> {
+fn apply(r: &Replica, pm: &PartitionManager, answer: Response) -> Result<(), ServerError> {
+    let Response::ReplicaBatches {
+        hwm,
+        truncate_to,
+        epochs,
+        batches,
+        bytes,
+        offsets,
+    } = answer
+    else {
+        return Err(refusal(
+            ErrorCode::INTERNAL,
+            format!("unexpected answer {} to ReplicaFetch", answer.opcode()),
+        ));
+    };
     // Named consumers resume where they committed after a failover.
-    for (name, offset) in &f.offsets {
+    for (name, offset) in &offsets {
         if pm.offsets.get(name) != Some(*offset) {
             pm.offsets.commit(name, *offset)?;
         }
     }
-    if let Some(cut) = f.truncate_to {
+    if let Some(cut) = truncate_to {
         let end = pm.exclusive(|| pm.log.truncate_from(cut))?;
         r.epochs.truncate_from(end)?;
         r.durable_end.send_replace(end);
         tracing::warn!(topic = %r.topic, partition = r.partition, cut, end, "cut this replica's log where the leader's history ends (a deposed leader's unreplicated tail)");
         return Ok(());
     }
-    let parts = split(&f.batches, &f.bytes)?;
+    let parts = split(&batches, &bytes)?;
     let end = pm.exclusive(|| -> Result<u64, ServerError> {
         for (h, meta, data) in &parts {
             pm.log.append_replica(ReplicaBatch {
@@ -130,13 +114,13 @@ fn apply(r: &Replica, pm: &PartitionManager, f: Fetched) -> Result<(), ServerErr
         Ok(pm.log.next_offset())
     })?;
     let known = r.epochs.latest().map_or(0, |e| e.epoch);
-    for (epoch, start) in f.epochs {
+    for (epoch, start) in epochs {
         if epoch > known && start < end {
             r.epochs.assign(epoch, start)?;
         }
     }
     r.durable_end.send_replace(end);
-    pm.publish_hwm(f.hwm.min(end));
+    pm.publish_hwm(hwm.min(end));
     Ok(())
 }
 
