@@ -3,14 +3,21 @@
 //! vote, appended entries, truncation, purge) returns, or completes its
 //! callback, only after the record is fdatasync'ed. Readers share the
 //! in-memory [`Durable`] state.
+//!
+//! A purge waits until the snapshot on disk covers what it removes.
+//! openraft 0.9 purges the log a received snapshot covers while the state
+//! machine is still installing it; purged first and then powered off, a
+//! member would restart with neither those entries nor their snapshot.
 
 use std::fmt::Debug;
 use std::ops::{Bound, RangeBounds};
 use std::sync::Arc;
+use std::time::Duration;
 
 use openraft::storage::{LogFlushed, LogState, RaftLogReader, RaftLogStorage};
 use openraft::{AnyError, ErrorSubject, ErrorVerb, StorageIOError};
 use parking_lot::Mutex;
+use tokio::sync::watch;
 
 use crate::error::LogError;
 use crate::log_file::{Durable, LogFile, LogRecord};
@@ -19,7 +26,13 @@ use crate::types::{Entry, LogId, StorageError, TypeConfig, Vote};
 /// The log storage handed to openraft.
 pub struct LogStore {
     file: LogFile,
+    /// The last log id the snapshot on disk covers.
+    snapshot: watch::Receiver<Option<LogId>>,
 }
+
+/// How long a purge waits for the snapshot that covers it to be on disk
+/// before it fails (and Raft stops this member).
+const PURGE_WAIT: Duration = Duration::from_secs(60);
 
 /// A reader of the log's entries, shared with replication tasks.
 #[derive(Clone)]
@@ -28,8 +41,26 @@ pub struct LogReader {
 }
 
 impl LogStore {
-    pub fn new(file: LogFile) -> Self {
-        LogStore { file }
+    /// The store over `file`; `snapshot` watches the snapshot on disk
+    /// ([`crate::state_machine::MachineStore::durable_snapshot`]).
+    pub fn new(file: LogFile, snapshot: watch::Receiver<Option<LogId>>) -> Self {
+        LogStore { file, snapshot }
+    }
+
+    /// Waits until the snapshot on disk covers `upto`.
+    async fn snapshot_covers(&mut self, upto: LogId) -> Result<(), LogError> {
+        let covered = |d: &Option<LogId>| d.is_some_and(|d| d.index >= upto.index);
+        match tokio::time::timeout(PURGE_WAIT, self.snapshot.wait_for(covered)).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(_)) => Err(LogError::Broken(
+                "the state machine stopped before its snapshot was saved".into(),
+            )),
+            Err(_) => Err(LogError::Broken(format!(
+                "no snapshot covering log index {} was saved within {PURGE_WAIT:?}; \
+                 the log is kept",
+                upto.index
+            ))),
+        }
     }
 
     /// Writes `recs`; Raft stops this member if that fails.
@@ -159,6 +190,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
         tracing::debug!(upto = log_id.index, "purging the Raft log");
+        if let Err(e) = self.snapshot_covers(log_id).await {
+            return Err(storage_error(ErrorSubject::Logs, ErrorVerb::Delete, &e));
+        }
         self.write(vec![LogRecord::Purged(log_id)], true, ErrorVerb::Delete)
             .map_or(Ok(()), Err)
     }

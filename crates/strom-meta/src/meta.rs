@@ -59,12 +59,14 @@ impl<M: Machine> Meta<M> {
         let raft_config = Arc::new(config.to_raft()?);
         let log = LogFile::open(vfs.clone(), dir)?;
         let store = MachineStore::open(vfs, dir, machine)?;
+        let snapshot = store.durable_snapshot();
+        check_purge_covered(&log, *snapshot.borrow(), dir)?;
         let machine = store.machine();
         let raft = Raft::new(
             id,
             raft_config,
             NetFactory { net },
-            LogStore::new(log),
+            LogStore::new(log, snapshot),
             store,
         )
         .await
@@ -267,4 +269,34 @@ impl<M: Machine> Meta<M> {
             .await
             .map_err(|e| MetaError::Stopped(e.to_string()))
     }
+}
+
+/// Refuses a log purged past the snapshot on disk (which the purge rule in
+/// the log store prevents; an older build could leave one after a power
+/// loss): Raft would stop on it with an assertion, not a reason.
+fn check_purge_covered(
+    log: &LogFile,
+    snapshot: Option<crate::types::LogId>,
+    dir: &Path,
+) -> Result<(), MetaError> {
+    let purged = log.state().lock().purged;
+    let Some(purged) = purged else {
+        return Ok(());
+    };
+    if snapshot.is_some_and(|s| s.index >= purged.index) {
+        return Ok(());
+    }
+    let had = snapshot.map_or("no snapshot".to_string(), |s| {
+        format!("a snapshot up to index {}", s.index)
+    });
+    Err(MetaError::Log(crate::error::LogError::corrupt(
+        &dir.join(crate::log_file::LOG),
+        0,
+        format!(
+            "the Raft log is purged up to index {} but there is {had}; \
+             this member's metadata cannot be rebuilt from its directory: \
+             move the directory away and let the member rejoin as a new one",
+            purged.index
+        ),
+    )))
 }

@@ -5,7 +5,9 @@
 //! [`Machine::restore`], and keeps the latest snapshot durable in
 //! `sm.snapshot` (one CRC'd record, replaced atomically), which is where a
 //! restarting member's machine starts before Raft replays the committed
-//! log after it.
+//! log after it. The id of the snapshot on disk is published on a watch
+//! ([`MachineStore::durable_snapshot`]) so the log store never purges past
+//! it.
 
 use std::io::Cursor;
 use std::path::{Path, PathBuf};
@@ -17,6 +19,7 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use strom_storage::record;
 use strom_storage::vfs::Vfs;
+use tokio::sync::watch;
 
 use crate::codec::{from_json, to_json};
 use crate::error::LogError;
@@ -56,6 +59,8 @@ struct SnapshotSlot {
     vfs: Arc<dyn Vfs>,
     dir: PathBuf,
     current: Mutex<Option<StoredSnapshot>>,
+    /// The last log id the snapshot on disk covers.
+    durable: watch::Sender<Option<LogId>>,
 }
 
 impl SnapshotSlot {
@@ -77,7 +82,15 @@ impl SnapshotSlot {
         let rec = record::encode(index, &payload);
         files::replace(&*self.vfs, &self.dir, SNAPSHOT, &[&header, &rec]).map_err(|(e, _)| e)?;
         tracing::debug!(index, bytes = payload.len(), "metadata snapshot saved");
+        let last = snap.meta.last_log_id;
         *current = Some(snap);
+        self.durable.send_if_modified(|d| {
+            let newer = last > *d;
+            if newer {
+                *d = last;
+            }
+            newer
+        });
         Ok(())
     }
 }
@@ -109,6 +122,7 @@ impl<M: Machine> MachineStore<M> {
     /// Opens the store in `dir`: the machine starts from `sm.snapshot`, if any.
     pub fn open(vfs: Arc<dyn Vfs>, dir: &Path, machine: M) -> Result<Self, LogError> {
         let snap = load_snapshot(&*vfs, dir)?;
+        let on_disk = snap.as_ref().and_then(|s| s.meta.last_log_id);
         let mut store = MachineStore {
             machine: Arc::new(Mutex::new(machine)),
             last_applied: None,
@@ -117,6 +131,7 @@ impl<M: Machine> MachineStore<M> {
                 vfs,
                 dir: dir.to_path_buf(),
                 current: Mutex::new(None),
+                durable: watch::Sender::new(on_disk),
             }),
             builds: 0,
         };
@@ -134,6 +149,12 @@ impl<M: Machine> MachineStore<M> {
             *store.slot.current.lock() = Some(snap);
         }
         Ok(store)
+    }
+
+    /// Watches the last log id the snapshot on disk covers (`None` while
+    /// there is none); it only grows.
+    pub fn durable_snapshot(&self) -> watch::Receiver<Option<LogId>> {
+        self.slot.durable.subscribe()
     }
 
     /// The machine, shared with readers.

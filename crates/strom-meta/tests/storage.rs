@@ -268,3 +268,24 @@ async fn a_damaged_snapshot_file_stops_the_member_with_corrupt() {
         Ok(_) => panic!("a damaged snapshot was accepted"),
     }
 }
+
+#[tokio::test]
+async fn a_log_purged_past_its_snapshot_is_refused_with_a_reason_not_a_panic() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    write_entries(dir.path(), 6);
+    let mut log = LogFile::open(vfs(), dir.path()).expect("open");
+    log.write(vec![LogRecord::Purged(log_id(1, 4))], true)
+        .expect("purge");
+    drop(log);
+    let net = Arc::new(common::NoNet);
+    let config = common::quick();
+    let started = Meta::start(1, dir.path(), config, common::Counter::default(), net).await;
+    let e = started
+        .err()
+        .expect("a log purged with no snapshot must not start");
+    assert!(
+        matches!(e, MetaError::Log(LogError::Corrupt { .. }))
+            && e.to_string().contains("purged up to index 4"),
+        "{e}"
+    );
+}

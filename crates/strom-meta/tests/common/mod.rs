@@ -205,6 +205,20 @@ impl Cluster {
         self.shutdown().await;
     }
 
+    /// Power loss on member `id` alone: its disk keeps what it had synced
+    /// (up to its crash point, if one was set), plus a random part of the
+    /// rest; the member stops, whatever its storage reports on the way.
+    pub async fn power_loss_of(&self, id: NodeId, rng: &mut SimRng) {
+        let disks = self.disks.as_ref().expect("simulated disks");
+        {
+            let mut disks = disks.lock();
+            let disk = disks.get_mut(&id).expect("a simulated disk");
+            *disk = disk.crash_image(rng);
+        }
+        let node = self.router.nodes.lock().remove(&id).expect("live member");
+        let _ = node.shutdown().await;
+    }
+
     pub fn cut(&self, id: NodeId, cut: bool) {
         let mut set = self.router.cut.lock();
         if cut {
