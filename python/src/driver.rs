@@ -353,7 +353,10 @@ impl PyTopic {
     /// until closed, even after the process exits). `acks`: `"all"`
     /// (default; a replicated partition answers once every in-sync copy
     /// has the event) or `"leader"` (after the leader's append).
-    #[pyo3(signature = (batch=None, batch_bytes=None, max_batches=2, linger=0.005, max_batch_bytes=None, max_event_bytes=None, lease=Some(0.0), acks="all"))]
+    /// `idempotent`: stamp batches and resend those whose answer was lost
+    /// to the partition's current leader, appended once each (`None`, the
+    /// default: on for replicated topics).
+    #[pyo3(signature = (batch=None, batch_bytes=None, max_batches=2, linger=0.005, max_batch_bytes=None, max_event_bytes=None, lease=Some(0.0), acks="all", idempotent=None))]
     #[allow(clippy::too_many_arguments)]
     fn producer(
         &self,
@@ -366,6 +369,7 @@ impl PyTopic {
         max_event_bytes: Option<u64>,
         lease: Option<f64>,
         acks: &str,
+        idempotent: Option<bool>,
     ) -> PyResult<PyProducer> {
         release_pending(py);
         let t = self.inner.get(py)?;
@@ -408,6 +412,7 @@ impl PyTopic {
         };
         let opts = ProducerOptions {
             acks,
+            idempotent,
             batch: batching,
             max_batches,
             linger: Duration::from_secs_f64(linger.max(0.0)),

@@ -173,6 +173,8 @@ class Topic:
         max_batch_bytes: Optional[int] = None,
         max_event_bytes: Optional[int] = None,
         lease: Optional[float] = 0.0,
+        acks: Literal["all", "leader"] = "all",
+        idempotent: Optional[bool] = None,
     ) -> Producer:
         """A new producer.
 
@@ -191,6 +193,11 @@ class Topic:
         runs out (``describe()["state"]["expired_producers"]``). ``0``
         (default) takes the server's ``producer_lease_ms``; ``None`` takes
         no lease: the producer stays open until closed.
+        ``acks``: ``"all"`` (a replicated partition answers once every
+        in-sync copy has the event) or ``"leader"``.
+        ``idempotent``: stamp batches with the producer's id and sequence,
+        and resend those whose answer was lost to the partition's current
+        leader; each is appended once (default: on for replicated topics).
         """
     def consumer(
         self,

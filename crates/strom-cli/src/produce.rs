@@ -63,6 +63,11 @@ pub struct ProduceArgs {
     /// event (all, the default) or after the leader's append (leader).
     #[arg(long, default_value = "all", value_parser = ["all", "leader"])]
     acks: String,
+    /// Stamp batches and resend those whose answer was lost to the
+    /// partition's current leader, appended once each (default: on for
+    /// replicated topics).
+    #[arg(long)]
+    idempotent: Option<bool>,
 }
 
 /// How long the main loop waits for input before it looks at signals and
@@ -192,6 +197,7 @@ pub fn run(a: ProduceArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> {
         } else {
             Acks::All
         },
+        idempotent: a.idempotent,
         ..Default::default()
     };
     if let Some(n) = a.max_event_bytes {

@@ -17,7 +17,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use parking_lot::{Condvar, Mutex, RwLock};
 use strom_policy::{MetadataInput, TopicPolicy};
-use strom_proto::{BatchBuilder, PartitionInfo, Request, Response};
+use strom_proto::{BatchBuilder, PartitionInfo, ProducerStamp, Request, Response};
 use tokio::sync::mpsc;
 
 use crate::batching::{event_limit, Batching, EventLimit, Trigger};
@@ -31,6 +31,8 @@ use crate::topic::Topic;
 #[path = "producer_refresh.rs"]
 mod refresh;
 use refresh::{learn_limits, refresh_loop};
+#[path = "producer_retry.rs"]
+mod retry;
 
 #[derive(Clone, Debug)]
 pub struct ProducerOptions {
@@ -53,6 +55,16 @@ pub struct ProducerOptions {
     /// append (`Leader`: faster, and lost if the leader dies before its
     /// followers copied it). Unreplicated partitions ignore it.
     pub acks: Acks,
+    /// Idempotence: each batch carries this producer's id and its sequence
+    /// number in the partition, so the producer resends batches whose
+    /// answer was lost (a dead or deposed leader, a dropped connection) to
+    /// the partition's current leader, in order, for up to
+    /// [`retry_for`](Self::retry_for), and the partition appends each
+    /// batch once. `None` (the default) turns it on for replicated topics.
+    pub idempotent: Option<bool>,
+    /// How long an idempotent producer keeps resending a batch before its
+    /// push fails.
+    pub retry_for: Duration,
 }
 
 /// See [`ProducerOptions::acks`].
@@ -71,6 +83,8 @@ impl Default for ProducerOptions {
             linger: Duration::from_millis(5),
             lease: Some(Duration::ZERO),
             acks: Acks::All,
+            idempotent: None,
+            retry_for: Duration::from_secs(30),
         }
     }
 }
@@ -196,6 +210,10 @@ struct Sealed {
     count: u32,
     data: Vec<Bytes>,
     slot: Arc<Slot<BatchAck>>,
+    /// An idempotent producer's sequence number for the batch.
+    seq: Option<u32>,
+    /// When its first attempt failed (resent batches).
+    failed_at: Option<std::time::Instant>,
 }
 
 struct QueueState {
@@ -208,6 +226,15 @@ struct QueueState {
     sealed: VecDeque<Sealed>,
     in_flight: usize,
     error: Option<Error>,
+    /// Idempotence: the producer id the batches are stamped with.
+    stamp: Option<u64>,
+    next_seq: u32,
+    /// Batches whose attempt failed, by sequence number, to resend in order.
+    resend: std::collections::BTreeMap<u32, Sealed>,
+    /// A resend is being prepared: nothing new is sent before it.
+    resending: bool,
+    /// A batch was given up: later ones cannot follow it in order.
+    gave_up: bool,
 }
 
 struct PartQueue {
@@ -237,6 +264,8 @@ struct Inner {
     batch_target: u64,
     /// The producer's lease, renewed by the driver while this is alive.
     lease: Option<Arc<Lease>>,
+    /// Batches are stamped and resent (see [`ProducerOptions::idempotent`]).
+    idempotent: bool,
 }
 
 impl Inner {
@@ -348,6 +377,7 @@ impl NativeProducer {
         let fsync_bound = info.spec.durability == strom_proto::Durability::Always
             && info.spec.partition_type == strom_proto::PartitionType::File;
         let batch_target = opts.batch.target(fsync_bound, limits.values().copied());
+        let idempotent = opts.idempotent.unwrap_or(info.spec.replicas() > 1);
         let inner = Arc::new(Inner {
             topic,
             id,
@@ -357,6 +387,7 @@ impl NativeProducer {
             closed: AtomicBool::new(false),
             batch_target,
             lease,
+            idempotent,
         });
         inner.add_partitions(&info.partitions, &limits);
         inner
@@ -542,7 +573,12 @@ fn seal(st: &mut QueueState) {
         return;
     }
     let count = st.builder.count();
-    let meta = st.builder.finish();
+    let stamp = st.stamp.map(|producer| ProducerStamp {
+        producer,
+        sequence: st.next_seq,
+    });
+    st.next_seq = st.next_seq.wrapping_add(u32::from(stamp.is_some()));
+    let meta = st.builder.finish_stamped(stamp);
     let data = std::mem::take(&mut st.data);
     let slot = std::mem::replace(&mut st.slot, Arc::new(Slot::new()));
     st.bytes = 0;
@@ -551,6 +587,8 @@ fn seal(st: &mut QueueState) {
         count,
         data,
         slot,
+        seq: stamp.map(|s| s.sequence),
+        failed_at: None,
     });
 }
 
@@ -579,6 +617,11 @@ impl Inner {
                     sealed: VecDeque::new(),
                     in_flight: 0,
                     error: None,
+                    stamp: self.idempotent.then_some(self.id),
+                    next_seq: 0,
+                    resend: Default::default(),
+                    resending: false,
+                    gave_up: false,
                 }),
                 cond: Condvar::new(),
                 outbox,
@@ -592,7 +635,7 @@ impl Inner {
     /// Sends sealed batches (and, in adaptive mode, the open one) while
     /// in-flight slots are free.
     fn dispatch(self: &Arc<Self>, q: &Arc<PartQueue>, st: &mut QueueState) {
-        while st.in_flight < self.opts.max_batches {
+        while st.in_flight < self.opts.max_batches && !st.resending {
             if st.sealed.is_empty() && self.opts.batch.trigger == Trigger::Adaptive {
                 seal(st);
             }
@@ -657,7 +700,15 @@ impl Inner {
     /// futures, free the in-flight slot and send what waits.
     fn completion(self: &Arc<Self>, q: &Arc<PartQueue>, b: &Sealed) -> Callback {
         let (inner, q, slot, count) = (self.clone(), q.clone(), b.slot.clone(), b.count);
+        let again = b.seq.map(|_| b.copy());
         Box::new(move |r| {
+            let r = match (r, again) {
+                (Err(e), Some(again)) => match retry::resend_later(&inner, &q, again, e) {
+                    None => return,
+                    Some(e) => Err(e),
+                },
+                (r, _) => r,
+            };
             let result = match r {
                 Ok((
                     Response::Produced {

@@ -81,6 +81,7 @@ pub fn kafka_code(e: &ServerError) -> i16 {
             kcode::NOT_LEADER_OR_FOLLOWER
         }
         ErrorCode::NOT_ENOUGH_REPLICAS => kcode::NOT_ENOUGH_REPLICAS,
+        ErrorCode::OUT_OF_ORDER_SEQUENCE => crate::idempotence::OUT_OF_ORDER_SEQUENCE_NUMBER,
         ErrorCode::TOPIC_EXISTS => kcode::TOPIC_ALREADY_EXISTS,
         ErrorCode::NOT_MASTER => kcode::NOT_CONTROLLER,
         ErrorCode::BATCH_TOO_LARGE | ErrorCode::FRAME_TOO_LARGE => kcode::MESSAGE_TOO_LARGE,

@@ -2,10 +2,17 @@
 //! and no per-event framing beyond it.
 //!
 //! ```text
-//! u32 count
+//! u32 count                     (bit 31 set: a producer stamp follows)
+//! [u64 producer, u32 sequence]  (the stamp, when bit 31 is set)
 //! count × entry { u32 meta_len, u32 desc_len, u64 data_len }   (16 bytes each)
 //! payload: for each event, its metadata bytes then its descriptor bytes
 //! ```
+//!
+//! The *producer stamp* names the idempotent producer that sent the batch
+//! and the batch's sequence number within its partition (0, 1, 2, ...).
+//! It travels and is stored with the batch, so any replica that holds the
+//! batch knows it was appended and answers a retry of it without a second
+//! append (docs/replication.md).
 //!
 //! The events' data parts are not in this section: they travel as the frame's
 //! bulk payload and are stored in the partition's data store, back to back in
@@ -19,6 +26,29 @@ use bytes::{BufMut, Bytes, BytesMut};
 use crate::error::ProtoError;
 
 const ENTRY_LEN: usize = 16;
+/// Bit 31 of the count word: a producer stamp follows it.
+const STAMPED: u32 = 1 << 31;
+const STAMP_LEN: usize = 12;
+
+/// Which idempotent producer sent a batch, and the batch's sequence number
+/// among that producer's batches to the partition.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ProducerStamp {
+    pub producer: u64,
+    pub sequence: u32,
+}
+
+/// The stamp of a batch metadata section, from its first 16 bytes alone;
+/// `None` when it has none (or is too short to hold one).
+pub fn stamp_of(section: &[u8]) -> Option<ProducerStamp> {
+    let word = u32::from_le_bytes(section.get(0..4)?.try_into().ok()?);
+    if word & STAMPED == 0 {
+        return None;
+    }
+    let producer = u64::from_le_bytes(section.get(4..12)?.try_into().ok()?);
+    let sequence = u32::from_le_bytes(section.get(12..16)?.try_into().ok()?);
+    Some(ProducerStamp { producer, sequence })
+}
 
 /// Accumulates events into a batch metadata section.
 #[derive(Default)]
@@ -65,8 +95,20 @@ impl BatchBuilder {
 
     /// Produces the section and resets the builder for reuse.
     pub fn finish(&mut self) -> Bytes {
-        let mut out = BytesMut::with_capacity(self.meta_len());
-        out.put_u32_le(self.count);
+        self.finish_stamped(None)
+    }
+
+    /// Produces the section with `stamp` (if any) and resets the builder.
+    pub fn finish_stamped(&mut self, stamp: Option<ProducerStamp>) -> Bytes {
+        let mut out = BytesMut::with_capacity(self.meta_len() + STAMP_LEN);
+        match stamp {
+            None => out.put_u32_le(self.count),
+            Some(s) => {
+                out.put_u32_le(self.count | STAMPED);
+                out.put_u64_le(s.producer);
+                out.put_u32_le(s.sequence);
+            }
+        }
         out.put_slice(&self.table);
         out.put_slice(&self.payload);
         self.table.clear();
@@ -93,6 +135,9 @@ pub struct BatchView {
     section: Bytes,
     count: u32,
     data_len: u64,
+    /// Where the offset table starts (after the count and the stamp).
+    table: usize,
+    stamp: Option<ProducerStamp>,
 }
 
 impl BatchView {
@@ -106,9 +151,19 @@ impl BatchView {
                 remaining: section.len(),
             });
         }
-        let count = u32::from_le_bytes([section[0], section[1], section[2], section[3]]);
+        let word = u32::from_le_bytes([section[0], section[1], section[2], section[3]]);
+        let count = word & !STAMPED;
+        let stamp = stamp_of(&section);
+        let table = if word & STAMPED == 0 { 4 } else { 4 + STAMP_LEN };
+        if stamp.is_none() && table > 4 {
+            return Err(ProtoError::Truncated {
+                what: "batch producer stamp",
+                needed: table as u64,
+                remaining: section.len(),
+            });
+        }
         let table_len = count as u64 * ENTRY_LEN as u64;
-        let body = section.len() as u64 - 4;
+        let body = section.len() as u64 - table as u64;
         if table_len > body {
             return Err(ProtoError::Truncated {
                 what: "batch offset table",
@@ -119,7 +174,7 @@ impl BatchView {
         let mut payload: u64 = 0;
         let mut data_len: u64 = 0;
         for i in 0..count as usize {
-            let e = 4 + i * ENTRY_LEN;
+            let e = table + i * ENTRY_LEN;
             let m = u32::from_le_bytes(section[e..e + 4].try_into().expect("4 bytes")) as u64;
             let d = u32::from_le_bytes(section[e + 4..e + 8].try_into().expect("4 bytes")) as u64;
             let dl = u64::from_le_bytes(section[e + 8..e + 16].try_into().expect("8 bytes"));
@@ -141,7 +196,14 @@ impl BatchView {
             section,
             count,
             data_len,
+            table,
+            stamp,
         })
+    }
+
+    /// The producer stamp, if the batch carries one.
+    pub fn stamp(&self) -> Option<ProducerStamp> {
+        self.stamp
     }
 
     pub fn count(&self) -> u32 {
@@ -159,10 +221,10 @@ impl BatchView {
 
     /// Iterates the events in order (one pass over the table, no allocation).
     pub fn iter(&self) -> impl Iterator<Item = EventEntry> + '_ {
-        let mut payload_pos = 4 + self.count as usize * ENTRY_LEN;
+        let mut payload_pos = self.table + self.count as usize * ENTRY_LEN;
         let mut data_pos = 0u64;
         (0..self.count as usize).map(move |i| {
-            let e = 4 + i * ENTRY_LEN;
+            let e = self.table + i * ENTRY_LEN;
             let t = &self.section[e..e + ENTRY_LEN];
             let m = u32::from_le_bytes(t[0..4].try_into().expect("4 bytes")) as usize;
             let d = u32::from_le_bytes(t[4..8].try_into().expect("4 bytes")) as usize;
@@ -212,5 +274,31 @@ mod tests {
         let mut bad = BytesMut::from(&good[..]);
         bad[0..4].copy_from_slice(&u32::MAX.to_le_bytes());
         assert!(BatchView::parse(bad.freeze()).is_err());
+    }
+
+    #[test]
+    fn a_stamped_batch_reads_like_an_unstamped_one_and_names_its_producer() {
+        let fill = |b: &mut BatchBuilder| {
+            b.push(b"m0", b"d", 3);
+            b.push(b"", b"", 4);
+        };
+        let (mut plain, mut stamped) = (BatchBuilder::new(), BatchBuilder::new());
+        fill(&mut plain);
+        fill(&mut stamped);
+        let stamp = ProducerStamp {
+            producer: 0x0102_0304_0506_0708,
+            sequence: 77,
+        };
+        let p = BatchView::parse(plain.finish()).unwrap();
+        let section = stamped.finish_stamped(Some(stamp));
+        assert_eq!(stamp_of(&section), Some(stamp));
+        let s = BatchView::parse(section.clone()).unwrap();
+        assert_eq!((p.stamp(), s.stamp()), (None, Some(stamp)));
+        assert_eq!((s.count(), s.data_len()), (2, 7));
+        assert_eq!(p.iter().collect::<Vec<_>>(), s.iter().collect::<Vec<_>>());
+        for cut in 0..section.len() {
+            assert!(BatchView::parse(section.slice(..cut)).is_err(), "cut {cut}");
+        }
+        assert_eq!(stamp_of(&section[..15]), None);
     }
 }

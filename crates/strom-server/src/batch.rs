@@ -4,13 +4,14 @@
 //! the table again.
 
 use bytes::Bytes;
-use strom_proto::{BatchView, ProtoError};
+use strom_proto::{BatchView, ProducerStamp, ProtoError};
 
 /// A batch whose metadata table matches its count and data.
 pub struct ValidBatch {
     meta: Bytes,
     count: u32,
     data: Vec<Bytes>,
+    stamp: Option<ProducerStamp>,
 }
 
 impl ValidBatch {
@@ -28,7 +29,18 @@ impl ValidBatch {
                 ),
             });
         }
-        Ok(ValidBatch { meta, count, data })
+        let stamp = view.stamp();
+        Ok(ValidBatch {
+            meta,
+            count,
+            data,
+            stamp,
+        })
+    }
+
+    /// The idempotent producer's stamp, if the batch carries one.
+    pub fn stamp(&self) -> Option<ProducerStamp> {
+        self.stamp
     }
 
     pub fn meta(&self) -> &Bytes {

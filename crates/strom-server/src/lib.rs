@@ -19,6 +19,7 @@ mod native;
 mod ownership;
 mod partition;
 mod peers;
+mod producers;
 mod quorum_boot;
 mod registry;
 mod replica;

@@ -28,6 +28,11 @@
 //! consumers then see only up to the high watermark (what every in-sync
 //! replica holds), and only its leader accepts appends ([`admit`]).
 //!
+//! A batch stamped by an idempotent producer is checked against the
+//! partition's sequence table ([`crate::producers`]) as it goes in, under
+//! the append lock: a resent batch is answered with its first offsets
+//! (once those are durable, or replicated), never appended twice.
+//!
 //! [`admit`]: PartitionManager::admit
 
 use std::collections::{HashMap, VecDeque};
@@ -48,6 +53,7 @@ use tokio::sync::watch;
 use crate::batch::ValidBatch;
 use crate::config::ServerConfig;
 use crate::error::ServerError;
+use crate::producers::Check;
 use crate::sink::Waiters;
 
 /// Called once with the append's outcome (on the appending or syncer thread).
@@ -58,6 +64,8 @@ struct Unsynced {
     appended: Appended,
     meta: Bytes,
     reply: AppendReply,
+    /// A resent batch answered with its first append: nothing to publish.
+    resent: bool,
 }
 
 /// An append waiting for room in a full `block` partition.
@@ -118,6 +126,8 @@ pub struct PartitionManager {
     pub replicated: bool,
     /// Its role among the copies, once the registry gave one.
     pub replica: std::sync::OnceLock<Arc<crate::replica::Replica>>,
+    /// Idempotent producers' sequences (under the append lock's order).
+    producers: Mutex<crate::producers::Producers>,
 }
 
 /// An opened log and what goes with it, for [`PartitionManager::start`].
@@ -231,6 +241,7 @@ impl PartitionManager {
         } else {
             log.next_offset()
         };
+        let producers = crate::producers::Producers::rebuild(&*log)?;
         let pm = Arc::new(PartitionManager {
             topic: spec.name.clone(),
             id,
@@ -254,6 +265,7 @@ impl PartitionManager {
             threads: Mutex::new(Vec::new()),
             replicated,
             replica: std::sync::OnceLock::new(),
+            producers: Mutex::new(producers),
         });
         let mut threads = Vec::new();
         // Memory partitions have nothing to sync: no syncer hop on their acks.
@@ -324,16 +336,48 @@ impl PartitionManager {
     /// Appends under the append lock; returns the reply to run after it is
     /// released, unless the syncer took it.
     fn append_locked(&self, ap: &Appender, h: Held) -> Option<Answer> {
+        let stamp = h.batch.stamp();
+        if let Some(s) = stamp {
+            match self.producers.lock().check(s) {
+                Check::Fresh => {}
+                Check::Duplicate(first) => return self.answer_resent(ap, first, h),
+                Check::OutOfOrder(why) => {
+                    let e = ServerError::coded(ErrorCode::OUT_OF_ORDER_SEQUENCE, why);
+                    return Some((h.reply, Err(e)));
+                }
+            }
+        }
         let appended = match self.append_now(&h.batch) {
             Ok(a) => a,
             Err(e) => return Some((h.reply, Err(e))),
         };
+        if let Some(s) = stamp {
+            self.producers.lock().appended(s, &appended);
+        }
+        self.answer_appended(ap, appended, h, false)
+    }
+
+    /// A resent batch: answered with its first append's outcome, once that
+    /// is durable (after the first answer, through the same syncer).
+    fn answer_resent(&self, ap: &Appender, first: Appended, h: Held) -> Option<Answer> {
+        tracing::debug!(topic = %self.topic, partition = self.id, base_offset = first.base_offset, "a resent batch answered with its first append");
+        self.answer_appended(ap, first, h, true)
+    }
+
+    fn answer_appended(
+        &self,
+        ap: &Appender,
+        appended: Appended,
+        h: Held,
+        resent: bool,
+    ) -> Option<Answer> {
         match &ap.syncer {
             Some(s) => {
                 let job = Unsynced {
                     appended,
                     meta: h.batch.meta().clone(),
                     reply: h.reply,
+                    resent,
                 };
                 match s.send(job) {
                     Ok(()) => None,
@@ -347,7 +391,9 @@ impl PartitionManager {
                 }
             }
             None => {
-                self.make_visible(&appended, h.batch.meta());
+                if !resent {
+                    self.make_visible(&appended, h.batch.meta());
+                }
                 Some((h.reply, Ok(appended)))
             }
         }
@@ -551,6 +597,20 @@ impl PartitionManager {
         f()
     }
 
+    /// A follower copied the batch `meta` as `a`: its stamp, if any, is
+    /// known here now (so this replica answers its resend as a leader).
+    pub(crate) fn copied(&self, meta: &[u8], a: &Appended) {
+        if let Some(s) = strom_proto::stamp_of(meta) {
+            self.producers.lock().appended(s, a);
+        }
+    }
+
+    /// The log was cut: the sequence table is rebuilt from what is left.
+    pub(crate) fn rebuild_producers(&self) -> Result<(), ServerError> {
+        *self.producers.lock() = crate::producers::Producers::rebuild(&*self.log)?;
+        Ok(())
+    }
+
     /// Whether an append may go in here now, and the reply to give it: a
     /// replicated partition takes appends only on its leader, `acks_all`
     /// ones only with `min_in_sync` replicas in sync, and their reply waits
@@ -624,7 +684,9 @@ impl PartitionManager {
             match synced {
                 Ok(()) => {
                     for u in group {
-                        self.make_visible(&u.appended, &u.meta);
+                        if !u.resent {
+                            self.make_visible(&u.appended, &u.meta);
+                        }
                         (u.reply)(Ok(u.appended));
                     }
                 }

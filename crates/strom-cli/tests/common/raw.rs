@@ -148,3 +148,35 @@ pub fn read_until_reply(s: &mut TcpStream, id: u64, what: &str) -> Vec<u8> {
     }
     got
 }
+
+/// Sends one event to `partition` of `topic` at `addr` as batch `seq` of
+/// idempotent producer `producer`, on a fresh connection, and returns the
+/// answer: what a producer resending after a lost reply does.
+#[allow(dead_code)] // not every test binary uses it
+pub fn produce_stamped(
+    addr: &str,
+    topic: &str,
+    partition: u32,
+    producer: u64,
+    seq: u32,
+    meta: &str,
+) -> Response {
+    let mut b = strom_proto::BatchBuilder::new();
+    b.push(meta.as_bytes(), b"", 3);
+    let stamp = strom_proto::ProducerStamp {
+        producer,
+        sequence: seq,
+    };
+    let req = Request::Produce {
+        topic: topic.into(),
+        partition,
+        count: 1,
+        acks_all: false,
+        meta: b.finish_stamped(Some(stamp)),
+    };
+    let mut s = connect(addr);
+    std::io::Write::write_all(&mut s, &request_frame(7, &req, b"abc")).expect("sending");
+    let got = read_until_reply(&mut s, 7, "a stamped produce");
+    let answer = responses(&got).into_iter().find(|(id, _)| *id == 7);
+    answer.expect("an answer to the produce").1
+}

@@ -90,7 +90,11 @@ fn apply(r: &Replica, pm: &PartitionManager, answer: Response) -> Result<(), Ser
         }
     }
     if let Some(cut) = truncate_to {
-        let end = pm.exclusive(|| pm.log.truncate_from(cut))?;
+        let end = pm.exclusive(|| -> Result<u64, ServerError> {
+            let end = pm.log.truncate_from(cut)?;
+            pm.rebuild_producers()?;
+            Ok(end)
+        })?;
         r.epochs.truncate_from(end)?;
         r.durable_end.send_replace(end);
         tracing::warn!(topic = %r.topic, partition = r.partition, cut, end, "cut this replica's log where the leader's history ends (a deposed leader's unreplicated tail)");
@@ -99,13 +103,14 @@ fn apply(r: &Replica, pm: &PartitionManager, answer: Response) -> Result<(), Ser
     let parts = split(&batches, &bytes)?;
     let end = pm.exclusive(|| -> Result<u64, ServerError> {
         for (h, meta, data) in &parts {
-            pm.log.append_replica(ReplicaBatch {
+            let a = pm.log.append_replica(ReplicaBatch {
                 base_offset: h.base_offset,
                 count: h.count,
                 timestamp_us: h.timestamp_us,
                 meta,
                 data: std::slice::from_ref(data),
             })?;
+            pm.copied(meta, &a);
         }
         // `always`: the high watermark means durable on every in-sync copy.
         if !parts.is_empty() && pm.dir().is_some() && pm.durability == Durability::Always {

@@ -1,0 +1,148 @@
+//! An idempotent producer's resends: a batch whose attempt failed in a way
+//! a leader change or a lost connection explains waits until every batch
+//! sent to the partition before it has its answer, then goes again, in
+//! sequence order, to the leader the registry names now. The partition
+//! answers a batch it already holds with its first offsets, so a resend
+//! never appends twice. After `retry_for` the push fails, and so do the
+//! partition's later batches (they cannot follow a missing one in order).
+
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use strom_proto::ErrorCode;
+
+use super::{Inner, PartQueue, Sealed};
+use crate::error::Error;
+
+/// Pause before a resend, so a failover has a moment to happen.
+const PAUSE: Duration = Duration::from_millis(200);
+
+impl Sealed {
+    /// The batch again, to resend (the buffers are shared, not copied).
+    pub(super) fn copy(&self) -> Sealed {
+        Sealed {
+            meta: self.meta.clone(),
+            count: self.count,
+            data: self.data.clone(),
+            slot: self.slot.clone(),
+            seq: self.seq,
+            failed_at: self.failed_at,
+        }
+    }
+}
+
+/// Whether another attempt may succeed where this one failed.
+fn worth_resending(e: &Error) -> bool {
+    matches!(
+        e.code(),
+        ErrorCode::CONNECTION_FAILED
+            | ErrorCode::CONNECTION_CLOSED
+            | ErrorCode::NOT_PARTITION_LEADER
+            | ErrorCode::NOT_ENOUGH_REPLICAS
+            | ErrorCode::PARTITION_UNAVAILABLE
+            | ErrorCode::OUT_OF_ORDER_SEQUENCE
+            | ErrorCode::TIMEOUT
+    )
+}
+
+/// Takes a failed batch of an idempotent producer for a later resend
+/// (`None`), or hands back the error its push fails with.
+pub(super) fn resend_later(
+    inner: &Arc<Inner>,
+    q: &Arc<PartQueue>,
+    mut b: Sealed,
+    e: Error,
+) -> Option<Error> {
+    let mut st = q.state.lock();
+    if st.gave_up || !worth_resending(&e) {
+        return Some(e);
+    }
+    let first = *b.failed_at.get_or_insert_with(Instant::now);
+    if first.elapsed() > inner.opts.retry_for {
+        st.gave_up = true;
+        tracing::warn!(topic = %inner.topic.name(), partition = q.partition, seq = b.seq, error = %e, "gave up resending a batch; the partition's later batches fail too");
+        return Some(e);
+    }
+    let seq = b.seq.expect("an idempotent producer's batch");
+    tracing::debug!(topic = %inner.topic.name(), partition = q.partition, seq, error = %e, "batch will be resent");
+    st.resend.insert(seq, b);
+    if !st.resending {
+        st.resending = true;
+        let weak = Arc::downgrade(inner);
+        inner
+            .topic
+            .driver
+            .inner
+            .handle
+            .spawn(resend_loop(weak, q.clone()));
+    }
+    None
+}
+
+/// Waits for the partition's other answers, finds its leader, and queues
+/// the failed batches again in order.
+async fn resend_loop(weak: Weak<Inner>, q: Arc<PartQueue>) {
+    loop {
+        tokio::time::sleep(PAUSE).await;
+        let Some(inner) = weak.upgrade() else {
+            return fail_all(&q, Error::Closed("producer"));
+        };
+        {
+            let st = q.state.lock();
+            if st.in_flight > st.resend.len() {
+                continue;
+            }
+        }
+        follow_leader(&inner, &q).await;
+        let mut st = q.state.lock();
+        let batches = std::mem::take(&mut st.resend);
+        st.resending = false;
+        for (_, b) in batches {
+            q.queued.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+            if let Err(tokio::sync::mpsc::error::SendError(b)) = q.outbox.send(b) {
+                q.queued.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+                st.in_flight -= 1;
+                b.slot.complete(Err(Error::Closed("driver")));
+            }
+        }
+        inner.dispatch(&q, &mut st);
+        drop(st);
+        q.cond.notify_all();
+        return;
+    }
+}
+
+/// Points the partition at the leader the registry names now.
+async fn follow_leader(inner: &Inner, q: &PartQueue) {
+    let Ok(info) = inner.topic.refresh().await else {
+        return;
+    };
+    let Some(p) = info.partitions.get(q.partition as usize) else {
+        return;
+    };
+    let moved = {
+        let mut owner = q.owner.lock();
+        let moved = owner.1 != p.addr;
+        if moved {
+            *owner = (p.member, p.addr.clone());
+        }
+        moved
+    };
+    let mut conn = q.conn.lock();
+    if moved || conn.as_ref().is_some_and(|c| c.is_dead()) {
+        conn.take();
+    }
+}
+
+/// The producer is gone: every batch waiting for a resend fails.
+fn fail_all(q: &PartQueue, e: Error) {
+    let mut st = q.state.lock();
+    let batches = std::mem::take(&mut st.resend);
+    st.resending = false;
+    for (_, b) in batches {
+        st.in_flight -= 1;
+        b.slot.complete(Err(e.shared()));
+    }
+    drop(st);
+    q.cond.notify_all();
+}

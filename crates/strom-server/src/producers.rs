@@ -1,0 +1,180 @@
+//! Idempotent producers on one partition: for each producer id, the
+//! sequence number its next batch must carry and where its recent batches
+//! went. A batch whose stamp (`strom_proto::ProducerStamp`) was seen
+//! before is answered with the offsets it got the first time instead of
+//! being appended again; one that skips a sequence number is refused, so a
+//! producer's batches land once each and in order.
+//!
+//! The table is rebuilt from the batches themselves, which carry their
+//! stamp: on open from the log's tail ([`TAIL_WINDOW`] offsets), on a
+//! follower from each batch it copies, after a truncation from the tail
+//! again. A leader elected from the in-sync followers therefore knows
+//! every stamp an acknowledged batch carried.
+
+use std::collections::{HashMap, VecDeque};
+
+use strom_proto::ProducerStamp;
+use strom_storage::{Appended, PartitionLog, SyncToken};
+
+/// Batches remembered per producer: more than a producer keeps in flight
+/// per partition (`max_batches`, at most 64), so every batch it may
+/// resend after a failure is still known.
+pub const RECENT: usize = 64;
+/// Producers tracked per partition; past it the one idle longest (lowest
+/// last offset) is forgotten.
+pub const MAX_PRODUCERS: usize = 10_000;
+/// How far back from the end of the log a reopened partition looks for
+/// stamps: the batches a producer may still resend are at its tail.
+pub const TAIL_WINDOW: u64 = 1 << 20;
+
+/// What to do with a stamped batch.
+#[derive(Debug)]
+pub enum Check {
+    /// Append it.
+    Fresh,
+    /// Already in the log: answer with the first append's outcome.
+    Duplicate(Appended),
+    /// Out of order: refuse it with this reason.
+    OutOfOrder(String),
+}
+
+#[derive(Default)]
+struct Seqs {
+    next: u32,
+    /// (sequence, where it went), oldest first.
+    recent: VecDeque<(u32, Appended)>,
+}
+
+/// The sequence table of one partition.
+#[derive(Default)]
+pub struct Producers {
+    map: HashMap<u64, Seqs>,
+}
+
+impl Producers {
+    /// Decides what a batch stamped `s` is.
+    pub fn check(&self, s: ProducerStamp) -> Check {
+        let Some(p) = self.map.get(&s.producer) else {
+            // Unknown producer (new, or its batches are older than the
+            // window): any sequence starts it.
+            return Check::Fresh;
+        };
+        if s.sequence == p.next {
+            return Check::Fresh;
+        }
+        if let Some((_, a)) = p.recent.iter().find(|(q, _)| *q == s.sequence) {
+            return Check::Duplicate(a.clone());
+        }
+        let why = if s.sequence > p.next || p.next.wrapping_sub(s.sequence) > u32::MAX / 2 {
+            format!(
+                "producer {} sent batch {} where batch {} was expected: an earlier batch is missing",
+                s.producer, s.sequence, p.next
+            )
+        } else {
+            format!(
+                "producer {} resent batch {}, older than the {} batches remembered (next is {})",
+                s.producer, s.sequence, RECENT, p.next
+            )
+        };
+        Check::OutOfOrder(why)
+    }
+
+    /// Records that the batch stamped `s` was appended as `a`.
+    pub fn appended(&mut self, s: ProducerStamp, a: &Appended) {
+        if !self.map.contains_key(&s.producer) && self.map.len() >= MAX_PRODUCERS {
+            self.forget_idlest();
+        }
+        let p = self.map.entry(s.producer).or_default();
+        p.next = s.sequence.wrapping_add(1);
+        p.recent.push_back((s.sequence, a.clone()));
+        if p.recent.len() > RECENT {
+            p.recent.pop_front();
+        }
+    }
+
+    fn forget_idlest(&mut self) {
+        let last = |p: &Seqs| p.recent.back().map_or(0, |(_, a)| a.base_offset);
+        if let Some(id) = self.map.iter().min_by_key(|(_, p)| last(p)).map(|(id, _)| *id) {
+            self.map.remove(&id);
+        }
+    }
+
+    /// Rebuilds the table from the stamps in the last [`TAIL_WINDOW`]
+    /// offsets of `log` (batches there are on disk: token 0).
+    pub fn rebuild(log: &dyn PartitionLog) -> Result<Producers, strom_storage::StorageError> {
+        let mut table = Producers::default();
+        let end = log.next_offset();
+        let mut from = end.saturating_sub(TAIL_WINDOW).max(log.first_offset());
+        while from < end {
+            let batches = log.read(from, 4 << 20)?;
+            let Some(last) = batches.last() else { break };
+            from = last.base_offset + u64::from(last.count);
+            for b in &batches {
+                if let Some(s) = strom_proto::stamp_of(&b.meta) {
+                    let a = Appended {
+                        base_offset: b.base_offset,
+                        count: b.count,
+                        timestamp_us: b.timestamp_us,
+                        token: SyncToken(0),
+                    };
+                    table.appended(s, &a);
+                }
+            }
+        }
+        Ok(table)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(base_offset: u64) -> Appended {
+        Appended {
+            base_offset,
+            count: 2,
+            timestamp_us: 1,
+            token: SyncToken(base_offset),
+        }
+    }
+
+    fn stamp(producer: u64, sequence: u32) -> ProducerStamp {
+        ProducerStamp { producer, sequence }
+    }
+
+    #[test]
+    fn a_resent_batch_is_answered_with_its_first_offsets_and_a_gap_is_refused() {
+        let mut t = Producers::default();
+        assert!(matches!(t.check(stamp(7, 5)), Check::Fresh));
+        t.appended(stamp(7, 5), &at(100));
+        t.appended(stamp(7, 6), &at(102));
+        assert!(matches!(t.check(stamp(7, 5)), Check::Duplicate(a) if a.base_offset == 100));
+        assert!(matches!(t.check(stamp(7, 6)), Check::Duplicate(a) if a.base_offset == 102));
+        assert!(matches!(t.check(stamp(7, 7)), Check::Fresh));
+        assert!(matches!(t.check(stamp(7, 9)), Check::OutOfOrder(w) if w.contains("missing")));
+        assert!(matches!(t.check(stamp(8, 9)), Check::Fresh), "another producer");
+    }
+
+    #[test]
+    fn only_the_recent_batches_are_remembered() {
+        let mut t = Producers::default();
+        for seq in 0..(RECENT as u32 + 10) {
+            t.appended(stamp(1, seq), &at(u64::from(seq) * 2));
+        }
+        assert!(matches!(t.check(stamp(1, 3)), Check::OutOfOrder(w) if w.contains("older")));
+        let last = RECENT as u32 + 9;
+        assert!(matches!(t.check(stamp(1, last)), Check::Duplicate(_)));
+    }
+
+    #[test]
+    fn past_the_limit_the_idlest_producer_is_forgotten() {
+        let mut t = Producers::default();
+        for p in 0..MAX_PRODUCERS as u64 {
+            t.appended(stamp(p, 0), &at(1000 + p));
+        }
+        t.appended(stamp(u64::MAX, 0), &at(1));
+        assert_eq!(t.map.len(), MAX_PRODUCERS);
+        assert!(!t.map.contains_key(&0), "producer 0 was idle longest");
+        assert!(t.map.contains_key(&u64::MAX));
+    }
+}
