@@ -149,7 +149,7 @@ pub fn batch(data: &[u8]) {
     assert_eq!(next_pos, view.data_len());
     assert_eq!(rebuilt.data_len(), view.data_len());
     assert_eq!(
-        &rebuilt.finish()[..],
+        &rebuilt.finish_stamped(view.stamp())[..],
         data,
         "batch does not rebuild to its bytes"
     );
@@ -694,5 +694,14 @@ pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
         b.push(format!(r#"{{"i":{i}}}"#).as_bytes(), &[i as u8; 3], i * 100);
     }
     out.push(("batch", "twenty-events".into(), b.finish().to_vec()));
+    let mut b = BatchBuilder::new();
+    b.push(br#"{"i":1}"#, b"", 8);
+    b.push(b"", b"d", 0);
+    let stamp = strom_proto::ProducerStamp {
+        producer: 7,
+        sequence: 3,
+    };
+    let stamped = b.finish_stamped(Some(stamp)).to_vec();
+    out.push(("batch", "stamped".into(), stamped));
     out
 }

@@ -426,6 +426,7 @@ impl PyTopic {
                     ))
                 }
             },
+            ..Default::default()
         };
         let p = py.detach(|| t.producer_with(opts)).py(py)?;
         Ok(PyProducer {

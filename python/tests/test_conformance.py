@@ -224,6 +224,21 @@ def test_acks_persist_across_a_consumer_restart_per_name(driver, ptype):
     assert driver.consumer_offsets("acks", 0) == {"a": 5}
 
 
+def test_an_idempotent_producer_stores_each_event_once_in_order(driver, ptype):
+    t = driver.create_topic("once", 2, type=ptype)
+    p = t.producer(idempotent=True, acks="leader")
+    ids = [p.push(f'{{"i": {i}}}', bytes([i]) * 8, partition=i % 2) for i in range(40)]
+    p.flush()
+    got = [f.wait() for f in ids]
+    p.close()
+    for part in (0, 1):
+        assert [o for (q, o) in got if q == part] == list(range(20))
+    events = drain(t.consumer("c"))
+    assert sorted(json.loads(e.raw_metadata)["i"] for e in events) == list(range(40))
+    with pytest.raises(TypeError):
+        t.producer(idempotent="yes")
+
+
 @pytest.fixture
 def seek_topic(driver, ptype):
     t = driver.create_topic("seek", 1, type=ptype)

@@ -2,15 +2,19 @@
 //! batch resent with the same producer stamp, as after a lost reply, is
 //! answered with the offsets it got the first time and stored once, also
 //! after the server restarts; a batch that skips a sequence number is
-//! refused with `OUT_OF_ORDER_SEQUENCE`.
+//! refused with `OUT_OF_ORDER_SEQUENCE`. An idempotent producer rides out
+//! a `kill -9` and restart of its server: it resends what was cut off, no
+//! push fails, and every event is stored once, in push order.
 
 mod common;
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::raw::produce_stamped;
-use common::{read_all, ServerProcess};
-use strom_client::{ErrorCode, TopicSpec};
+use common::{read_all, wait_for, ServerProcess};
+use strom_client::{Driver, ErrorCode, ProducerOptions, TopicSpec};
 use strom_proto::Response;
 
 const TOPIC: &str = "once";
@@ -33,8 +37,16 @@ fn a_resent_batch_is_stored_once_and_answered_with_its_first_offset() {
     };
     let first = offset_of(&send(&server.addr, 0, "a"));
     let second = offset_of(&send(&server.addr, 1, "b"));
-    assert_eq!(offset_of(&send(&server.addr, 0, "a")), first, "resent batch 0");
-    assert_eq!(offset_of(&send(&server.addr, 1, "b")), second, "resent batch 1");
+    assert_eq!(
+        offset_of(&send(&server.addr, 0, "a")),
+        first,
+        "resent batch 0"
+    );
+    assert_eq!(
+        offset_of(&send(&server.addr, 1, "b")),
+        second,
+        "resent batch 1"
+    );
     match send(&server.addr, 5, "gap") {
         Response::Error { code, message } => {
             assert_eq!(code, ErrorCode::OUT_OF_ORDER_SEQUENCE, "{message}");
@@ -43,14 +55,25 @@ fn a_resent_batch_is_stored_once_and_answered_with_its_first_offset() {
         other => panic!("a batch after a gap was taken: {other:?}"),
     }
     // Another producer's numbering is its own.
-    let other = offset_of(&produce_stamped(&server.addr, TOPIC, 0, 42, 0, "{\"e\":\"c\"}"));
+    let other = offset_of(&produce_stamped(
+        &server.addr,
+        TOPIC,
+        0,
+        42,
+        0,
+        "{\"e\":\"c\"}",
+    ));
     assert_eq!(other, second + 1);
     // After a restart the partition knows the stamps from its log.
     let addr = server.addr.clone();
     drop(d);
     server.kill9();
     let server = ServerProcess::restart_on(tmp.path(), &addr);
-    assert_eq!(offset_of(&send(&server.addr, 1, "b")), second, "resent after a restart");
+    assert_eq!(
+        offset_of(&send(&server.addr, 1, "b")),
+        second,
+        "resent after a restart"
+    );
     let third = offset_of(&send(&server.addr, 2, "d"));
     assert_eq!(third, other + 1);
     let d = server.connect();
@@ -61,7 +84,101 @@ fn a_resent_batch_is_stored_once_and_answered_with_its_first_offset() {
         .collect();
     assert_eq!(
         stored,
-        ["{\"e\":\"a\"}", "{\"e\":\"b\"}", "{\"e\":\"c\"}", "{\"e\":\"d\"}"],
+        [
+            "{\"e\":\"a\"}",
+            "{\"e\":\"b\"}",
+            "{\"e\":\"c\"}",
+            "{\"e\":\"d\"}"
+        ],
         "each batch once, in order"
     );
+}
+
+/// Pushes events 0, 1, 2, ... in windows of 20 until `stop`; records the
+/// offset each one was acknowledged at, or `None` when its push failed.
+fn push_until(d: Driver, stop: Arc<AtomicBool>, out: Arc<Mutex<Vec<Option<u64>>>>) {
+    let t = d.open_topic(TOPIC).unwrap();
+    let opts = ProducerOptions {
+        idempotent: Some(true),
+        ..Default::default()
+    };
+    let p = t.producer_with(opts).unwrap();
+    let mut next = 0u64;
+    while !stop.load(Ordering::Acquire) {
+        let window: Vec<_> = (next..next + 20)
+            .map(|i| p.push(format!("{{\"i\":{i}}}"), vec![i as u8; 32]).ok())
+            .collect();
+        next += 20;
+        let _ = p.flush();
+        let mut out = out.lock().unwrap();
+        for f in window {
+            out.push(f.and_then(|f| f.wait().ok()).map(|id| id.offset));
+        }
+    }
+}
+
+#[test]
+fn an_idempotent_producer_rides_out_a_restart_of_its_server() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = ServerProcess::start(tmp.path());
+    server
+        .connect()
+        .create_topic(TopicSpec::new(TOPIC, 1))
+        .unwrap();
+    let (stop, acked) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(Mutex::new(Vec::new())),
+    );
+    let d = Driver::connect(&server.group_file).unwrap();
+    let (s, a) = (stop.clone(), acked.clone());
+    let pusher = std::thread::spawn(move || push_until(d, s, a));
+    wait_for("acks before the kill", || {
+        acked.lock().unwrap().len() >= 200
+    });
+    let addr = server.addr.clone();
+    server.kill9();
+    std::thread::sleep(Duration::from_millis(300));
+    let server = ServerProcess::restart_on(tmp.path(), &addr);
+    let at_restart = acked.lock().unwrap().len();
+    wait_for("acks after the restart", || {
+        acked.lock().unwrap().len() >= at_restart + 200
+    });
+    stop.store(true, Ordering::Release);
+    pusher.join().unwrap();
+    let acked = acked.lock().unwrap().clone();
+    let failed: Vec<usize> = (0..acked.len()).filter(|i| acked[*i].is_none()).collect();
+    assert_eq!(failed, Vec::<usize>::new(), "pushes that failed");
+    let stored = read_all(&server.connect(), TOPIC, "check", Duration::from_secs(30)).events;
+    let seqs: Vec<u64> = stored
+        .values()
+        .map(|e| {
+            let v: serde_json::Value = serde_json::from_slice(&e.meta).unwrap();
+            v["i"].as_u64().unwrap()
+        })
+        .collect();
+    assert_eq!(
+        seqs,
+        (0..acked.len() as u64).collect::<Vec<_>>(),
+        "each event once, in order"
+    );
+    let offsets: Vec<u64> = stored.keys().map(|(_, o)| *o).collect();
+    assert_eq!(acked.into_iter().flatten().collect::<Vec<_>>(), offsets);
+}
+
+#[test]
+fn an_idempotent_producer_keeps_at_most_64_batches_in_flight() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = ServerProcess::start(tmp.path());
+    let d = server.connect();
+    let t = d.create_topic(TopicSpec::new(TOPIC, 1)).unwrap();
+    let opts = ProducerOptions {
+        idempotent: Some(true),
+        max_batches: 65,
+        ..Default::default()
+    };
+    let e = t
+        .producer_with(opts)
+        .err()
+        .expect("65 batches in flight refused");
+    assert_eq!(e.code(), ErrorCode::INVALID_ARGUMENT, "{e}");
 }

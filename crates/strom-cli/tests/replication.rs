@@ -4,7 +4,8 @@
 //! SIGKILL, or paused with SIGSTOP until it is replaced and then resumed.
 //! Every acknowledged event is read back exactly once, at the offset its
 //! acknowledgement named, in push order per partition; the producer carries
-//! on after the failover; the copies are byte for byte the same on every
+//! on after the failover, and, idempotent, resends what the failover cut
+//! off so that no push fails and none is stored twice; the copies are byte for byte the same on every
 //! replica; and what a consumer saw during the run is what the final log
 //! holds (nothing it saw vanished or changed).
 
@@ -312,6 +313,8 @@ fn acked_events_survive_sigkill_of_a_partition_leader() {
     std::thread::sleep(Duration::from_millis(500));
     let (h, seen) = r.finish();
     check(&g, &h, &seen);
+    // The idempotent producer resent what the failover cut off: no push failed.
+    assert_eq!(h.failed, Vec::<u64>::new(), "pushes that failed");
     wait_for("every copy caught up", || {
         std::thread::sleep(Duration::from_millis(300));
         let info = g.d.describe(TOPIC).unwrap();
@@ -345,6 +348,7 @@ fn a_paused_leader_is_replaced_and_its_stale_tail_never_seen() {
     std::thread::sleep(Duration::from_millis(500));
     let (h, seen) = r.finish();
     check(&g, &h, &seen);
+    assert_eq!(h.failed, Vec::<u64>::new(), "pushes that failed");
     let _ = &mut g;
 }
 
@@ -470,4 +474,47 @@ fn a_leader_restarted_within_its_epoch_leads_again() {
     }
     let info = g.d.describe(TOPIC).unwrap();
     assert!(info.partitions[p as usize].next_offset >= 60);
+}
+
+/// Where partition `p`'s leader listens.
+fn leader_addr(d: &Driver, p: u32) -> String {
+    d.describe(TOPIC).unwrap().partitions[p as usize]
+        .addr
+        .clone()
+}
+
+#[test]
+fn a_batch_resent_to_the_new_leader_is_stored_once() {
+    use common::raw::produce_stamped;
+    let tmp = tempfile::tempdir().unwrap();
+    let mut g = start(tmp.path());
+    let p = led_by_member_1(&g.d);
+    let offset = |r| match r {
+        strom_proto::Response::Produced { base_offset, .. } => base_offset,
+        other => panic!("expected Produced, got {other:?}"),
+    };
+    let send =
+        |addr: &str, seq: u32| produce_stamped(addr, TOPIC, p, 9, seq, &format!("{{\"i\":{seq}}}"));
+    let old = leader_addr(&g.d, p);
+    let first = offset(send(&old, 0));
+    let second = offset(send(&old, 1));
+    // Both are on every in-sync copy once a consumer may read them.
+    wait_for("the batches replicated", || {
+        read_all(&g.d, TOPIC, "probe", Duration::from_secs(2)).len() == 2
+    });
+    let (proc1, _dir1) = g.joined.remove(&1).unwrap();
+    drop(proc1);
+    wait_for("a new leader", || leader(&g.d, p).0 != 1);
+    // The answer to batch 1 was "lost": the producer resends it there.
+    let new = leader_addr(&g.d, p);
+    assert_eq!(
+        offset(send(&new, 1)),
+        second,
+        "the resent batch kept its offset"
+    );
+    assert_eq!(offset(send(&new, 2)), second + 1);
+    let stored = read_all(&g.d, TOPIC, "check", WAIT).events;
+    let seqs: Vec<u64> = stored.values().map(|e| seq_of(&e.meta)).collect();
+    assert_eq!(seqs, [0, 1, 2], "each batch once, in order");
+    assert_eq!(stored.keys().next(), Some(&(p, first)));
 }

@@ -38,7 +38,8 @@ mod retry;
 pub struct ProducerOptions {
     /// When batches are sent and how large batches and events may be.
     pub batch: Batching,
-    /// Batches per partition sent and not yet acknowledged (at least 1).
+    /// Batches per partition sent and not yet acknowledged (at least 1; at
+    /// most 64 for an idempotent producer).
     pub max_batches: usize,
     /// Longest a partial `Count`/`Full` batch waits before it is sent.
     pub linger: Duration,
@@ -378,6 +379,14 @@ impl NativeProducer {
             && info.spec.partition_type == strom_proto::PartitionType::File;
         let batch_target = opts.batch.target(fsync_bound, limits.values().copied());
         let idempotent = opts.idempotent.unwrap_or(info.spec.replicas() > 1);
+        if idempotent && opts.max_batches > retry::MAX_IN_FLIGHT {
+            return Err(Error::InvalidArgument(format!(
+                "an idempotent producer keeps at most {} batches in flight per partition (the \
+                 partition remembers that many for resends), not {}",
+                retry::MAX_IN_FLIGHT,
+                opts.max_batches
+            )));
+        }
         let inner = Arc::new(Inner {
             topic,
             id,

@@ -14,6 +14,10 @@ use strom_proto::ErrorCode;
 use super::{Inner, PartQueue, Sealed};
 use crate::error::Error;
 
+/// Most batches an idempotent producer keeps in flight per partition: as
+/// many as a partition remembers per producer to answer resends.
+pub(super) const MAX_IN_FLIGHT: usize = 64;
+
 /// Pause before a resend, so a failover has a moment to happen.
 const PAUSE: Duration = Duration::from_millis(200);
 

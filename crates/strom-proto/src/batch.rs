@@ -154,7 +154,11 @@ impl BatchView {
         let word = u32::from_le_bytes([section[0], section[1], section[2], section[3]]);
         let count = word & !STAMPED;
         let stamp = stamp_of(&section);
-        let table = if word & STAMPED == 0 { 4 } else { 4 + STAMP_LEN };
+        let table = if word & STAMPED == 0 {
+            4
+        } else {
+            4 + STAMP_LEN
+        };
         if stamp.is_none() && table > 4 {
             return Err(ProtoError::Truncated {
                 what: "batch producer stamp",

@@ -16,16 +16,16 @@ use std::collections::{HashMap, VecDeque};
 use strom_proto::ProducerStamp;
 use strom_storage::{Appended, PartitionLog, SyncToken};
 
-/// Batches remembered per producer: more than a producer keeps in flight
-/// per partition (`max_batches`, at most 64), so every batch it may
-/// resend after a failure is still known.
+/// Batches remembered per producer: as many as an idempotent producer
+/// keeps in flight per partition (its `max_batches` is at most 64), so
+/// every batch it may resend after a failure is still known.
 pub const RECENT: usize = 64;
 /// Producers tracked per partition; past it the one idle longest (lowest
 /// last offset) is forgotten.
 pub const MAX_PRODUCERS: usize = 10_000;
 /// How far back from the end of the log a reopened partition looks for
 /// stamps: the batches a producer may still resend are at its tail.
-pub const TAIL_WINDOW: u64 = 1 << 20;
+pub const TAIL_WINDOW: u64 = 1 << 16;
 
 /// What to do with a stamped batch.
 #[derive(Debug)]
@@ -94,7 +94,12 @@ impl Producers {
 
     fn forget_idlest(&mut self) {
         let last = |p: &Seqs| p.recent.back().map_or(0, |(_, a)| a.base_offset);
-        if let Some(id) = self.map.iter().min_by_key(|(_, p)| last(p)).map(|(id, _)| *id) {
+        if let Some(id) = self
+            .map
+            .iter()
+            .min_by_key(|(_, p)| last(p))
+            .map(|(id, _)| *id)
+        {
             self.map.remove(&id);
         }
     }
@@ -152,7 +157,10 @@ mod tests {
         assert!(matches!(t.check(stamp(7, 6)), Check::Duplicate(a) if a.base_offset == 102));
         assert!(matches!(t.check(stamp(7, 7)), Check::Fresh));
         assert!(matches!(t.check(stamp(7, 9)), Check::OutOfOrder(w) if w.contains("missing")));
-        assert!(matches!(t.check(stamp(8, 9)), Check::Fresh), "another producer");
+        assert!(
+            matches!(t.check(stamp(8, 9)), Check::Fresh),
+            "another producer"
+        );
     }
 
     #[test]
