@@ -331,6 +331,7 @@ pub fn sample_requests() -> Vec<Request> {
             member: None,
             addr: "127.0.0.1:7401".into(),
             addrs: vec!["127.0.0.1:7401".into(), "shm:///run/strom/a.sock".into()],
+            restarted: true,
         },
         Request::Heartbeat {
             member: 2,

@@ -27,6 +27,10 @@ pub struct ServerArgs {
     /// Join the running group of this group file as a new member.
     #[arg(long)]
     join: Option<PathBuf>,
+    /// With --join: take this member id, to replace a dead member (start
+    /// on an empty data dir; the replicas it held are copied again).
+    #[arg(long, value_name = "N")]
+    member_id: Option<u32>,
     /// Serve /metrics (Prometheus), the dashboard (/) and its JSON API on
     /// this HOST:PORT; port 0 picks a free port.
     #[arg(long)]
@@ -68,6 +72,9 @@ pub fn run(args: ServerArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> 
     }
     if args.join.is_some() {
         config.join = args.join;
+    }
+    if args.member_id.is_some() {
+        config.member_id = args.member_id;
     }
     if let Some(us) = args.busy_poll_us {
         config.busy_poll_us = us;

@@ -432,48 +432,66 @@ fn a_paused_member_does_not_hold_up_the_registry() {
     );
 }
 
+/// Pushes events `from..from + 30` to partition `p` with `acks=all`
+/// through a fresh topic handle (placement as the registry has it now).
+fn push_30(d: &Driver, p: u32, from: u64) -> Vec<strom_client::Result<strom_client::EventId>> {
+    let producer = d.open_topic(TOPIC).unwrap().producer().unwrap();
+    let fs: Vec<_> = (from..from + 30)
+        .map(|i| producer.push_with(format!("{{\"i\":{i}}}"), vec![i as u8; 64], Some(p), &[]))
+        .collect();
+    let _ = producer.flush();
+    fs.into_iter().map(|f| f.and_then(|f| f.wait())).collect()
+}
+
 /// A leader killed and restarted (on another port) before the registry
-/// fails it over leads again in the same epoch: its followers follow it to
-/// its new address, and acks=all pushes go through.
-#[test]
-fn a_leader_restarted_within_its_epoch_leads_again() {
+/// failed it over hands its partitions over at once: its first join since
+/// it started takes it out of every ISR, an in-sync follower leads in the
+/// next epoch, and it follows and catches up. With memory partitions,
+/// which a restart empties, nothing acknowledged is lost (before, it led
+/// again in its epoch with an empty log, and its followers cut theirs).
+fn restarted_leader_hands_over(kind: PartitionType) {
     let tmp = tempfile::tempdir().unwrap();
-    let mut g = start(tmp.path());
+    let mut g = start_with(tmp.path(), kind);
     let p = led_by_member_1(&g.d);
-    let push_all = |from: u64| {
-        // A fresh topic handle: placement as the registry has it now.
-        let producer = g.d.open_topic(TOPIC).unwrap().producer().unwrap();
-        let fs: Vec<_> = (from..from + 30)
-            .map(|i| producer.push_with(format!("{{\"i\":{i}}}"), vec![i as u8; 64], Some(p), &[]))
-            .collect();
-        let _ = producer.flush();
-        fs.into_iter()
-            .map(|f| f.and_then(|f| f.wait()))
-            .collect::<Vec<_>>()
-    };
-    assert!(push_all(0).iter().all(|r| r.is_ok()));
+    assert!(push_30(&g.d, p, 0).iter().all(|r| r.is_ok()));
     let (proc1, dir1) = g.joined.remove(&1).unwrap();
     drop(proc1);
     let back = g.zero.join_member(&dir1, &[], Stdio::null());
     g.joined.insert(1, (back, dir1));
     wait_for("member 1 back", || common::live_members(&g.d) == 3);
-    let (leader_now, epoch) = leader(&g.d, p);
-    assert_eq!((leader_now, epoch), (1, 1), "no failover happened");
+    wait_for("an in-sync follower leads", || leader(&g.d, p).0 != 1);
+    assert_eq!(leader(&g.d, p).1, 2, "one failover, to the next epoch");
     let deadline = Instant::now() + WAIT;
-    loop {
-        let results = push_all(1_000);
-        if results.iter().all(|r| r.is_ok()) {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "acks=all pushes kept failing: {:?}",
-            results.last()
-        );
+    while !push_30(&g.d, p, 1_000).iter().all(|r| r.is_ok()) {
+        assert!(Instant::now() < deadline, "acks=all pushes kept failing");
         std::thread::sleep(Duration::from_millis(500));
     }
-    let info = g.d.describe(TOPIC).unwrap();
-    assert!(info.partitions[p as usize].next_offset >= 60);
+    wait_for("member 1 back in sync", || {
+        let info = g.d.describe(TOPIC).unwrap();
+        info.partitions.iter().all(|q| q.isr.len() == 3)
+    });
+    let stored = read_all(&g.d, TOPIC, "check", WAIT).events;
+    let on_p: Vec<u64> = stored
+        .iter()
+        .filter(|((q, _), _)| *q == p)
+        .map(|(_, e)| seq_of(&e.meta))
+        .filter(|s| *s < 30)
+        .collect();
+    assert_eq!(
+        on_p,
+        (0..30).collect::<Vec<_>>(),
+        "the events acknowledged before the restart"
+    );
+}
+
+#[test]
+fn a_leader_restarted_before_its_failover_hands_over_at_once() {
+    restarted_leader_hands_over(PartitionType::File);
+}
+
+#[test]
+fn a_memory_leader_restarted_empty_loses_nothing_acknowledged() {
+    restarted_leader_hands_over(PartitionType::Memory);
 }
 
 /// Where partition `p`'s leader listens.
@@ -517,4 +535,40 @@ fn a_batch_resent_to_the_new_leader_is_stored_once() {
     let seqs: Vec<u64> = stored.values().map(|e| seq_of(&e.meta)).collect();
     assert_eq!(seqs, [0, 1, 2], "each batch once, in order");
     assert_eq!(stored.keys().next(), Some(&(p, first)));
+}
+
+/// A dead member replaced by a server on an empty data dir that takes its
+/// id (`--member-id`) copies again every replica the dead one held: the
+/// copies end byte for byte the same, while the producer carries on.
+#[test]
+fn a_replaced_member_copies_its_replicas_again() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut g = start(tmp.path());
+    let r = run(&g);
+    wait_for("acks on every partition", || {
+        (0..PARTITIONS).all(|p| r.acked_on(p) >= 30)
+    });
+    let (proc1, dir1) = g.joined.remove(&1).unwrap();
+    drop(proc1);
+    std::fs::remove_dir_all(&dir1).unwrap();
+    let fresh = tmp.path().join("m1-replacement");
+    let back = g
+        .zero
+        .join_member(&fresh, &["--member-id", "1"], Stdio::null());
+    wait_for("the replacement joined as member 1", || {
+        member_id(&fresh) == Some(1)
+    });
+    g.joined.insert(1, (back, fresh));
+    wait_for("the replacement in sync everywhere", || {
+        let info = g.d.describe(TOPIC).unwrap();
+        info.partitions.iter().all(|q| q.isr.len() == 3)
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let (h, seen) = r.finish();
+    check(&g, &h, &seen);
+    assert_eq!(h.failed, Vec::<u64>::new(), "pushes that failed");
+    std::thread::sleep(Duration::from_secs(1));
+    let mut dirs = vec![g.zero.data_dir.clone()];
+    dirs.extend(g.joined.values().map(|(_, d)| d.clone()));
+    same_copies(&dirs);
 }

@@ -117,6 +117,11 @@ pub enum Request {
         addr: String,
         /// Every address it listens on (protocol version 3).
         addrs: Vec<String>,
+        /// The process joins for the first time since it started (protocol
+        /// version 5): it is out of every in-sync replica set until it
+        /// catches up again, and what it led fails over (its log may have
+        /// lost what it held: a memory partition, an emptied data dir).
+        restarted: bool,
     },
     /// A member tells the master it is alive (and where).
     Heartbeat {
@@ -527,7 +532,7 @@ messages!(Request {
     13 => FetchData { topic, partition, items },
     14 => Commit { topic, partition, consumer, offset },
     15 => Offsets { topic, partition },
-    16 => Join { member, addr, addrs @ 3 },
+    16 => Join { member, addr, addrs @ 3, restarted @ 5 },
     17 => Heartbeat { member, addr, addrs @ 3 },
     18 => HostPartitions { topic_id, spec, partitions, sealed },
     19 => SealPartitions { topic },

@@ -22,6 +22,11 @@ pub struct ServerConfig {
     pub group_file: Option<PathBuf>,
     /// Join the running group described by this group file as a new member.
     pub join: Option<PathBuf>,
+    /// With `join`: the member id to join under. A server started on an
+    /// empty data dir with a dead member's id replaces it, and copies again
+    /// the replicas that member held. Default: the id kept in the data
+    /// dir's `member-id` file, else a new one.
+    pub member_id: Option<u32>,
     /// Rank and size in a launcher's job (default: from the environment:
     /// STROM_RANK/SIZE, OMPI_COMM_WORLD_RANK/SIZE, PMI_RANK/SIZE, SLURM_PROCID/NTASKS).
     pub rank: Option<u32>,
@@ -93,6 +98,7 @@ impl Default for ServerConfig {
             also_listen: Vec::new(),
             group_file: None,
             join: None,
+            member_id: None,
             rank: None,
             size: None,
             heartbeat_ms: 1000,
@@ -161,6 +167,9 @@ impl ServerConfig {
         }
         if self.max_prefetch_events == 0 {
             return Err("max_prefetch_events must be at least 1".into());
+        }
+        if self.member_id.is_some() && self.join.is_none() {
+            return Err("member_id needs join: it names the id a joining server takes".into());
         }
         if let (Some(r), Some(s)) = (self.rank, self.size) {
             if r >= s {

@@ -72,9 +72,21 @@ pub struct ServerHandle {
 fn role(config: &ServerConfig) -> Result<(Role, Option<u32>), ServerError> {
     let bad = |m: String| ServerError::coded(ErrorCode::INVALID_ARGUMENT, m);
     if let Some(join) = &config.join {
+        let kept = std::fs::read_to_string(config.data_dir.join("member-id"))
+            .ok()
+            .and_then(|s| s.trim().parse::<u32>().ok());
+        if let (Some(asked), Some(kept)) = (config.member_id, kept) {
+            if asked != kept {
+                return Err(bad(format!(
+                    "--member-id {asked}, but the data dir {} belongs to member {kept}; \
+                     a replacement starts on an empty data dir",
+                    config.data_dir.display()
+                )));
+            }
+        }
         return Ok((
             Role::Member {
-                want: None,
+                want: config.member_id,
                 master: MasterSource::GroupFile(join.clone()),
             },
             None,
@@ -358,12 +370,22 @@ async fn membership(
     let mut want = want.or_else(|| std::fs::read_to_string(&id_file).ok()?.trim().parse().ok());
     let every = Duration::from_millis(state.config.heartbeat_ms);
     let mut joined: Option<(u32, String)> = None;
+    // Until its first join, this process is a restarted member to the
+    // registry (its replicas may have lost what they held).
+    let mut restarted = true;
     loop {
         if state.control.master_registry().is_some() {
             // This member leads the quorum: it is alive by definition.
             joined = None;
-        } else if let Err(e) =
-            heartbeat_once(&state, &mut joined, &mut want, &source, &id_file).await
+        } else if let Err(e) = heartbeat_once(
+            &state,
+            &mut joined,
+            &mut want,
+            &mut restarted,
+            &source,
+            &id_file,
+        )
+        .await
         {
             tracing::warn!(error = %e, "cannot reach the registry master; retrying");
             joined = None;
@@ -380,6 +402,7 @@ async fn heartbeat_once(
     state: &Services,
     joined: &mut Option<(u32, String)>,
     want: &mut Option<u32>,
+    restarted: &mut bool,
     source: &Option<MasterSource>,
     id_file: &std::path::Path,
 ) -> Result<(), String> {
@@ -399,10 +422,13 @@ async fn heartbeat_once(
     }
     {
         let result = match &*joined {
-            None => join_once(state, *want, source, hint)
+            None => join_once(state, *want, *restarted, source, hint)
                 .await
                 .map(|(id, master)| {
-                    if *want != Some(id) {
+                    *restarted = false;
+                    // Kept in the data dir, also when the id was asked
+                    // for (`--member-id`, a launcher's rank).
+                    if *want != Some(id) || !id_file.exists() {
                         let _ = write_atomic(id_file, id.to_string().as_bytes());
                     }
                     *want = Some(id);
@@ -433,6 +459,7 @@ async fn heartbeat_once(
 async fn join_once(
     state: &Services,
     want: Option<u32>,
+    restarted: bool,
     source: &Option<MasterSource>,
     hint: Option<String>,
 ) -> Result<(u32, String), String> {
@@ -445,6 +472,7 @@ async fn join_once(
         member: want,
         addr: state.control.addr().to_string(),
         addrs: state.control.link().addrs(),
+        restarted,
     };
     match state.control.link().peers().call(&master, &req).await {
         Ok(Response::Joined { member, .. }) => {

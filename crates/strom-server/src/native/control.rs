@@ -72,8 +72,9 @@ async fn registry_op(svc: &ControlService, req: Request) -> Result<Response, Ser
             member,
             addr,
             addrs,
+            restarted,
         } => Response::Joined {
-            member: r.join(member, addr, addrs).await?,
+            member: r.join(member, addr, addrs, restarted).await?,
             members: r.members().await,
         },
         Request::Heartbeat {

@@ -364,6 +364,7 @@ impl Registry {
         want: Option<u32>,
         addr: String,
         addrs: Vec<String>,
+        restarted: bool,
     ) -> Result<u32, ServerError> {
         let mut inner = self.inner.lock().await;
         let id = match want {
@@ -386,6 +387,7 @@ impl Registry {
             Some(id) => id,
             None => inner.state.members.keys().max().map_or(1, |m| m + 1),
         };
+        let known = inner.state.members.contains_key(&id);
         inner
             .commit(RegistryCommand::MemberJoined {
                 id,
@@ -395,7 +397,12 @@ impl Registry {
         inner.last_seen.insert(id, Instant::now());
         inner.set_addrs(id, addrs);
         self.publish_group(&inner);
-        tracing::info!(member = id, addr = %addr, "member joined");
+        tracing::info!(member = id, addr = %addr, restarted, "member joined");
+        let moved = if restarted && known {
+            Self::after_restart(&mut inner, id).await?
+        } else {
+            Vec::new()
+        };
         // Re-send what the member should host (a restarted member may have
         // missed a seal or a new partition while it was down).
         let roles: Vec<replicas::RoleCall> = inner
@@ -418,9 +425,21 @@ impl Registry {
                 })
             })
             .collect();
+        // The other holders of what failed over learn their new roles.
+        let others: Vec<replicas::RoleCall> = moved
+            .iter()
+            .filter_map(|name| inner.state.topics.get(name))
+            .flat_map(|t| replicas::role_calls(&inner, t, None))
+            .filter(|(member, _, _)| *member != id)
+            .collect();
         drop(inner);
         let link = self.link.clone();
         tokio::spawn(async move {
+            for (member, at, req) in others {
+                if let Err(e) = link.call(member, &at, req).await {
+                    tracing::debug!(member, error = %e, "could not send replica roles; sent again later");
+                }
+            }
             let roles = roles.into_iter().map(|(_, _, req)| req);
             for req in work.into_iter().chain(roles) {
                 if let Err(e) = link.call(id, &addr, req).await {

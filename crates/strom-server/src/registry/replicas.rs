@@ -236,6 +236,59 @@ impl Registry {
         self.send_roles(calls).await;
     }
 
+    /// Member `member` restarted (its first join since its process
+    /// started): its copies may have lost what they held (a memory
+    /// partition, an emptied data dir, an unsynced tail). It leaves every
+    /// ISR, and what it led fails over to a live in-sync replica, if there
+    /// is one (else it leads again with what it has). Returns the topics
+    /// whose roles changed.
+    pub(super) async fn after_restart(
+        inner: &mut Inner,
+        member: u32,
+    ) -> Result<Vec<String>, ServerError> {
+        let mut cmds = Vec::new();
+        for t in inner.state.topics.values() {
+            for (p, set) in t.replicas.iter().enumerate() {
+                let isr: Vec<u32> = set.isr.iter().copied().filter(|m| *m != member).collect();
+                let (topic, partition) = (t.spec.name.clone(), p as u32);
+                if t.placement[p] == member {
+                    if let Some(next) = isr.iter().copied().find(|m| inner.alive(*m)) {
+                        cmds.push(ReplicaCommand::Leader {
+                            topic,
+                            partition,
+                            leader: next,
+                            epoch: set.epoch + 1,
+                            isr,
+                        });
+                    }
+                } else if set.isr.contains(&member) {
+                    cmds.push(ReplicaCommand::Isr {
+                        topic,
+                        partition,
+                        epoch: set.epoch,
+                        isr,
+                    });
+                }
+            }
+        }
+        let mut changed = Vec::new();
+        for cmd in cmds {
+            let (ReplicaCommand::Leader {
+                topic, partition, ..
+            }
+            | ReplicaCommand::Isr {
+                topic, partition, ..
+            }) = &cmd;
+            let (topic, partition) = (topic.clone(), *partition);
+            inner.commit(RegistryCommand::Replica(cmd)).await?;
+            tracing::warn!(topic = %topic, partition, member, "a restarted member left the partition's in-sync replicas (and its leadership, if it led)");
+            if !changed.contains(&topic) {
+                changed.push(topic);
+            }
+        }
+        Ok(changed)
+    }
+
     /// Sends every replicated topic's roles to its live holders again.
     pub async fn resend_roles(&self) {
         let calls: Vec<RoleCall> = {

@@ -112,6 +112,25 @@ impl Leading {
         }
     }
 
+    /// The registry took members out of the ISR (a member that restarted):
+    /// they leave this leader's ISR too, and count as caught up only once
+    /// they prove it again.
+    pub fn drop_out_of_sync(&mut self, registry_isr: &[u32], me: u32) {
+        let gone: Vec<u32> = self
+            .isr
+            .iter()
+            .copied()
+            .filter(|m| *m != me && !registry_isr.contains(m))
+            .collect();
+        for m in gone {
+            self.isr.remove(&m);
+            if let Some(p) = self.followers.get_mut(&m) {
+                p.caught_up = None;
+                p.answered_to = u64::MAX;
+            }
+        }
+    }
+
     /// The ISR the followers' progress asks for: this member, and every
     /// follower that caught up within [`LAG`].
     fn wanted_isr(&self, me: u32) -> BTreeSet<u32> {

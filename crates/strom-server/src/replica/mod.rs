@@ -141,8 +141,13 @@ impl Replica {
         }
         let same = role.epoch == st.epoch();
         if role.leader == self.me {
-            if same && matches!(&*st, State::Leading(_)) {
-                return Ok(());
+            if same {
+                if let State::Leading(l) = &mut *st {
+                    l.drop_out_of_sync(&role.isr, self.me);
+                    drop(st);
+                    self.recompute(&pm);
+                    return Ok(());
+                }
             }
             stop_following(&st);
             let end = pm.exclusive(|| pm.log.sync_all().map(|_| pm.log.next_offset()))?;

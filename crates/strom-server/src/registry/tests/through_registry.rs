@@ -29,8 +29,12 @@ async fn state(r: &Registry) -> RegistryState {
 }
 
 async fn live_history(r: &Registry) {
-    r.join(Some(3), "10.0.0.3:1".into(), vec![]).await.unwrap();
-    r.join(None, "10.0.0.4:1".into(), vec![]).await.unwrap();
+    r.join(Some(3), "10.0.0.3:1".into(), vec![], true)
+        .await
+        .unwrap();
+    r.join(None, "10.0.0.4:1".into(), vec![], true)
+        .await
+        .unwrap();
     r.heartbeat(3, "10.0.0.33:1".into(), vec![]).await.unwrap();
     r.create(TopicSpec::new("a", 2), Some(0)).await.unwrap();
     r.create(TopicSpec::new("b", 1), Some(0)).await.unwrap();
@@ -220,10 +224,17 @@ async fn every_address_of_a_member_reaches_the_group_file() {
     let r = Registry::open(tmp.path(), Some(group_file.clone()), 1, link(tmp.path())).unwrap();
     let shm = |s: &str| format!("shm:///run/{s}.sock");
     let both = |a: &str, s: &str| vec![a.to_string(), shm(s)];
-    r.join(Some(1), "10.0.0.1:1".into(), both("10.0.0.1:1", "one"))
+    r.join(
+        Some(1),
+        "10.0.0.1:1".into(),
+        both("10.0.0.1:1", "one"),
+        true,
+    )
+    .await
+    .unwrap();
+    r.join(Some(2), "10.0.0.2:1".into(), vec![], true)
         .await
         .unwrap();
-    r.join(Some(2), "10.0.0.2:1".into(), vec![]).await.unwrap();
     let read = || -> strom_proto::GroupFile {
         serde_json::from_slice(&std::fs::read(&group_file).unwrap()).unwrap()
     };
