@@ -126,8 +126,10 @@ pub struct PartitionManager {
     pub replicated: bool,
     /// Its role among the copies, once the registry gave one.
     pub replica: std::sync::OnceLock<Arc<crate::replica::Replica>>,
-    /// Idempotent producers' sequences (under the append lock's order).
-    producers: Mutex<crate::producers::Producers>,
+    /// Idempotent producers' sequences (under the append lock's order),
+    /// read from the log when the first stamped batch comes (`None` until
+    /// then: a partition no idempotent producer writes never scans).
+    producers: Mutex<Option<crate::producers::Producers>>,
 }
 
 /// An opened log and what goes with it, for [`PartitionManager::start`].
@@ -241,7 +243,6 @@ impl PartitionManager {
         } else {
             log.next_offset()
         };
-        let producers = crate::producers::Producers::rebuild(&*log)?;
         let pm = Arc::new(PartitionManager {
             topic: spec.name.clone(),
             id,
@@ -265,7 +266,7 @@ impl PartitionManager {
             threads: Mutex::new(Vec::new()),
             replicated,
             replica: std::sync::OnceLock::new(),
-            producers: Mutex::new(producers),
+            producers: Mutex::new(None),
         });
         let mut threads = Vec::new();
         // Memory partitions have nothing to sync: no syncer hop on their acks.
@@ -338,7 +339,7 @@ impl PartitionManager {
     fn append_locked(&self, ap: &Appender, h: Held) -> Option<Answer> {
         let stamp = h.batch.stamp();
         if let Some(s) = stamp {
-            match self.producers.lock().check(s) {
+            match self.producers().check(s) {
                 Check::Fresh => {}
                 Check::Duplicate(first) => return self.answer_resent(ap, first, h),
                 Check::OutOfOrder(why) => {
@@ -352,7 +353,7 @@ impl PartitionManager {
             Err(e) => return Some((h.reply, Err(e))),
         };
         if let Some(s) = stamp {
-            self.producers.lock().appended(s, &appended);
+            self.producers().appended(s, &appended);
         }
         self.answer_appended(ap, appended, h, false)
     }
@@ -597,18 +598,25 @@ impl PartitionManager {
         f()
     }
 
+    /// The sequence table, read from the log's tail the first time.
+    fn producers(&self) -> parking_lot::MappedMutexGuard<'_, crate::producers::Producers> {
+        parking_lot::MutexGuard::map(self.producers.lock(), |t| {
+            t.get_or_insert_with(|| crate::producers::Producers::rebuild(&*self.log))
+        })
+    }
+
     /// A follower copied the batch `meta` as `a`: its stamp, if any, is
     /// known here now (so this replica answers its resend as a leader).
+    /// (A table not read yet will find it in the log.)
     pub(crate) fn copied(&self, meta: &[u8], a: &Appended) {
-        if let Some(s) = strom_proto::stamp_of(meta) {
-            self.producers.lock().appended(s, a);
+        if let (Some(s), Some(t)) = (strom_proto::stamp_of(meta), self.producers.lock().as_mut()) {
+            t.appended(s, a);
         }
     }
 
-    /// The log was cut: the sequence table is rebuilt from what is left.
-    pub(crate) fn rebuild_producers(&self) -> Result<(), ServerError> {
-        *self.producers.lock() = crate::producers::Producers::rebuild(&*self.log)?;
-        Ok(())
+    /// The log was cut: the sequence table is read again when next needed.
+    pub(crate) fn forget_producers(&self) {
+        *self.producers.lock() = None;
     }
 
     /// Whether an append may go in here now, and the reply to give it: a

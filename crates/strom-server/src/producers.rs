@@ -105,13 +105,21 @@ impl Producers {
     }
 
     /// Rebuilds the table from the stamps in the last [`TAIL_WINDOW`]
-    /// offsets of `log` (batches there are on disk: token 0).
-    pub fn rebuild(log: &dyn PartitionLog) -> Result<Producers, strom_storage::StorageError> {
+    /// offsets of `log` (batches there are on disk: token 0). A batch it
+    /// cannot read ends the scan there (with a warning): stamps past it
+    /// are not known, and a resend of such a batch would be appended again.
+    pub fn rebuild(log: &dyn PartitionLog) -> Producers {
         let mut table = Producers::default();
         let end = log.next_offset();
         let mut from = end.saturating_sub(TAIL_WINDOW).max(log.first_offset());
         while from < end {
-            let batches = log.read(from, 4 << 20)?;
+            let batches = match log.read(from, 4 << 20) {
+                Ok(b) => b,
+                Err(e) => {
+                    tracing::warn!(from, error = %e, "reading the log for producer stamps stopped");
+                    break;
+                }
+            };
             let Some(last) = batches.last() else { break };
             from = last.base_offset + u64::from(last.count);
             for b in &batches {
@@ -126,7 +134,7 @@ impl Producers {
                 }
             }
         }
-        Ok(table)
+        table
     }
 }
 

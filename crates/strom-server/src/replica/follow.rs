@@ -92,7 +92,7 @@ fn apply(r: &Replica, pm: &PartitionManager, answer: Response) -> Result<(), Ser
     if let Some(cut) = truncate_to {
         let end = pm.exclusive(|| -> Result<u64, ServerError> {
             let end = pm.log.truncate_from(cut)?;
-            pm.rebuild_producers()?;
+            pm.forget_producers();
             Ok(end)
         })?;
         r.epochs.truncate_from(end)?;
