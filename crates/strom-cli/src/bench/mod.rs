@@ -125,6 +125,10 @@ pub struct BenchArgs {
     /// (Strom producers only; `ProducerOptions::acks`).
     #[arg(long, default_value = "all")]
     acks: String,
+    /// true | false: idempotent producers (Strom only;
+    /// `ProducerOptions::idempotent`; default: on for replicated topics).
+    #[arg(long)]
+    idempotent: Option<bool>,
     /// Fraction of each data part a consumer fetches (Strom only).
     #[arg(long, default_value_t = 1.0)]
     selectivity: f64,
@@ -531,6 +535,7 @@ fn report(
         "durability": a.durability,
         "replication_factor": a.replication_factor,
         "acks": a.acks,
+        "idempotent": a.idempotent.unwrap_or(a.replication_factor > 1),
         "batch": a.batch,
         "selectivity": a.selectivity,
         "warmup": a.warmup,

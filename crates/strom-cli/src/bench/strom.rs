@@ -123,6 +123,7 @@ impl Target for StromTarget {
         let producer = self.topic(cfg)?.producer_with(ProducerOptions {
             batch: cfg.batch,
             acks: cfg.acks,
+            idempotent: cfg.args.idempotent,
             ..Default::default()
         })?;
         Ok(Box::new(StromProducer {

@@ -21,7 +21,8 @@ use crate::error::ServerError;
 pub const ROLES_EVERY: Duration = Duration::from_secs(2);
 
 /// The replica sets of a new topic whose leaders are `leaders`: each
-/// partition's followers are the next live members after its leader.
+/// partition's followers are the next live members after its leader,
+/// those on other hosts first ([`replica_members`]).
 pub(super) fn place(
     inner: &Inner,
     spec: &TopicSpec,
@@ -50,17 +51,14 @@ pub(super) fn place(
             ),
         ));
     }
+    let hosts: Vec<(u32, &str)> = alive
+        .iter()
+        .map(|m| (*m, inner.state.members.get(m).map_or("", |a| host_of(a))))
+        .collect();
     Ok(leaders
         .iter()
         .map(|leader| {
-            let at = alive.iter().position(|m| m == leader).unwrap_or(0);
-            let mut members = vec![*leader];
-            members.extend(
-                (1..alive.len())
-                    .map(|i| alive[(at + i) % alive.len()])
-                    .filter(|m| m != leader)
-                    .take(r - 1),
-            );
+            let members = replica_members(&hosts, *leader, r);
             ReplicaSet {
                 isr: members.clone(),
                 members,
@@ -68,6 +66,38 @@ pub(super) fn place(
             }
         })
         .collect())
+}
+
+/// The host part of a member's `host:port` address (`[v6]:port` too).
+fn host_of(addr: &str) -> &str {
+    let addr = addr.split_once("://").map_or(addr, |(_, rest)| rest);
+    addr.rsplit_once(':').map_or(addr, |(host, _)| host)
+}
+
+/// `leader` and the `r - 1` members after it in `hosts` (live members and
+/// their hosts, in id order, wrapping around): first those on hosts no
+/// chosen copy is on yet, then the others, so copies land on distinct
+/// hosts whenever the members span enough of them.
+fn replica_members(hosts: &[(u32, &str)], leader: u32, r: usize) -> Vec<u32> {
+    let at = hosts.iter().position(|(m, _)| *m == leader).unwrap_or(0);
+    let ring: Vec<(u32, &str)> = (1..hosts.len())
+        .map(|i| hosts[(at + i) % hosts.len()])
+        .filter(|(m, _)| *m != leader)
+        .collect();
+    let mut members = vec![leader];
+    let mut used: Vec<&str> = hosts.get(at).map(|(_, h)| *h).into_iter().collect();
+    for (m, h) in &ring {
+        if members.len() < r && !used.contains(h) {
+            members.push(*m);
+            used.push(h);
+        }
+    }
+    for (m, _) in &ring {
+        if members.len() < r && !members.contains(m) {
+            members.push(*m);
+        }
+    }
+    members
 }
 
 /// A `SetReplicaRoles` for one member: (member, address, request).
@@ -302,5 +332,42 @@ impl Registry {
                 .collect()
         };
         self.send_roles(calls).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{host_of, replica_members};
+
+    #[test]
+    fn copies_go_to_distinct_hosts_when_the_members_span_them() {
+        // Members 0-3 on host a, 4-5 on host b, 6 on host c.
+        let hosts: Vec<(u32, &str)> = [
+            (0, "a"),
+            (1, "a"),
+            (2, "a"),
+            (3, "a"),
+            (4, "b"),
+            (5, "b"),
+            (6, "c"),
+        ]
+        .into_iter()
+        .collect();
+        assert_eq!(replica_members(&hosts, 0, 3), [0, 4, 6]);
+        assert_eq!(replica_members(&hosts, 4, 3), [4, 6, 0]);
+        assert_eq!(replica_members(&hosts, 6, 2), [6, 0]);
+        // More copies than hosts: the rest in ring order.
+        assert_eq!(replica_members(&hosts, 0, 5), [0, 4, 6, 1, 2]);
+        // One host: the next members after the leader, as before.
+        let one: Vec<(u32, &str)> = (0..4).map(|m| (m, "h")).collect();
+        assert_eq!(replica_members(&one, 2, 3), [2, 3, 0]);
+    }
+
+    #[test]
+    fn the_host_is_the_address_without_its_port() {
+        assert_eq!(host_of("10.0.0.7:7400"), "10.0.0.7");
+        assert_eq!(host_of("[::1]:7400"), "[::1]");
+        assert_eq!(host_of("tcp://node12:7400"), "node12");
+        assert_eq!(host_of("node12"), "node12");
     }
 }
