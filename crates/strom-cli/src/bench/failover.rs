@@ -152,6 +152,7 @@ pub fn run(args: BenchArgs, group_file_arg: Option<PathBuf>) -> anyhow::Result<(
     let producer = topic.producer_with(ProducerOptions {
         batch: cfg.batch,
         acks: cfg.acks,
+        idempotent: cfg.args.idempotent,
         ..Default::default()
     })?;
     let stop = AtomicBool::new(false);
@@ -233,6 +234,7 @@ pub fn run(args: BenchArgs, group_file_arg: Option<PathBuf>) -> anyhow::Result<(
         "partitions": a.partitions,
         "replication_factor": a.replication_factor,
         "acks": a.acks,
+        "idempotent": a.idempotent.unwrap_or(true),
         "durability": a.durability,
         "data_size": a.data_size,
         "partition": p,
