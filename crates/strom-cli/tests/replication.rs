@@ -265,6 +265,19 @@ impl Run {
     }
 }
 
+/// Whether every partition has all three copies in sync.
+fn all_in_sync(d: &Driver) -> bool {
+    let info = d.describe(TOPIC).unwrap();
+    info.partitions.iter().all(|q| q.isr.len() == 3)
+}
+
+/// Stops the run, checks it, and checks that no push failed.
+fn finish_without_failures(g: &Group, r: Run) {
+    let (h, seen) = r.finish();
+    check(g, &h, &seen);
+    assert_eq!(h.failed, Vec::<u64>::new(), "pushes that failed");
+}
+
 /// The partition member 1 leads (member 0 keeps the registry).
 fn led_by_member_1(d: &Driver) -> u32 {
     (0..PARTITIONS)
@@ -306,19 +319,13 @@ fn acked_events_survive_sigkill_of_a_partition_leader() {
     // Member 1 comes back, follows, catches up and is in sync again.
     let back = g.zero.join_member(&dir1, &[], Stdio::null());
     g.joined.insert(1, (back, dir1));
-    wait_for("member 1 back in sync", || {
-        let info = g.d.describe(TOPIC).unwrap();
-        info.partitions.iter().all(|q| q.isr.len() == 3)
-    });
+    wait_for("member 1 back in sync", || all_in_sync(&g.d));
     std::thread::sleep(Duration::from_millis(500));
-    let (h, seen) = r.finish();
-    check(&g, &h, &seen);
-    // The idempotent producer resent what the failover cut off: no push failed.
-    assert_eq!(h.failed, Vec::<u64>::new(), "pushes that failed");
+    // The idempotent producer resent what the failover cut off.
+    finish_without_failures(&g, r);
     wait_for("every copy caught up", || {
         std::thread::sleep(Duration::from_millis(300));
-        let info = g.d.describe(TOPIC).unwrap();
-        info.partitions.iter().all(|q| q.isr.len() == 3)
+        all_in_sync(&g.d)
     });
     std::thread::sleep(Duration::from_secs(1));
     let mut dirs = vec![g.zero.data_dir.clone()];
@@ -342,13 +349,10 @@ fn a_paused_leader_is_replaced_and_its_stale_tail_never_seen() {
     // SAFETY: as above.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
     wait_for("the old leader back in sync as a follower", || {
-        let info = g.d.describe(TOPIC).unwrap();
-        info.partitions.iter().all(|q| q.isr.len() == 3)
+        all_in_sync(&g.d)
     });
     std::thread::sleep(Duration::from_millis(500));
-    let (h, seen) = r.finish();
-    check(&g, &h, &seen);
-    assert_eq!(h.failed, Vec::<u64>::new(), "pushes that failed");
+    finish_without_failures(&g, r);
     let _ = &mut g;
 }
 
@@ -466,10 +470,7 @@ fn restarted_leader_hands_over(kind: PartitionType) {
         assert!(Instant::now() < deadline, "acks=all pushes kept failing");
         std::thread::sleep(Duration::from_millis(500));
     }
-    wait_for("member 1 back in sync", || {
-        let info = g.d.describe(TOPIC).unwrap();
-        info.partitions.iter().all(|q| q.isr.len() == 3)
-    });
+    wait_for("member 1 back in sync", || all_in_sync(&g.d));
     let stored = read_all(&g.d, TOPIC, "check", WAIT).events;
     let on_p: Vec<u64> = stored
         .iter()
@@ -559,14 +560,9 @@ fn a_replaced_member_copies_its_replicas_again() {
         member_id(&fresh) == Some(1)
     });
     g.joined.insert(1, (back, fresh));
-    wait_for("the replacement in sync everywhere", || {
-        let info = g.d.describe(TOPIC).unwrap();
-        info.partitions.iter().all(|q| q.isr.len() == 3)
-    });
+    wait_for("the replacement in sync everywhere", || all_in_sync(&g.d));
     std::thread::sleep(Duration::from_millis(500));
-    let (h, seen) = r.finish();
-    check(&g, &h, &seen);
-    assert_eq!(h.failed, Vec::<u64>::new(), "pushes that failed");
+    finish_without_failures(&g, r);
     std::thread::sleep(Duration::from_secs(1));
     let mut dirs = vec![g.zero.data_dir.clone()];
     dirs.extend(g.joined.values().map(|(_, d)| d.clone()));
