@@ -96,8 +96,10 @@ impl Batching {
         } else {
             AUTO_BYTES
         };
+        // A batch's events count toward it; its count word and producer
+        // stamp (16 bytes) must fit beside them.
         let server = servers
-            .map(|l| l.max_batch_bytes.min(l.max_frame_bytes))
+            .map(|l| l.max_batch_bytes.min(l.max_frame_bytes).saturating_sub(16))
             .min()
             .unwrap_or(u64::MAX);
         self.bytes.unwrap_or(auto).clamp(1, server.max(1))
@@ -182,13 +184,14 @@ mod tests {
         let a = Batching::adaptive();
         assert_eq!(a.target(false, [roomy].into_iter()), AUTO_BYTES);
         assert_eq!(a.target(true, [roomy].into_iter()), AUTO_FSYNC_BYTES);
-        assert_eq!(a.target(true, [roomy, tight].into_iter()), 1 << 20);
+        // Room for the section's count word and producer stamp.
+        assert_eq!(a.target(true, [roomy, tight].into_iter()), (1 << 20) - 16);
         assert_eq!(
             Batching::bytes(8192).target(true, [roomy].into_iter()),
             8192
         );
         let c = Batching::count(10).with_bytes(100 << 20);
-        assert_eq!(c.target(false, [tight].into_iter()), 1 << 20);
+        assert_eq!(c.target(false, [tight].into_iter()), (1 << 20) - 16);
         assert_eq!(c.target(false, std::iter::empty()), 100 << 20);
     }
 
