@@ -701,6 +701,7 @@ pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
     let stamp = strom_proto::ProducerStamp {
         producer: 7,
         sequence: 3,
+        restart: true,
     };
     let stamped = b.finish_stamped(Some(stamp)).to_vec();
     out.push(("batch", "stamped".into(), stamped));

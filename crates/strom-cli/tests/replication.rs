@@ -568,3 +568,59 @@ fn a_replaced_member_copies_its_replicas_again() {
     dirs.extend(g.joined.values().map(|(_, d)| d.clone()));
     same_copies(&dirs);
 }
+
+/// Batches a leader acknowledged alone (acks=leader) and then lost with
+/// it leave a gap in the producer's sequence on the new leader: a plain
+/// next batch is refused as out of order, and the sequence restart the
+/// producer puts on its first resend is taken (it used to refuse every
+/// later batch until the producer gave up).
+#[test]
+fn a_sequence_restart_skips_batches_lost_with_an_acks_leader_leader() {
+    use common::raw::{produce_stamped, produce_with_stamp};
+    let tmp = tempfile::tempdir().unwrap();
+    let mut g = start(tmp.path());
+    let p = led_by_member_1(&g.d);
+    let offset = |r| match r {
+        strom_proto::Response::Produced { base_offset, .. } => base_offset,
+        other => panic!("expected Produced, got {other:?}"),
+    };
+    let old = leader_addr(&g.d, p);
+    offset(produce_stamped(&old, TOPIC, p, 9, 0, "{\"i\":0}"));
+    wait_for("batch 0 replicated", || {
+        read_all(&g.d, TOPIC, "probe", Duration::from_secs(2)).len() == 1
+    });
+    // The followers are paused: batch 1 is on the leader alone, answered.
+    let followers = [g.zero.pid(), g.joined[&2].0 .0.id() as i32];
+    for pid in followers {
+        // SAFETY: kill(2) on our own child.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+    }
+    offset(produce_stamped(&old, TOPIC, p, 9, 1, "{\"i\":1}"));
+    let (proc1, _dir1) = g.joined.remove(&1).unwrap();
+    drop(proc1);
+    for pid in followers {
+        // SAFETY: as above.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
+    }
+    wait_for("a new leader", || leader(&g.d, p).0 != 1);
+    let new = leader_addr(&g.d, p);
+    match produce_stamped(&new, TOPIC, p, 9, 2, "{\"i\":2}") {
+        strom_proto::Response::Error { code, .. } => {
+            assert_eq!(code, ErrorCode::OUT_OF_ORDER_SEQUENCE)
+        }
+        other => panic!("batch 2 was taken although batch 1 is missing: {other:?}"),
+    }
+    let restart = strom_proto::ProducerStamp {
+        producer: 9,
+        sequence: 2,
+        restart: true,
+    };
+    let at = offset(produce_with_stamp(&new, TOPIC, p, restart, "{\"i\":2}"));
+    assert_eq!(at, 1, "batch 2 follows batch 0: batch 1 is gone");
+    let seqs: Vec<u64> = read_all(&g.d, TOPIC, "check", WAIT)
+        .events
+        .values()
+        .map(|e| seq_of(&e.meta))
+        .collect();
+    assert_eq!(seqs, [0, 2]);
+}

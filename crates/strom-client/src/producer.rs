@@ -450,7 +450,7 @@ impl NativeProducer {
                 Trigger::Full => st.bytes >= inner.batch_target,
                 Trigger::Adaptive => false,
             } || (!st.builder.is_empty() && st.bytes + size > inner.batch_target)
-                || st.builder.count() == u32::MAX;
+                || st.builder.count() >= strom_proto::batch::MAX_EVENTS;
             if !full {
                 break;
             }
@@ -585,6 +585,7 @@ fn seal(st: &mut QueueState) {
     let stamp = st.stamp.map(|producer| ProducerStamp {
         producer,
         sequence: st.next_seq,
+        restart: false,
     });
     st.next_seq = st.next_seq.wrapping_add(u32::from(stamp.is_some()));
     let meta = st.builder.finish_stamped(stamp);

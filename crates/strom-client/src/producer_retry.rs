@@ -3,8 +3,12 @@
 //! sent to the partition before it has its answer, then goes again, in
 //! sequence order, to the leader the registry names now. The partition
 //! answers a batch it already holds with its first offsets, so a resend
-//! never appends twice. After `retry_for` the push fails, and so do the
-//! partition's later batches (they cannot follow a missing one in order).
+//! never appends twice. The first batch of each resend is marked as a
+//! sequence restart (every earlier batch has its answer by then), so a
+//! partition whose new leader lost batches the old one acknowledged alone
+//! (`acks=leader`) takes it instead of waiting for them. After `retry_for`
+//! the push fails, and so do the partition's later batches (they cannot
+//! follow a missing one in order).
 
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
@@ -101,7 +105,13 @@ async fn resend_loop(weak: Weak<Inner>, q: Arc<PartQueue>) {
         let mut st = q.state.lock();
         let batches = std::mem::take(&mut st.resend);
         st.resending = false;
-        for (_, b) in batches {
+        for (i, (_, mut b)) in batches.into_iter().enumerate() {
+            // Every earlier batch has its answer now: the first resend
+            // restarts the sequence, so the partition does not wait for
+            // batches a dead leader acknowledged alone (acks=leader).
+            if i == 0 {
+                b.meta = strom_proto::with_restart(&b.meta);
+            }
             q.queued.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
             if let Err(tokio::sync::mpsc::error::SendError(b)) = q.outbox.send(b) {
                 q.queued.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);

@@ -2,7 +2,9 @@
 //! and no per-event framing beyond it.
 //!
 //! ```text
-//! u32 count                     (bit 31 set: a producer stamp follows)
+//! u32 count                     (bits 0..29; bit 31 set: a producer stamp
+//!                                follows; bit 30: the stamp restarts the
+//!                                producer's sequence)
 //! [u64 producer, u32 sequence]  (the stamp, when bit 31 is set)
 //! count × entry { u32 meta_len, u32 desc_len, u64 data_len }   (16 bytes each)
 //! payload: for each event, its metadata bytes then its descriptor bytes
@@ -10,6 +12,10 @@
 //!
 //! The *producer stamp* names the idempotent producer that sent the batch
 //! and the batch's sequence number within its partition (0, 1, 2, ...).
+//! A *restart* stamp tells the partition that every earlier batch of the
+//! producer is settled (acknowledged), so a gap before it is not one to
+//! wait for: batches acknowledged by a leader that died before its
+//! followers copied them (`acks=leader`) are gone for good.
 //! It travels and is stored with the batch, so any replica that holds the
 //! batch knows it was appended and answers a retry of it without a second
 //! append (docs/replication.md).
@@ -28,7 +34,11 @@ use crate::error::ProtoError;
 const ENTRY_LEN: usize = 16;
 /// Bit 31 of the count word: a producer stamp follows it.
 const STAMPED: u32 = 1 << 31;
+/// Bit 30 of the count word (with bit 31): the stamp restarts the sequence.
+const RESTART: u32 = 1 << 30;
 const STAMP_LEN: usize = 12;
+/// Most events in one batch (the count word's bits 0..29).
+pub const MAX_EVENTS: u32 = RESTART - 1;
 
 /// Which idempotent producer sent a batch, and the batch's sequence number
 /// among that producer's batches to the partition.
@@ -36,6 +46,19 @@ const STAMP_LEN: usize = 12;
 pub struct ProducerStamp {
     pub producer: u64,
     pub sequence: u32,
+    /// Every earlier batch of the producer to the partition is settled:
+    /// the partition takes this sequence even after a gap.
+    pub restart: bool,
+}
+
+/// `section` (a stamped batch) with its stamp marked as a restart; a copy
+/// of the section, not of the data.
+pub fn with_restart(section: &Bytes) -> Bytes {
+    let mut out = BytesMut::from(&section[..]);
+    if out.len() >= 4 && out[3] & 0x80 != 0 {
+        out[3] |= 0x40;
+    }
+    out.freeze()
 }
 
 /// The stamp of a batch metadata section, from its first 16 bytes alone;
@@ -47,7 +70,11 @@ pub fn stamp_of(section: &[u8]) -> Option<ProducerStamp> {
     }
     let producer = u64::from_le_bytes(section.get(4..12)?.try_into().ok()?);
     let sequence = u32::from_le_bytes(section.get(12..16)?.try_into().ok()?);
-    Some(ProducerStamp { producer, sequence })
+    Some(ProducerStamp {
+        producer,
+        sequence,
+        restart: word & RESTART != 0,
+    })
 }
 
 /// Accumulates events into a batch metadata section.
@@ -104,7 +131,8 @@ impl BatchBuilder {
         match stamp {
             None => out.put_u32_le(self.count),
             Some(s) => {
-                out.put_u32_le(self.count | STAMPED);
+                let restart = if s.restart { RESTART } else { 0 };
+                out.put_u32_le(self.count | STAMPED | restart);
                 out.put_u64_le(s.producer);
                 out.put_u32_le(s.sequence);
             }
@@ -152,7 +180,13 @@ impl BatchView {
             });
         }
         let word = u32::from_le_bytes([section[0], section[1], section[2], section[3]]);
-        let count = word & !STAMPED;
+        let count = word & MAX_EVENTS;
+        if word & (STAMPED | RESTART) == RESTART {
+            return Err(ProtoError::invalid(
+                "batch",
+                "a sequence restart flag without a producer stamp",
+            ));
+        }
         let stamp = stamp_of(&section);
         let table = if word & STAMPED == 0 {
             4
@@ -292,6 +326,7 @@ mod tests {
         let stamp = ProducerStamp {
             producer: 0x0102_0304_0506_0708,
             sequence: 77,
+            restart: false,
         };
         let p = BatchView::parse(plain.finish()).unwrap();
         let section = stamped.finish_stamped(Some(stamp));
@@ -304,5 +339,21 @@ mod tests {
             assert!(BatchView::parse(section.slice(..cut)).is_err(), "cut {cut}");
         }
         assert_eq!(stamp_of(&section[..15]), None);
+        let restarted = with_restart(&section);
+        let r = BatchView::parse(restarted).unwrap();
+        assert_eq!(
+            r.stamp(),
+            Some(ProducerStamp {
+                restart: true,
+                ..stamp
+            })
+        );
+        assert_eq!(r.iter().collect::<Vec<_>>(), s.iter().collect::<Vec<_>>());
+        let mut bad = BytesMut::from(&p.section()[..]);
+        bad[3] |= 0x40;
+        assert!(
+            BatchView::parse(bad.freeze()).is_err(),
+            "restart without a stamp"
+        );
     }
 }

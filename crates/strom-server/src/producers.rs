@@ -3,7 +3,10 @@
 //! went. A batch whose stamp (`strom_proto::ProducerStamp`) was seen
 //! before is answered with the offsets it got the first time instead of
 //! being appended again; one that skips a sequence number is refused, so a
-//! producer's batches land once each and in order.
+//! producer's batches land once each and in order. A *restart* stamp (the
+//! producer's first resend after a failure, when every earlier batch of it
+//! is settled) is taken even after a gap: batches a dead leader
+//! acknowledged alone (`acks=leader`) are gone and never come again.
 //!
 //! The table is rebuilt from the batches themselves, which carry their
 //! stamp: on open from the log's tail ([`TAIL_WINDOW`] offsets), on a
@@ -64,6 +67,11 @@ impl Producers {
         }
         if let Some((_, a)) = p.recent.iter().find(|(q, _)| *q == s.sequence) {
             return Check::Duplicate(a.clone());
+        }
+        if s.restart {
+            // Every earlier batch is settled (some were lost with a leader
+            // that acknowledged them alone): the gap is not one to wait for.
+            return Check::Fresh;
         }
         let why = if s.sequence > p.next || p.next.wrapping_sub(s.sequence) > u32::MAX / 2 {
             format!(
@@ -152,7 +160,11 @@ mod tests {
     }
 
     fn stamp(producer: u64, sequence: u32) -> ProducerStamp {
-        ProducerStamp { producer, sequence }
+        ProducerStamp {
+            producer,
+            sequence,
+            restart: false,
+        }
     }
 
     #[test]
@@ -169,6 +181,19 @@ mod tests {
             matches!(t.check(stamp(8, 9)), Check::Fresh),
             "another producer"
         );
+        let restart = ProducerStamp {
+            restart: true,
+            ..stamp(7, 9)
+        };
+        assert!(
+            matches!(t.check(restart), Check::Fresh),
+            "a restart skips the gap"
+        );
+        let resent = ProducerStamp {
+            restart: true,
+            ..stamp(7, 6)
+        };
+        assert!(matches!(t.check(resent), Check::Duplicate(a) if a.base_offset == 102));
     }
 
     #[test]

@@ -161,12 +161,24 @@ pub fn produce_stamped(
     seq: u32,
     meta: &str,
 ) -> Response {
-    let mut b = strom_proto::BatchBuilder::new();
-    b.push(meta.as_bytes(), b"", 3);
     let stamp = strom_proto::ProducerStamp {
         producer,
         sequence: seq,
+        restart: false,
     };
+    produce_with_stamp(addr, topic, partition, stamp, meta)
+}
+
+/// [`produce_stamped`] with any stamp (a sequence restart, say).
+pub fn produce_with_stamp(
+    addr: &str,
+    topic: &str,
+    partition: u32,
+    stamp: strom_proto::ProducerStamp,
+    meta: &str,
+) -> Response {
+    let mut b = strom_proto::BatchBuilder::new();
+    b.push(meta.as_bytes(), b"", 3);
     let req = Request::Produce {
         topic: topic.into(),
         partition,
