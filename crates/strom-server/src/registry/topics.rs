@@ -111,10 +111,16 @@ impl Registry {
                 partitions: parts,
                 sealed: meta.state().ended,
             };
-            self.link
-                .call(member, &inner.addr_of(member), req)
-                .await
-                .map_err(|e| ServerError::coded(e.code(), format!("member {member}: {e}")))?;
+            let addr = inner.addr_of(member);
+            let mut sent = self.link.call(member, &addr, req.clone()).await;
+            // A member that was paused may have been slow to answer on its
+            // old connection (dropped after a timeout): hosting is
+            // idempotent, so one more try goes out on a new connection.
+            if sent.as_ref().is_err_and(|e| lost_connection(e.code())) {
+                tracing::warn!(member, topic = %meta.spec.name, "hosting partitions: the member's connection was lost; asking once more");
+                sent = self.link.call(member, &addr, req).await;
+            }
+            sent.map_err(|e| ServerError::coded(e.code(), format!("member {member}: {e}")))?;
         }
         Ok(())
     }
@@ -361,4 +367,12 @@ impl Registry {
         drop(inner);
         Ok(self.with_stats(vec![d]).await.remove(0))
     }
+}
+
+/// Whether a call to a member failed because its connection did.
+fn lost_connection(code: ErrorCode) -> bool {
+    matches!(
+        code,
+        ErrorCode::CONNECTION_FAILED | ErrorCode::CONNECTION_CLOSED | ErrorCode::TIMEOUT
+    )
 }
