@@ -265,6 +265,23 @@ impl Run {
     }
 }
 
+/// Every member's copy of each partition holds the same bytes (after a
+/// moment for the last fetches).
+fn group_copies_are_the_same(g: &Group) {
+    std::thread::sleep(Duration::from_secs(1));
+    let mut dirs = vec![g.zero.data_dir.clone()];
+    dirs.extend(g.joined.values().map(|(_, d)| d.clone()));
+    same_copies(&dirs);
+}
+
+/// The base offset of a `Produced` answer.
+fn offset_of(r: strom_proto::Response) -> u64 {
+    match r {
+        strom_proto::Response::Produced { base_offset, .. } => base_offset,
+        other => panic!("expected Produced, got {other:?}"),
+    }
+}
+
 /// Whether every partition has all three copies in sync.
 fn all_in_sync(d: &Driver) -> bool {
     let info = d.describe(TOPIC).unwrap();
@@ -327,10 +344,7 @@ fn acked_events_survive_sigkill_of_a_partition_leader() {
         std::thread::sleep(Duration::from_millis(300));
         all_in_sync(&g.d)
     });
-    std::thread::sleep(Duration::from_secs(1));
-    let mut dirs = vec![g.zero.data_dir.clone()];
-    dirs.extend(g.joined.values().map(|(_, d)| d.clone()));
-    same_copies(&dirs);
+    group_copies_are_the_same(&g);
 }
 
 #[test]
@@ -508,15 +522,11 @@ fn a_batch_resent_to_the_new_leader_is_stored_once() {
     let tmp = tempfile::tempdir().unwrap();
     let mut g = start(tmp.path());
     let p = led_by_member_1(&g.d);
-    let offset = |r| match r {
-        strom_proto::Response::Produced { base_offset, .. } => base_offset,
-        other => panic!("expected Produced, got {other:?}"),
-    };
     let send =
         |addr: &str, seq: u32| produce_stamped(addr, TOPIC, p, 9, seq, &format!("{{\"i\":{seq}}}"));
     let old = leader_addr(&g.d, p);
-    let first = offset(send(&old, 0));
-    let second = offset(send(&old, 1));
+    let first = offset_of(send(&old, 0));
+    let second = offset_of(send(&old, 1));
     // Both are on every in-sync copy once a consumer may read them.
     wait_for("the batches replicated", || {
         read_all(&g.d, TOPIC, "probe", Duration::from_secs(2)).len() == 2
@@ -527,11 +537,11 @@ fn a_batch_resent_to_the_new_leader_is_stored_once() {
     // The answer to batch 1 was "lost": the producer resends it there.
     let new = leader_addr(&g.d, p);
     assert_eq!(
-        offset(send(&new, 1)),
+        offset_of(send(&new, 1)),
         second,
         "the resent batch kept its offset"
     );
-    assert_eq!(offset(send(&new, 2)), second + 1);
+    assert_eq!(offset_of(send(&new, 2)), second + 1);
     let stored = read_all(&g.d, TOPIC, "check", WAIT).events;
     let seqs: Vec<u64> = stored.values().map(|e| seq_of(&e.meta)).collect();
     assert_eq!(seqs, [0, 1, 2], "each batch once, in order");
@@ -563,10 +573,7 @@ fn a_replaced_member_copies_its_replicas_again() {
     wait_for("the replacement in sync everywhere", || all_in_sync(&g.d));
     std::thread::sleep(Duration::from_millis(500));
     finish_without_failures(&g, r);
-    std::thread::sleep(Duration::from_secs(1));
-    let mut dirs = vec![g.zero.data_dir.clone()];
-    dirs.extend(g.joined.values().map(|(_, d)| d.clone()));
-    same_copies(&dirs);
+    group_copies_are_the_same(&g);
 }
 
 /// Batches a leader acknowledged alone (acks=leader) and then lost with
@@ -580,12 +587,8 @@ fn a_sequence_restart_skips_batches_lost_with_an_acks_leader_leader() {
     let tmp = tempfile::tempdir().unwrap();
     let mut g = start(tmp.path());
     let p = led_by_member_1(&g.d);
-    let offset = |r| match r {
-        strom_proto::Response::Produced { base_offset, .. } => base_offset,
-        other => panic!("expected Produced, got {other:?}"),
-    };
     let old = leader_addr(&g.d, p);
-    offset(produce_stamped(&old, TOPIC, p, 9, 0, "{\"i\":0}"));
+    offset_of(produce_stamped(&old, TOPIC, p, 9, 0, "{\"i\":0}"));
     wait_for("batch 0 replicated", || {
         read_all(&g.d, TOPIC, "probe", Duration::from_secs(2)).len() == 1
     });
@@ -595,7 +598,7 @@ fn a_sequence_restart_skips_batches_lost_with_an_acks_leader_leader() {
         // SAFETY: kill(2) on our own child.
         assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
     }
-    offset(produce_stamped(&old, TOPIC, p, 9, 1, "{\"i\":1}"));
+    offset_of(produce_stamped(&old, TOPIC, p, 9, 1, "{\"i\":1}"));
     let (proc1, _dir1) = g.joined.remove(&1).unwrap();
     drop(proc1);
     for pid in followers {
@@ -615,7 +618,7 @@ fn a_sequence_restart_skips_batches_lost_with_an_acks_leader_leader() {
         sequence: 2,
         restart: true,
     };
-    let at = offset(produce_with_stamp(&new, TOPIC, p, restart, "{\"i\":2}"));
+    let at = offset_of(produce_with_stamp(&new, TOPIC, p, restart, "{\"i\":2}"));
     assert_eq!(at, 1, "batch 2 follows batch 0: batch 1 is gone");
     let seqs: Vec<u64> = read_all(&g.d, TOPIC, "check", WAIT)
         .events
