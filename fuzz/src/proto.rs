@@ -245,6 +245,7 @@ fn topic_info() -> TopicInfo {
                 replicas: vec![1, 2, 0],
                 isr: vec![1, 2],
                 epoch: 4,
+                moving_to: vec![3, 2, 0],
             },
             PartitionInfo {
                 id: 1,
@@ -257,6 +258,7 @@ fn topic_info() -> TopicInfo {
                 replicas: Vec::new(),
                 isr: Vec::new(),
                 epoch: 0,
+                moving_to: Vec::new(),
             },
         ],
         state: TopicState {
@@ -466,6 +468,20 @@ pub fn sample_requests() -> Vec<Request> {
             epoch: 3,
             isr: vec![2],
         },
+        Request::ReleasePartitions {
+            topic: t(),
+            topic_id: 9,
+            partitions: vec![0, 2],
+        },
+        Request::MovePartition {
+            topic: t(),
+            partition: 1,
+            replicas: vec![3, 1, 2],
+        },
+        Request::DrainMember {
+            member: 2,
+            dead: false,
+        },
     ]
 }
 
@@ -491,6 +507,7 @@ pub fn sample_responses() -> Vec<Response> {
             0 => "leader".into(),
             _ => String::new(),
         },
+        draining: id == 2,
     };
     vec![
         Response::error(ErrorCode::TOPIC_NOT_FOUND, "no topic 'runs'"),

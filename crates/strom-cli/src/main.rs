@@ -5,6 +5,7 @@ mod bench;
 mod cluster;
 mod consume;
 mod demo;
+mod elastic;
 mod gen;
 mod group;
 mod interrupt;
@@ -78,6 +79,15 @@ enum Command {
     /// Write a topic's events into another system (PostgreSQL), exactly once.
     #[command(subcommand)]
     Sink(sink::SinkCmd),
+    /// List the group's members; drain a live one or remove a dead one.
+    #[command(subcommand)]
+    Member(elastic::MemberCmd),
+    /// Move a replicated partition to another member, online.
+    #[command(subcommand)]
+    Partition(elastic::PartitionCmd),
+    /// Spread replicated partitions and leaders evenly over the members,
+    /// by bytes stored and recent traffic; shows the plan first.
+    Rebalance(elastic::RebalanceArgs),
 }
 
 fn init_logging(default: &str) {
@@ -176,6 +186,9 @@ fn main() {
                 Command::Gen(a) => gen::run(a, cli.group_file),
                 Command::Verify(a) => verify::run(a, cli.group_file),
                 Command::Sink(c) => sink::run(c, cli.group_file),
+                Command::Member(c) => elastic::run_member(c, cli.group_file),
+                Command::Partition(c) => elastic::run_partition(c, cli.group_file),
+                Command::Rebalance(a) => elastic::rebalance::run(a, cli.group_file),
                 Command::Server(_) | Command::Consume(_) => unreachable!("handled above"),
             }
         }

@@ -133,7 +133,10 @@ pub fn run(args: ServerArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> 
             },
             None => None,
         };
-        signals.wait().await;
+        tokio::select! {
+            _ = signals.wait() => {}
+            _ = server.left() => eprintln!("strom server: this member left its group (drained or removed); stopping"),
+        }
         tracing::info!("shutting down");
         if let Some(k) = kafka {
             k.shutdown().await;

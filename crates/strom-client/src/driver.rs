@@ -540,10 +540,41 @@ impl Driver {
         }
     }
 
+    /// Starts moving a replicated partition to `replicas` (distinct
+    /// members, the wanted leader first); `describe_topic` shows it in
+    /// `moving_to` until it is done (docs/elasticity.md).
+    pub fn move_partition(&self, topic: &str, partition: u32, replicas: Vec<u32>) -> Result<()> {
+        let req = Request::MovePartition {
+            topic: topic.into(),
+            partition,
+            replicas,
+        };
+        self.admin(req).map(|_| ())
+    }
+
+    /// Starts moving every partition off `member`, which then leaves the
+    /// group (`dead`: it is gone; its copies are re-created from the
+    /// others). `members` shows it `draining` until it has left.
+    pub fn drain_member(&self, member: u32, dead: bool) -> Result<()> {
+        self.admin(Request::DrainMember { member, dead })
+            .map(|_| ())
+    }
+
     /// The group's members, with whether each is alive (heartbeats).
     pub fn members(&self) -> Result<Vec<MemberInfo>> {
         match self.admin(Request::Members)? {
             Response::Members(m) => Ok(m),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// The metrics snapshot (JSON, docs/observability.md) of the server at
+    /// `addr`: its partitions' sizes and counters.
+    pub fn server_snapshot_at(&self, addr: &str) -> Result<String> {
+        let (d, addr) = (self.clone(), addr.to_string());
+        let req = Request::ServerSnapshot;
+        match self.block_on(async move { d.conn(&addr).await?.call(&req, Vec::new()).await })? {
+            Response::ServerSnapshot { json } => Ok(json),
             other => Err(unexpected(other)),
         }
     }

@@ -299,6 +299,31 @@ pub enum Request {
         epoch: u64,
         isr: Vec<u32>,
     },
+    /// Master → member: drop the local copies of these partitions of the
+    /// topic (they moved away; docs/elasticity.md). Protocol version 6.
+    ReleasePartitions {
+        topic: String,
+        topic_id: u64,
+        partitions: Vec<u32>,
+    },
+    /// Moves a replicated partition to `replicas` (distinct members, the
+    /// wanted leader first) online: the new replicas copy it, the
+    /// leadership moves if it must, and the old replicas drop it. Answered
+    /// once the move is recorded; `PartitionInfo::moving_to` shows it
+    /// until it is done. An empty `replicas` cancels a move that has not
+    /// finished. Protocol version 6.
+    MovePartition {
+        topic: String,
+        partition: u32,
+        replicas: Vec<u32>,
+    },
+    /// Moves every partition off `member`, then lets it leave the group
+    /// (`dead`: it is gone; its copies are re-created from the others).
+    /// Answered once the drain is recorded. Protocol version 6.
+    DrainMember {
+        member: u32,
+        dead: bool,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -562,6 +587,9 @@ messages!(Request {
     43 => SetReplicaRoles { topic, roles },
     44 => ReplicaFetch { topic, partition, epoch, follower, from, last_epoch, max_bytes },
     45 => ReportIsr { topic, partition, epoch, isr },
+    46 => ReleasePartitions { topic, topic_id, partitions },
+    47 => MovePartition { topic, partition, replicas },
+    48 => DrainMember { member, dead },
 });
 
 messages!(Response {

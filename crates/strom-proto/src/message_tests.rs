@@ -88,6 +88,7 @@ fn responses_and_pushes_round_trip() {
             last_seen_ms: 5,
             addrs: vec!["h:1".into(), "shm:///s".into()],
             role: "voter".into(),
+            draining: true,
         }]),
         Response::Done,
         Response::Limits {

@@ -397,6 +397,9 @@ pub struct PartitionInfo {
     pub isr: Vec<u32>,
     /// The leader's epoch (0 without replication).
     pub epoch: u64,
+    /// The replicas the partition is moving to, the wanted leader first;
+    /// empty when it is not moving (protocol version 6).
+    pub moving_to: Vec<u32>,
 }
 wire_struct!(PartitionInfo {
     id,
@@ -408,7 +411,8 @@ wire_struct!(PartitionInfo {
     dropped_events,
     replicas @ 4,
     isr @ 4,
-    epoch @ 4
+    epoch @ 4,
+    moving_to @ 6
 });
 
 /// What one member does with one replicated partition, from the registry
@@ -570,6 +574,10 @@ pub struct MemberInfo {
         serde(default, skip_serializing_if = "String::is_empty")
     )]
     pub role: String,
+    /// Its partitions are moving off it (`strom member drain` or
+    /// `remove`); it leaves the group once they have (protocol version 6).
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub draining: bool,
 }
 wire_struct!(MemberInfo {
     id,
@@ -577,5 +585,6 @@ wire_struct!(MemberInfo {
     alive,
     last_seen_ms,
     addrs @ 3,
-    role @ 4
+    role @ 4,
+    draining @ 6
 });

@@ -274,6 +274,56 @@ impl Host {
         Ok(())
     }
 
+    /// Drops the local copies of `partitions` of the topic (they moved
+    /// away): their replicas stop, readers are woken and told, and their
+    /// files are removed. Idempotent; a topic id that is not the hosted
+    /// one (the topic was deleted and created again) drops nothing.
+    pub fn release(
+        &self,
+        topic: &str,
+        topic_id: u64,
+        partitions: &[u32],
+    ) -> Result<(), ServerError> {
+        let mut topics = self.topics.lock();
+        let Some(h) = topics.get_mut(topic).filter(|h| h.record.id == topic_id) else {
+            return Ok(());
+        };
+        let mut gone = Vec::new();
+        for p in partitions {
+            let pm = h.partitions.remove(p);
+            if pm.is_some() || h.broken.remove(p).is_some() {
+                gone.push((*p, pm));
+            }
+        }
+        if gone.is_empty() {
+            return Ok(());
+        }
+        h.record.partitions.retain(|p| !partitions.contains(p));
+        let dir = self
+            .topics_dir
+            .join(format!("{}.{}", h.record.spec.name, h.record.id));
+        let empty = h.record.partitions.is_empty();
+        if empty {
+            topics.remove(topic);
+        }
+        self.persist(&topics)?;
+        drop(topics);
+        for (p, pm) in gone {
+            if let Some(pm) = pm {
+                if let Some(r) = pm.replica.get() {
+                    r.stop();
+                }
+                pm.mark_deleted();
+            }
+            remove_dir(&dir.join(p.to_string()));
+            tracing::info!(topic, partition = p, "released a partition that moved away");
+        }
+        if empty {
+            remove_dir(&dir);
+        }
+        Ok(())
+    }
+
     fn remove_files(&self, h: Hosted) {
         for p in h.partitions.values() {
             p.mark_deleted();
@@ -281,11 +331,7 @@ impl Host {
         let dir = self
             .topics_dir
             .join(format!("{}.{}", h.record.spec.name, h.record.id));
-        if let Err(e) = std::fs::remove_dir_all(&dir) {
-            if e.kind() != std::io::ErrorKind::NotFound {
-                tracing::warn!(dir = %dir.display(), error = %e, "could not remove a deleted topic's files");
-            }
-        }
+        remove_dir(&dir);
     }
 
     /// Offsets of the listed local partitions (unknown ones are skipped).
@@ -327,6 +373,7 @@ impl Host {
                     replicas: Vec::new(),
                     isr: Vec::new(),
                     epoch: 0,
+                    moving_to: Vec::new(),
                 })
             })
             .collect()
@@ -367,6 +414,15 @@ impl Host {
     pub fn shutdown(&self) {
         for p in self.all() {
             p.shutdown();
+        }
+    }
+}
+
+/// Removes a directory tree that is no longer needed; a failure is logged.
+fn remove_dir(dir: &std::path::Path) {
+    if let Err(e) = std::fs::remove_dir_all(dir) {
+        if e.kind() != std::io::ErrorKind::NotFound {
+            tracing::warn!(dir = %dir.display(), error = %e, "could not remove files no longer needed");
         }
     }
 }

@@ -146,6 +146,14 @@ impl MemberLink {
                 blocking(move || host.drop_topic(&topic)).await?;
                 Ok(Response::Done)
             }
+            Request::ReleasePartitions {
+                topic,
+                topic_id,
+                partitions,
+            } => {
+                blocking(move || host.release(&topic, topic_id, &partitions)).await?;
+                Ok(Response::Done)
+            }
             Request::PartitionStats { topic, partitions } => Ok(Response::Stats(host.stats(
                 &topic,
                 &partitions,

@@ -216,6 +216,7 @@ impl Server {
             control,
             config,
             stats: Default::default(),
+            left: watch::Sender::new(false),
             _lock: lock,
         });
         let slots = Arc::new(tokio::sync::Semaphore::new(
@@ -350,6 +351,7 @@ fn spawn_lease_loop(state: Arc<Services>, mut stopped: watch::Receiver<bool>) ->
             reg.expire_consumers().await;
             reg.rebalance_groups().await;
             reg.fail_over().await;
+            reg.advance_moves().await;
             if roles_sent.elapsed() >= crate::registry::ROLES_EVERY {
                 roles_sent = std::time::Instant::now();
                 reg.resend_roles().await;
@@ -387,6 +389,11 @@ async fn membership(
         )
         .await
         {
+            if e.contains(ErrorCode::MEMBER_REMOVED.name()) {
+                tracing::warn!(error = %e, "this member left the group; stopping");
+                state.left.send_replace(true);
+                return;
+            }
             tracing::warn!(error = %e, "cannot reach the registry master; retrying");
             joined = None;
         }
@@ -449,7 +456,7 @@ async fn heartbeat_once(
                     .call(master, &req)
                     .await
                     .map(|_| ())
-                    .map_err(|e| e.to_string())
+                    .map_err(|e| format!("{}: {e}", e.code()))
             }
         };
         result
@@ -480,7 +487,7 @@ async fn join_once(
             Ok((member, master))
         }
         Ok(other) => Err(format!("unexpected answer to join: {other:?}")),
-        Err(e) => Err(e.to_string()),
+        Err(e) => Err(format!("{}: {e}", e.code())),
     }
 }
 
@@ -512,6 +519,13 @@ impl ServerHandle {
                 reg.refresh_own_addrs().await;
             }
         }
+    }
+
+    /// Resolves once this member has left its group (`strom member drain`
+    /// moved everything off it, or `remove` dropped it): time to stop.
+    pub async fn left(&self) {
+        let mut left = self.state.left.subscribe();
+        let _ = left.wait_for(|l| *l).await;
     }
 
     /// The server's services, for front ends started beside the native

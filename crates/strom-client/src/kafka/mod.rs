@@ -249,6 +249,7 @@ impl KafkaDriver {
                 replicas: p.replicas().iter().map(|r| (*r).max(0) as u32).collect(),
                 isr: p.isr().iter().map(|r| (*r).max(0) as u32).collect(),
                 epoch: 0,
+                moving_to: Vec::new(),
             })
             .collect();
         partitions.sort_by_key(|p| p.id);

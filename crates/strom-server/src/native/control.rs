@@ -25,7 +25,8 @@ pub async fn handle(svc: &ControlService, req: Request) -> Result<Response, Serv
         | Request::ConsumerGroupStats { .. }
         | Request::DropConsumerGroup { .. }
         | Request::FenceGroupPartition { .. }
-        | Request::SetReplicaRoles { .. }) => svc.link().local(req).await,
+        | Request::SetReplicaRoles { .. }
+        | Request::ReleasePartitions { .. }) => svc.link().local(req).await,
         Request::MetaRpc { rpc } => Ok(Response::MetaRpc {
             rpc: svc.meta_rpc(&rpc).await?.into(),
         }),
@@ -124,6 +125,18 @@ async fn registry_op(svc: &ControlService, req: Request) -> Result<Response, Ser
             isr,
         } => {
             r.report_isr(&topic, partition, epoch, isr).await?;
+            Response::Done
+        }
+        Request::MovePartition {
+            topic,
+            partition,
+            replicas,
+        } => {
+            r.move_partition(&topic, partition, replicas).await?;
+            Response::Done
+        }
+        Request::DrainMember { member, dead } => {
+            r.drain_member(member, dead).await?;
             Response::Done
         }
         Request::KafkaGroupView {

@@ -37,6 +37,7 @@ impl Described {
                     replicas: set.map(|s| s.members.clone()).unwrap_or_default(),
                     isr: set.map(|s| s.isr.clone()).unwrap_or_default(),
                     epoch: set.map_or(0, |s| s.epoch),
+                    moving_to: set.and_then(|s| s.target.clone()).unwrap_or_default(),
                 }
             })
             .collect();

@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use strom_proto::{GroupMember, TopicSpec, TopicState};
 
 use super::group_machine::{self, ConsumerGroupMeta, GroupCommand};
+use super::member_machine::{self, MemberCommand};
 use super::replica_machine::{self, ReplicaCommand, ReplicaSet};
 
 /// The most partitions a topic may have.
@@ -151,6 +152,8 @@ pub enum RegistryCommand {
     ConsumerGroup(GroupCommand),
     /// A change of a replicated partition's leader or in-sync replicas.
     Replica(ReplicaCommand),
+    /// A member is drained, or leaves the group.
+    Member(MemberCommand),
 }
 
 /// Why a command does not apply to a state.
@@ -169,6 +172,10 @@ pub struct RegistryState {
     /// member id -> address
     pub members: BTreeMap<u32, String>,
     pub consumer_groups: BTreeMap<String, ConsumerGroupMeta>,
+    /// Members being drained: id -> whether it is dead (removed).
+    pub draining: BTreeMap<u32, bool>,
+    /// Members that left the group for good; their ids are not reused.
+    pub removed: BTreeSet<u32>,
 }
 
 /// The state as JSON: the body of a snapshot, and exactly the layout of the
@@ -183,6 +190,10 @@ pub struct Persisted {
     pub members: Vec<GroupMember>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub consumer_groups: Vec<ConsumerGroupMeta>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub draining: BTreeMap<u32, bool>,
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub removed: BTreeSet<u32>,
 }
 
 impl RegistryState {
@@ -197,6 +208,8 @@ impl RegistryState {
                 .map(|(id, addr)| GroupMember::new(*id, addr.clone()))
                 .collect(),
             consumer_groups: self.consumer_groups.values().cloned().collect(),
+            draining: self.draining.clone(),
+            removed: self.removed.clone(),
         }
     }
 
@@ -205,6 +218,8 @@ impl RegistryState {
         let mut st = RegistryState {
             group_id: p.group_id,
             next_topic_id: p.next_topic_id,
+            draining: p.draining,
+            removed: p.removed,
             ..Default::default()
         };
         for t in p.topics {
@@ -313,7 +328,13 @@ impl RegistryState {
                     ));
                 }
             }
-            C::MemberJoined { .. } => {}
+            C::MemberJoined { id, .. } => {
+                if self.removed.contains(id) {
+                    return fail(format!(
+                        "member {id} left the group for good; a new server joins under a new id"
+                    ));
+                }
+            }
             C::MemberAddress { id, .. } => {
                 if !self.members.contains_key(id) {
                     return fail(format!("there is no member {id}"));
@@ -321,6 +342,7 @@ impl RegistryState {
             }
             C::ConsumerGroup(g) => group_machine::check(self, g)?,
             C::Replica(r) => replica_machine::check(self, r)?,
+            C::Member(m) => member_machine::check(self, m)?,
         }
         Ok(())
     }
@@ -388,6 +410,7 @@ impl RegistryState {
             }
             C::ConsumerGroup(g) => group_machine::apply(self, g),
             C::Replica(r) => replica_machine::apply(self, r),
+            C::Member(m) => member_machine::apply(self, m),
         }
     }
 }

@@ -33,6 +33,8 @@ mod groups;
 mod kafka_groups;
 mod leases;
 mod machine;
+mod member_machine;
+mod moves;
 mod quorum;
 mod replica_machine;
 mod replicas;
@@ -186,13 +188,14 @@ impl Inner {
                 .is_some_and(|t| t.elapsed() < self.timeout)
     }
 
-    /// The members heard from within the timeout, by id.
+    /// The members heard from within the timeout, by id, but those being
+    /// drained: where new partitions may go.
     fn live_members(&self) -> Vec<u32> {
         self.state
             .members
             .keys()
             .copied()
-            .filter(|id| self.alive(*id))
+            .filter(|id| self.alive(*id) && !self.state.draining.contains_key(id))
             .collect()
     }
 
@@ -349,6 +352,7 @@ impl Registry {
                 },
                 addrs: inner.addrs.get(id).cloned().unwrap_or_default(),
                 role: roles.get(id).copied().unwrap_or_default().to_string(),
+                draining: inner.state.draining.contains_key(id),
             })
             .collect()
     }
@@ -367,6 +371,9 @@ impl Registry {
         restarted: bool,
     ) -> Result<u32, ServerError> {
         let mut inner = self.inner.lock().await;
+        if let Some(id) = want.filter(|id| inner.state.removed.contains(id)) {
+            return Err(left_the_group(id));
+        }
         let id = match want {
             // Member 0 rejoins a quorum's leader after a restart; without a
             // quorum, 0 is the registry master itself.
@@ -385,7 +392,14 @@ impl Registry {
                 ))
             }
             Some(id) => id,
-            None => inner.state.members.keys().max().map_or(1, |m| m + 1),
+            // Ids of members that left are not given out again.
+            None => inner
+                .state
+                .members
+                .keys()
+                .chain(inner.state.removed.iter())
+                .max()
+                .map_or(1, |m| m + 1),
         };
         let known = inner.state.members.contains_key(&id);
         inner
@@ -425,6 +439,8 @@ impl Registry {
                 })
             })
             .collect();
+        // Copies it kept of partitions that moved away while it was down.
+        let release = moves::released_on_join(&inner, id);
         // The other holders of what failed over learn their new roles.
         let others: Vec<replicas::RoleCall> = moved
             .iter()
@@ -441,7 +457,7 @@ impl Registry {
                 }
             }
             let roles = roles.into_iter().map(|(_, _, req)| req);
-            for req in work.into_iter().chain(roles) {
+            for req in release.into_iter().chain(work).chain(roles) {
                 if let Err(e) = link.call(id, &addr, req).await {
                     tracing::warn!(member = id, error = %e, "re-hosting partitions on a rejoined member failed");
                 }
@@ -457,6 +473,9 @@ impl Registry {
         addrs: Vec<String>,
     ) -> Result<(), ServerError> {
         let mut inner = self.inner.lock().await;
+        if inner.state.removed.contains(&member) {
+            return Err(left_the_group(member));
+        }
         let Some(known) = inner.state.members.get(&member) else {
             return Err(ServerError::coded(
                 ErrorCode::INVALID_ARGUMENT,
@@ -475,6 +494,13 @@ impl Registry {
         }
         Ok(())
     }
+}
+
+fn left_the_group(id: u32) -> ServerError {
+    ServerError::coded(
+        ErrorCode::MEMBER_REMOVED,
+        format!("member {id} left the group (it was drained or removed); start a server on an empty data directory to join as a new member"),
+    )
 }
 
 /// A random non-zero group id (no RNG dependency: clock, pid and a hash).

@@ -19,6 +19,10 @@ pub struct ReplicaSet {
     pub epoch: u64,
     /// The replicas in sync with the leader, the leader included.
     pub isr: Vec<u32>,
+    /// The replicas this partition is moving to (docs/elasticity.md), its
+    /// wanted leader first; `None` when it is not moving.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<Vec<u32>>,
 }
 
 /// A change to a replicated partition.
@@ -39,6 +43,48 @@ pub enum ReplicaCommand {
         epoch: u64,
         isr: Vec<u32>,
     },
+    /// The partition is to move to `target` (`None`: the move is
+    /// cancelled, or done).
+    Target {
+        topic: String,
+        partition: u32,
+        target: Option<Vec<u32>>,
+    },
+    /// The replicas are now `members`, in sync `isr` (a move adds its new
+    /// replicas, then drops the old ones); the leader stays. The move ends
+    /// once `members` is its target.
+    Members {
+        topic: String,
+        partition: u32,
+        members: Vec<u32>,
+        isr: Vec<u32>,
+    },
+}
+
+impl ReplicaCommand {
+    /// The partition the command changes.
+    pub fn partition(&self) -> (&str, u32) {
+        match self {
+            ReplicaCommand::Leader {
+                topic, partition, ..
+            }
+            | ReplicaCommand::Isr {
+                topic, partition, ..
+            }
+            | ReplicaCommand::Target {
+                topic, partition, ..
+            }
+            | ReplicaCommand::Members {
+                topic, partition, ..
+            } => (topic, *partition),
+        }
+    }
+}
+
+/// Whether `members` names each member once, and at most 255 of them.
+fn distinct(members: &[u32]) -> bool {
+    let mut seen = std::collections::BTreeSet::new();
+    members.len() <= 255 && members.iter().all(|m| seen.insert(*m))
 }
 
 impl TopicMeta {
@@ -142,6 +188,42 @@ pub(super) fn check(state: &RegistryState, cmd: &ReplicaCommand) -> Result<(), R
                 )));
             }
         }
+        ReplicaCommand::Target {
+            topic,
+            partition,
+            target,
+        } => {
+            let (_, _) = set_of(state, topic, *partition)?;
+            if let Some(t) = target {
+                if t.is_empty() || !distinct(t) {
+                    return Err(Rejected(format!(
+                        "partition {topic}/{partition}: target replicas {t:?} must be distinct and not empty"
+                    )));
+                }
+                if let Some(m) = t.iter().find(|m| !state.members.contains_key(m)) {
+                    return Err(Rejected(format!(
+                        "partition {topic}/{partition}: member {m} of the target is not in the group"
+                    )));
+                }
+            }
+        }
+        ReplicaCommand::Members {
+            topic,
+            partition,
+            members,
+            isr,
+        } => {
+            let (t, _) = set_of(state, topic, *partition)?;
+            let leader = t.placement[*partition as usize];
+            if !distinct(members)
+                || !isr.contains(&leader)
+                || isr.iter().any(|m| !members.contains(m))
+            {
+                return Err(Rejected(format!(
+                    "partition {topic}/{partition}: replicas {members:?} must be distinct and hold the in-sync replicas {isr:?}, leader {leader} among them"
+                )));
+            }
+        }
     }
     Ok(())
 }
@@ -170,6 +252,30 @@ pub(super) fn apply(state: &mut RegistryState, cmd: &ReplicaCommand) {
         } => {
             if let Some(t) = state.topics.get_mut(topic) {
                 t.replicas[*partition as usize].isr = isr.clone();
+            }
+        }
+        ReplicaCommand::Target {
+            topic,
+            partition,
+            target,
+        } => {
+            if let Some(t) = state.topics.get_mut(topic) {
+                t.replicas[*partition as usize].target = target.clone();
+            }
+        }
+        ReplicaCommand::Members {
+            topic,
+            partition,
+            members,
+            isr,
+        } => {
+            if let Some(t) = state.topics.get_mut(topic) {
+                let set = &mut t.replicas[*partition as usize];
+                set.members = members.clone();
+                set.isr = isr.clone();
+                if set.target.as_ref() == Some(members) {
+                    set.target = None;
+                }
             }
         }
     }

@@ -63,13 +63,14 @@ pub(super) fn place(
                 isr: members.clone(),
                 members,
                 epoch: 1,
+                target: None,
             }
         })
         .collect())
 }
 
 /// The host part of a member's `host:port` address (`[v6]:port` too).
-fn host_of(addr: &str) -> &str {
+pub(super) fn host_of(addr: &str) -> &str {
     let addr = addr.split_once("://").map_or(addr, |(_, rest)| rest);
     addr.rsplit_once(':').map_or(addr, |(host, _)| host)
 }
@@ -303,13 +304,8 @@ impl Registry {
         }
         let mut changed = Vec::new();
         for cmd in cmds {
-            let (ReplicaCommand::Leader {
-                topic, partition, ..
-            }
-            | ReplicaCommand::Isr {
-                topic, partition, ..
-            }) = &cmd;
-            let (topic, partition) = (topic.clone(), *partition);
+            let (topic, partition) = cmd.partition();
+            let (topic, partition) = (topic.to_string(), partition);
             inner.commit(RegistryCommand::Replica(cmd)).await?;
             tracing::warn!(topic = %topic, partition, member, "a restarted member left the partition's in-sync replicas (and its leadership, if it led)");
             if !changed.contains(&topic) {
@@ -319,17 +315,19 @@ impl Registry {
         Ok(changed)
     }
 
-    /// Sends every replicated topic's roles to its live holders again.
+    /// Sends every replicated topic's roles to its live holders again
+    /// (after asking the new replicas of moving partitions to host them).
     pub async fn resend_roles(&self) {
         let calls: Vec<RoleCall> = {
             let inner = self.inner.lock().await;
-            inner
+            let hosts = super::moves::host_moving(&inner);
+            let roles = inner
                 .state
                 .topics
                 .values()
                 .filter(|t| !t.replicas.is_empty())
-                .flat_map(|meta| role_calls(&inner, meta, None))
-                .collect()
+                .flat_map(|meta| role_calls(&inner, meta, None));
+            hosts.into_iter().chain(roles).collect()
         };
         self.send_roles(calls).await;
     }

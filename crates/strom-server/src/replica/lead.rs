@@ -131,6 +131,22 @@ impl Leading {
         }
     }
 
+    /// The registry changed the replicas within this epoch (a move added
+    /// or dropped some): a new follower starts out of sync, a dropped one
+    /// leaves the ISR and is no longer waited for.
+    pub fn set_followers(&mut self, followers: &[u32], me: u32) {
+        self.followers
+            .retain(|id, _| followers.contains(id) && *id != me);
+        self.isr.retain(|id| *id == me || followers.contains(id));
+        for f in followers.iter().filter(|f| **f != me) {
+            self.followers.entry(*f).or_insert(Peer {
+                end: 0,
+                answered_to: u64::MAX,
+                caught_up: None,
+            });
+        }
+    }
+
     /// The ISR the followers' progress asks for: this member, and every
     /// follower that caught up within [`LAG`].
     fn wanted_isr(&self, me: u32) -> BTreeSet<u32> {

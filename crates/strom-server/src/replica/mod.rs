@@ -143,6 +143,7 @@ impl Replica {
         if role.leader == self.me {
             if same {
                 if let State::Leading(l) = &mut *st {
+                    l.set_followers(&role.followers, self.me);
                     l.drop_out_of_sync(&role.isr, self.me);
                     drop(st);
                     self.recompute(&pm);
@@ -284,6 +285,19 @@ impl Replica {
         for (_, a, reply) in ready {
             reply(Ok(a));
         }
+    }
+
+    /// Stops this replica for good (its partition moved away): it stops
+    /// following, and a leader answers its waiting appends with the loss
+    /// of leadership.
+    pub fn stop(&self) {
+        let epoch = self.state.lock().epoch();
+        let old = std::mem::replace(&mut *self.state.lock(), State::Idle { epoch: u64::MAX });
+        stop_following(&old);
+        if let State::Leading(l) = old {
+            l.fail_pending(&self.topic, self.partition);
+        }
+        tracing::debug!(topic = %self.topic, partition = self.partition, epoch, "replica stopped");
     }
 
     /// Whether this replica leads its partition now.

@@ -30,6 +30,9 @@ pub struct Services {
     pub control: ControlService,
     /// Server-wide counters the front ends update (the metrics tap).
     pub stats: crate::stats::ServerStats,
+    /// Set once the registry says this member left the group (it was
+    /// drained or removed): the process should stop.
+    pub left: tokio::sync::watch::Sender<bool>,
     /// Held for the server's whole life: one server per data directory.
     pub(crate) _lock: DataDirLock,
 }
