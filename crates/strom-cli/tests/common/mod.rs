@@ -9,6 +9,7 @@ pub mod kafka;
 pub mod pg;
 pub mod procs;
 pub mod raw;
+pub mod replicated;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};

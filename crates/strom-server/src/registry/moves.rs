@@ -51,7 +51,7 @@ fn next_step(inner: &Inner, t: &TopicMeta, p: usize) -> Option<(ReplicaCommand, 
         let calls = adding
             .iter()
             .map(|m| (*m, inner.addr_of(*m), host_request(t, partition)))
-            .map(Call::Member)
+            .map(|c| Call::Member(Box::new(c)))
             .chain([Call::Roles(topic.clone())])
             .collect();
         let cmd = ReplicaCommand::Members {
@@ -101,7 +101,7 @@ fn next_step(inner: &Inner, t: &TopicMeta, p: usize) -> Option<(ReplicaCommand, 
                     topic_id: t.id,
                     partitions: vec![partition],
                 };
-                Call::Member((*m, inner.addr_of(*m), req))
+                Call::Member(Box::new((*m, inner.addr_of(*m), req)))
             });
         let calls = std::iter::once(Call::Roles(topic.clone()))
             .chain(release)
@@ -130,7 +130,7 @@ fn next_step(inner: &Inner, t: &TopicMeta, p: usize) -> Option<(ReplicaCommand, 
 /// A member call to make after a step: one request, or the roles of every
 /// holder of a topic (computed once the step is committed).
 enum Call {
-    Member(RoleCall),
+    Member(Box<RoleCall>),
     Roles(String),
 }
 
@@ -403,7 +403,7 @@ impl Registry {
             }
             for call in after {
                 match call {
-                    Call::Member(c) => calls.push(c),
+                    Call::Member(c) => calls.push(*c),
                     Call::Roles(name) => {
                         if let Some(meta) = inner.state.topics.get(&name) {
                             calls.extend(role_calls(&inner, meta, None));

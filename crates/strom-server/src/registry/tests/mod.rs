@@ -3,6 +3,7 @@
 
 mod leases;
 mod machine;
+mod moves;
 mod partitioned;
 mod power_loss;
 mod recovery;

@@ -1,0 +1,274 @@
+//! Elastic groups on real `strom server` processes (docs/elasticity.md):
+//! a member joins a running group and `strom rebalance` moves copies to
+//! it; `strom member drain` moves everything off a live member, which
+//! then leaves and stops; `strom member remove` re-creates a dead member's
+//! copies; `strom partition move` moves one copy. All of it under a
+//! running idempotent `acks=all` producer and a consumer: every
+//! acknowledged event is read back exactly once, in push order, no push
+//! fails, and what the consumer saw is what the log holds.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use common::replicated::*;
+use common::{member_id, ok, wait_bounded, wait_for};
+use strom_client::Driver;
+
+const CLI: Duration = Duration::from_secs(120);
+
+/// Member id -> data dir, for every member of the group now.
+fn dirs(g: &Group) -> Vec<(u32, PathBuf)> {
+    let mut out = vec![(0, g.zero.data_dir.clone())];
+    out.extend(g.joined.iter().map(|(id, (_, d))| (*id, d.clone())));
+    out
+}
+
+/// Adds a member on `dir`; returns its id.
+fn add_member(g: &mut Group, dir: PathBuf) -> u32 {
+    let before = common::live_members(&g.d);
+    let p = g.zero.join_member(&dir, &[], Stdio::null());
+    wait_for("the new member's id", || member_id(&dir).is_some());
+    let id = member_id(&dir).unwrap();
+    g.joined.insert(id, (p, dir));
+    wait_for("the new member alive", || {
+        common::live_members(&g.d) == before + 1
+    });
+    id
+}
+
+/// Member -> how many copies it holds; and whether any partition moves.
+fn copies(d: &Driver) -> (std::collections::BTreeMap<u32, usize>, bool) {
+    let info = d.describe(TOPIC).unwrap();
+    let mut n = std::collections::BTreeMap::new();
+    for p in &info.partitions {
+        for m in &p.replicas {
+            *n.entry(*m).or_default() += 1;
+        }
+    }
+    (n, info.partitions.iter().any(|p| !p.moving_to.is_empty()))
+}
+
+/// Each partition's copies hold the same bytes on the members that hold
+/// them now, and a member that holds no copy kept no files of it.
+fn copies_match_their_holders(g: &Group) {
+    std::thread::sleep(Duration::from_secs(1));
+    let info = g.d.describe(TOPIC).unwrap();
+    let all = dirs(g);
+    for p in &info.partitions {
+        let holders: Vec<PathBuf> = all
+            .iter()
+            .filter(|(m, _)| p.replicas.contains(m))
+            .map(|(_, d)| d.clone())
+            .collect();
+        assert_eq!(holders.len(), 3, "partition {}: {:?}", p.id, p.replicas);
+        same_copies_of(&holders, p.id);
+        for (m, d) in all.iter().filter(|(m, _)| !p.replicas.contains(m)) {
+            assert!(
+                partition_dir(d, p.id).is_none(),
+                "member {m} holds no copy of partition {} but kept its files",
+                p.id
+            );
+        }
+    }
+}
+
+/// The directory of partition `p` of the topic under a member's data dir.
+fn partition_dir(data: &std::path::Path, p: u32) -> Option<PathBuf> {
+    let topic = std::fs::read_dir(data.join("topics"))
+        .ok()?
+        .filter_map(|e| e.ok())
+        .find(|e| e.file_name().to_string_lossy().starts_with(TOPIC))?
+        .path()
+        .join(p.to_string());
+    topic.exists().then_some(topic)
+}
+
+#[test]
+fn a_member_joins_takes_copies_by_rebalance_and_a_drained_member_leaves() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut g = start(tmp.path());
+    let r = run(&g);
+    wait_for("acks before the join", || r.acked_on(0) >= 30);
+    let m3 = add_member(&mut g, tmp.path().join("m3"));
+
+    let plan = ok(
+        g.zero.cli(&["rebalance", "--dry-run"], "", CLI),
+        "rebalance --dry-run",
+    );
+    assert!(plan.stdout.contains("move "), "a plan:\n{}", plan.stdout);
+    assert_eq!(copies(&g.d).0.get(&m3), None, "a dry run moves nothing");
+    let out = ok(g.zero.cli(&["rebalance"], "", CLI), "rebalance");
+    eprintln!("{}{}", out.stdout, out.stderr);
+    let (held, moving) = copies(&g.d);
+    assert!(!moving, "rebalance waits for its moves");
+    assert!(
+        held.get(&m3).copied().unwrap_or(0) >= 2,
+        "the new member holds copies: {held:?}"
+    );
+    assert!(all_in_sync(&g.d), "every copy in sync after the moves");
+    let before = r.acked_on(1);
+    wait_for("acks after the rebalance", || r.acked_on(1) > before + 30);
+
+    // Drain member 1: everything moves off it, and it stops by itself.
+    let out = ok(
+        g.zero.cli(&["member", "drain", "1"], "", CLI),
+        "member drain 1",
+    );
+    assert!(out.stderr.contains("left the group"), "{}", out.stderr);
+    let (mut proc1, dir1) = g.joined.remove(&1).unwrap();
+    let status = wait_bounded(&mut proc1.0, Duration::from_secs(30));
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "a drained member stops cleanly: {status:?}"
+    );
+    let (held, _) = copies(&g.d);
+    assert_eq!(held.get(&1), None, "member 1 holds nothing: {held:?}");
+    assert!(
+        !g.d.members().unwrap().iter().any(|m| m.id == 1),
+        "member 1 left the group"
+    );
+    for p in 0..PARTITIONS {
+        assert!(
+            partition_dir(&dir1, p).is_none(),
+            "member 1 dropped its copy of {p}"
+        );
+    }
+    wait_for("every copy in sync", || all_in_sync(&g.d));
+    let before = r.acked_on(2);
+    wait_for("acks after the drain", || r.acked_on(2) > before + 30);
+    finish_without_failures(&g, r);
+    copies_match_their_holders(&g);
+}
+
+#[test]
+fn a_dead_members_copies_are_re_created_by_remove() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut g = start(tmp.path());
+    let r = run(&g);
+    wait_for("acks", || r.acked_on(0) >= 30);
+    let m3 = add_member(&mut g, tmp.path().join("m3"));
+    let (proc2, _) = g.joined.remove(&2).unwrap();
+    drop(proc2);
+    wait_for("member 2 reported dead", || {
+        g.d.members().unwrap().iter().any(|m| m.id == 2 && !m.alive)
+    });
+    let early = g.zero.cli(&["member", "drain", "2"], "", CLI);
+    assert!(!early.status.success(), "a dead member cannot be drained");
+    assert!(early.stderr.contains("member remove 2"), "{}", early.stderr);
+    ok(
+        g.zero.cli(&["member", "remove", "2"], "", CLI),
+        "member remove 2",
+    );
+    let (held, moving) = copies(&g.d);
+    assert!(!moving);
+    assert_eq!(held.get(&2), None, "{held:?}");
+    assert_eq!(
+        held.get(&m3),
+        Some(&3),
+        "member 3 took every copy: {held:?}"
+    );
+    assert!(all_in_sync(&g.d));
+    let before = r.acked_on(1);
+    wait_for("acks after the remove", || r.acked_on(1) > before + 30);
+    finish_without_failures(&g, r);
+    copies_match_their_holders(&g);
+}
+
+#[test]
+fn one_partition_moves_to_another_member_and_its_consumer_offsets_follow() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut g = start(tmp.path());
+    let r = run(&g);
+    wait_for("acks", || r.acked_on(0) >= 30);
+    let m3 = add_member(&mut g, tmp.path().join("m3"));
+    // A named consumer's committed offset lives with the partition.
+    let c =
+        g.d.open_topic(TOPIC)
+            .unwrap()
+            .consumer_with("reader", Default::default())
+            .unwrap();
+    let first = c.pull_timeout(Duration::from_secs(10)).unwrap();
+    let strom_client::Next::Event(ev) = first else {
+        panic!("an event")
+    };
+    ev.ack().wait().unwrap();
+    let p = ev.partition;
+    drop(c);
+    let info = g.d.describe(TOPIC).unwrap();
+    let leader = info.partitions[p as usize].member;
+    let m3s = m3.to_string();
+    let spec = format!("{TOPIC}/{p}");
+    let out = ok(
+        g.zero
+            .cli(&["partition", "move", &spec, "--to", &m3s], "", CLI),
+        "partition move",
+    );
+    assert!(out.stderr.contains("moved in"), "{}", out.stderr);
+    let after = g.d.describe(TOPIC).unwrap();
+    let moved = &after.partitions[p as usize];
+    assert_eq!(
+        moved.member, m3,
+        "the moved copy leads, as the leader's did"
+    );
+    assert!(!moved.replicas.contains(&leader), "{:?}", moved.replicas);
+    assert!(
+        moved.epoch > info.partitions[p as usize].epoch,
+        "a new leader epoch"
+    );
+    let offsets = g.d.consumer_offsets_at(&moved.addr, TOPIC, p).unwrap();
+    assert!(
+        offsets
+            .iter()
+            .any(|(n, o)| n == "reader" && *o == ev.offset + 1),
+        "the committed offset moved with the partition: {offsets:?}"
+    );
+    let before = r.acked_on(0);
+    wait_for("acks after the move", || r.acked_on(0) > before + 30);
+    finish_without_failures(&g, r);
+    copies_match_their_holders(&g);
+}
+
+#[test]
+fn bad_moves_are_refused_with_a_reason() {
+    let tmp = tempfile::tempdir().unwrap();
+    let g = start(tmp.path());
+    let d = &g.d;
+    d.create_topic(strom_client::TopicSpec::new("plain", 1))
+        .unwrap();
+    let cases: [(&[&str], &str); 7] = [
+        (&["member", "drain", "0"], "keeps the registry"),
+        (&["member", "drain", "9"], "no member 9"),
+        (&["member", "remove", "1"], "is alive"),
+        (
+            &["partition", "move", "plain/0", "--to", "1"],
+            "no replication",
+        ),
+        (
+            &["partition", "move", "replicated/0", "--to", "9"],
+            "no member 9",
+        ),
+        (
+            &["partition", "move", "replicated/7", "--to", "1"],
+            "no partition 7",
+        ),
+        (
+            &["partition", "move", "replicated", "--to", "1"],
+            "TOPIC/PARTITION",
+        ),
+    ];
+    for (args, why) in cases {
+        let out = g.zero.cli(args, "", CLI);
+        assert!(!out.status.success(), "{args:?} must fail");
+        assert!(out.stderr.contains(why), "{args:?}: {}", out.stderr);
+    }
+    // Member 1 holds copies of every partition of the replicated topic
+    // already; with three members, a drain has nowhere to move them.
+    let out = g.zero.cli(&["member", "drain", "1"], "", CLI);
+    assert!(!out.status.success());
+    assert!(out.stderr.contains("no member can take"), "{}", out.stderr);
+    let held = copies(d).0;
+    assert_eq!(held.get(&1), Some(&3), "nothing moved: {held:?}");
+}
