@@ -82,10 +82,10 @@ enum Command {
     /// List the group's members; drain a live one or remove a dead one.
     #[command(subcommand)]
     Member(elastic::MemberCmd),
-    /// Move a replicated partition to another member, online.
+    /// Move a partition's copy to another member, online.
     #[command(subcommand)]
     Partition(elastic::PartitionCmd),
-    /// Spread replicated partitions and leaders evenly over the members,
+    /// Spread partitions and leaders evenly over the members,
     /// by bytes stored and recent traffic; shows the plan first.
     Rebalance(elastic::RebalanceArgs),
 }

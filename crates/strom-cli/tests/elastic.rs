@@ -238,14 +238,10 @@ fn bad_moves_are_refused_with_a_reason() {
     let d = &g.d;
     d.create_topic(strom_client::TopicSpec::new("plain", 1))
         .unwrap();
-    let cases: [(&[&str], &str); 7] = [
+    let cases: [(&[&str], &str); 6] = [
         (&["member", "drain", "0"], "keeps the registry"),
         (&["member", "drain", "9"], "no member 9"),
         (&["member", "remove", "1"], "is alive"),
-        (
-            &["partition", "move", "plain/0", "--to", "1"],
-            "no replication",
-        ),
         (
             &["partition", "move", "replicated/0", "--to", "9"],
             "no member 9",
@@ -264,6 +260,31 @@ fn bad_moves_are_refused_with_a_reason() {
         assert!(!out.status.success(), "{args:?} must fail");
         assert!(out.stderr.contains(why), "{args:?}: {}", out.stderr);
     }
+    let owner = d.describe("plain").unwrap().partitions[0].member;
+    let (owner, other) = (owner.to_string(), ((owner + 1) % 3).to_string());
+    let to_owner = g
+        .zero
+        .cli(&["partition", "move", "plain/0", "--to", &owner], "", CLI);
+    assert!(
+        to_owner.stderr.contains("holds a copy"),
+        "{}",
+        to_owner.stderr
+    );
+    let args = [
+        "partition",
+        "move",
+        "plain/0",
+        "--to",
+        "7",
+        "--from",
+        &other,
+    ];
+    let from_other = g.zero.cli(&args, "", CLI);
+    assert!(
+        from_other.stderr.contains("holds no copy"),
+        "{}",
+        from_other.stderr
+    );
     // Member 1 holds copies of every partition of the replicated topic
     // already; with three members, a drain has nowhere to move them.
     let out = g.zero.cli(&["member", "drain", "1"], "", CLI);
@@ -271,4 +292,125 @@ fn bad_moves_are_refused_with_a_reason() {
     assert!(out.stderr.contains("no member can take"), "{}", out.stderr);
     let held = copies(d).0;
     assert_eq!(held.get(&1), Some(&3), "nothing moved: {held:?}");
+}
+
+/// Pushes `n` events to topic `plain` with an idempotent producer, in
+/// windows of 16; returns (seq, partition, offset) of each ack and the
+/// number of failed pushes.
+fn push_plain(d: &Driver, n: u64, pause: Duration) -> (Vec<(u64, u32, u64)>, usize) {
+    let t = d.open_topic("plain").unwrap();
+    let p = t
+        .producer_with(strom_client::ProducerOptions {
+            idempotent: Some(true),
+            ..Default::default()
+        })
+        .unwrap();
+    let (mut acked, mut failed) = (Vec::new(), 0);
+    for w in 0..n / 16 {
+        let futures: Vec<_> = (w * 16..w * 16 + 16)
+            .map(|s| {
+                (
+                    s,
+                    p.push_with(
+                        format!("{{\"i\":{s}}}"),
+                        vec![s as u8; 100],
+                        Some((s % 3) as u32),
+                        &[],
+                    ),
+                )
+            })
+            .collect();
+        p.flush().unwrap();
+        for (s, f) in futures {
+            match f.map(|f| f.wait()) {
+                Ok(Ok(id)) => acked.push((s, id.partition, id.offset)),
+                _ => failed += 1,
+            }
+        }
+        std::thread::sleep(pause);
+    }
+    p.close().unwrap();
+    (acked, failed)
+}
+
+#[test]
+fn a_topic_without_replication_moves_off_a_drained_member_too() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut g = start(tmp.path());
+    let m3 = add_member(&mut g, tmp.path().join("m3"));
+    g.d.create_topic(strom_client::TopicSpec::new("plain", 3))
+        .unwrap();
+    let on_1: Vec<u32> =
+        g.d.describe("plain")
+            .unwrap()
+            .partitions
+            .iter()
+            .filter(|p| p.member == 1)
+            .map(|p| p.id)
+            .collect();
+    assert!(
+        !on_1.is_empty(),
+        "member 1 owns a partition of the plain topic"
+    );
+    let gf = g.zero.group_file.clone();
+    let pusher = std::thread::spawn(move || {
+        let d = Driver::connect(&gf).unwrap();
+        push_plain(&d, 4800, Duration::from_millis(2))
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    ok(
+        g.zero.cli(&["member", "drain", "1"], "", CLI),
+        "member drain 1",
+    );
+    let (acked, failed) = pusher.join().unwrap();
+    assert_eq!(failed, 0, "no push failed");
+    assert_eq!(acked.len(), 4800);
+    let info = g.d.describe("plain").unwrap();
+    for p in &on_1 {
+        let part = &info.partitions[*p as usize];
+        assert_ne!(part.member, 1, "partition {p} moved off member 1");
+        assert_eq!(part.replicas.len(), 1, "one copy still");
+    }
+    assert!(info.partitions.iter().any(|p| p.member == m3) || on_1.len() == 1);
+    let stored = common::read_all(&g.d, "plain", "check", Duration::from_secs(30)).events;
+    assert_eq!(stored.len(), 4800, "every event once");
+    for (s, p, o) in &acked {
+        let ev = stored
+            .get(&(*p, *o))
+            .expect("an acknowledged event is stored where its ack said");
+        assert_eq!(ev.meta, format!("{{\"i\":{s}}}").into_bytes());
+        assert_eq!(ev.data, vec![*s as u8; 100]);
+    }
+    let (mut proc1, dir1) = g.joined.remove(&1).unwrap();
+    assert!(wait_bounded(&mut proc1.0, Duration::from_secs(30)).is_some_and(|s| s.success()));
+    assert!(
+        !std::fs::read_dir(dir1.join("topics")).unwrap().any(|e| e
+            .unwrap()
+            .file_name()
+            .to_string_lossy()
+            .starts_with("plain")),
+        "member 1 dropped the plain topic's files"
+    );
+}
+
+#[test]
+fn partitions_added_to_a_replicated_topic_get_their_copies_too() {
+    let tmp = tempfile::tempdir().unwrap();
+    let g = start(tmp.path());
+    let args = ["topic", "add-partitions", TOPIC, "--count", "2"];
+    ok(g.zero.cli(&args, "", CLI), "add-partitions");
+    wait_for("five partitions, each with three copies in sync", || {
+        let info = g.d.describe(TOPIC).unwrap();
+        info.partitions.len() == 5 && info.partitions.iter().all(|p| p.isr.len() == 3)
+    });
+    let t = g.d.open_topic(TOPIC).unwrap();
+    let p = t.producer().unwrap();
+    let id = p
+        .push_with("{\"i\":1}", vec![7u8; 10], Some(4), &[])
+        .unwrap()
+        .wait()
+        .unwrap();
+    assert_eq!((id.partition, id.offset), (4, 0));
+    let stored = common::read_all(&g.d, TOPIC, "check", Duration::from_secs(30)).events;
+    assert_eq!(stored[&(4, 0)].data, vec![7u8; 10]);
 }

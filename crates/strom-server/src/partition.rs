@@ -122,8 +122,10 @@ pub struct PartitionManager {
     retain_on_append: bool,
     stop: Arc<AtomicBool>,
     threads: Mutex<Vec<JoinHandle<()>>>,
-    /// The topic keeps more than one copy of each partition.
-    pub replicated: bool,
+    /// The topic keeps more than one copy of each partition, or the
+    /// registry gave this one a replica role (a partition of a topic
+    /// without replication that moves: docs/elasticity.md).
+    replicated: AtomicBool,
     /// Its role among the copies, once the registry gave one.
     pub replica: std::sync::OnceLock<Arc<crate::replica::Replica>>,
     /// Idempotent producers' sequences (under the append lock's order),
@@ -264,7 +266,7 @@ impl PartitionManager {
             retain_on_append: spec.partition_type == PartitionType::Memory,
             stop: Arc::new(AtomicBool::new(false)),
             threads: Mutex::new(Vec::new()),
-            replicated,
+            replicated: AtomicBool::new(replicated),
             replica: std::sync::OnceLock::new(),
             producers: Mutex::new(None),
         });
@@ -305,7 +307,7 @@ impl PartitionManager {
     pub fn append(&self, batch: ValidBatch, reply: AppendReply) {
         // Whatever path it came by, an append to a replica that does not
         // lead goes nowhere: its log is the leader's copy.
-        if self.replicated && !self.replica.get().is_some_and(|r| r.is_leader()) {
+        if self.replicated() && !self.replica.get().is_some_and(|r| r.is_leader()) {
             return reply(Err(ServerError::coded(
                 ErrorCode::NOT_PARTITION_LEADER,
                 format!(
@@ -563,7 +565,7 @@ impl PartitionManager {
     /// directly, the others are woken through `visible`. A replica's
     /// batch waits for the high watermark instead.
     fn make_visible(&self, a: &Appended, meta: &Bytes) {
-        if self.replicated {
+        if self.replicated() {
             return self.publish_durable(a.base_offset + a.count as u64);
         }
         self.waiters.feed(self.id, a, meta);
@@ -572,7 +574,7 @@ impl PartitionManager {
 
     /// Everything below `end` is durable here.
     fn publish_durable(&self, end: u64) {
-        match (self.replicated, self.replica.get()) {
+        match (self.replicated(), self.replica.get()) {
             (false, _) => self.publish(end),
             (true, Some(r)) => r.durable(self, end),
             (true, None) => {}
@@ -585,6 +587,18 @@ impl PartitionManager {
             self.publish(hwm);
             self.waiters.wake_all();
         }
+    }
+
+    /// Whether appends go through its replica (leader only, visible below
+    /// the high watermark).
+    pub fn replicated(&self) -> bool {
+        self.replicated.load(Ordering::Acquire)
+    }
+
+    /// A partition of a topic without replication got a replica role: from
+    /// now on it behaves as a replica (its role is set already).
+    pub(crate) fn set_replicated(&self) {
+        self.replicated.store(true, Ordering::Release);
     }
 
     /// Where consumers may read up to now.
@@ -629,7 +643,7 @@ impl PartitionManager {
         acks_all: bool,
         reply: AppendReply,
     ) -> Result<AppendReply, (AppendReply, ServerError)> {
-        if !self.replicated {
+        if !self.replicated() {
             return Ok(reply);
         }
         match self.replica.get() {

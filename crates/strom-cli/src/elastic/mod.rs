@@ -49,7 +49,8 @@ pub struct WaitArgs {
 
 #[derive(Subcommand)]
 pub enum PartitionCmd {
-    /// Move one partition's copy from a member to another, online.
+    /// Move one partition's copy from a member to another, online (any
+    /// topic; producers ride through it without errors when idempotent).
     Move(MoveArgs),
 }
 
@@ -125,15 +126,17 @@ pub fn run_partition(cmd: PartitionCmd, group_file: Option<PathBuf>) -> anyhow::
         .partitions
         .get(p as usize)
         .with_context(|| format!("topic '{topic}' has no partition {p}"))?;
-    if part.replicas.is_empty() {
-        bail!("topic '{topic}' has no replication: only partitions of topics with --replication-factor 2 or more move (docs/elasticity.md)");
-    }
+    // A partition of a topic without replication has one copy: its owner.
+    let replicas = match part.replicas.is_empty() {
+        true => vec![part.member],
+        false => part.replicas.clone(),
+    };
     let from = a.from.unwrap_or(part.member);
-    let target = moved(&part.replicas, part.member, from, a.to)?;
+    let target = moved(&replicas, part.member, from, a.to)?;
     d.move_partition(topic, p, target.clone())?;
     eprintln!(
-        "{topic}/{p}: moving from {:?} to {target:?} (leader {})",
-        part.replicas, target[0]
+        "{topic}/{p}: moving from {replicas:?} to {target:?} (leader {})",
+        target[0]
     );
     if a.wait.no_wait {
         return Ok(());

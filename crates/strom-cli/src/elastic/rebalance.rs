@@ -1,4 +1,4 @@
-//! `strom rebalance`: spreads replicated partitions and their leaders
+//! `strom rebalance`: spreads partitions (every copy) and their leaders
 //! evenly over the live members, weighing each copy by the bytes it
 //! stores and each leadership by its recent write traffic (sampled twice,
 //! a second apart), not just by counts. The plan is printed first;
@@ -29,7 +29,7 @@ const FLOOR: f64 = (1 << 20) as f64;
 /// Seconds of write traffic a leadership weighs as.
 const TRAFFIC_WINDOW: f64 = 60.0;
 
-/// One replicated partition as the plan sees it.
+/// One partition as the plan sees it.
 #[derive(Clone, Debug)]
 pub(crate) struct Part {
     pub topic: String,
@@ -167,7 +167,7 @@ pub fn run(a: RebalanceArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> 
     Ok(())
 }
 
-/// Every replicated partition with its size and recent write rate, from
+/// Every partition with its size and recent write rate, from
 /// two metrics snapshots of every live member a second apart.
 fn gather(d: &Driver) -> anyhow::Result<Vec<Part>> {
     let topics = d.list_topics()?;
@@ -184,7 +184,7 @@ fn gather(d: &Driver) -> anyhow::Result<Vec<Part>> {
     let secs = t0.elapsed().as_secs_f64();
     let mut parts = Vec::new();
     for t in topics {
-        for p in t.partitions.iter().filter(|p| !p.replicas.is_empty()) {
+        for p in &t.partitions {
             let key = (t.spec.name.clone(), p.id);
             let (bytes, b1) = second.get(&key).copied().unwrap_or((0, 0));
             let b0 = first.get(&key).map_or(b1, |x| x.1);

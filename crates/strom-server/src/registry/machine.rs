@@ -133,10 +133,13 @@ pub enum RegistryCommand {
     CompleteTopic {
         topic: String,
     },
-    /// New partitions appended to the topic, with the owner of each.
+    /// New partitions appended to the topic, with the owner of each (and
+    /// the replica set of each, for a topic with replica sets).
     AddPartitions {
         topic: String,
         placement: Vec<u32>,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        replicas: Vec<ReplicaSet>,
     },
     /// A member joined (or rejoined) under `id`.
     MemberJoined {
@@ -309,14 +312,25 @@ impl RegistryState {
                     ));
                 }
             }
-            C::AddPartitions { topic, placement } => {
+            C::AddPartitions {
+                topic,
+                placement,
+                replicas,
+            } => {
                 let t = self.topic(topic)?;
                 if t.state().ended {
                     return fail(format!("topic '{topic}' has ended"));
                 }
-                if !t.replicas.is_empty() {
+                let sets_fit = match t.replicas.is_empty() {
+                    true => replicas.is_empty(),
+                    false => {
+                        replicas.len() == placement.len()
+                            && replicas.iter().zip(placement).all(|(s, m)| s.fits(*m))
+                    }
+                };
+                if !sets_fit {
                     return fail(format!(
-                        "topic '{topic}' is replicated; adding partitions to it is not supported yet"
+                        "the new partitions of topic '{topic}' need one well-formed replica set each exactly when the topic has replica sets"
                     ));
                 }
                 let total = t.placement.len() as u64 + placement.len() as u64;
@@ -399,9 +413,14 @@ impl RegistryState {
                     t.completed = true;
                 }
             }
-            C::AddPartitions { topic, placement } => {
+            C::AddPartitions {
+                topic,
+                placement,
+                replicas,
+            } => {
                 if let Some(t) = self.topics.get_mut(topic) {
                     t.placement.extend_from_slice(placement);
+                    t.replicas.extend_from_slice(replicas);
                     t.spec.partitions = t.placement.len() as u32;
                 }
             }

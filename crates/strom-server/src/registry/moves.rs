@@ -22,7 +22,7 @@ use strom_proto::{ErrorCode, Request};
 
 use super::machine::{RegistryCommand, TopicMeta};
 use super::member_machine::MemberCommand;
-use super::replica_machine::ReplicaCommand;
+use super::replica_machine::{ReplicaCommand, ReplicaSet};
 use super::replicas::{host_of, role_calls, RoleCall};
 use super::{Inner, Registry};
 use crate::error::ServerError;
@@ -210,7 +210,11 @@ fn load(inner: &Inner) -> BTreeMap<u32, usize> {
 /// Where each replicated partition `member` holds goes instead: the live
 /// member, not being drained and holding no copy of it, on a host none of
 /// its other copies is on if possible, with the fewest copies.
-fn plan_drain(inner: &Inner, member: u32) -> Result<Vec<(String, u32, Vec<u32>)>, ServerError> {
+fn plan_drain(
+    inner: &Inner,
+    member: u32,
+    dead: bool,
+) -> Result<Vec<(String, u32, Vec<u32>)>, ServerError> {
     let mut load = load(inner);
     let candidates: Vec<u32> = inner
         .live_members()
@@ -221,18 +225,19 @@ fn plan_drain(inner: &Inner, member: u32) -> Result<Vec<(String, u32, Vec<u32>)>
     let mut plan = Vec::new();
     let mut alone = Vec::new();
     for t in inner.state.topics.values() {
-        if t.replicas.is_empty() {
-            let mine = t
-                .placement
-                .iter()
-                .enumerate()
-                .filter(|(_, m)| **m == member);
-            alone.extend(mine.map(|(p, _)| format!("{}/{p}", t.spec.name)));
-            continue;
-        }
-        for (p, set) in t.replicas.iter().enumerate() {
+        let sets: Vec<ReplicaSet> = match t.replicas.is_empty() {
+            true => t.placement.iter().map(|m| ReplicaSet::one(*m)).collect(),
+            false => t.replicas.clone(),
+        };
+        for (p, set) in sets.iter().enumerate() {
             let base = set.target.clone().unwrap_or_else(|| set.members.clone());
             if !base.contains(&member) {
+                continue;
+            }
+            // A dead member's only copy cannot be copied from anywhere.
+            let others = set.isr.iter().any(|m| *m != member && inner.alive(*m));
+            if !others && dead {
+                alone.push(format!("{}/{p}", t.spec.name));
                 continue;
             }
             let used: Vec<String> = base
@@ -271,9 +276,10 @@ fn plan_drain(inner: &Inner, member: u32) -> Result<Vec<(String, u32, Vec<u32>)>
         }
     }
     if !alone.is_empty() {
+        let n = alone.len();
         alone.truncate(8);
         return Err(invalid(format!(
-            "member {member} holds partitions of topics without replication ({}...): only replicated partitions move (create topics with --replication-factor 2 or more to drain members; docs/elasticity.md)",
+            "member {member} is dead and holds the only in-sync copy of {n} partitions ({}): they cannot be re-created; start it again (or wait for its copies to come back in sync) and drain it",
             alone.join(", ")
         )));
     }
@@ -291,12 +297,7 @@ impl Registry {
     ) -> Result<(), ServerError> {
         let mut inner = self.inner.lock().await;
         let t = super::topics::topic(&inner, topic)?;
-        if t.replicas.is_empty() {
-            return Err(invalid(format!(
-                "topic '{topic}' has no replication: only partitions of topics with --replication-factor 2 or more move (docs/elasticity.md)"
-            )));
-        }
-        if partition as usize >= t.replicas.len() {
+        if partition as usize >= t.placement.len() {
             return Err(ServerError::coded(
                 ErrorCode::PARTITION_NOT_FOUND,
                 format!("topic '{topic}' has no partition {partition}"),
@@ -326,6 +327,7 @@ impl Registry {
                 ));
             }
         }
+        replicate(&mut inner, topic).await?;
         let cmd = ReplicaCommand::Target {
             topic: topic.to_string(),
             partition,
@@ -363,10 +365,11 @@ impl Registry {
             ))),
             _ => {}
         }
-        let plan = plan_drain(&inner, member)?;
+        let plan = plan_drain(&inner, member, dead)?;
         let cmd = MemberCommand::Draining { id: member, dead };
         inner.commit(RegistryCommand::Member(cmd)).await?;
         for (topic, partition, target) in plan {
+            replicate(&mut inner, &topic).await?;
             let cmd = ReplicaCommand::Target {
                 topic,
                 partition,
@@ -436,6 +439,27 @@ impl Registry {
         drop(inner);
         self.send_roles(calls).await;
     }
+}
+
+/// Gives a topic without replication a replica set of one copy per
+/// partition (once), so that its partitions can move like replicas.
+async fn replicate(inner: &mut Inner, topic: &str) -> Result<(), ServerError> {
+    let unreplicated = inner
+        .state
+        .topics
+        .get(topic)
+        .is_some_and(|t| t.replicas.is_empty());
+    if unreplicated {
+        let cmd = ReplicaCommand::Replicate {
+            topic: topic.to_string(),
+        };
+        inner.commit(RegistryCommand::Replica(cmd)).await?;
+        tracing::info!(
+            topic,
+            "a topic without replication got replica sets of one copy (its partitions move)"
+        );
+    }
+    Ok(())
 }
 
 /// Whether `member` holds a copy of, or is moving to, any partition.

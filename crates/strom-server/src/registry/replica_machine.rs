@@ -25,6 +25,26 @@ pub struct ReplicaSet {
     pub target: Option<Vec<u32>>,
 }
 
+impl ReplicaSet {
+    /// One copy, on `member`, in sync, in epoch 1.
+    pub fn one(member: u32) -> ReplicaSet {
+        ReplicaSet {
+            members: vec![member],
+            epoch: 1,
+            isr: vec![member],
+            target: None,
+        }
+    }
+
+    /// Whether the set is well formed for leader `leader`: distinct
+    /// replicas holding the in-sync ones, the leader among those.
+    pub(super) fn fits(&self, leader: u32) -> bool {
+        distinct(&self.members)
+            && self.isr.contains(&leader)
+            && self.isr.iter().all(|m| self.members.contains(m))
+    }
+}
+
 /// A change to a replicated partition.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 pub enum ReplicaCommand {
@@ -43,6 +63,9 @@ pub enum ReplicaCommand {
         epoch: u64,
         isr: Vec<u32>,
     },
+    /// A topic without replication gets a replica set of one copy (its
+    /// owner) for each partition, so that its partitions can move.
+    Replicate { topic: String },
     /// The partition is to move to `target` (`None`: the move is
     /// cancelled, or done).
     Target {
@@ -77,6 +100,7 @@ impl ReplicaCommand {
             | ReplicaCommand::Members {
                 topic, partition, ..
             } => (topic, *partition),
+            ReplicaCommand::Replicate { topic } => (topic, 0),
         }
     }
 }
@@ -188,6 +212,17 @@ pub(super) fn check(state: &RegistryState, cmd: &ReplicaCommand) -> Result<(), R
                 )));
             }
         }
+        ReplicaCommand::Replicate { topic } => {
+            let t = state
+                .topics
+                .get(topic)
+                .ok_or_else(|| Rejected(format!("no topic named '{topic}'")))?;
+            if !t.replicas.is_empty() {
+                return Err(Rejected(format!(
+                    "topic '{topic}' has replica sets already"
+                )));
+            }
+        }
         ReplicaCommand::Target {
             topic,
             partition,
@@ -252,6 +287,11 @@ pub(super) fn apply(state: &mut RegistryState, cmd: &ReplicaCommand) {
         } => {
             if let Some(t) = state.topics.get_mut(topic) {
                 t.replicas[*partition as usize].isr = isr.clone();
+            }
+        }
+        ReplicaCommand::Replicate { topic } => {
+            if let Some(t) = state.topics.get_mut(topic) {
+                t.replicas = t.placement.iter().map(|m| ReplicaSet::one(*m)).collect();
             }
         }
         ReplicaCommand::Target {

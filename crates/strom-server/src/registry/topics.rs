@@ -9,6 +9,7 @@ use strom_proto::{ErrorCode, Request, TopicInfo, TopicSpec};
 
 use super::describe::Described;
 use super::machine::{RegistryCommand, TopicMeta, MAX_PARTITIONS};
+use super::replica_machine::ReplicaSet;
 use super::{Inner, Registry};
 use crate::error::ServerError;
 use crate::host::check_topic_name;
@@ -352,19 +353,31 @@ impl Registry {
             ));
         }
         let placement = place(&inner, count, meta.id + old as u64, member)?;
+        // A topic with replica sets (replicated, or one whose partitions
+        // moved) gets one for each new partition too.
+        let replicas = match (meta.replicas.is_empty(), meta.spec.replicas()) {
+            (true, _) => Vec::new(),
+            (false, 1) => placement.iter().map(|m| ReplicaSet::one(*m)).collect(),
+            (false, _) => super::replicas::place(&inner, &meta.spec, &placement)?,
+        };
         let mut grown = meta.clone();
         grown.placement.extend_from_slice(&placement);
+        grown.replicas.extend_from_slice(&replicas);
         grown.spec.partitions = old + count;
         self.host_on_members(&inner, &grown, |p| p >= old).await?;
         inner
             .commit(RegistryCommand::AddPartitions {
                 topic: name.to_string(),
                 placement,
+                replicas,
             })
             .await?;
         tracing::info!(topic = %name, added = count, "partitions added");
-        let d = Described::of(&inner, topic(&inner, name)?, true);
+        let meta = topic(&inner, name)?;
+        let roles = super::replicas::role_calls(&inner, meta, None);
+        let d = Described::of(&inner, meta, true);
         drop(inner);
+        self.send_roles(roles).await;
         Ok(self.with_stats(vec![d]).await.remove(0))
     }
 }

@@ -338,12 +338,6 @@ pub fn set_roles(
 ) -> Result<(), ServerError> {
     for role in roles {
         let pm = host.get(topic, role.partition)?;
-        if !pm.replicated {
-            return Err(refusal(
-                ErrorCode::INVALID_ARGUMENT,
-                format!("partition {topic}/{} is not replicated", role.partition),
-            ));
-        }
         let r = match pm.replica.get() {
             Some(r) => r.clone(),
             None => {
@@ -352,6 +346,16 @@ pub fn set_roles(
             }
         };
         r.set_role(role)?;
+        if !pm.replicated() {
+            // A partition of a topic without replication that moves: it
+            // gets its role first, then takes appends as a replica.
+            tracing::info!(
+                topic,
+                partition = role.partition,
+                "partition became a replica (it moves)"
+            );
+            pm.set_replicated();
+        }
     }
     Ok(())
 }

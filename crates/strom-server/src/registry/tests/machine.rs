@@ -69,6 +69,13 @@ fn a_rejected_command_leaves_the_state_unchanged() {
         RegistryCommand::AddPartitions {
             topic: t.spec.name.clone(),
             placement: vec![],
+            replicas: vec![],
+        },
+        // A topic without replica sets takes no replica sets.
+        RegistryCommand::AddPartitions {
+            topic: t.spec.name.clone(),
+            placement: vec![0],
+            replicas: vec![super::super::replica_machine::ReplicaSet::one(0)],
         },
         RegistryCommand::MemberAddress {
             id: 999,

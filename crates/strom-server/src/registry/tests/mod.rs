@@ -111,6 +111,7 @@ fn random_command(st: &RegistryState, rng: &mut SimRng) -> RegistryCommand {
             placement: (0..1 + rng.below(3))
                 .map(|_| members[rng.below(members.len() as u64) as usize])
                 .collect(),
+            replicas: Vec::new(),
         },
         6 => C::MemberJoined {
             id: rng.below(6) as u32,
