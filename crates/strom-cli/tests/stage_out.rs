@@ -130,8 +130,16 @@ fn cases() -> Vec<(Value, Vec<u8>, Vec<u8>)> {
             desc("<c16", &[2], "C"),
             counting(32),
         ),
-        (json!({"kind": "0-d f8"}), desc("<f8", &[], "C"), counting(8)),
-        (json!({"kind": "empty array"}), desc("<f4", &[0], "C"), vec![]),
+        (
+            json!({"kind": "0-d f8"}),
+            desc("<f8", &[], "C"),
+            counting(8),
+        ),
+        (
+            json!({"kind": "empty array"}),
+            desc("<f4", &[0], "C"),
+            vec![],
+        ),
         (
             json!({"kind": "plain bytes"}),
             vec![],
@@ -353,7 +361,11 @@ fn every_format_reads_back_byte_for_byte_with_numpy() {
         assert_eq!(m["format"], format);
         assert_eq!(m["topic"], "frames");
         assert_eq!(m["events"], produced.len());
-        assert_eq!(m["files"], count_files(&dir), "{format}: files in the manifest");
+        assert_eq!(
+            m["files"],
+            count_files(&dir),
+            "{format}: files in the manifest"
+        );
         assert_eq!(summary["files"], m["files"]);
         let total: usize = produced.iter().map(|e| e.data.len()).sum();
         assert_eq!(m["data_bytes"], total);
@@ -405,11 +417,12 @@ fn npy_index_lines_note_the_raw_fallback_and_keep_descriptors() {
         json!({"dtype": "<i2", "shape": [2, 3], "order": "F"})
     );
     assert_eq!(arr["data"]["format"], "npy");
-    assert_eq!(arr["data"]["offset"], 64, "data after a 64-byte preamble");
+    assert_eq!(arr["data"]["offset"], 128, "data after a 128-byte preamble");
     assert!(arr.get("note").is_none());
-    let npy = std::fs::read(dir.join(format!("p{}", arr["partition"])).join(
-        arr["data"]["file"].as_str().expect("a file name"),
-    ))
+    let npy = std::fs::read(
+        dir.join(format!("p{}", arr["partition"]))
+            .join(arr["data"]["file"].as_str().expect("a file name")),
+    )
     .expect("the .npy file");
     assert_eq!(&npy[..6], b"\x93NUMPY");
     let none = find("no data");
@@ -422,7 +435,8 @@ fn binary_metadata_is_hex_with_its_decoded_value() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let server = ServerProcess::start(tmp.path());
     let driver = server.connect();
-    let schema = r#"{"type":"object","properties":{"step":{"type":"integer"}},"required":["step"]}"#;
+    let schema =
+        r#"{"type":"object","properties":{"step":{"type":"integer"}},"required":["step"]}"#;
     let spec = TopicSpec {
         serializer: "binary".into(),
         schema: Some(schema.into()),
@@ -453,7 +467,10 @@ fn binary_metadata_is_hex_with_its_decoded_value() {
     if let Some(py) = python() {
         let got = read_back(&py, &dir);
         assert_eq!(got[&(0, 1)]["data_hex"], "010101");
-        assert_eq!(got[&(0, 1)]["metadata_decoded"], json!({"step": 1, "extra": "x"}));
+        assert_eq!(
+            got[&(0, 1)]["metadata_decoded"],
+            json!({"step": 1, "extra": "x"})
+        );
     }
 }
 
@@ -481,7 +498,7 @@ fn small_topic(tmp: &Path) -> ServerProcess {
     );
     ok(
         server.cli(
-            &["produce", "t", "--data-size", "16"],
+            &["produce", "t", "--data-size", "16", "--keep-open"],
             "{\"a\":1}\n{\"a\":2}\n{\"a\":3}\n",
             RUN,
         ),
@@ -559,17 +576,23 @@ fn an_existing_stage_out_is_replaced_only_with_force() {
     let dir = to.join("t");
     let first = std::fs::read(dir.join("MANIFEST.json")).expect("manifest");
     ok(
-        server.cli(&["produce", "t"], "{\"a\":4}\n", RUN),
+        server.cli(&["produce", "t", "--keep-open"], "{\"a\":4}\n", RUN),
         "produce more",
     );
-    refused(&stage_out(&server, "t", &to, &[]), "pass --force to replace it");
+    refused(
+        &stage_out(&server, "t", &to, &[]),
+        "pass --force to replace it",
+    );
     assert_eq!(
         std::fs::read(dir.join("MANIFEST.json")).expect("manifest"),
         first,
         "the refused run left the old stage-out alone"
     );
     assert_no_leftovers(&to);
-    ok(stage_out(&server, "t", &to, &["--force"]), "forced stage-out");
+    ok(
+        stage_out(&server, "t", &to, &["--force"]),
+        "forced stage-out",
+    );
     assert_eq!(manifest(&dir)["events"], 4);
     assert_no_leftovers(&to);
     // A directory that is not a stage-out is never replaced.
@@ -580,7 +603,10 @@ fn an_existing_stage_out_is_replaced_only_with_force() {
         &stage_out(&server, "t", &other, &["--force"]),
         "not a complete stage-out",
     );
-    assert_eq!(std::fs::read(other.join("t/precious")).expect("kept"), b"keep");
+    assert_eq!(
+        std::fs::read(other.join("t/precious")).expect("kept"),
+        b"keep"
+    );
 }
 
 #[test]
@@ -596,8 +622,24 @@ fn an_empty_topic_and_one_partition_stage_out() {
     let m = manifest(&to.join("empty"));
     assert_eq!(m["events"], 0);
     assert_eq!(m["partitions"].as_array().map(Vec::len), Some(3));
+    assert_eq!(m["end_of_stream"], false);
+    // --follow reads to the end of the stream.
     ok(
-        stage_out(&server, "t", &to, &["--partitions", "1", "--format", "jsonl"]),
+        server.cli(&["topic", "complete", "empty"], "", RUN),
+        "complete",
+    );
+    ok(
+        stage_out(&server, "empty", &to, &["--follow", "--force"]),
+        "follow",
+    );
+    assert_eq!(manifest(&to.join("empty"))["end_of_stream"], true);
+    ok(
+        stage_out(
+            &server,
+            "t",
+            &to,
+            &["--partitions", "1", "--format", "jsonl"],
+        ),
         "one partition",
     );
     let m = manifest(&to.join("t"));
@@ -605,5 +647,7 @@ fn an_empty_topic_and_one_partition_stage_out() {
     assert_eq!(m["partitions"].as_array().map(Vec::len), Some(1));
     let lines = index_lines(&to.join("t"), 1);
     assert_eq!(m["events"], lines.len());
-    assert!(lines.iter().all(|l| l["data"].is_null() && l["data_len"] == 16));
+    assert!(lines
+        .iter()
+        .all(|l| l["data"].is_null() && l["data_len"] == 16));
 }

@@ -70,9 +70,10 @@ struct Span {
 fn parse_from(s: &str) -> anyhow::Result<Option<u64>> {
     match s {
         "beginning" => Ok(None),
-        _ => s.parse().map(Some).map_err(|_| {
-            anyhow::anyhow!("--from takes beginning or an offset, not '{s}'")
-        }),
+        _ => s
+            .parse()
+            .map(Some)
+            .map_err(|_| anyhow::anyhow!("--from takes beginning or an offset, not '{s}'")),
     }
 }
 
@@ -360,11 +361,7 @@ pub fn run(a: StageOutArgs, d: &Driver) -> anyhow::Result<()> {
         spans,
         writers,
     };
-    let ended = read_all(
-        &consumer,
-        &mut reader,
-        (!a.follow).then_some(idle_timeout),
-    )?;
+    let ended = read_all(&consumer, &mut reader, (!a.follow).then_some(idle_timeout))?;
     drop(consumer);
     if !a.follow && !reader.caught_up() {
         bail!(

@@ -143,16 +143,33 @@ mod tests {
     }
 
     #[test]
-    fn the_smallest_header_is_exactly_64_bytes() {
-        // 10 + len("{'descr': '|u1', 'fortran_order': False, 'shape': (), }") + 1 < 64.
-        assert_eq!(preamble("|u1", false, &[]).map(|p| p.len()), Ok(64));
+    fn short_headers_take_128_bytes() {
+        // 10 + len("{'descr': '|u1', 'fortran_order': False, 'shape': (), }") + 1 = 66.
+        assert_eq!(preamble("|u1", false, &[]).map(|p| p.len()), Ok(128));
+        assert_eq!(
+            preamble("<f8", true, &[1 << 40; 3]).map(|p| p.len()),
+            Ok(128)
+        );
+        assert_eq!(
+            preamble("<f8", false, &[1 << 40; 8]).map(|p| p.len()),
+            Ok(192)
+        );
     }
 
     #[test]
     fn odd_dtypes_are_refused() {
         for bad in [
-            "", "<", "<f", "|O", "<O8", "<f4'", "<f4\n", "[('a', '<f4')]", "<M8[n s]",
-            "<f4[ns]", "<M8[]",
+            "",
+            "<",
+            "<f",
+            "|O",
+            "<O8",
+            "<f4'",
+            "<f4\n",
+            "[('a', '<f4')]",
+            "<M8[n s]",
+            "<f4[ns]",
+            "<M8[]",
         ] {
             assert!(!valid_descr(bad), "{bad:?}");
         }

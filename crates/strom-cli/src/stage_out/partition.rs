@@ -131,7 +131,7 @@ pub fn index_line(partition: u32, r: &Record<'_>) -> Map<String, Value> {
             Err(_) => m.insert("descriptor_hex".into(), hex(r.descriptor).into()),
         };
     }
-    if let Some(l) = ArrayLayout::parse(r.descriptor) {
+    if let Some(l) = ArrayLayout::parse(r.descriptor).filter(|l| l.nbytes() == Some(r.data_len)) {
         m.insert("array".into(), array_json(&l));
     }
     m.insert("data_len".into(), r.data_len.into());
@@ -314,7 +314,7 @@ mod tests {
     fn array_descriptors_become_npy_and_others_fall_back() {
         let d = br#"{"dtype":"<i2","shape":[2],"order":"C"}"#;
         let pre = npy_plan(&record(b"{}", d, &[1, 0, 2, 0])).expect("an array");
-        assert_eq!(pre.len(), 64);
+        assert_eq!(pre.len(), 128);
         let e = npy_plan(&record(b"{}", d, &[1, 0])).expect_err("wrong size");
         assert!(e.contains("describes 4 bytes but the data has 2"), "{e}");
         let e = npy_plan(&record(b"{}", b"opaque", &[1])).expect_err("no array");

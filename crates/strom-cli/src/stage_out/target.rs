@@ -34,10 +34,8 @@ pub struct Target {
 
 /// Refuses topic names that are not one plain path component.
 fn check_name(topic: &str) -> anyhow::Result<()> {
-    let plain = !topic.is_empty()
-        && topic != "."
-        && topic != ".."
-        && !topic.contains(['/', '\\', '\0']);
+    let plain =
+        !topic.is_empty() && topic != "." && topic != ".." && !topic.contains(['/', '\\', '\0']);
     if !plain {
         bail!("topic name '{topic}' cannot name a directory; stage-out needs a plain file name");
     }
@@ -157,7 +155,10 @@ impl Target {
         ));
         if self.replace {
             fs::rename(&self.final_dir, &old).with_context(|| {
-                format!("moving the old stage-out {} aside", self.final_dir.display())
+                format!(
+                    "moving the old stage-out {} aside",
+                    self.final_dir.display()
+                )
             })?;
         }
         fs::rename(&self.tmp_dir, &self.final_dir).with_context(|| {
