@@ -651,3 +651,75 @@ fn an_empty_topic_and_one_partition_stage_out() {
         .iter()
         .all(|l| l["data"].is_null() && l["data_len"] == 16));
 }
+
+/// Hidden entries of `to` (temporary directories of unfinished runs).
+fn hidden(to: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(to)
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .filter(|e| e.file_name().to_string_lossy().starts_with('.'))
+                .map(|e| e.path())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Starts `strom topic stage-out live --to TO --follow` (the topic does
+/// not end while the test holds its producer, so it runs until stopped)
+/// and waits until it writes.
+fn start_following(server: &ServerProcess, to: &Path) -> std::process::Child {
+    let child = Command::new(common::strom_bin())
+        .arg("--group-file")
+        .arg(&server.group_file)
+        .args(["topic", "stage-out", "live", "--follow", "--to"])
+        .arg(to)
+        .env_remove("STROM_ADDRESS")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawning strom");
+    common::wait_for("the temporary directory", || !hidden(to).is_empty());
+    child
+}
+
+#[test]
+fn a_stopped_or_killed_stage_out_is_never_taken_for_a_complete_one() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let server = ServerProcess::start(tmp.path());
+    let driver = server.connect();
+    let topic = driver
+        .create_topic(TopicSpec::new("live", 2))
+        .expect("creating the topic");
+    // Held open to the end: the stream does not end under --follow.
+    let producer = topic.producer().expect("a producer");
+    for i in 0..3u8 {
+        producer.push(json!({"i": i}), vec![i; 4]).expect("pushing");
+    }
+    producer.flush().expect("flushing");
+    let to = tmp.path().join("out");
+    // SIGINT: exits 130 and removes what it wrote.
+    let mut child = start_following(&server, &to);
+    // SAFETY: kill(2) on our own child's pid.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
+    let status = common::wait_bounded(&mut child, RUN).expect("exits after SIGINT");
+    assert_eq!(status.code(), Some(130));
+    assert!(!to.join("live").exists());
+    assert!(hidden(&to).is_empty(), "left behind: {:?}", hidden(&to));
+    // SIGKILL: the hidden directory stays, DIR/TOPIC never appears.
+    let mut child = start_following(&server, &to);
+    child.kill().expect("SIGKILL");
+    let _ = child.wait();
+    assert!(!to.join("live").exists());
+    let left = hidden(&to);
+    assert_eq!(left.len(), 1, "{left:?}");
+    // The next run says so, and completes.
+    let out = ok(stage_out(&server, "live", &to, &[]), "after a crash");
+    assert!(out.stderr.contains("did not finish"), "{}", out.stderr);
+    assert_eq!(manifest(&to.join("live"))["events"], 3);
+    assert_eq!(
+        hidden(&to),
+        left,
+        "a crashed run's directory is not touched"
+    );
+    drop(producer);
+}

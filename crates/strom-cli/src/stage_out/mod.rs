@@ -223,10 +223,11 @@ fn read_all(
     let mut last_event = Instant::now();
     loop {
         if let Some(sig) = interrupt::received() {
-            bail!(
-                "stopped by {}; nothing was staged out",
+            eprintln!(
+                "strom: stopped by {}; nothing was staged out",
                 interrupt::name(sig)
             );
+            return Err(crate::Exit(interrupt::exit_code(sig)).into());
         }
         if r.caught_up() {
             return Ok(false);
@@ -251,13 +252,19 @@ fn read_all(
                 first,
                 last,
                 ..
-            }) => r.gap(partition, first, last, "expired (retention or overflow)"),
+            }) => {
+                last_event = Instant::now();
+                r.gap(partition, first, last, "expired (retention or overflow)");
+            }
             Err(strom_client::Error::DataCorrupt {
                 partition,
                 first,
                 last,
                 ..
-            }) => r.gap(partition, first, last, "damaged on disk (quarantined)"),
+            }) => {
+                last_event = Instant::now();
+                r.gap(partition, first, last, "damaged on disk (quarantined)");
+            }
             Err(e) => return Err(e).context("reading the topic"),
         }
     }
@@ -323,55 +330,30 @@ fn finish(r: Reader, a: &StageOutArgs, ended: bool) -> anyhow::Result<(serde_jso
     Ok((manifest, t))
 }
 
-pub fn run(a: StageOutArgs, d: &Driver) -> anyhow::Result<()> {
-    let started = Instant::now();
-    let from = parse_from(&a.from)?;
-    let idle_timeout = Duration::try_from_secs_f64(a.idle_timeout)
-        .map_err(|_| anyhow::anyhow!("--idle-timeout takes seconds, not {}", a.idle_timeout))?;
-    let topic = d
-        .open_topic(&a.topic)
-        .with_context(|| format!("topic '{}'", a.topic))?;
-    let info = topic
-        .describe()
-        .with_context(|| format!("describing topic '{}'", a.topic))?;
-    let spans = plan(&info, a.partitions.as_deref(), from, a.follow)?;
-    let target = Target::prepare(&a.to, &a.topic, a.force)?;
-    let mut writers = BTreeMap::new();
-    for id in spans.keys() {
-        writers.insert(*id, PartitionWriter::create(target.dir(), *id, a.format)?);
-    }
+/// A consumer of the planned partitions that fetches what `format` needs.
+fn open_consumer(
+    topic: &strom_client::Topic,
+    a: &StageOutArgs,
+    from: Option<u64>,
+    spans: &BTreeMap<u32, Span>,
+) -> anyhow::Result<strom_client::Consumer> {
     let selector = match a.format {
         Format::Jsonl => Selection::None,
         _ => Selection::All,
     };
-    let consumer = topic.consumer_with(
-        &a.name,
-        ConsumerOptions {
-            start: from.map_or(StartPos::Beginning, StartPos::Offset),
-            partitions: Some(spans.keys().copied().collect()),
-            selector: std::sync::Arc::new(selector),
-            ..Default::default()
-        },
-    )?;
-    interrupt::install()?;
-    let mut reader = Reader {
-        format: a.format,
-        json_serializer: info.spec.serializer == "json",
-        next: spans.iter().map(|(p, s)| (*p, s.start)).collect(),
-        spans,
-        writers,
+    let options = ConsumerOptions {
+        start: from.map_or(StartPos::Beginning, StartPos::Offset),
+        partitions: Some(spans.keys().copied().collect()),
+        selector: std::sync::Arc::new(selector),
+        ..Default::default()
     };
-    let ended = read_all(&consumer, &mut reader, (!a.follow).then_some(idle_timeout))?;
-    drop(consumer);
-    if !a.follow && !reader.caught_up() {
-        bail!(
-            "the stream ended before every partition reached its end ({})",
-            reader.missing()
-        );
-    }
-    let (manifest, t) = finish(reader, &a, ended)?;
-    let dir = target.commit(&manifest)?;
-    let secs = started.elapsed().as_secs_f64();
+    topic
+        .consumer_with(&a.name, options)
+        .with_context(|| format!("reading topic '{}' as consumer '{}'", a.topic, a.name))
+}
+
+/// The summary: one JSON line on stdout, one sentence on stderr.
+fn report(a: &StageOutArgs, dir: &std::path::Path, t: &Totals, ended: bool, secs: f64) {
     let summary = json!({
         "topic": a.topic,
         "dir": dir.display().to_string(),
@@ -394,5 +376,46 @@ pub fn run(a: StageOutArgs, d: &Driver) -> anyhow::Result<()> {
         t.files + 1,
         secs
     );
+}
+
+pub fn run(a: StageOutArgs, d: &Driver) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let from = parse_from(&a.from)?;
+    let idle_timeout = Duration::try_from_secs_f64(a.idle_timeout)
+        .map_err(|_| anyhow::anyhow!("--idle-timeout takes seconds, not {}", a.idle_timeout))?;
+    let topic = d
+        .open_topic(&a.topic)
+        .with_context(|| format!("topic '{}'", a.topic))?;
+    let info = topic
+        .describe()
+        .with_context(|| format!("describing topic '{}'", a.topic))?;
+    let spans = plan(&info, a.partitions.as_deref(), from, a.follow)?;
+    // From here on, a failure or a signal removes the temporary
+    // directory (drop); the handler is in place before it exists.
+    interrupt::install()?;
+    let target = Target::prepare(&a.to, &a.topic, a.force)?;
+    let mut writers = BTreeMap::new();
+    for id in spans.keys() {
+        writers.insert(*id, PartitionWriter::create(target.dir(), *id, a.format)?);
+    }
+    let consumer = open_consumer(&topic, &a, from, &spans)?;
+    let mut reader = Reader {
+        format: a.format,
+        json_serializer: info.spec.serializer == "json",
+        next: spans.iter().map(|(p, s)| (*p, s.start)).collect(),
+        spans,
+        writers,
+    };
+    let ended = read_all(&consumer, &mut reader, (!a.follow).then_some(idle_timeout))?;
+    drop(consumer);
+    if !a.follow && !reader.caught_up() {
+        bail!(
+            "the stream ended before every partition reached its end ({})",
+            reader.missing()
+        );
+    }
+    let (manifest, t) = finish(reader, &a, ended)?;
+    let dir = target.commit(&manifest)?;
+    report(&a, &dir, &t, ended, started.elapsed().as_secs_f64());
     Ok(())
 }
