@@ -723,3 +723,45 @@ fn a_stopped_or_killed_stage_out_is_never_taken_for_a_complete_one() {
     );
     drop(producer);
 }
+
+/// Not run by default: times `raw` and `npy` on 128 arrays of 4 MiB with
+/// array descriptors (docs/stage-out.md, "Measured"). Run with
+/// `cargo test -p strom-cli --test stage_out -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn measure_npy_and_raw_on_4_mib_arrays() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let server = ServerProcess::start(tmp.path());
+    let driver = server.connect();
+    let spec = TopicSpec {
+        durability: strom_client::Durability::Never,
+        ..TopicSpec::new("arrays", 2)
+    };
+    let topic = driver.create_topic(spec).expect("creating the topic");
+    let producer = topic.producer().expect("a producer");
+    let d = desc("<f4", &[1024, 1024], "C");
+    let data = common::Rng::new(3).bytes(4 << 20);
+    for i in 0..128u32 {
+        producer
+            .push_with(json!({"i": i}), data.clone(), None, &d)
+            .expect("pushing");
+    }
+    producer.flush().expect("flushing");
+    for round in 0..3 {
+        for format in ["raw", "npy"] {
+            let to = tmp.path().join(format!("out-{format}"));
+            let out = ok(
+                stage_out(&server, "arrays", &to, &["--format", format, "--force"]),
+                "stage-out",
+            );
+            let s: Value = serde_json::from_str(out.stdout.trim()).expect("a summary");
+            let secs = s["seconds"].as_f64().unwrap_or(0.0);
+            println!(
+                "round {round} {format}: {} events, {} files, {secs:.3} s, {:.0} MB/s",
+                s["events"],
+                s["files"],
+                s["data_bytes"].as_f64().unwrap_or(0.0) / secs / 1e6
+            );
+        }
+    }
+}
