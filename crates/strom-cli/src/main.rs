@@ -13,6 +13,7 @@ mod produce;
 mod scrub;
 mod server;
 mod sink;
+mod stage_out;
 mod status;
 mod top;
 mod topic;

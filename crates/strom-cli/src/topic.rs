@@ -34,6 +34,9 @@ pub enum TopicCmd {
         #[arg(long)]
         server: Option<u32>,
     },
+    /// Write a topic's events out as plain files (a JSON-lines index, raw
+    /// data or .npy arrays) that tools read without Strom (docs/stage-out.md).
+    StageOut(Box<crate::stage_out::StageOutArgs>),
 }
 
 #[derive(Args)]
@@ -200,6 +203,7 @@ pub fn run(cmd: TopicCmd, group_file: Option<PathBuf>) -> anyhow::Result<()> {
                 info.partitions.len()
             );
         }
+        TopicCmd::StageOut(a) => crate::stage_out::run(*a, &d)?,
         TopicCmd::Delete { name } => {
             d.delete_topic(&name)?;
             eprintln!("deleted topic '{name}'");
