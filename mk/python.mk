@@ -57,3 +57,7 @@ python-bench: python-build
 
 EXTRA_BUILD += python-build
 EXTRA_TEST += python-test
+
+# The Rust suite's stage-out test reads the files it wrote back with numpy
+# from this venv (crates/strom-cli/tests/stage_out.rs): set it up first.
+test-rust: python-setup
