@@ -158,7 +158,9 @@ pub fn run(cfg: &Config, target: &dyn Target) -> anyhow::Result<Result> {
         }
         Mode::Baseline => anyhow::bail!("the baseline mode runs in bench/baseline.rs"),
         Mode::Transport => anyhow::bail!("the transport mode runs in bench/transport.rs"),
-        Mode::Failover => anyhow::bail!("the failover mode runs in bench/failover.rs"),
+        Mode::Failover | Mode::Drain => {
+            anyhow::bail!("the failover and drain modes run in bench/failover.rs and drain.rs")
+        }
     }
 }
 

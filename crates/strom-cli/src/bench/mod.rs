@@ -15,6 +15,7 @@
 //! were produced, and the JSON carries `produced` and `consumed`.
 
 mod baseline;
+mod drain;
 mod engine;
 mod failover;
 #[cfg(feature = "peers")]
@@ -51,6 +52,9 @@ pub enum Mode {
     /// SIGKILL a partition leader of a `strom cluster up` group under an
     /// acks=all producer; time until that partition acknowledges again.
     Failover,
+    /// Drain a member of a running group under a producer; how long it
+    /// takes and the producer's pause and throughput.
+    Drain,
 }
 
 impl Mode {
@@ -63,6 +67,7 @@ impl Mode {
             Mode::Baseline => "baseline",
             Mode::Transport => "transport",
             Mode::Failover => "failover",
+            Mode::Drain => "drain",
         }
     }
 }
@@ -476,6 +481,9 @@ pub fn run(args: BenchArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> {
     }
     if args.mode == Mode::Failover {
         return failover::run(args, group_file);
+    }
+    if args.mode == Mode::Drain {
+        return drain::run(args, group_file);
     }
     if let Some(b) = &args.baseline {
         anyhow::bail!("unexpected argument '{b}': only `strom bench baseline` takes one");

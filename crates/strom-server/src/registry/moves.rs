@@ -389,6 +389,16 @@ impl Registry {
         if inner.since.elapsed() < inner.timeout {
             return;
         }
+        // Drained members that held nothing already when this tick began:
+        // the calls that released their last copies were answered in an
+        // earlier tick, so they may go now.
+        let done: Vec<u32> = inner
+            .state
+            .draining
+            .keys()
+            .copied()
+            .filter(|m| !holds_anything(&inner, *m))
+            .collect();
         let steps: Vec<(ReplicaCommand, Vec<Call>)> = inner
             .state
             .topics
@@ -415,13 +425,6 @@ impl Registry {
                 }
             }
         }
-        let done: Vec<u32> = inner
-            .state
-            .draining
-            .keys()
-            .copied()
-            .filter(|m| !holds_anything(&inner, *m))
-            .collect();
         for id in done {
             match inner
                 .commit(RegistryCommand::Member(MemberCommand::Left { id }))
