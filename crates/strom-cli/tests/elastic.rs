@@ -414,3 +414,70 @@ fn partitions_added_to_a_replicated_topic_get_their_copies_too() {
     let stored = common::read_all(&g.d, TOPIC, "check", Duration::from_secs(30)).events;
     assert_eq!(stored[&(4, 0)].data, vec![7u8; 10]);
 }
+
+/// Sends `sig` to a child process.
+fn signal(child: &std::process::Child, sig: i32) {
+    // SAFETY: kill(2) on our own child's pid; no memory is involved.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, sig) }, 0);
+}
+
+#[test]
+fn a_move_goes_on_after_the_registry_leader_dies() {
+    let tmp = tempfile::tempdir().unwrap();
+    let voters = ["--meta-voters", "3"];
+    let zero = common::ServerProcess::start_with(&tmp.path().join("m0"), &voters);
+    let mut procs = std::collections::BTreeMap::new();
+    for i in 1..=3 {
+        let dir = tmp.path().join(format!("m{i}"));
+        let p = zero.join_member(&dir, &voters, Stdio::null());
+        wait_for("the member's id", || member_id(&dir).is_some());
+        procs.insert(member_id(&dir).unwrap(), (p, dir));
+    }
+    let d = zero.connect();
+    let role = |id: u32| {
+        d.members()
+            .ok()
+            .and_then(|m| m.into_iter().find(|x| x.id == id))
+            .map(|m| m.role)
+            .unwrap_or_default()
+    };
+    wait_for("three voters and a fourth member", || {
+        common::live_members(&d) == 4 && (0..3).all(|m| !role(m).is_empty())
+    });
+    let leader = (0..3)
+        .find(|m| role(*m) == "leader")
+        .expect("a Raft leader");
+    // The partition lives on a voter that does not lead the quorum, and
+    // moves to member 3 (not a voter).
+    let owner = (0..3).find(|m| *m != leader).unwrap();
+    d.create_topic_on(strom_client::TopicSpec::new("t", 1), Some(owner))
+        .unwrap();
+    let p = d.open_topic("t").unwrap().producer().unwrap();
+    for i in 0..200u32 {
+        p.push_with(format!("{{\"i\":{i}}}"), vec![i as u8; 1000], Some(0), &[])
+            .unwrap();
+    }
+    p.flush().unwrap();
+    drop(p);
+    // Member 3 cannot copy while it is stopped: the move waits.
+    signal(&procs[&3].0 .0, libc::SIGSTOP);
+    d.move_partition("t", 0, vec![3]).unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(d.describe("t").unwrap().partitions[0].moving_to, vec![3]);
+    match leader {
+        0 => zero.kill9(),
+        id => drop(procs.remove(&id)),
+    }
+    signal(&procs[&3].0 .0, libc::SIGCONT);
+    let d = Driver::connect(&tmp.path().join("m0").join("group.json")).unwrap();
+    wait_for("the move done under the new registry leader", || {
+        d.describe("t")
+            .is_ok_and(|t| t.partitions[0].moving_to.is_empty() && t.partitions[0].member == 3)
+    });
+    let stored = common::read_all(&d, "t", "check", Duration::from_secs(30)).events;
+    assert_eq!(stored.len(), 200);
+    for ((_, o), ev) in &stored {
+        assert_eq!(ev.meta, format!("{{\"i\":{o}}}").into_bytes());
+        assert_eq!(ev.data, vec![*o as u8; 1000]);
+    }
+}
