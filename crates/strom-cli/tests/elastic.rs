@@ -469,7 +469,7 @@ fn a_move_goes_on_after_the_registry_leader_dies() {
         id => drop(procs.remove(&id)),
     }
     signal(&procs[&3].0 .0, libc::SIGCONT);
-    let d = Driver::connect(&tmp.path().join("m0").join("group.json")).unwrap();
+    let d = Driver::connect(tmp.path().join("m0").join("group.json")).unwrap();
     wait_for("the move done under the new registry leader", || {
         d.describe("t")
             .is_ok_and(|t| t.partitions[0].moving_to.is_empty() && t.partitions[0].member == 3)
