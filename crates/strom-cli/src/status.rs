@@ -47,6 +47,7 @@ pub fn run(a: StatusArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> {
                 "isr": p.isr,
                 "epoch": p.epoch,
                 "under_replicated": p.isr.len() < p.replicas.len(),
+                "moving_to": p.moving_to,
                 "replica_line": (!p.replicas.is_empty()).then(|| crate::topic::replica_line(p)),
                 "consumers": consumers.map(|c| c.into_iter().map(|(n, o)| serde_json::json!({
                     "name": n, "committed": o, "lag": p.next_offset.saturating_sub(o)
@@ -69,6 +70,7 @@ pub fn run(a: StatusArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> {
                 "alive": m.alive,
                 "last_seen_ms": m.last_seen_ms,
                 "role": m.role,
+                "draining": m.draining,
                 "partitions": hosted.get(&m.id).copied().unwrap_or(0),
             })
         })
@@ -89,7 +91,11 @@ pub fn run(a: StatusArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> {
             m["addr"].as_str().unwrap_or(""),
             m["alive"].to_string(),
             m["partitions"].to_string(),
-            m["role"].as_str().unwrap_or("")
+            match m["draining"].as_bool() {
+                Some(true) => format!("{} draining", m["role"].as_str().unwrap_or("")),
+                _ => m["role"].as_str().unwrap_or("").to_string(),
+            }
+            .trim()
         );
     }
     for t in &topics_json {

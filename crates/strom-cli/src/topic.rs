@@ -301,14 +301,19 @@ fn print_describe(t: &TopicInfo, consumers: &[Vec<(String, u64)>]) {
 }
 
 /// `partition 0: leader 1 epoch 2 replicas [1, 2, 0] in-sync [1, 2] UNDER-REPLICATED`
+/// (and `MOVING TO [3, 2, 0]` while it moves)
 pub fn replica_line(p: &strom_proto::PartitionInfo) -> String {
     let under = if p.isr.len() < p.replicas.len() {
         " UNDER-REPLICATED"
     } else {
         ""
     };
+    let moving = match p.moving_to.is_empty() {
+        true => String::new(),
+        false => format!(" MOVING TO {:?}", p.moving_to),
+    };
     format!(
-        "partition {}: leader {} epoch {} replicas {:?} in-sync {:?}{under}",
+        "partition {}: leader {} epoch {} replicas {:?} in-sync {:?}{under}{moving}",
         p.id, p.member, p.epoch, p.replicas, p.isr
     )
 }

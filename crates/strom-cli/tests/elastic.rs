@@ -464,6 +464,8 @@ fn a_move_goes_on_after_the_registry_leader_dies() {
     d.move_partition("t", 0, vec![3]).unwrap();
     std::thread::sleep(Duration::from_secs(1));
     assert_eq!(d.describe("t").unwrap().partitions[0].moving_to, vec![3]);
+    let shown = ok(zero.cli(&["topic", "describe", "t"], "", CLI), "describe");
+    assert!(shown.stdout.contains("MOVING TO [3]"), "{}", shown.stdout);
     match leader {
         0 => zero.kill9(),
         id => drop(procs.remove(&id)),
