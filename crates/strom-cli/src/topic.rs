@@ -269,7 +269,8 @@ fn print_describe(t: &TopicInfo, consumers: &[Vec<(String, u64)>]) {
         "stream      open_producers={} closed_producers={} expired_producers={} ended={}",
         t.state.open_producers, t.state.closed_producers, t.state.expired_producers, t.state.ended
     );
-    if s.replicas() > 1 {
+    // Replica sets: a replicated topic, or one whose partitions moved.
+    if s.replicas() > 1 || t.partitions.iter().any(|p| !p.replicas.is_empty()) {
         println!(
             "replication factor={} min_in_sync={}",
             s.replicas(),
