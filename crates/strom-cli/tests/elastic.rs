@@ -483,3 +483,65 @@ fn a_move_goes_on_after_the_registry_leader_dies() {
         assert_eq!(ev.data, vec![*o as u8; 1000]);
     }
 }
+
+/// docs/elasticity.md, "Batch jobs": servers started by a second `mpirun`
+/// step join the running group under new ids, take copies by rebalance,
+/// and, drained, stop by themselves, so the step ends with status 0.
+#[test]
+fn servers_of_a_second_mpirun_step_join_take_copies_and_leave_when_drained() {
+    if std::process::Command::new("mpirun")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("SKIPPED: no mpirun on PATH (make setup installs Open MPI)");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let g = start(tmp.path());
+    let r = run(&g);
+    wait_for("acks", || r.acked_on(0) >= 30);
+    let script = format!(
+        "exec {} server --listen 127.0.0.1:0 --join {} --data-dir {}/mpi-$OMPI_COMM_WORLD_RANK",
+        common::strom_bin(),
+        g.zero.group_file.display(),
+        tmp.path().display()
+    );
+    let mut step = std::process::Command::new("mpirun")
+        .args([
+            "--allow-run-as-root",
+            "--oversubscribe",
+            "-n",
+            "2",
+            "sh",
+            "-c",
+            &script,
+        ])
+        .env_remove("STROM_GROUP_FILE")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("mpirun");
+    wait_for("two more members", || common::live_members(&g.d) == 5);
+    ok(g.zero.cli(&["rebalance"], "", CLI), "rebalance");
+    let ids: Vec<u32> = (0..2)
+        .map(|rank| member_id(&tmp.path().join(format!("mpi-{rank}"))).expect("an id"))
+        .collect();
+    let (held, _) = copies(&g.d);
+    assert!(
+        ids.iter().all(|m| held.get(m).is_some()),
+        "{held:?} {ids:?}"
+    );
+    for m in &ids {
+        ok(
+            g.zero.cli(&["member", "drain", &m.to_string()], "", CLI),
+            "drain",
+        );
+    }
+    let status = wait_bounded(&mut step, Duration::from_secs(30));
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "the mpirun step ends once its servers are drained: {status:?}"
+    );
+    finish_without_failures(&g, r);
+}
