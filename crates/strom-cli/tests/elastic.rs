@@ -529,7 +529,7 @@ fn servers_of_a_second_mpirun_step_join_take_copies_and_leave_when_drained() {
         .collect();
     let (held, _) = copies(&g.d);
     assert!(
-        ids.iter().all(|m| held.get(m).is_some()),
+        ids.iter().all(|m| held.contains_key(m)),
         "{held:?} {ids:?}"
     );
     for m in &ids {

@@ -24,7 +24,9 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::faults::{check, signal, wait_for, HistoryOnPanic, Load, Log, PARTITIONS};
+use common::faults::{
+    check, seed_and_cycles_or, signal, wait_for, HistoryOnPanic, Load, Log, PARTITIONS,
+};
 use common::{live_members, member_id, JoinedMember, Rng, ServerProcess};
 use strom_client::{Driver, Durability, TopicSpec};
 
@@ -99,14 +101,7 @@ fn cycle(rng: &mut Rng, c: &mut Cluster, d: &Driver, log: &Log) {
 
 #[test]
 fn acknowledged_events_survive_moves_kills_and_pauses() {
-    let seed = std::env::var("STROM_FAULT_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| Rng::from_time().next_u64());
-    let cycles: usize = std::env::var("STROM_FAULT_CYCLES")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(30);
+    let (seed, cycles) = seed_and_cycles_or(30);
     let log = Log::new(seed);
     log.say(format!("seed {seed}, {cycles} cycles"));
     let _history = HistoryOnPanic(&log);

@@ -41,6 +41,11 @@ pub struct Log {
 /// The seed (`STROM_FAULT_SEED`, else from the clock) and the number of
 /// cycles (`STROM_FAULT_CYCLES`, default 50) of a run.
 pub fn seed_and_cycles() -> (u64, usize) {
+    seed_and_cycles_or(50)
+}
+
+/// [`seed_and_cycles`] with `default` cycles.
+pub fn seed_and_cycles_or(default: usize) -> (u64, usize) {
     let seed = std::env::var("STROM_FAULT_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -48,7 +53,7 @@ pub fn seed_and_cycles() -> (u64, usize) {
     let cycles: usize = std::env::var("STROM_FAULT_CYCLES")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(50);
+        .unwrap_or(default);
     (seed, cycles)
 }
 

@@ -39,9 +39,7 @@ impl ReplicaSet {
     /// Whether the set is well formed for leader `leader`: distinct
     /// replicas holding the in-sync ones, the leader among those.
     pub(super) fn fits(&self, leader: u32) -> bool {
-        distinct(&self.members)
-            && self.isr.contains(&leader)
-            && self.isr.iter().all(|m| self.members.contains(m))
+        well_formed(&self.members, &self.isr, leader)
     }
 }
 
@@ -103,6 +101,11 @@ impl ReplicaCommand {
             ReplicaCommand::Replicate { topic } => (topic, 0),
         }
     }
+}
+
+/// Distinct replicas that hold the in-sync ones, `leader` among those.
+fn well_formed(members: &[u32], isr: &[u32], leader: u32) -> bool {
+    distinct(members) && isr.contains(&leader) && isr.iter().all(|m| members.contains(m))
 }
 
 /// Whether `members` names each member once, and at most 255 of them.
@@ -250,10 +253,7 @@ pub(super) fn check(state: &RegistryState, cmd: &ReplicaCommand) -> Result<(), R
         } => {
             let (t, _) = set_of(state, topic, *partition)?;
             let leader = t.placement[*partition as usize];
-            if !distinct(members)
-                || !isr.contains(&leader)
-                || isr.iter().any(|m| !members.contains(m))
-            {
+            if !well_formed(members, isr, leader) {
                 return Err(Rejected(format!(
                     "partition {topic}/{partition}: replicas {members:?} must be distinct and hold the in-sync replicas {isr:?}, leader {leader} among them"
                 )));
