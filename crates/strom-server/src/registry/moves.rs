@@ -419,7 +419,13 @@ impl Registry {
                     Call::Member(c) => calls.push(*c),
                     Call::Roles(name) => {
                         if let Some(meta) = inner.state.topics.get(&name) {
-                            calls.extend(role_calls(&inner, meta, None));
+                            // The partition's leader first: it takes appends
+                            // as soon as it knows, and the old one refers
+                            // producers to it only after.
+                            let mut rc = role_calls(&inner, meta, None);
+                            let leader = meta.placement.get(partition as usize).copied();
+                            rc.sort_by_key(|(m, _, _)| Some(*m) != leader);
+                            calls.extend(rc);
                         }
                     }
                 }
