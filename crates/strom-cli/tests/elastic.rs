@@ -528,10 +528,7 @@ fn servers_of_a_second_mpirun_step_join_take_copies_and_leave_when_drained() {
         .map(|rank| member_id(&tmp.path().join(format!("mpi-{rank}"))).expect("an id"))
         .collect();
     let (held, _) = copies(&g.d);
-    assert!(
-        ids.iter().all(|m| held.contains_key(m)),
-        "{held:?} {ids:?}"
-    );
+    assert!(ids.iter().all(|m| held.contains_key(m)), "{held:?} {ids:?}");
     for m in &ids {
         ok(
             g.zero.cli(&["member", "drain", &m.to_string()], "", CLI),
@@ -544,4 +541,42 @@ fn servers_of_a_second_mpirun_step_join_take_copies_and_leave_when_drained() {
         "the mpirun step ends once its servers are drained: {status:?}"
     );
     finish_without_failures(&g, r);
+}
+
+/// `ReleasePartitions` from anyone: one that names another incarnation of
+/// the topic (its id) drops nothing, and a huge list is answered at once.
+#[test]
+fn a_stray_release_drops_nothing() {
+    use std::io::Write;
+    let tmp = tempfile::tempdir().unwrap();
+    let g = start(tmp.path());
+    let info = g.d.describe(TOPIC).unwrap();
+    let addr = info.partitions[0].addr.clone();
+    let mut s = common::raw::connect(&addr);
+    let stray = strom_proto::Request::ReleasePartitions {
+        topic: TOPIC.into(),
+        topic_id: 999_999,
+        partitions: (0..1_000_000).collect(),
+    };
+    let started = std::time::Instant::now();
+    s.write_all(&common::raw::request_frame(7, &stray, &[]))
+        .unwrap();
+    let got = common::raw::read_until_reply(&mut s, 7, "a stray release");
+    let answers = common::raw::responses(&got);
+    assert!(
+        matches!(answers.first(), Some((7, strom_proto::Response::Done))),
+        "{answers:?}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(5));
+    let t = g.d.open_topic(TOPIC).unwrap();
+    let id = t
+        .producer()
+        .unwrap()
+        .push_with("{\"i\":0}", vec![1u8; 8], Some(0), &[])
+        .unwrap()
+        .wait()
+        .unwrap();
+    assert_eq!(id.partition, 0, "partition 0 still takes appends");
+    let stored = common::read_all(&g.d, TOPIC, "check", Duration::from_secs(30)).events;
+    assert_eq!(stored.len(), 1);
 }

@@ -298,7 +298,8 @@ impl Host {
         if gone.is_empty() {
             return Ok(());
         }
-        h.record.partitions.retain(|p| !partitions.contains(p));
+        let released: std::collections::HashSet<u32> = gone.iter().map(|(p, _)| *p).collect();
+        h.record.partitions.retain(|p| !released.contains(p));
         let dir = self
             .topics_dir
             .join(format!("{}.{}", h.record.spec.name, h.record.id));
