@@ -415,6 +415,12 @@ fn partitions_added_to_a_replicated_topic_get_their_copies_too() {
     assert_eq!(stored[&(4, 0)].data, vec![7u8; 10]);
 }
 
+/// Sends `sig` to a process of this test.
+fn signal_pid(pid: i32, sig: i32) {
+    // SAFETY: kill(2) on our own child's pid; no memory is involved.
+    assert_eq!(unsafe { libc::kill(pid, sig) }, 0);
+}
+
 /// Sends `sig` to a child process.
 fn signal(child: &std::process::Child, sig: i32) {
     // SAFETY: kill(2) on our own child's pid; no memory is involved.
@@ -579,4 +585,78 @@ fn a_stray_release_drops_nothing() {
     assert_eq!(id.partition, 0, "partition 0 still takes appends");
     let stored = common::read_all(&g.d, TOPIC, "check", Duration::from_secs(30)).events;
     assert_eq!(stored.len(), 1);
+}
+
+/// A partition of a topic without replication that moved is a replica
+/// from then on: after a SIGKILL and restart of its new owner it takes no
+/// append before its role comes back, then serves every event it had and
+/// takes new ones.
+#[test]
+fn a_moved_partition_without_replication_survives_a_restart_of_its_owner() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut g = start(tmp.path());
+    g.d.create_topic_on(strom_client::TopicSpec::new("solo", 1), Some(1))
+        .unwrap();
+    let push = |d: &Driver, i: u32| {
+        let t = d.open_topic("solo").unwrap();
+        let p = t.producer().unwrap();
+        p.push_with(format!("{{\"i\":{i}}}"), vec![i as u8; 64], Some(0), &[])
+            .unwrap()
+            .wait()
+    };
+    for i in 0..20 {
+        push(&g.d, i).unwrap();
+    }
+    ok(
+        g.zero
+            .cli(&["partition", "move", "solo/0", "--to", "2"], "", CLI),
+        "partition move",
+    );
+    assert_eq!(g.d.describe("solo").unwrap().partitions[0].member, 2);
+    let (p2, dir2) = g.joined.remove(&2).unwrap();
+    drop(p2);
+    // Started again while the registry is paused, it gets no role: it
+    // must refuse appends (it may not lead any more), not take them.
+    signal_pid(g.zero.pid(), libc::SIGSTOP);
+    let log = tmp.path().join("m2.stderr");
+    let err = std::fs::File::create(&log).unwrap();
+    let p2 = g.zero.join_member(&dir2, &[], Stdio::from(err));
+    let listening = || {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        text.lines()
+            .find_map(|l| l.strip_prefix("strom server listening on "))
+            .map(|a| a.trim().to_string())
+    };
+    wait_for("member 2 listening", || listening().is_some());
+    let answer = common::raw::produce_with_stamp(
+        &listening().unwrap(),
+        "solo",
+        0,
+        strom_proto::ProducerStamp {
+            producer: 77,
+            sequence: 0,
+            restart: false,
+        },
+        "{\"i\":-1}",
+    );
+    signal_pid(g.zero.pid(), libc::SIGCONT);
+    match answer {
+        strom_proto::Response::Error { code, .. } => {
+            assert_eq!(code, strom_client::ErrorCode::NOT_PARTITION_LEADER)
+        }
+        other => panic!("an append before the role came: {other:?}"),
+    }
+    g.joined.insert(2, (p2, dir2));
+    wait_for("member 2 back", || common::live_members(&g.d) == 3);
+    let mut next = 20;
+    wait_for("the moved partition takes appends again", || {
+        let ok = push(&g.d, next).is_ok();
+        next += u32::from(ok);
+        ok
+    });
+    let stored = common::read_all(&g.d, "solo", "check", Duration::from_secs(30)).events;
+    assert_eq!(stored.len(), next as usize);
+    for ((_, o), ev) in &stored {
+        assert_eq!(ev.meta, format!("{{\"i\":{o}}}").into_bytes(), "offset {o}");
+    }
 }

@@ -237,7 +237,14 @@ impl PartitionManager {
             block_bound,
             dir,
         } = parts;
-        let replicated = spec.replicas() > 1;
+        // A partition of a topic without replication that got a replica
+        // role once (it moved, docs/elasticity.md) has a leader-epoch
+        // history: after a restart it waits for its role as a replica, and
+        // takes no append before (it may not lead any more).
+        let replicated = spec.replicas() > 1
+            || dir
+                .as_ref()
+                .is_some_and(|d| d.join(crate::replica::EPOCHS_FILE).exists());
         // A replica's consumers see only what every in-sync copy holds:
         // nothing until its role and high watermark are known.
         let visible = if replicated {

@@ -42,6 +42,9 @@ use crate::peers::Peers;
 /// the in-sync replicas.
 pub const LAG: Duration = Duration::from_secs(3);
 
+/// A file partition's leader-epoch history, in its directory.
+pub const EPOCHS_FILE: &str = "leader-epochs";
+
 /// The most bytes of batches one fetch answer carries (at least one batch).
 pub const FETCH_BYTES: u32 = 4 << 20;
 
@@ -105,7 +108,7 @@ impl Replica {
         min_in_sync: u32,
     ) -> Result<Arc<Replica>, ServerError> {
         let epochs = match pm.dir() {
-            Some(dir) => EpochHistory::open(Arc::new(RealFs), &dir.join("leader-epochs"))?,
+            Some(dir) => EpochHistory::open(Arc::new(RealFs), &dir.join(EPOCHS_FILE))?,
             None => {
                 let mem: Arc<dyn Vfs> = Arc::new(strom_storage::sim::SimFs::new());
                 mem.create_dir(Path::new("/replica"))
