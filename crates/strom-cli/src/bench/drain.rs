@@ -4,7 +4,8 @@
 //! every partition led by the member to drain (the highest id that does
 //! not keep the registry), fills it with `--events` events of
 //! `--data-size` bytes, then runs one producer pushing windows of 16
-//! events and waiting for their acknowledgements, starts
+//! events and waiting for their acknowledgements (at most `--rate` events
+//! per second, if given), starts
 //! `strom member drain` of that member, and reports when the member left,
 //! the bytes it held, and the producer's throughput before and during the
 //! drain with its longest pause between two acknowledgements.
@@ -131,7 +132,10 @@ fn bytes_on(d: &Driver, member: u32, topic: &str) -> anyhow::Result<u64> {
 fn produce(producer: &Producer, cfg: &Config, stop: &AtomicBool, log: &Mutex<Vec<Window>>) {
     let parts = u64::from(cfg.args.partitions);
     let mut i = 0u64;
+    // `--rate`: windows of 16 events at most that many events per second.
+    let every = (cfg.args.rate > 0).then(|| Duration::from_secs_f64(16.0 / cfg.args.rate as f64));
     while !stop.load(Ordering::Acquire) {
+        let next = every.map(|e| Instant::now() + e);
         let window: Vec<_> = (0..16)
             .map(|_| {
                 i += 1;
@@ -148,6 +152,9 @@ fn produce(producer: &Producer, cfg: &Config, stop: &AtomicBool, log: &Mutex<Vec
                 bytes,
                 ok,
             });
+        }
+        if let Some(wait) = next.map(|t| t.saturating_duration_since(Instant::now())) {
+            std::thread::sleep(wait);
         }
     }
 }
@@ -190,11 +197,28 @@ fn report(
     let before = started.checked_sub(AROUND).unwrap_or(started);
     let mut acks: Vec<Instant> = log.iter().filter(|w| w.ok).map(|w| w.done).collect();
     acks.sort();
-    let pause = acks
+    let gaps: Vec<(f64, f64)> = acks
         .windows(2)
         .filter(|w| w[1] > started && w[0] < left)
-        .map(|w| (w[1] - w[0]).as_secs_f64() * 1e3)
-        .fold(0.0, f64::max);
+        .map(|w| {
+            let at = w[0].saturating_duration_since(started).as_secs_f64();
+            ((w[1] - w[0]).as_secs_f64() * 1e3, at)
+        })
+        .collect();
+    let (pause, pause_at) = gaps
+        .iter()
+        .copied()
+        .fold((0.0, 0.0), |m, g| if g.0 > m.0 { g } else { m });
+    // Windows take a while anyway: the usual gap before the drain.
+    let usual = {
+        let mut before: Vec<f64> = acks
+            .windows(2)
+            .filter(|w| w[1] <= started)
+            .map(|w| (w[1] - w[0]).as_secs_f64() * 1e3)
+            .collect();
+        before.sort_by(f64::total_cmp);
+        before.get(before.len() / 2).copied().unwrap_or(0.0)
+    };
     let drain_s = (left - started).as_secs_f64();
     let out = serde_json::json!({
         "mode": "drain",
@@ -211,6 +235,9 @@ fn report(
         "producer_mb_s_before": rate(before, started),
         "producer_mb_s_during": rate(started, left),
         "longest_pause_ms": pause,
+        "longest_pause_at_s": pause_at,
+        "median_gap_before_ms": usual,
+        "gaps_over_500ms": gaps.iter().filter(|g| g.0 > 500.0).count(),
         "failed_windows": log.iter().filter(|w| !w.ok).count(),
         "windows": log.len(),
     });
@@ -218,7 +245,7 @@ fn report(
         println!("{out}");
     } else {
         println!(
-            "drain: member {member} held {:.2} GiB; it left {drain_s:.1} s after the drain started ({:.0} MB/s copied). The producer: {:.1} MB/s before, {:.1} MB/s during, longest pause {pause:.0} ms, {} of {} windows failed",
+            "drain: member {member} held {:.2} GiB; it left {drain_s:.1} s after the drain started ({:.0} MB/s copied). The producer: {:.1} MB/s before, {:.1} MB/s during, longest pause {pause:.0} ms ({pause_at:.1} s into the drain; median gap before it {usual:.0} ms), {} of {} windows failed",
             held as f64 / (1u64 << 30) as f64,
             out["copy_mb_s"].as_f64().unwrap_or(0.0),
             out["producer_mb_s_before"].as_f64().unwrap_or(0.0),
