@@ -30,7 +30,11 @@ fn partition_dir(data: &Path, topic: &str) -> PathBuf {
     let entry = std::fs::read_dir(&topics)
         .expect("listing the topics")
         .filter_map(|e| e.ok())
-        .find(|e| e.file_name().to_string_lossy().starts_with(&format!("{topic}.")))
+        .find(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with(&format!("{topic}."))
+        })
         .expect("the topic's directory");
     entry.path().join("0")
 }
@@ -51,7 +55,10 @@ fn files(dir: &Path, ext: &str) -> Vec<String> {
 
 /// The tier directory of partition 0 of `topic`.
 fn tier_partition(tier: &Path, local: &Path) -> PathBuf {
-    let topic_dir = local.parent().and_then(|p| p.file_name()).expect("topic dir name");
+    let topic_dir = local
+        .parent()
+        .and_then(|p| p.file_name())
+        .expect("topic dir name");
     tier.join(topic_dir).join("0")
 }
 
@@ -60,21 +67,27 @@ fn produce(driver: &Driver, topic: &str, tag: &str, n: u64, big: usize) -> BTree
     let t = driver.open_topic(topic).expect("opening the topic");
     let producer = t.producer().expect("producer");
     let mut pending: Vec<(PushFuture, Stored)> = Vec::new();
+    let mut acked = BTreeMap::new();
     for i in 0..n {
         let (meta, mut data) = event_payload(tag, i);
         if big > 0 {
             data.resize(big, (i % 251) as u8);
         }
-        let f = producer.push(meta.clone(), data.clone()).expect("push accepted");
+        let f = producer
+            .push(meta.clone(), data.clone())
+            .expect("push accepted");
         pending.push((f, Stored { meta, data }));
+        // Waiting every few events keeps batches (which never split
+        // across segments) small, so segments roll often.
+        if pending.len() == 4 || i + 1 == n {
+            for (f, s) in pending.drain(..) {
+                let id = f
+                    .wait_timeout(Some(TIMEOUT))
+                    .expect("every push is acknowledged");
+                acked.insert(id.offset, s);
+            }
+        }
     }
-    let acked = pending
-        .into_iter()
-        .map(|(f, s)| {
-            let id = f.wait_timeout(Some(TIMEOUT)).expect("every push is acknowledged");
-            (id.offset, s)
-        })
-        .collect();
     producer.close().expect("closing the producer");
     acked
 }
@@ -82,11 +95,14 @@ fn produce(driver: &Driver, topic: &str, tag: &str, n: u64, big: usize) -> BTree
 /// Waits until only the active segment is local and the tier holds every
 /// other one; returns how many segments are in the tier.
 fn wait_until_tiered(local: &Path, tier: &Path) -> usize {
-    wait_for("closed segments copied to the tier and dropped locally", || {
-        let logs = files(local, "log");
-        let tiered = files(tier, "log");
-        logs.len() == 1 && tiered.last() < logs.first() && !tiered.is_empty()
-    });
+    wait_for(
+        "closed segments copied to the tier and dropped locally",
+        || {
+            let logs = files(local, "log");
+            let tiered = files(tier, "log");
+            logs.len() == 1 && tiered.last() < logs.first() && !tiered.is_empty()
+        },
+    );
     files(tier, "log").len()
 }
 
@@ -97,7 +113,11 @@ fn assert_all_read(driver: &Driver, topic: &str, want: &BTreeMap<u64, Stored>) {
     for (offset, w) in want {
         let g = &got.events[&(0, *offset)];
         assert_eq!(g.meta, w.meta, "metadata of offset {offset}");
-        assert!(g.data == w.data, "data of offset {offset} ({} bytes)", w.data.len());
+        assert!(
+            g.data == w.data,
+            "data of offset {offset} ({} bytes)",
+            w.data.len()
+        );
     }
 }
 
@@ -107,7 +127,9 @@ fn tiered_partition_replays_every_byte_from_offset_zero() {
     let tier = base.path().join("tier");
     let server = ServerProcess::start_with_config(base.path(), &config(&tier, 8192));
     let driver = server.connect();
-    driver.create_topic(TopicSpec::new("tiered", 1)).expect("creating the topic");
+    driver
+        .create_topic(TopicSpec::new("tiered", 1))
+        .expect("creating the topic");
     let want = produce(&driver, "tiered", "tier", 600, 0);
     let local = partition_dir(&server.data_dir, "tiered");
     let tier_part = tier_partition(&tier, &local);
@@ -128,11 +150,19 @@ fn kill_9_during_tier_copies_loses_nothing_and_restart_finishes_them() {
     let cfg = config(&tier, 4 << 20);
     let server = ServerProcess::start_with_config(base.path(), &cfg);
     let driver = server.connect();
-    driver.create_topic(TopicSpec::new("copying", 1)).expect("creating the topic");
+    driver
+        .create_topic(TopicSpec::new("copying", 1))
+        .expect("creating the topic");
     // 96 MiB in 1 MiB events: 24 segments of 4 MiB, a backlog of copies.
     let want = produce(&driver, "copying", "kill", 96, 1 << 20);
     let local = partition_dir(&server.data_dir, "copying");
     let tier_part = tier_partition(&tier, &local);
+    // Kill the moment a copy is in flight (a `.tmp` object in the tier),
+    // or once the copies have started if none is caught in 20 s.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while files(&tier_part, "tmp").is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_micros(200));
+    }
     wait_for("the first copy to start", || {
         std::fs::read_dir(&tier_part).is_ok_and(|mut d| d.next().is_some())
     });
@@ -144,13 +174,22 @@ fn kill_9_during_tier_copies_loses_nothing_and_restart_finishes_them() {
         "at the kill: {tiered_at_kill} segments in the tier, {tmp_at_kill} copies in flight, \
          {local_at_kill} local"
     );
-    assert!(local_at_kill > 1, "the kill came before every copy finished");
+    assert!(
+        local_at_kill > 1,
+        "the kill came before every copy finished"
+    );
     drop(driver);
 
     let server = ServerProcess::start_with_config(base.path(), &cfg);
     let driver = server.connect();
     let tiered = wait_until_tiered(&local, &tier_part);
-    assert!(tiered >= 20, "the restart finished the copies ({tiered} in the tier)");
-    assert!(files(&tier_part, "tmp").is_empty(), "no copy left half done");
+    assert!(
+        tiered >= 20,
+        "the restart finished the copies ({tiered} in the tier)"
+    );
+    assert!(
+        files(&tier_part, "tmp").is_empty(),
+        "no copy left half done"
+    );
     assert_all_read(&driver, "copying", &want);
 }
