@@ -57,8 +57,10 @@ fn prefix(dir: &Path) -> String {
     format!("{}/{}", name(dir.parent()), name(Some(dir)))
 }
 
-/// Opens a file partition's log: tiered when the server has a tier and
-/// the topic keeps one copy of each partition. Returns whether it is.
+/// Opens a file partition's log: tiered when the server has a tier, the
+/// topic keeps one copy of each partition and does not opt out
+/// (`tier: Some(false)`); the topic's `local_retention_*` override the
+/// server's. Returns whether it is tiered.
 pub(super) fn open_file_log(
     spec: &TopicSpec,
     dir: &Path,
@@ -66,9 +68,16 @@ pub(super) fn open_file_log(
     log_config: LogConfig,
     mode: OpenMode,
 ) -> Result<(Arc<dyn PartitionLog>, bool), ServerError> {
+    let wanted = spec.tier != Some(false) && spec.replicas() == 1;
     let store = match tier_store(config)? {
-        Some(s) if spec.replicas() == 1 => s,
-        _ => {
+        Some(s) if wanted => s,
+        store => {
+            if spec.tier == Some(true) && store.is_none() {
+                tracing::warn!(topic = %spec.name, "the topic asks for tiered storage but this server has no tier_dir or tier_url; its partitions stay local");
+            }
+            if dir.join(strom_storage::tier::MANIFEST_FILE).exists() {
+                tracing::warn!(dir = %dir.display(), "the partition was tiered but opens without its tier: offsets kept only in the tier are not served");
+            }
             let log = match mode {
                 OpenMode::Existing => FileLog::open(dir, log_config)?,
                 OpenMode::New => FileLog::create(dir, log_config)?,
@@ -78,8 +87,10 @@ pub(super) fn open_file_log(
     };
     let settings = TierSettings {
         prefix: prefix(dir),
-        local_retention_bytes: config.tier_local_retention_bytes,
-        local_retention_ms: config.tier_local_retention_ms,
+        local_retention_bytes: spec
+            .local_retention_bytes
+            .or(config.tier_local_retention_bytes),
+        local_retention_ms: spec.local_retention_ms.or(config.tier_local_retention_ms),
         cache_segments: config.tier_cache_segments as usize,
     };
     let create = mode == OpenMode::New;
