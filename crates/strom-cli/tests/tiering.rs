@@ -193,3 +193,32 @@ fn kill_9_during_tier_copies_loses_nothing_and_restart_finishes_them() {
     );
     assert_all_read(&driver, "copying", &want);
 }
+
+#[test]
+fn topic_that_opts_out_of_the_tier_stays_local() {
+    let base = tempfile::tempdir().expect("tempdir");
+    let tier = base.path().join("tier");
+    let server = ServerProcess::start_with_config(base.path(), &config(&tier, 8192));
+    let driver = server.connect();
+    let spec = TopicSpec {
+        tier: Some(false),
+        ..TopicSpec::new("local-only", 1)
+    };
+    driver.create_topic(spec).expect("creating the topic");
+    // A tiered topic next to it shows the copy passes run meanwhile.
+    driver
+        .create_topic(TopicSpec::new("tiered", 1))
+        .expect("creating the topic");
+    let want = produce(&driver, "local-only", "local", 200, 0);
+    produce(&driver, "tiered", "tier", 200, 0);
+    let tiered = partition_dir(&server.data_dir, "tiered");
+    wait_until_tiered(&tiered, &tier_partition(&tier, &tiered));
+    let local = partition_dir(&server.data_dir, "local-only");
+    assert!(files(&local, "log").len() > 5, "every segment stays local");
+    assert!(
+        !tier_partition(&tier, &local).exists(),
+        "nothing copied to the tier"
+    );
+    assert!(!local.join("tier.manifest").exists());
+    assert_all_read(&driver, "local-only", &want);
+}
