@@ -111,13 +111,17 @@ pub(super) fn spawn_tier_thread(
             if p.stop.load(Ordering::Acquire) {
                 break;
             }
-            match p.log.tier_pass() {
-                Ok(0) => {}
-                Ok(n) => {
-                    tracing::debug!(topic = %p.topic, partition = p.id, segments = n, "copied segments to the tier")
-                }
-                Err(e) => {
-                    tracing::warn!(topic = %p.topic, partition = p.id, error = %e, "tier copy pass failed; retrying on the next pass")
+            // One segment per call, so a shutdown waits for one copy at most.
+            while !p.stop.load(Ordering::Acquire) {
+                match p.log.tier_pass() {
+                    Ok(0) => break,
+                    Ok(_) => {
+                        tracing::debug!(topic = %p.topic, partition = p.id, "copied a segment to the tier")
+                    }
+                    Err(e) => {
+                        tracing::warn!(topic = %p.topic, partition = p.id, error = %e, "tier copy failed; retrying on the next pass");
+                        break;
+                    }
                 }
             }
         }

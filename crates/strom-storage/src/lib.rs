@@ -214,11 +214,12 @@ pub trait PartitionLog: Send + Sync + 'static {
     fn seal_rolled(&self) -> Result<u32> {
         Ok(0)
     }
-    /// Tiered storage (`tier::TieredLog`): copies the closed segments not
-    /// yet in the tier, verifies and records them, then drops local
-    /// segments per the local retention. Slow (whole segments move): call
-    /// it from a background thread. Returns how many segments it copied;
-    /// 0 for logs without a tier.
+    /// Tiered storage (`tier::TieredLog`): copies the oldest closed
+    /// segment not yet in the tier, verifies and records it, then drops
+    /// local segments per the local retention. Slow (a whole segment
+    /// moves): call it from a background thread, again while it returns
+    /// 1. Returns how many segments it copied (0 or 1); always 0 for logs
+    /// without a tier.
     fn tier_pass(&self) -> Result<u32> {
         Ok(0)
     }

@@ -110,7 +110,7 @@ fn replay_from_offset_zero_after_local_segments_dropped_matches_every_byte() {
     let expected = append_batches(&log, 120);
     let closed = log.local().closed_segments().len();
     assert!(closed >= 5, "many segments rolled ({closed})");
-    assert_eq!(log.tier_pass().unwrap() as usize, closed);
+    assert_eq!(log.copy_all().unwrap() as usize, closed);
     let local_first = log.local().first_offset();
     assert!(local_first > 0, "local segments were dropped");
     assert_eq!(
@@ -182,7 +182,7 @@ fn corrupt_tier_copy_is_refused_at_verify_and_the_local_segment_kept() {
     );
     let expected = append_batches(&log, 60);
     let segments = log.local().stats().segments;
-    let err = log.tier_pass().unwrap_err();
+    let err = log.copy_all().unwrap_err();
     assert_eq!(err.code(), 301, "{err}");
     assert!(
         err.to_string().contains("does not match the local file"),
@@ -199,7 +199,7 @@ fn corrupt_tier_copy_is_refused_at_verify_and_the_local_segment_kept() {
     );
     assert_eq!(log.local().first_offset(), 0);
     flaky.flip.store(false, Ordering::Relaxed);
-    assert!(log.tier_pass().unwrap() > 0);
+    assert!(log.copy_all().unwrap() > 0);
     assert!(log.local().first_offset() > 0);
     assert_replays(&log, &expected);
 }
@@ -212,7 +212,7 @@ fn corrupt_tier_copy_on_read_is_a_corrupt_error_not_a_panic() {
     let dir = local.path().join("p0");
     let log = open(Arc::new(strom_storage::vfs::RealFs), &dir, store, true);
     append_batches(&log, 60);
-    log.tier_pass().unwrap();
+    log.copy_all().unwrap();
     assert!(log.local().first_offset() > 0);
     // Damage the first segment's data in the tier.
     let data = tier_dir
@@ -256,7 +256,7 @@ fn retention_deletes_segments_from_the_tier_too() {
     )
     .unwrap();
     append_batches(&log, 120);
-    log.tier_pass().unwrap();
+    log.copy_all().unwrap();
     let before = store.list("topic.1/0/").unwrap().len();
     assert!(log.enforce_retention(strom_storage::now_us()).unwrap() > 0);
     let after = store.list("topic.1/0/").unwrap();
@@ -291,7 +291,7 @@ fn crash_during_copy(ops: u64, seed: u64) -> bool {
     let expected = append_batches(&log, 40);
     let closed = log.local().closed_segments().len();
     fs.crash_after(ops);
-    let _ = log.tier_pass();
+    let _ = log.copy_all();
     let crashed = fs.crashed();
     drop(log);
     let image = fs.crash_image(&mut SimRng::new(seed));
@@ -308,7 +308,7 @@ fn crash_during_copy(ops: u64, seed: u64) -> bool {
     );
     assert_replays(&log, &expected);
     // The restart finishes the copies.
-    log.tier_pass()
+    log.copy_all()
         .unwrap_or_else(|e| panic!("ops {ops} seed {seed}: {e}"));
     assert_eq!(
         log.manifest().segments.len(),
@@ -438,7 +438,7 @@ fn object_store_round_trip_replays_every_byte() {
         true,
     );
     let expected = append_batches(&log, 120);
-    let copied = log.tier_pass().unwrap();
+    let copied = log.copy_all().unwrap();
     assert!(copied >= 5);
     assert_eq!(store.list("topic.1/0/").unwrap().len(), 2 * copied as usize);
     assert!(log.local().first_offset() > 0);

@@ -1,8 +1,8 @@
 //! [`TieredLog`]: a file partition log with a second tier. Appends, syncs
 //! and reads at or above the first local segment go to the local
 //! [`FileLog`]; reads below it go to the segment fetched from the tier.
-//! [`PartitionLog::tier_pass`] copies the closed segments not yet in the
-//! tier (oldest first), records each verified one in the manifest, then
+//! [`PartitionLog::tier_pass`] copies the oldest closed segment not yet in
+//! the tier, records it in the manifest once verified, then
 //! applies the local retention, which only ever drops segments the
 //! manifest lists. `enforce_retention` applies the topic's retention to
 //! the whole log, tier included.
@@ -198,24 +198,33 @@ impl TieredLog {
         Ok(())
     }
 
-    /// Copies the closed segments not in the tier yet, oldest first.
-    fn copy_pending(&self) -> Result<u32> {
-        let mut copied = 0;
-        for seg in self.local.closed_segments() {
-            if self.stopping.load(Ordering::Acquire) {
-                break;
-            }
-            let end = self.manifest.lock().segments.last().map_or(0, |s| s.next);
-            if seg.base < end {
-                continue;
-            }
-            let entry = copy_segment(&*self.store, &self.settings.prefix, self.local.vfs(), &seg)?;
-            let mut m = self.manifest.lock().clone();
-            m.segments.push(entry);
-            self.store_manifest(m)?;
-            copied += 1;
+    /// Copies the oldest closed segment not in the tier yet, if any.
+    fn copy_next(&self) -> Result<u32> {
+        if self.stopping.load(Ordering::Acquire) {
+            return Ok(0);
         }
-        Ok(copied)
+        let end = self.manifest.lock().segments.last().map_or(0, |s| s.next);
+        let closed = self.local.closed_segments();
+        let Some(seg) = closed.iter().find(|s| s.base >= end) else {
+            return Ok(0);
+        };
+        let entry = copy_segment(&*self.store, &self.settings.prefix, self.local.vfs(), seg)?;
+        let mut m = self.manifest.lock().clone();
+        m.segments.push(entry);
+        self.store_manifest(m)?;
+        Ok(1)
+    }
+
+    /// Runs [`PartitionLog::tier_pass`] until nothing is left to copy;
+    /// returns how many segments it copied.
+    pub fn copy_all(&self) -> Result<u32> {
+        let mut copied = 0;
+        loop {
+            match self.tier_pass()? {
+                0 => return Ok(copied),
+                n => copied += n,
+            }
+        }
     }
 
     /// Drops local segments verified in the tier, per the local retention.
@@ -366,7 +375,10 @@ impl PartitionLog for TieredLog {
     /// go first (manifest, then objects), then local segments (and their
     /// tier copies).
     fn enforce_retention(&self, now_us: u64) -> Result<u32> {
-        let _pass = self.pass.lock();
+        // A copy in progress can take long: retention runs again soon.
+        let Some(_pass) = self.pass.try_lock() else {
+            return Ok(0);
+        };
         let remote = self.retain_remote(now_us)?;
         let remote_bytes: u64 = self.remote_only().iter().map(TieredSegment::size).sum();
         let (bytes, ms) = (self.retention_bytes, self.retention_ms);
@@ -388,10 +400,13 @@ impl PartitionLog for TieredLog {
         self.local.seal_rolled()
     }
 
+    /// Copies at most one segment per call, so that the caller can stop
+    /// between segments (the server's tier thread calls it again while it
+    /// copies something).
     fn tier_pass(&self) -> Result<u32> {
         let _pass = self.pass.lock();
         self.local.seal_rolled()?;
-        let copied = self.copy_pending();
+        let copied = self.copy_next();
         // Segments verified before a failed copy may still be dropped.
         self.enforce_local_retention(crate::now_us())?;
         copied
