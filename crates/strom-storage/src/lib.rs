@@ -217,9 +217,9 @@ pub trait PartitionLog: Send + Sync + 'static {
     /// Tiered storage (`tier::TieredLog`): copies the oldest closed
     /// segment not yet in the tier, verifies and records it, then drops
     /// local segments per the local retention. Slow (a whole segment
-    /// moves): call it from a background thread, again while it returns
-    /// 1. Returns how many segments it copied (0 or 1); always 0 for logs
-    /// without a tier.
+    /// moves): call it from a background thread, and again while it
+    /// returns one. Returns how many segments it copied (0 or 1); always 0
+    /// for logs without a tier.
     fn tier_pass(&self) -> Result<u32> {
         Ok(0)
     }
