@@ -4,8 +4,8 @@
 //! (tests use `LocalFileSystem` where no S3 server is at hand).
 //!
 //! `object_store` is async; the tier owns a small runtime (one worker
-//! thread) and every call spawns its future there and waits for it with a
-//! plain executor, so the storage code stays synchronous and may be called
+//! thread) and every call spawns its future there and waits for its result on a
+//! plain channel, so the storage code stays synchronous and may be called
 //! from any thread, an async worker's included. Objects up to [`CHUNK`] go
 //! in one PUT; larger ones as a multipart upload of `CHUNK`-sized parts,
 //! which the store makes visible atomically when it completes.
@@ -114,9 +114,17 @@ impl ObjectTier {
         let Some(rt) = &self.rt else {
             return Err(io::Error::other("the object-store tier was shut down"));
         };
-        match futures::executor::block_on(rt.spawn(fut)) {
+        // A plain channel, not the task's JoinHandle: polling a tokio
+        // handle from a thread inside another tokio task (a server worker)
+        // draws on that task's cooperative budget, which never refills
+        // while the thread blocks here, and the wait would spin forever.
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        rt.spawn(async move {
+            let _ = tx.send(fut.await);
+        });
+        match rx.recv() {
             Ok(r) => r.map_err(to_io),
-            Err(join) => Err(io::Error::other(join)),
+            Err(_) => Err(io::Error::other("the object-store tier's task stopped")),
         }
     }
 
