@@ -219,6 +219,9 @@ fn spec() -> TopicSpec {
         overflow: Some(Overflow::DropOldest),
         replication_factor: 3,
         min_in_sync: 2,
+        tier: Some(true),
+        local_retention_bytes: Some(1 << 28),
+        local_retention_ms: Some(3_600_000),
     }
 }
 

@@ -209,6 +209,30 @@ pub struct TopicSpec {
     /// (protocol version 4; 0: a majority of `replication_factor`).
     #[cfg_attr(feature = "serde", serde(default, skip_serializing_if = "is_zero"))]
     pub min_in_sync: u32,
+    /// Tiered storage of `file` partitions (protocol version 6,
+    /// docs/tiering.md): `None` follows the server (tiered when it has a
+    /// tier), `Some(false)` keeps the topic local only, `Some(true)` asks
+    /// for the server's tier.
+    #[cfg_attr(
+        feature = "serde",
+        serde(default, skip_serializing_if = "Option::is_none")
+    )]
+    pub tier: Option<bool>,
+    /// Bytes of segments kept locally once verified in the tier (protocol
+    /// version 6); `None`: the server's `tier_local_retention_bytes`.
+    #[cfg_attr(
+        feature = "serde",
+        serde(default, skip_serializing_if = "Option::is_none")
+    )]
+    pub local_retention_bytes: Option<u64>,
+    /// Age (ms) past which segments verified in the tier are dropped
+    /// locally (protocol version 6); `None`: the server's
+    /// `tier_local_retention_ms`.
+    #[cfg_attr(
+        feature = "serde",
+        serde(default, skip_serializing_if = "Option::is_none")
+    )]
+    pub local_retention_ms: Option<u64>,
 }
 
 #[cfg(feature = "serde")]
@@ -230,7 +254,10 @@ wire_struct!(TopicSpec {
     segment_bytes,
     overflow,
     replication_factor @ 4,
-    min_in_sync @ 4
+    min_in_sync @ 4,
+    tier @ 6,
+    local_retention_bytes @ 6,
+    local_retention_ms @ 6
 });
 
 impl TopicSpec {
@@ -252,6 +279,9 @@ impl TopicSpec {
             overflow: None,
             replication_factor: 0,
             min_in_sync: 0,
+            tier: None,
+            local_retention_bytes: None,
+            local_retention_ms: None,
         }
     }
 

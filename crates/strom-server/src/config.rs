@@ -88,6 +88,25 @@ pub struct ServerConfig {
     /// dead, and the replicated partitions it leads fail over (ms). At
     /// least twice `heartbeat_ms`.
     pub member_timeout_ms: u64,
+    /// Tiered storage (docs/tiering.md): a directory (a parallel file
+    /// system or any mounted path) to copy closed segments of file
+    /// partitions to. None (the default): no tier.
+    pub tier_dir: Option<PathBuf>,
+    /// The tier as a URL instead: `s3://bucket/prefix` (credentials,
+    /// region and endpoint from the `AWS_*` environment variables) or
+    /// `file:///path` (object_store's local-filesystem backend).
+    pub tier_url: Option<String>,
+    /// Bytes of closed segments kept locally once they are verified in the
+    /// tier (the active segment always stays). None: no size bound.
+    pub tier_local_retention_bytes: Option<u64>,
+    /// Drop local segments (verified in the tier) whose newest event is
+    /// older than this many milliseconds. None: no age bound.
+    pub tier_local_retention_ms: Option<u64>,
+    /// How often each tiered partition copies its closed segments, in ms.
+    pub tier_check_ms: u64,
+    /// Segments fetched back from the tier kept per partition (in
+    /// `<partition>/tier-cache`).
+    pub tier_cache_segments: u32,
 }
 
 impl Default for ServerConfig {
@@ -119,6 +138,12 @@ impl Default for ServerConfig {
             kafka_listen: None,
             meta_voters: 1,
             member_timeout_ms: 3_000,
+            tier_dir: None,
+            tier_url: None,
+            tier_local_retention_bytes: None,
+            tier_local_retention_ms: None,
+            tier_check_ms: 1_000,
+            tier_cache_segments: 4,
         }
     }
 }
@@ -216,6 +241,21 @@ impl ServerConfig {
         if self.segment_bytes < 4096 {
             return Err("segment_bytes must be at least 4096".into());
         }
+        self.check_tier()
+    }
+
+    fn check_tier(&self) -> Result<(), String> {
+        if self.tier_dir.is_some() && self.tier_url.is_some() {
+            return Err("set tier_dir or tier_url, not both".into());
+        }
+        if let Some(u) = &self.tier_url {
+            if !u.starts_with("s3://") && !u.starts_with("file://") {
+                return Err(format!("tier_url = '{u}' must start with s3:// or file://"));
+            }
+        }
+        if self.tier_check_ms == 0 || self.tier_cache_segments == 0 {
+            return Err("tier_check_ms and tier_cache_segments must be positive".into());
+        }
         Ok(())
     }
 }
@@ -257,6 +297,24 @@ mod tests {
         let e = parse("member_timeout_ms = 1500").unwrap_err();
         assert!(e.contains("at least twice heartbeat_ms"), "{e}");
         assert!(parse("member_timeout_ms = 1500\nheartbeat_ms = 500").is_ok());
+    }
+
+    #[test]
+    fn tier_settings_are_checked() {
+        let parse = |t: &str| {
+            toml::from_str::<ServerConfig>(t)
+                .unwrap()
+                .validate()
+                .map_err(|e| e.to_string())
+        };
+        assert!(parse("tier_dir = \"/pfs/strom\"\ntier_local_retention_bytes = 0").is_ok());
+        assert!(parse("tier_url = \"s3://bucket/prefix\"").is_ok());
+        let e = parse("tier_dir = \"/a\"\ntier_url = \"s3://b\"").unwrap_err();
+        assert!(e.contains("not both"), "{e}");
+        let e = parse("tier_url = \"http://x\"").unwrap_err();
+        assert!(e.contains("s3://"), "{e}");
+        let e = parse("tier_check_ms = 0").unwrap_err();
+        assert!(e.contains("tier_check_ms"), "{e}");
     }
 
     #[test]

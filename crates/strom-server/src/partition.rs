@@ -45,9 +45,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use parking_lot::Mutex;
 use strom_proto::{Durability, ErrorCode, Overflow, PartitionType, TopicSpec};
-use strom_storage::{
-    AppendBatch, Appended, FileLog, LogConfig, MemoryLog, OffsetStore, PartitionLog,
-};
+use strom_storage::{AppendBatch, Appended, LogConfig, MemoryLog, OffsetStore, PartitionLog};
 use tokio::sync::watch;
 
 use crate::batch::ValidBatch;
@@ -196,20 +194,18 @@ impl PartitionManager {
             retention_ms: spec.retention_ms,
             max_batch_bytes: config.max_batch_bytes,
         };
+        let mut tiered = false;
         let (log, offsets, mem): (Arc<dyn PartitionLog>, OffsetStore, _) = match spec.partition_type
         {
             PartitionType::Memory => {
                 let mem = Arc::new(MemoryLog::new(log_config));
                 (mem.clone(), OffsetStore::in_memory(), Some(mem))
             }
-            PartitionType::File => (
-                Arc::new(match mode {
-                    OpenMode::Existing => FileLog::open(dir, log_config)?,
-                    OpenMode::New => FileLog::create(dir, log_config)?,
-                }),
-                OffsetStore::open(&dir.join("consumer-offsets"))?,
-                None,
-            ),
+            PartitionType::File => {
+                let (log, is_tiered) = tier::open_file_log(spec, dir, config, log_config, mode)?;
+                tiered = is_tiered;
+                (log, OffsetStore::open(&dir.join("consumer-offsets"))?, None)
+            }
         };
         let dir = (spec.partition_type == PartitionType::File).then(|| dir.to_path_buf());
         let parts = Parts {
@@ -219,7 +215,11 @@ impl PartitionManager {
             block_bound,
             dir,
         };
-        Self::start(spec, id, parts, sealed)
+        let pm = Self::start(spec, id, parts, sealed)?;
+        if tiered {
+            tier::spawn_tier_thread(&pm, Duration::from_millis(config.tier_check_ms))?;
+        }
+        Ok(pm)
     }
 
     /// Starts managing an opened log: the syncer (`always`) or interval
@@ -784,6 +784,9 @@ fn spawn(
         .spawn(f)
         .map_err(|e| ServerError::io("starting a partition thread", e))
 }
+
+#[path = "partition_tier.rs"]
+mod tier;
 
 #[cfg(test)]
 #[path = "partition_durable_acks.rs"]

@@ -20,6 +20,9 @@
 //! knows what a socket is. File I/O goes through the `vfs::Vfs` trait, which
 //! `sim::SimFs` implements for power-loss and fault-injection tests.
 //!
+//! Tiered storage (`tier`) copies closed segments of a file log to a
+//! second location and reads them back from there (`docs/tiering.md`).
+//!
 //! The on-disk layout is documented in `docs/on-disk-format.md`.
 
 mod config;
@@ -33,13 +36,14 @@ mod offsets;
 pub mod record;
 pub mod sim;
 mod sync_gate;
+pub mod tier;
 pub mod vfs;
 pub mod whole_file;
 
 pub use config::LogConfig;
 pub use epochs::EpochHistory;
 pub use error::{is_disk_full, Result, StorageError};
-pub use file::FileLog;
+pub use file::{ClosedSegment, FileLog, LocalSegment};
 pub use ledger::{DeadLetter, LedgerFile, LedgerRecord, LedgerSnapshot, ShareLedger};
 pub use memory::MemoryLog;
 pub use offsets::OffsetStore;
@@ -208,6 +212,15 @@ pub trait PartitionLog: Send + Sync + 'static {
     /// `close` do it too). Returns how many it sealed; 0 for the memory
     /// backend.
     fn seal_rolled(&self) -> Result<u32> {
+        Ok(0)
+    }
+    /// Tiered storage (`tier::TieredLog`): copies the oldest closed
+    /// segment not yet in the tier, verifies and records it, then drops
+    /// local segments per the local retention. Slow (a whole segment
+    /// moves): call it from a background thread, and again while it
+    /// returns one. Returns how many segments it copied (0 or 1); always 0
+    /// for logs without a tier.
+    fn tier_pass(&self) -> Result<u32> {
         Ok(0)
     }
     fn stats(&self) -> LogStats;

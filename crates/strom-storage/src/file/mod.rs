@@ -19,6 +19,7 @@ mod read;
 mod record;
 mod scan;
 mod segment;
+mod tiered;
 mod truncate;
 
 use std::collections::BTreeSet;
@@ -33,6 +34,7 @@ use self::quarantine::Quarantine;
 use self::read::Walk;
 use self::record::{RecordHeader, HEADER_LEN, MAX_META_LEN};
 use self::segment::{OpenMode, Segment};
+pub use self::tiered::{ClosedSegment, LocalSegment, SegmentReader};
 use crate::memory::check_ranges;
 use crate::sync_gate::SyncGate;
 use crate::vfs::{RealFs, Vfs};
@@ -649,62 +651,14 @@ impl PartitionLog for FileLog {
     }
 
     fn enforce_retention(&self, now_us: u64) -> Result<u32> {
-        let dropped = {
-            // Holding the writer lock keeps a roll from racing with the
-            // removal; it is released before the files are deleted.
-            let _w = self.writer.lock();
-            let mut dropped = Vec::new();
-            let mut s = self.shared.write();
-            let mut total: u64 = s.segments.iter().map(|seg| seg.size()).sum();
-            while s.segments.len() > 1 {
-                let oldest = &s.segments[0];
-                let too_big = self
-                    .config
-                    .retention_bytes
-                    .is_some_and(|limit| total > limit);
-                let too_old = self.config.retention_ms.is_some_and(|ms| {
-                    oldest.max_ts().saturating_add(ms.saturating_mul(1000)) < now_us
-                });
-                if !(too_big || too_old) {
-                    break;
-                }
-                total -= oldest.size();
-                dropped.push(s.segments.remove(0));
-            }
-            s.first = s.segments[0].base;
-            dropped
-        };
-        if !dropped.is_empty() {
-            // A seal in progress finishes first, and no later one may
-            // write index files for removed segments.
-            let _sealing = self.sealing.lock();
-            self.unsealed
-                .lock()
-                .retain(|u| !dropped.iter().any(|d| Arc::ptr_eq(u, d)));
-        }
-        // Oldest first, one directory fsync per segment: a crash can only
-        // leave a prefix of the dropped segments removed, never a hole that
-        // recovery would take for lost (quarantined) offsets.
-        // A failed fsync does not stop the removals: a segment left behind
-        // would come back on reopen, after a hole.
-        let mut first_error = None;
-        for seg in &dropped {
-            seg.delete_files();
-            if let Err(e) = self.vfs.sync_dir(&self.dir) {
-                tracing::warn!(dir = %self.dir.display(), error = %e,
-                    "could not fsync the directory after removing a segment");
-                first_error.get_or_insert(StorageError::io(
-                    format!("syncing {}", self.dir.display()),
-                    e,
-                ));
-            }
-            tracing::info!(dir = %self.dir.display(), segment = seg.base,
-                next_offset = seg.next_offset(), "retention removed a segment");
-        }
-        match first_error {
-            Some(e) => Err(e),
-            None => Ok(dropped.len() as u32),
-        }
+        let (bytes, ms) = (self.config.retention_bytes, self.config.retention_ms);
+        let dropped = self.drop_oldest_while(|oldest, total| {
+            let too_big = bytes.is_some_and(|limit| total > limit);
+            let too_old =
+                ms.is_some_and(|ms| oldest.max_ts.saturating_add(ms.saturating_mul(1000)) < now_us);
+            too_big || too_old
+        })?;
+        Ok(dropped.len() as u32)
     }
 
     fn seal_rolled(&self) -> Result<u32> {
