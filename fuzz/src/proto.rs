@@ -219,6 +219,7 @@ fn spec() -> TopicSpec {
         overflow: Some(Overflow::DropOldest),
         replication_factor: 3,
         min_in_sync: 2,
+        compression: "zstd:3".into(),
     }
 }
 

@@ -26,7 +26,7 @@ pub use group::{
 pub use message::{Push, Request, Response};
 pub use selection::Selection;
 pub use topic::{
-    Durability, GroupFile, GroupMember, MemberInfo, Overflow, PartitionInfo, PartitionStatus,
+    Compression, Durability, GroupFile, GroupMember, MemberInfo, Overflow, PartitionInfo, PartitionStatus,
     PartitionType, ReplicaBatchHead, ReplicaRole, StartPos, TopicInfo, TopicSpec, TopicState,
 };
 

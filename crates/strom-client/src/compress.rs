@@ -1,0 +1,340 @@
+//! Data-part compression, per topic (`TopicSpec::compression`, see
+//! docs/compression.md). Producers frame every non-empty data part of a
+//! compressed topic on their background threads; consumers check and
+//! decode the frame before selectors, brokers and the application see the
+//! data. Servers store frames as opaque bytes.
+//!
+//! ```text
+//! u8[2] magic "SZ"
+//! u8    codec      0 stored (not compressed), 1 zstd, 2 lz4 (block)
+//! u8    flags      0 (anything else is refused)
+//! u64   length     uncompressed length, little-endian
+//! ...   payload    the compressed bytes, or the data itself (stored)
+//! ```
+//!
+//! An event whose data does not shrink is stored (codec 0), so the frame
+//! costs 12 bytes at most. An empty data part stays empty (no frame).
+//! Decoding trusts no length: the header's is checked against a cap and
+//! against what the payload can hold before anything is allocated.
+
+use bytes::{BufMut, Bytes, BytesMut};
+use strom_proto::Compression;
+
+/// Bytes of the frame header.
+pub(crate) const HEADER_LEN: usize = 12;
+const MAGIC: [u8; 2] = *b"SZ";
+const STORED: u8 = 0;
+const ZSTD: u8 = 1;
+const LZ4: u8 = 2;
+/// The most an LZ4 block expands: one byte of input ends up as at most
+/// 255 bytes of output, plus a short literal tail.
+const LZ4_MAX_RATIO: u64 = 255;
+
+/// The largest uncompressed data part a consumer decodes: what a producer
+/// can push at all (its frame limit), so larger claims are lies.
+pub(crate) const MAX_UNCOMPRESSED: u64 = strom_proto::DEFAULT_MAX_FRAME as u64;
+
+/// Why a stored data part is not a frame this client can decode.
+#[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
+pub enum FrameError {
+    #[error("the data part has {len} bytes, fewer than a compression frame header ({HEADER_LEN})")]
+    Truncated { len: usize },
+    #[error("the data part does not start with a compression frame (magic {found:02x?}); it was not written by a Strom producer of this compressed topic")]
+    BadMagic { found: [u8; 2] },
+    #[error("unknown codec {0} in the compression frame")]
+    UnknownCodec(u8),
+    #[error("reserved compression frame flags {0:#04x} are set")]
+    Flags(u8),
+    #[error("the compression frame claims {claimed} uncompressed bytes, above the cap of {cap}")]
+    TooLarge { claimed: u64, cap: u64 },
+    #[error("the compression frame claims {claimed} uncompressed bytes, but {found}")]
+    LengthMismatch { claimed: u64, found: String },
+    #[error("{codec} decompression failed: {reason}")]
+    Corrupt { codec: &'static str, reason: String },
+}
+
+/// A checked frame: its codec, uncompressed length and payload.
+#[derive(Debug)]
+pub(crate) struct Frame<'a> {
+    codec: u8,
+    len: u64,
+    payload: &'a [u8],
+}
+
+impl<'a> Frame<'a> {
+    /// Checks the header of `bytes` and that the payload can hold `len`
+    /// bytes (stored: exactly; lz4: within its largest ratio; zstd: the
+    /// length zstd's own frame header records), with `len <= cap`.
+    pub fn parse(bytes: &'a [u8], cap: u64) -> Result<Frame<'a>, FrameError> {
+        let Some((head, payload)) = bytes.split_first_chunk::<HEADER_LEN>() else {
+            return Err(FrameError::Truncated { len: bytes.len() });
+        };
+        let found = [head[0], head[1]];
+        if found != MAGIC {
+            return Err(FrameError::BadMagic { found });
+        }
+        if head[3] != 0 {
+            return Err(FrameError::Flags(head[3]));
+        }
+        let mut len8 = [0u8; 8];
+        len8.copy_from_slice(&head[4..12]);
+        let len = u64::from_le_bytes(len8);
+        if len > cap {
+            return Err(FrameError::TooLarge { claimed: len, cap });
+        }
+        let frame = Frame {
+            codec: head[2],
+            len,
+            payload,
+        };
+        frame.check_len()?;
+        Ok(frame)
+    }
+
+    fn mismatch(&self, found: String) -> FrameError {
+        FrameError::LengthMismatch {
+            claimed: self.len,
+            found,
+        }
+    }
+
+    fn check_len(&self) -> Result<(), FrameError> {
+        let n = self.payload.len() as u64;
+        match self.codec {
+            STORED if n != self.len => Err(self.mismatch(format!("{n} are stored"))),
+            LZ4 if self.len > n.saturating_mul(LZ4_MAX_RATIO).saturating_add(16) => Err(
+                self.mismatch(format!("{n} lz4 bytes cannot expand to that many")),
+            ),
+            ZSTD => match zstd::zstd_safe::get_frame_content_size(self.payload) {
+                Ok(Some(m)) if m == self.len => Ok(()),
+                Ok(Some(m)) => Err(self.mismatch(format!("the zstd frame holds {m}"))),
+                Ok(None) => Err(self.mismatch("the zstd frame records no length".into())),
+                Err(_) => Err(FrameError::Corrupt {
+                    codec: "zstd",
+                    reason: "no valid zstd frame header".into(),
+                }),
+            },
+            STORED | LZ4 => Ok(()),
+            c => Err(FrameError::UnknownCodec(c)),
+        }
+    }
+
+    /// The uncompressed length.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Decodes into `out`, which must be exactly [`len`](Self::len) bytes.
+    pub fn decode_into(&self, out: &mut [u8]) -> Result<(), FrameError> {
+        debug_assert_eq!(out.len() as u64, self.len);
+        let corrupt = |codec, e: std::io::Error| FrameError::Corrupt {
+            codec,
+            reason: e.to_string(),
+        };
+        let n = match self.codec {
+            STORED => {
+                out.copy_from_slice(self.payload);
+                out.len()
+            }
+            ZSTD => zstd::bulk::Decompressor::new()
+                .and_then(|mut d| d.decompress_to_buffer(self.payload, out))
+                .map_err(|e| corrupt("zstd", e))?,
+            _ => {
+                let size = i32::try_from(out.len())
+                    .map_err(|_| self.mismatch("lz4 blocks hold less than 2 GiB".into()))?;
+                lz4::block::decompress_to_buffer(self.payload, Some(size), out)
+                    .map_err(|e| corrupt("lz4", e))?
+            }
+        };
+        if n != out.len() {
+            return Err(self.mismatch(format!("it decodes to {n}")));
+        }
+        Ok(())
+    }
+
+    /// Decodes into a new buffer.
+    pub fn decode(&self) -> Result<Vec<u8>, FrameError> {
+        let mut out = vec![0u8; self.len as usize];
+        self.decode_into(&mut out)?;
+        Ok(out)
+    }
+}
+
+fn header(codec: u8, len: u64) -> [u8; HEADER_LEN] {
+    let mut h = [0u8; HEADER_LEN];
+    h[..2].copy_from_slice(&MAGIC);
+    h[2] = codec;
+    h[4..].copy_from_slice(&len.to_le_bytes());
+    h
+}
+
+/// One event's framed data: a slice of the batch's new buffer, or one of
+/// the event's own segments (stored events keep their buffers).
+enum Piece {
+    Own(std::ops::Range<usize>),
+    Theirs(Bytes),
+}
+
+/// Compresses the data parts of one batch with one codec.
+pub(crate) struct Packer {
+    codec: Compression,
+    zstd: Option<zstd::bulk::Compressor<'static>>,
+    /// An event's segments joined, when it has several.
+    scratch: Vec<u8>,
+}
+
+impl Packer {
+    pub fn new(codec: Compression) -> Self {
+        let zstd = match codec {
+            Compression::Zstd(level) => zstd::bulk::Compressor::new(level).ok(),
+            _ => None,
+        };
+        Packer {
+            codec,
+            zstd,
+            scratch: Vec::new(),
+        }
+    }
+
+    /// The most bytes compressing `len` bytes can take (`None`: the codec
+    /// cannot take that much; the event is stored).
+    fn bound(&self, len: usize) -> Option<usize> {
+        match self.codec {
+            Compression::None => None,
+            Compression::Zstd(_) => self.zstd.as_ref().map(|_| zstd::zstd_safe::compress_bound(len)),
+            Compression::Lz4(_) => lz4::block::compress_bound(len).ok(),
+        }
+    }
+
+    /// Compresses `src` into `dst`; `None` when it fails or does not shrink.
+    fn compress(&mut self, src: &[u8], dst: &mut [u8]) -> Option<(u8, usize)> {
+        let (codec, n) = match self.codec {
+            Compression::None => return None,
+            Compression::Zstd(_) => (ZSTD, self.zstd.as_mut()?.compress_to_buffer(src, dst)),
+            Compression::Lz4(level) => {
+                let mode = match level {
+                    0 => None,
+                    l => Some(lz4::block::CompressionMode::HIGHCOMPRESSION(l as i32)),
+                };
+                (LZ4, lz4::block::compress_to_buffer(src, mode, false, dst))
+            }
+        };
+        n.ok().filter(|&n| n < src.len()).map(|n| (codec, n))
+    }
+
+    /// Frames one event's data (`segs`, `len` bytes in all) into `out`.
+    fn pack_one(&mut self, segs: Vec<Bytes>, len: u64, out: &mut BytesMut, pieces: &mut Vec<Piece>) {
+        let start = out.len();
+        let bound = usize::try_from(len).ok().and_then(|l| self.bound(l));
+        if let Some(bound) = bound {
+            out.resize(start + HEADER_LEN + bound, 0);
+            let joined = match segs.as_slice() {
+                [_] => None,
+                _ => {
+                    self.scratch.clear();
+                    segs.iter().for_each(|s| self.scratch.extend_from_slice(s));
+                    Some(std::mem::take(&mut self.scratch))
+                }
+            };
+            let src = joined.as_deref().unwrap_or_else(|| &segs[0][..]);
+            let packed = self.compress(src, &mut out[start + HEADER_LEN..]);
+            if let Some(buf) = joined {
+                self.scratch = buf;
+            }
+            if let Some((codec, n)) = packed {
+                out[start..start + HEADER_LEN].copy_from_slice(&header(codec, len));
+                out.truncate(start + HEADER_LEN + n);
+                pieces.push(Piece::Own(start..start + HEADER_LEN + n));
+                return;
+            }
+            out.truncate(start);
+        }
+        out.put_slice(&header(STORED, len));
+        pieces.push(Piece::Own(start..start + HEADER_LEN));
+        pieces.extend(segs.into_iter().map(Piece::Theirs));
+    }
+}
+
+/// Frames the data parts of a sealed batch (`meta`, its metadata
+/// section, and `data`, its events' segments back to back): returns the
+/// section with each event's stored length and the framed segments.
+pub(crate) fn pack_batch(
+    codec: Compression,
+    meta: &Bytes,
+    data: Vec<Bytes>,
+) -> Result<(Bytes, Vec<Bytes>), strom_proto::ProtoError> {
+    let view = strom_proto::BatchView::parse(meta.clone())?;
+    let lens: Vec<u64> = view.iter().map(|e| e.data_len).collect();
+    let room = lens
+        .iter()
+        .filter(|&&l| l > 0)
+        .map(|&l| HEADER_LEN.saturating_add(usize::try_from(l).unwrap_or(0).saturating_add(l as usize / 200 + 1024)))
+        .fold(0usize, usize::saturating_add);
+    let mut out = BytesMut::with_capacity(room);
+    let mut pieces = Vec::with_capacity(lens.len() * 2);
+    let mut packer = Packer::new(codec);
+    let mut segs = data.into_iter();
+    let mut carry = None;
+    let mut stored = Vec::with_capacity(lens.len());
+    for &len in &lens {
+        if len == 0 {
+            stored.push(0);
+            continue;
+        }
+        let parts = take_event(&mut segs, &mut carry, len)?;
+        let before = pieces.len();
+        packer.pack_one(parts, len, &mut out, &mut pieces);
+        stored.push(pieces[before..].iter().map(piece_len).sum::<u64>());
+    }
+    let out = out.freeze();
+    let data = pieces
+        .into_iter()
+        .map(|p| match p {
+            Piece::Own(r) => out.slice(r),
+            Piece::Theirs(b) => b,
+        })
+        .collect();
+    Ok((with_lengths(meta, &stored), data))
+}
+
+fn piece_len(p: &Piece) -> u64 {
+    match p {
+        Piece::Own(r) => r.len() as u64,
+        Piece::Theirs(b) => b.len() as u64,
+    }
+}
+
+/// The next `len` bytes of a batch's segments, as whole segments or
+/// slices of them (`carry` holds what is left of a split one).
+fn take_event(
+    segs: &mut impl Iterator<Item = Bytes>,
+    carry: &mut Option<Bytes>,
+    mut len: u64,
+) -> Result<Vec<Bytes>, strom_proto::ProtoError> {
+    let mut out = Vec::new();
+    while len > 0 {
+        let Some(mut s) = carry.take().or_else(|| segs.next()) else {
+            return Err(strom_proto::ProtoError::Invalid {
+                what: "batch",
+                detail: "the events' data lengths add up to more than their data".into(),
+            });
+        };
+        if s.len() as u64 > len {
+            *carry = Some(s.split_off(len as usize));
+        }
+        len -= s.len() as u64;
+        out.push(s);
+    }
+    Ok(out)
+}
+
+/// `meta` with event *i*'s data length set to `lens[i]`.
+fn with_lengths(meta: &Bytes, lens: &[u64]) -> Bytes {
+    let table = if strom_proto::stamp_of(meta).is_some() { 16 } else { 4 };
+    let mut m = BytesMut::from(&meta[..]);
+    for (i, l) in lens.iter().enumerate() {
+        let at = table + i * 16 + 8;
+        m[at..at + 8].copy_from_slice(&l.to_le_bytes());
+    }
+    m.freeze()
+}
