@@ -17,8 +17,14 @@
 //! Decoding trusts no length: the header's is checked against a cap and
 //! against what the payload can hold before anything is allocated.
 
+use std::sync::Arc;
+
 use bytes::{BufMut, Bytes, BytesMut};
 use strom_proto::Compression;
+
+use crate::data::{plan_fill, DataBroker, DataBuffer, DataDescriptor, DataSelector};
+use crate::error::{Error, Result};
+use crate::event::Event;
 
 /// Bytes of the frame header.
 pub(crate) const HEADER_LEN: usize = 12;
@@ -337,4 +343,251 @@ fn with_lengths(meta: &Bytes, lens: &[u64]) -> Bytes {
         m[at..at + 8].copy_from_slice(&l.to_le_bytes());
     }
     m.freeze()
+}
+
+/// What a consumer of a compressed topic runs on each event once its
+/// stored frame was fetched (alone, into the event's one buffer).
+pub(crate) struct Unpacker {
+    pub topic: String,
+    pub selector: Arc<dyn DataSelector>,
+    pub broker: Arc<dyn DataBroker>,
+}
+
+impl Unpacker {
+    /// Checks and decodes the event's frame, runs the selector and broker
+    /// on the uncompressed view, and fills the broker's buffers with the
+    /// selected bytes. A bad frame is a [`Error::DataFrame`]; selector and
+    /// broker failures are what they are on other topics.
+    pub fn unpack(&self, mut ev: Event) -> Result<Event> {
+        if ev.data_size == 0 {
+            return Ok(ev);
+        }
+        let stored = std::mem::take(&mut ev.buffers);
+        let bytes = match stored.first() {
+            Some(b) => &b.as_slice()[..ev.fetched as usize],
+            // Not fetched: more than any frame of an event can hold.
+            None => {
+                let claimed = ev.data_size;
+                return Err(self.bad(&ev, FrameError::TooLarge { claimed, cap: MAX_UNCOMPRESSED }));
+            }
+        };
+        let frame = Frame::parse(bytes, MAX_UNCOMPRESSED).map_err(|e| self.bad(&ev, e))?;
+        let size = frame.len();
+        let desc = DataDescriptor {
+            size,
+            descriptor: ev.descriptor.clone(),
+        };
+        let sel = self.selector.try_select(&ev.meta, &desc).map_err(Error::Selector)?;
+        let ranges = sel.resolve(size).map_err(Error::Selector)?;
+        let fetched: u64 = ranges.iter().map(|r| r.1).sum();
+        (ev.data_size, ev.fetched) = (size, fetched);
+        if fetched == 0 {
+            return Ok(ev);
+        }
+        let mut bufs = self.broker.buffers(&ev.meta, &sel, fetched).map_err(Error::Broker)?;
+        let mut plan = Vec::new();
+        plan_fill(&bufs, 0, fetched, &mut plan)?;
+        if ranges == [(0, size)] && plan.len() == 1 {
+            // The whole part into one buffer: decoded in place, no copy.
+            let out = &mut bufs[0].as_mut_slice()[..size as usize];
+            frame.decode_into(out).map_err(|e| self.bad(&ev, e))?;
+        } else {
+            let full = frame.decode().map_err(|e| self.bad(&ev, e))?;
+            scatter(&full, &ranges, &mut bufs, &plan);
+        }
+        ev.buffers = bufs;
+        Ok(ev)
+    }
+
+    fn bad(&self, ev: &Event, source: FrameError) -> Error {
+        Error::DataFrame {
+            topic: self.topic.clone(),
+            partition: ev.meta.partition,
+            offset: ev.meta.offset,
+            source,
+        }
+    }
+}
+
+/// Copies the `ranges` of `full` in order over the `(buffer, start, len)`
+/// pieces of `plan` (which add up to the ranges' length).
+fn scatter(
+    full: &[u8],
+    ranges: &[(u64, u64)],
+    bufs: &mut [Box<dyn DataBuffer>],
+    plan: &[(usize, usize, usize)],
+) {
+    let mut pieces = plan.iter().copied();
+    let mut cur = pieces.next();
+    for &(o, l) in ranges {
+        let mut src = &full[o as usize..(o + l) as usize];
+        while let (false, Some((b, pos, left))) = (src.is_empty(), cur.as_mut()) {
+            let n = (*left).min(src.len());
+            bufs[*b].as_mut_slice()[*pos..*pos + n].copy_from_slice(&src[..n]);
+            src = &src[n..];
+            *pos += n;
+            *left -= n;
+            if *left == 0 {
+                cur = pieces.next();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use strom_proto::{BatchBuilder, BatchView, ProducerStamp};
+
+    /// Compressible: a slowly varying array of little-endian f64s.
+    fn array(n: usize) -> Vec<u8> {
+        (0..n).flat_map(|i| ((i / 7) as f64).to_le_bytes()).collect()
+    }
+
+    /// Incompressible: xorshift bytes.
+    fn noise(n: usize) -> Vec<u8> {
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        (0..n)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect()
+    }
+
+    /// Packs one batch of `events` and returns each event's stored frame.
+    fn pack(codec: Compression, events: &[Vec<Bytes>], stamped: bool) -> Vec<Bytes> {
+        let mut b = BatchBuilder::new();
+        let mut data = Vec::new();
+        for segs in events {
+            let len = segs.iter().map(|s| s.len() as u64).sum();
+            b.push(b"{}", b"", len);
+            data.extend(segs.iter().filter(|s| !s.is_empty()).cloned());
+        }
+        let stamp = stamped.then_some(ProducerStamp {
+            producer: 7,
+            sequence: 1,
+            restart: false,
+        });
+        let meta = b.finish_stamped(stamp);
+        let (meta, data) = pack_batch(codec, &meta, data).unwrap();
+        let joined: Vec<u8> = data.iter().flat_map(|b| b.iter().copied()).collect();
+        let joined = Bytes::from(joined);
+        let view = BatchView::parse(meta).unwrap();
+        assert_eq!(view.stamp().is_some(), stamped);
+        view.iter()
+            .map(|e| joined.slice(e.data_pos as usize..(e.data_pos + e.data_len) as usize))
+            .collect()
+    }
+
+    fn unframe(frame: &[u8]) -> Result<Vec<u8>, FrameError> {
+        Frame::parse(frame, MAX_UNCOMPRESSED)?.decode()
+    }
+
+    #[test]
+    fn frames_round_trip_for_zstd_and_lz4_at_their_levels() {
+        let a = array(64 << 10);
+        for codec in [
+            Compression::Zstd(1),
+            Compression::Zstd(3),
+            Compression::Zstd(19),
+            Compression::Lz4(0),
+            Compression::Lz4(9),
+        ] {
+            // One event in three segments, one in one, one empty.
+            let (x, y) = a.split_at(1000);
+            let segs = vec![Bytes::copy_from_slice(x), Bytes::new(), Bytes::copy_from_slice(y)];
+            let frames = pack(codec, &[segs, vec![Bytes::from(a.clone())], vec![]], true);
+            assert_eq!(frames.len(), 3);
+            for f in &frames[..2] {
+                assert!(f.len() < a.len() / 4, "{codec}: {} bytes stored", f.len());
+                assert_ne!(f[2], STORED, "{codec}");
+                assert_eq!(unframe(f).unwrap(), a, "{codec}");
+            }
+            assert!(frames[2].is_empty(), "an empty data part stays empty");
+        }
+    }
+
+    #[test]
+    fn higher_zstd_levels_store_fewer_bytes_here() {
+        let a: Vec<u8> = (0..200_000u32).flat_map(|i| (i % 1000 + i / 5000).to_le_bytes()).collect();
+        let one = pack(Compression::Zstd(1), &[vec![a.clone().into()]], false);
+        let high = pack(Compression::Zstd(19), &[vec![a.into()]], false);
+        assert!(high[0].len() < one[0].len(), "{} vs {}", high[0].len(), one[0].len());
+    }
+
+    #[test]
+    fn incompressible_data_is_stored_raw_behind_a_header() {
+        let n = noise(10_000);
+        for codec in [Compression::Zstd(3), Compression::Lz4(0)] {
+            let frames = pack(codec, &[vec![Bytes::from(n.clone())]], false);
+            let f = &frames[0];
+            assert_eq!(f.len(), n.len() + HEADER_LEN);
+            assert_eq!(f[2], STORED);
+            assert_eq!(&f[HEADER_LEN..], &n[..]);
+            assert_eq!(unframe(f).unwrap(), n);
+        }
+    }
+
+    fn frame_of(codec: u8, len: u64, payload: &[u8]) -> Vec<u8> {
+        let mut f = header(codec, len).to_vec();
+        f.extend_from_slice(payload);
+        f
+    }
+
+    #[test]
+    fn corrupt_frames_are_refused_without_panic() {
+        let a = array(4096);
+        let good = pack(Compression::Zstd(3), &[vec![Bytes::from(a.clone())]], false)[0].to_vec();
+        let lz = pack(Compression::Lz4(0), &[vec![Bytes::from(a.clone())]], false)[0].to_vec();
+        let len = a.len() as u64;
+        // Truncated: shorter than a header, and a cut payload.
+        assert_eq!(unframe(&good[..5]), Err(FrameError::Truncated { len: 5 }));
+        assert!(unframe(&good[..good.len() - 3]).is_err());
+        assert!(unframe(&lz[..lz.len() - 3]).is_err());
+        // Bad magic, codec and flags.
+        let mut f = good.clone();
+        f[0] = b'X';
+        assert!(matches!(unframe(&f), Err(FrameError::BadMagic { .. })));
+        let mut f = good.clone();
+        f[2] = 9;
+        assert_eq!(unframe(&f), Err(FrameError::UnknownCodec(9)));
+        let mut f = good.clone();
+        f[3] = 1;
+        assert_eq!(unframe(&f), Err(FrameError::Flags(1)));
+        // Lying lengths: zstd's own header disagrees; lz4 decodes to less.
+        let zstd_payload = &good[HEADER_LEN..];
+        let lying = frame_of(ZSTD, len + 1, zstd_payload);
+        assert!(matches!(unframe(&lying), Err(FrameError::LengthMismatch { .. })));
+        let lying = frame_of(LZ4, len + 5, &lz[HEADER_LEN..]);
+        assert!(unframe(&lying).is_err());
+        let lying = frame_of(LZ4, len - 5, &lz[HEADER_LEN..]);
+        assert!(unframe(&lying).is_err());
+        let lying = frame_of(STORED, 10, b"abc");
+        assert!(matches!(unframe(&lying), Err(FrameError::LengthMismatch { .. })));
+        // Huge lengths: above the cap, and more than the payload can hold.
+        let huge = frame_of(ZSTD, u64::MAX, zstd_payload);
+        assert!(matches!(unframe(&huge), Err(FrameError::TooLarge { .. })));
+        let big = frame_of(LZ4, 100 << 20, &[0u8; 16]);
+        assert!(matches!(unframe(&big), Err(FrameError::LengthMismatch { .. })));
+        let big = frame_of(ZSTD, 100 << 20, &[0u8; 16]);
+        assert!(unframe(&big).is_err());
+        // Garbage after a valid header.
+        for codec in [ZSTD, LZ4] {
+            assert!(unframe(&frame_of(codec, 64, &noise(40))).is_err());
+        }
+    }
+
+    #[test]
+    fn selected_ranges_are_scattered_over_the_brokers_buffers() {
+        let full: Vec<u8> = (0..100u8).collect();
+        let mut bufs: Vec<Box<dyn DataBuffer>> = vec![Box::new(vec![0u8; 3]), Box::new(vec![0u8; 9])];
+        let mut plan = Vec::new();
+        plan_fill(&bufs, 0, 12, &mut plan).unwrap();
+        scatter(&full, &[(10, 5), (50, 7)], &mut bufs, &plan);
+        assert_eq!(bufs[0].as_slice(), &[10, 11, 12]);
+        assert_eq!(bufs[1].as_slice(), &[13, 14, 50, 51, 52, 53, 54, 55, 56]);
+    }
 }

@@ -16,6 +16,7 @@ use strom_proto::{BatchView, ErrorCode, EventEntry, Push, Request, Response, Run
 use tokio::sync::mpsc;
 
 use crate::conn::ResponseWaiter;
+use crate::compress::Unpacker;
 use crate::consumer::{Item, PartSub, Shared};
 use crate::data::{plan_fill, DataBuffer, DataDescriptor, EventMeta};
 use crate::error::unexpected;
@@ -434,10 +435,8 @@ async fn stream_loop(ctx: &StreamCtx, rx: &mut mpsc::UnboundedReceiver<Push>) ->
                 };
                 report_lost(ctx, &mut lost);
                 ctx.pos.fetch_max(end, Ordering::AcqRel);
-                let held: u64 = events.iter().map(|e| e.fetched_len()).sum();
-                if !events.is_empty() && !shared.deliver(epoch, Item::Events(slot as u32, events)) {
+                if !deliver_fetched(shared, epoch, slot, events) {
                     // A seek superseded this subscription; its data is dropped.
-                    shared.budget.release(held);
                     return Ok(());
                 }
             }
@@ -459,9 +458,7 @@ async fn stream_loop(ctx: &StreamCtx, rx: &mut mpsc::UnboundedReceiver<Push>) ->
                     }
                     Err(e) => return Err(e),
                 };
-                let held: u64 = events.iter().map(|e| e.fetched_len()).sum();
-                if !events.is_empty() && !shared.deliver(epoch, Item::Events(slot as u32, events)) {
-                    shared.budget.release(held);
+                if !deliver_fetched(shared, epoch, slot, events) {
                     return Ok(());
                 }
             }
@@ -490,6 +487,42 @@ async fn stream_loop(ctx: &StreamCtx, rx: &mut mpsc::UnboundedReceiver<Push>) ->
         ErrorCode::CONNECTION_CLOSED,
         "the connection to the server was lost",
     ))
+}
+
+/// Queues a batch's fetched events, with an error in the place of each
+/// event whose data could not be decoded (compressed topics), so the reader
+/// carries on after it. False if a seek superseded the subscription (or
+/// its partition was revoked): what was not queued gives its data back.
+fn deliver_fetched(shared: &Shared, epoch: u64, slot: usize, fetched: Fetched) -> bool {
+    let mut items = Vec::new();
+    let mut run = VecDeque::new();
+    for r in fetched {
+        match r {
+            Ok(ev) => run.push_back(ev),
+            Err(e) => {
+                if !run.is_empty() {
+                    items.push(Item::Events(slot as u32, std::mem::take(&mut run)));
+                }
+                items.push(Item::Failed(e));
+            }
+        }
+    }
+    if !run.is_empty() {
+        items.push(Item::Events(slot as u32, run));
+    }
+    let held = |i: &Item| match i {
+        Item::Events(_, evs) => evs.iter().map(|e| e.fetched_len()).sum(),
+        _ => 0,
+    };
+    let mut items = items.into_iter();
+    while let Some(item) = items.next() {
+        let bytes: u64 = held(&item);
+        if !shared.deliver(epoch, item) {
+            shared.budget.release(bytes + items.map(|i| held(&i)).sum::<u64>());
+            return false;
+        }
+    }
+    true
 }
 
 fn report_lost(ctx: &StreamCtx, lost: &mut Option<(u64, u64)>) {
@@ -573,9 +606,13 @@ async fn fetch_events(
     shared: &Arc<Shared>,
     sub: &Arc<PartSub>,
     items: Vec<Incoming>,
-) -> Result<VecDeque<Event>> {
+) -> Result<Fetched> {
     start_fetch(shared, sub, items).await?.finish().await
 }
+
+/// A batch's events in order, with an error in the place of each one whose
+/// data could not be decoded.
+type Fetched = Vec<Result<Event>>;
 
 /// A data request on the wire and the events its answer fills. Until
 /// [`finish`](InFlight::finish) hands the events out, dropping it gives
@@ -588,6 +625,9 @@ struct InFlight {
     /// Budget reserved for the answer.
     want: u64,
     waiter: Option<ResponseWaiter>,
+    /// Compressed topics: the buffers hold the stored frames, which this
+    /// decodes into the broker's buffers.
+    unpacker: Option<Arc<Unpacker>>,
 }
 
 impl Drop for InFlight {
@@ -598,10 +638,10 @@ impl Drop for InFlight {
 
 impl InFlight {
     /// Waits for the answer and hands out the events, with their data.
-    async fn finish(mut self) -> Result<VecDeque<Event>> {
+    async fn finish(mut self) -> Result<Fetched> {
         let mut events = std::mem::take(&mut self.events);
         let Some(waiter) = self.waiter.take() else {
-            return Ok(events);
+            return Ok(events.into_iter().map(Ok).collect());
         };
         let filled = match waiter.wait().await? {
             (Response::Data { .. }, filled) => filled,
@@ -613,8 +653,48 @@ impl InFlight {
         for (ev, n) in events.iter_mut().zip(&self.owned) {
             ev.buffers = filled.by_ref().take(*n).collect();
         }
-        Ok(events)
+        match self.unpacker.clone() {
+            Some(u) => unpack_all(&self.shared, u, events).await,
+            None => Ok(events.into_iter().map(Ok).collect()),
+        }
     }
+}
+
+/// Decodes a compressed topic's fetched events on the blocking pool (the
+/// selectors and brokers run there too), and moves the data budget from
+/// the stored frames to the selected bytes handed out.
+async fn unpack_all(
+    shared: &Shared,
+    u: Arc<Unpacker>,
+    events: VecDeque<Event>,
+) -> Result<Fetched> {
+    let stored: u64 = events.iter().map(|e| e.fetched_len()).sum();
+    let decoded = tokio::task::spawn_blocking(move || {
+        let mut out = Vec::with_capacity(events.len());
+        for ev in events {
+            match u.unpack(ev) {
+                Ok(ev) => out.push(Ok(ev)),
+                Err(e @ Error::DataFrame { .. }) => out.push(Err(e)),
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(out)
+    })
+    .await
+    .map_err(|e| Error::coded(ErrorCode::INTERNAL, format!("decoding data parts: {e}")));
+    let decoded = match decoded.and_then(|d| d) {
+        Ok(d) => d,
+        Err(e) => {
+            shared.budget.release(stored);
+            return Err(e);
+        }
+    };
+    let held: u64 = decoded.iter().flatten().map(|e| e.fetched_len()).sum();
+    match held.cmp(&stored) {
+        std::cmp::Ordering::Greater => shared.budget.take(held - stored),
+        _ => shared.budget.release(stored - held),
+    }
+    Ok(decoded)
 }
 
 /// Selection and buffers per event, then one data request for them all
@@ -641,7 +721,17 @@ async fn start_fetch(
         let mut fetched = 0;
         let first = buffers.len();
         let e = &i.entry;
-        if e.data_len > 0 {
+        if e.data_len > 0 && shared.unpacker.is_some() {
+            // Compressed: the whole stored frame, selected after decoding.
+            fetched = stored_frame(e.data_len, &mut buffers, &mut plan);
+            if fetched > 0 {
+                let ranges = std::iter::once((e.data_pos, e.data_len));
+                match wanted.last_mut() {
+                    Some((base, r)) if *base == i.batch_base => r.extend(ranges),
+                    _ => wanted.push((i.batch_base, ranges.collect())),
+                }
+            }
+        } else if e.data_len > 0 {
             let desc = DataDescriptor {
                 size: e.data_len,
                 descriptor: e.descriptor.clone(),
@@ -677,6 +767,7 @@ async fn start_fetch(
         owned,
         want: 0,
         waiter: None,
+        unpacker: shared.unpacker.clone(),
     };
     if wanted.is_empty() {
         return Ok(flight);
@@ -700,6 +791,23 @@ async fn start_fetch(
     })?;
     flight.waiter = Some(conn.send(&req, Vec::new(), buffers, plan).await?);
     Ok(flight)
+}
+
+/// A buffer for a compressed event's whole stored frame (`len` bytes),
+/// planned to be filled; 0 (nothing fetched) when no frame can be that
+/// large, which decoding then reports.
+fn stored_frame(
+    len: u64,
+    buffers: &mut Vec<Box<dyn DataBuffer>>,
+    plan: &mut Vec<(usize, usize, usize)>,
+) -> u64 {
+    let most = crate::compress::MAX_UNCOMPRESSED + crate::compress::HEADER_LEN as u64;
+    if len > most {
+        return 0;
+    }
+    plan.push((buffers.len(), 0, len as usize));
+    buffers.push(Box::new(vec![0u8; len as usize]));
+    len
 }
 
 /// Subscribes to partitions added to the topic after the consumer started.
