@@ -96,6 +96,15 @@ pub struct BenchArgs {
     /// Bytes of data per event (0 = metadata only).
     #[arg(long, default_value_t = 0)]
     data_size: usize,
+    /// What each data part holds: constant (one repeated byte), array (a
+    /// compressible f32 field, like a simulation's output) or random
+    /// (incompressible).
+    #[arg(long, value_enum, default_value = "constant")]
+    payload: workload::PayloadKind,
+    /// Compression of the topic the bench creates (Strom only): none |
+    /// zstd | zstd:<level> | lz4 | lz4:<level> (docs/compression.md).
+    #[arg(long, default_value = "none")]
+    compression: String,
     /// Events per batch, or "adaptive" (send whatever is ready).
     #[arg(long, default_value = "adaptive")]
     batch: String,
@@ -235,7 +244,7 @@ impl Config {
             .clone()
             .unwrap_or_else(|| format!("bench-{}-{}", std::process::id(), workload::now_us()));
         Ok(Config {
-            payload: workload::Payload::new(args.metadata_size, args.data_size)?,
+            payload: workload::Payload::new(args.metadata_size, args.data_size, args.payload)?,
             batch,
             partition_type: PartitionType::parse(&args.partition_type)
                 .map_err(anyhow::Error::msg)?,
@@ -336,6 +345,11 @@ pub trait Target: Send + Sync {
     /// report and for the error when retention lost events.
     fn retention(&self, _cfg: &Config) -> anyhow::Result<Option<(u64, &'static str)>> {
         Ok(None)
+    }
+    /// Bytes of data the target's files hold, when it can tell (an
+    /// embedded Strom server's `.data` files).
+    fn stored_data_bytes(&self) -> Option<u64> {
+        None
     }
 }
 
@@ -495,12 +509,40 @@ pub fn run(args: BenchArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> {
     let result = engine::run(&cfg, target.as_ref())?;
     let memory = rss.map(|s| (s.pid, s.finish()));
     let retention = target.retention(&cfg)?;
+    let stored_bytes = target.stored_data_bytes();
     report(&cfg, target_spec.as_deref(), result, memory, retention);
+    if let Some(b) = stored_bytes {
+        print_stored(&cfg, b);
+    }
     drop(target);
     Ok(())
 }
 
 type Memory = (u32, (u64, Option<u64>));
+
+/// The bytes of data stored beside what was pushed (events of the run,
+/// warm-up included), one line or one JSON object after the report.
+fn print_stored(cfg: &Config, stored: u64) {
+    let a = &cfg.args;
+    let pushed = (a.events + a.warmup).saturating_mul(a.data_size as u64);
+    let ratio = pushed as f64 / stored.max(1) as f64;
+    if a.json {
+        let v = serde_json::json!({
+            "payload": format!("{:?}", a.payload).to_lowercase(),
+            "compression": a.compression,
+            "data_bytes_pushed": pushed,
+            "data_bytes_stored": stored,
+            "ratio": ratio,
+        });
+        println!("{v}");
+    } else {
+        println!(
+            "data: {pushed} bytes pushed ({:?} payload), {stored} bytes stored in .data files \
+             (compression {}): ratio {ratio:.2}",
+            a.payload, a.compression
+        );
+    }
+}
 
 fn report(
     cfg: &Config,
