@@ -256,7 +256,8 @@ fn info_json(t: &TopicInfo, consumers: Option<&[Vec<(String, u64)>]>) -> serde_j
 
 /// The topic's compression option as it is in force (`none`, `zstd:3`, ...).
 fn compression(s: &TopicSpec) -> String {
-    strom_client::Compression::parse(&s.compression).map_or_else(|_| s.compression.clone(), |c| c.to_string())
+    strom_client::Compression::parse(&s.compression)
+        .map_or_else(|_| s.compression.clone(), |c| c.to_string())
 }
 
 fn print_describe(t: &TopicInfo, consumers: &[Vec<(String, u64)>]) {

@@ -108,9 +108,9 @@ impl<'a> Frame<'a> {
         let n = self.payload.len() as u64;
         match self.codec {
             STORED if n != self.len => Err(self.mismatch(format!("{n} are stored"))),
-            LZ4 if self.len > n.saturating_mul(LZ4_MAX_RATIO).saturating_add(16) => Err(
-                self.mismatch(format!("{n} lz4 bytes cannot expand to that many")),
-            ),
+            LZ4 if self.len > n.saturating_mul(LZ4_MAX_RATIO).saturating_add(16) => {
+                Err(self.mismatch(format!("{n} lz4 bytes cannot expand to that many")))
+            }
             ZSTD => match zstd::zstd_safe::get_frame_content_size(self.payload) {
                 Ok(Some(m)) if m == self.len => Ok(()),
                 Ok(Some(m)) => Err(self.mismatch(format!("the zstd frame holds {m}"))),
@@ -207,7 +207,10 @@ impl Packer {
     fn bound(&self, len: usize) -> Option<usize> {
         match self.codec {
             Compression::None => None,
-            Compression::Zstd(_) => self.zstd.as_ref().map(|_| zstd::zstd_safe::compress_bound(len)),
+            Compression::Zstd(_) => self
+                .zstd
+                .as_ref()
+                .map(|_| zstd::zstd_safe::compress_bound(len)),
             Compression::Lz4(_) => lz4::block::compress_bound(len).ok(),
         }
     }
@@ -229,7 +232,13 @@ impl Packer {
     }
 
     /// Frames one event's data (`segs`, `len` bytes in all) into `out`.
-    fn pack_one(&mut self, segs: Vec<Bytes>, len: u64, out: &mut BytesMut, pieces: &mut Vec<Piece>) {
+    fn pack_one(
+        &mut self,
+        segs: Vec<Bytes>,
+        len: u64,
+        out: &mut BytesMut,
+        pieces: &mut Vec<Piece>,
+    ) {
         let start = out.len();
         let bound = usize::try_from(len).ok().and_then(|l| self.bound(l));
         if let Some(bound) = bound {
@@ -274,7 +283,13 @@ pub(crate) fn pack_batch(
     let room = lens
         .iter()
         .filter(|&&l| l > 0)
-        .map(|&l| HEADER_LEN.saturating_add(usize::try_from(l).unwrap_or(0).saturating_add(l as usize / 200 + 1024)))
+        .map(|&l| {
+            HEADER_LEN.saturating_add(
+                usize::try_from(l)
+                    .unwrap_or(0)
+                    .saturating_add(l as usize / 200 + 1024),
+            )
+        })
         .fold(0usize, usize::saturating_add);
     let mut out = BytesMut::with_capacity(room);
     let mut pieces = Vec::with_capacity(lens.len() * 2);
@@ -336,7 +351,11 @@ fn take_event(
 
 /// `meta` with event *i*'s data length set to `lens[i]`.
 fn with_lengths(meta: &Bytes, lens: &[u64]) -> Bytes {
-    let table = if strom_proto::stamp_of(meta).is_some() { 16 } else { 4 };
+    let table = if strom_proto::stamp_of(meta).is_some() {
+        16
+    } else {
+        4
+    };
     let mut m = BytesMut::from(&meta[..]);
     for (i, l) in lens.iter().enumerate() {
         let at = table + i * 16 + 8;
@@ -368,7 +387,13 @@ impl Unpacker {
             // Not fetched: more than any frame of an event can hold.
             None => {
                 let claimed = ev.data_size;
-                return Err(self.bad(&ev, FrameError::TooLarge { claimed, cap: MAX_UNCOMPRESSED }));
+                return Err(self.bad(
+                    &ev,
+                    FrameError::TooLarge {
+                        claimed,
+                        cap: MAX_UNCOMPRESSED,
+                    },
+                ));
             }
         };
         let frame = Frame::parse(bytes, MAX_UNCOMPRESSED).map_err(|e| self.bad(&ev, e))?;
@@ -377,14 +402,20 @@ impl Unpacker {
             size,
             descriptor: ev.descriptor.clone(),
         };
-        let sel = self.selector.try_select(&ev.meta, &desc).map_err(Error::Selector)?;
+        let sel = self
+            .selector
+            .try_select(&ev.meta, &desc)
+            .map_err(Error::Selector)?;
         let ranges = sel.resolve(size).map_err(Error::Selector)?;
         let fetched: u64 = ranges.iter().map(|r| r.1).sum();
         (ev.data_size, ev.fetched) = (size, fetched);
         if fetched == 0 {
             return Ok(ev);
         }
-        let mut bufs = self.broker.buffers(&ev.meta, &sel, fetched).map_err(Error::Broker)?;
+        let mut bufs = self
+            .broker
+            .buffers(&ev.meta, &sel, fetched)
+            .map_err(Error::Broker)?;
         let mut plan = Vec::new();
         plan_fill(&bufs, 0, fetched, &mut plan)?;
         if ranges == [(0, size)] && plan.len() == 1 {
@@ -441,7 +472,9 @@ mod tests {
 
     /// Compressible: a slowly varying array of little-endian f64s.
     fn array(n: usize) -> Vec<u8> {
-        (0..n).flat_map(|i| ((i / 7) as f64).to_le_bytes()).collect()
+        (0..n)
+            .flat_map(|i| ((i / 7) as f64).to_le_bytes())
+            .collect()
     }
 
     /// Incompressible: xorshift bytes.
@@ -498,7 +531,11 @@ mod tests {
         ] {
             // One event in three segments, one in one, one empty.
             let (x, y) = a.split_at(1000);
-            let segs = vec![Bytes::copy_from_slice(x), Bytes::new(), Bytes::copy_from_slice(y)];
+            let segs = vec![
+                Bytes::copy_from_slice(x),
+                Bytes::new(),
+                Bytes::copy_from_slice(y),
+            ];
             let frames = pack(codec, &[segs, vec![Bytes::from(a.clone())], vec![]], true);
             assert_eq!(frames.len(), 3);
             for f in &frames[..2] {
@@ -512,10 +549,17 @@ mod tests {
 
     #[test]
     fn higher_zstd_levels_store_fewer_bytes_here() {
-        let a: Vec<u8> = (0..200_000u32).flat_map(|i| (i % 1000 + i / 5000).to_le_bytes()).collect();
+        let a: Vec<u8> = (0..200_000u32)
+            .flat_map(|i| (i % 1000 + i / 5000).to_le_bytes())
+            .collect();
         let one = pack(Compression::Zstd(1), &[vec![a.clone().into()]], false);
         let high = pack(Compression::Zstd(19), &[vec![a.into()]], false);
-        assert!(high[0].len() < one[0].len(), "{} vs {}", high[0].len(), one[0].len());
+        assert!(
+            high[0].len() < one[0].len(),
+            "{} vs {}",
+            high[0].len(),
+            one[0].len()
+        );
     }
 
     #[test]
@@ -560,18 +604,27 @@ mod tests {
         // Lying lengths: zstd's own header disagrees; lz4 decodes to less.
         let zstd_payload = &good[HEADER_LEN..];
         let lying = frame_of(ZSTD, len + 1, zstd_payload);
-        assert!(matches!(unframe(&lying), Err(FrameError::LengthMismatch { .. })));
+        assert!(matches!(
+            unframe(&lying),
+            Err(FrameError::LengthMismatch { .. })
+        ));
         let lying = frame_of(LZ4, len + 5, &lz[HEADER_LEN..]);
         assert!(unframe(&lying).is_err());
         let lying = frame_of(LZ4, len - 5, &lz[HEADER_LEN..]);
         assert!(unframe(&lying).is_err());
         let lying = frame_of(STORED, 10, b"abc");
-        assert!(matches!(unframe(&lying), Err(FrameError::LengthMismatch { .. })));
+        assert!(matches!(
+            unframe(&lying),
+            Err(FrameError::LengthMismatch { .. })
+        ));
         // Huge lengths: above the cap, and more than the payload can hold.
         let huge = frame_of(ZSTD, u64::MAX, zstd_payload);
         assert!(matches!(unframe(&huge), Err(FrameError::TooLarge { .. })));
         let big = frame_of(LZ4, 100 << 20, &[0u8; 16]);
-        assert!(matches!(unframe(&big), Err(FrameError::LengthMismatch { .. })));
+        assert!(matches!(
+            unframe(&big),
+            Err(FrameError::LengthMismatch { .. })
+        ));
         let big = frame_of(ZSTD, 100 << 20, &[0u8; 16]);
         assert!(unframe(&big).is_err());
         // Garbage after a valid header.
@@ -583,7 +636,8 @@ mod tests {
     #[test]
     fn selected_ranges_are_scattered_over_the_brokers_buffers() {
         let full: Vec<u8> = (0..100u8).collect();
-        let mut bufs: Vec<Box<dyn DataBuffer>> = vec![Box::new(vec![0u8; 3]), Box::new(vec![0u8; 9])];
+        let mut bufs: Vec<Box<dyn DataBuffer>> =
+            vec![Box::new(vec![0u8; 3]), Box::new(vec![0u8; 9])];
         let mut plan = Vec::new();
         plan_fill(&bufs, 0, 12, &mut plan).unwrap();
         scatter(&full, &[(10, 5), (50, 7)], &mut bufs, &plan);

@@ -124,7 +124,9 @@ impl Error {
     pub fn message(&self) -> String {
         match self {
             Error::Coded { message, .. } => message.clone(),
-            e @ (Error::DataExpired { .. } | Error::DataCorrupt { .. } | Error::DataFrame { .. }) => {
+            e @ (Error::DataExpired { .. }
+            | Error::DataCorrupt { .. }
+            | Error::DataFrame { .. }) => {
                 let full = e.to_string();
                 match full.rfind(" [") {
                     Some(i) => full[..i].to_string(),

@@ -50,7 +50,7 @@ pub use producer::{Acks, Data, EventId, Producer, ProducerOptions, PushFuture};
 pub use strom_net::{MemTransport, Transport, Transports};
 pub use strom_policy::MetadataInput;
 pub use strom_proto::{
-    Compression, ConsumerGroupInfo, Durability, ErrorCode, GroupPartitionInfo, MemberInfo, Overflow,
-    PartitionInfo, PartitionType, Selection, StartPos, TopicInfo, TopicSpec,
+    Compression, ConsumerGroupInfo, Durability, ErrorCode, GroupPartitionInfo, MemberInfo,
+    Overflow, PartitionInfo, PartitionType, Selection, StartPos, TopicInfo, TopicSpec,
 };
 pub use topic::Topic;

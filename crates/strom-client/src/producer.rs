@@ -801,9 +801,15 @@ async fn send_loop(weak: Weak<Inner>, q: Arc<PartQueue>, mut rx: mpsc::Unbounded
 /// sender task's runtime thread keeps moving other partitions' batches.
 async fn pack(codec: Compression, b: &mut Sealed) -> Result<()> {
     let (meta, data) = (b.meta.clone(), std::mem::take(&mut b.data));
-    let packed = tokio::task::spawn_blocking(move || crate::compress::pack_batch(codec, &meta, data))
-        .await
-        .map_err(|e| Error::coded(strom_proto::ErrorCode::INTERNAL, format!("compressing a batch: {e}")))?;
+    let packed =
+        tokio::task::spawn_blocking(move || crate::compress::pack_batch(codec, &meta, data))
+            .await
+            .map_err(|e| {
+                Error::coded(
+                    strom_proto::ErrorCode::INTERNAL,
+                    format!("compressing a batch: {e}"),
+                )
+            })?;
     (b.meta, b.data) = packed?;
     b.packed = true;
     Ok(())

@@ -15,8 +15,8 @@ use strom_proto::message::DataItem;
 use strom_proto::{BatchView, ErrorCode, EventEntry, Push, Request, Response, Run, StartPos};
 use tokio::sync::mpsc;
 
-use crate::conn::ResponseWaiter;
 use crate::compress::Unpacker;
+use crate::conn::ResponseWaiter;
 use crate::consumer::{Item, PartSub, Shared};
 use crate::data::{plan_fill, DataBuffer, DataDescriptor, EventMeta};
 use crate::error::unexpected;
@@ -518,7 +518,9 @@ fn deliver_fetched(shared: &Shared, epoch: u64, slot: usize, fetched: Fetched) -
     while let Some(item) = items.next() {
         let bytes: u64 = held(&item);
         if !shared.deliver(epoch, item) {
-            shared.budget.release(bytes + items.map(|i| held(&i)).sum::<u64>());
+            shared
+                .budget
+                .release(bytes + items.map(|i| held(&i)).sum::<u64>());
             return false;
         }
     }
@@ -663,11 +665,7 @@ impl InFlight {
 /// Decodes a compressed topic's fetched events on the blocking pool (the
 /// selectors and brokers run there too), and moves the data budget from
 /// the stored frames to the selected bytes handed out.
-async fn unpack_all(
-    shared: &Shared,
-    u: Arc<Unpacker>,
-    events: VecDeque<Event>,
-) -> Result<Fetched> {
+async fn unpack_all(shared: &Shared, u: Arc<Unpacker>, events: VecDeque<Event>) -> Result<Fetched> {
     let stored: u64 = events.iter().map(|e| e.fetched_len()).sum();
     let decoded = tokio::task::spawn_blocking(move || {
         let mut out = Vec::with_capacity(events.len());

@@ -685,7 +685,9 @@ mod tests {
         assert_eq!(Compression::parse("zstd:19"), Ok(Compression::Zstd(19)));
         assert_eq!(Compression::parse("lz4"), Ok(Compression::Lz4(0)));
         assert_eq!(Compression::parse("lz4:9"), Ok(Compression::Lz4(9)));
-        for bad in ["gzip", "zstd:0", "zstd:23", "zstd:x", "lz4:13", "none:1", "zstd:"] {
+        for bad in [
+            "gzip", "zstd:0", "zstd:23", "zstd:x", "lz4:13", "none:1", "zstd:",
+        ] {
             let e = Compression::parse(bad).unwrap_err();
             assert!(e.contains(bad), "{e}");
         }

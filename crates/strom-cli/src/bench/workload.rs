@@ -256,7 +256,11 @@ mod tests {
         assert_eq!(read_stamp(&m), Some(1_700_000_000_123_456));
         assert!(serde_json::from_slice::<serde_json::Value>(&m).is_ok());
         assert!(Payload::new(MIN_METADATA - 1, 0, PayloadKind::Constant).is_err());
-        for kind in [PayloadKind::Constant, PayloadKind::Array, PayloadKind::Random] {
+        for kind in [
+            PayloadKind::Constant,
+            PayloadKind::Array,
+            PayloadKind::Random,
+        ] {
             assert_eq!(Payload::new(64, 1001, kind).unwrap().data.len(), 1001);
         }
     }
