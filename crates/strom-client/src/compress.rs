@@ -17,6 +17,7 @@
 //! Decoding trusts no length: the header's is checked against a cap and
 //! against what the payload can hold before anything is allocated.
 
+use std::cell::RefCell;
 use std::sync::Arc;
 
 use bytes::{BufMut, Bytes, BytesMut};
@@ -39,6 +40,49 @@ const LZ4_MAX_RATIO: u64 = 255;
 /// The largest uncompressed data part a consumer decodes: what a producer
 /// can push at all (its frame limit), so larger claims are lies.
 pub(crate) const MAX_UNCOMPRESSED: u64 = strom_proto::DEFAULT_MAX_FRAME as u64;
+
+thread_local! {
+    /// zstd contexts of the threads that compress and decompress (the
+    /// runtime's blocking pool), kept between batches: making one costs
+    /// more than compressing a small batch. The level is the last one set.
+    static COMPRESSOR: RefCell<Option<(i32, zstd::bulk::Compressor<'static>)>> =
+        const { RefCell::new(None) };
+    static DECOMPRESSOR: RefCell<Option<zstd::bulk::Decompressor<'static>>> =
+        const { RefCell::new(None) };
+}
+
+/// Compresses `src` into `dst` with this thread's zstd context at `level`.
+fn zstd_encode(level: i32, src: &[u8], dst: &mut [u8]) -> std::io::Result<usize> {
+    COMPRESSOR.with(|c| {
+        let mut c = c.borrow_mut();
+        match c.as_mut() {
+            Some((l, _)) if *l == level => {}
+            Some((l, z)) => {
+                z.set_compression_level(level)?;
+                *l = level;
+            }
+            None => *c = Some((level, zstd::bulk::Compressor::new(level)?)),
+        }
+        match c.as_mut() {
+            Some((_, z)) => z.compress_to_buffer(src, dst),
+            None => Err(std::io::Error::other("no zstd compressor")),
+        }
+    })
+}
+
+/// Decodes one zstd payload into `out` with this thread's context.
+fn zstd_decode(payload: &[u8], out: &mut [u8]) -> std::io::Result<usize> {
+    DECOMPRESSOR.with(|d| {
+        let mut d = d.borrow_mut();
+        if d.is_none() {
+            *d = Some(zstd::bulk::Decompressor::new()?);
+        }
+        match d.as_mut() {
+            Some(d) => d.decompress_to_buffer(payload, out),
+            None => Err(std::io::Error::other("no zstd decompressor")),
+        }
+    })
+}
 
 /// Why a stored data part is not a frame this client can decode.
 #[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
@@ -142,9 +186,7 @@ impl<'a> Frame<'a> {
                 out.copy_from_slice(self.payload);
                 out.len()
             }
-            ZSTD => zstd::bulk::Decompressor::new()
-                .and_then(|mut d| d.decompress_to_buffer(self.payload, out))
-                .map_err(|e| corrupt("zstd", e))?,
+            ZSTD => zstd_decode(self.payload, out).map_err(|e| corrupt("zstd", e))?,
             _ => {
                 let size = i32::try_from(out.len())
                     .map_err(|_| self.mismatch("lz4 blocks hold less than 2 GiB".into()))?;
@@ -184,20 +226,14 @@ enum Piece {
 /// Compresses the data parts of one batch with one codec.
 pub(crate) struct Packer {
     codec: Compression,
-    zstd: Option<zstd::bulk::Compressor<'static>>,
     /// An event's segments joined, when it has several.
     scratch: Vec<u8>,
 }
 
 impl Packer {
     pub fn new(codec: Compression) -> Self {
-        let zstd = match codec {
-            Compression::Zstd(level) => zstd::bulk::Compressor::new(level).ok(),
-            _ => None,
-        };
         Packer {
             codec,
-            zstd,
             scratch: Vec::new(),
         }
     }
@@ -207,10 +243,7 @@ impl Packer {
     fn bound(&self, len: usize) -> Option<usize> {
         match self.codec {
             Compression::None => None,
-            Compression::Zstd(_) => self
-                .zstd
-                .as_ref()
-                .map(|_| zstd::zstd_safe::compress_bound(len)),
+            Compression::Zstd(_) => Some(zstd::zstd_safe::compress_bound(len)),
             Compression::Lz4(_) => lz4::block::compress_bound(len).ok(),
         }
     }
@@ -219,7 +252,7 @@ impl Packer {
     fn compress(&mut self, src: &[u8], dst: &mut [u8]) -> Option<(u8, usize)> {
         let (codec, n) = match self.codec {
             Compression::None => return None,
-            Compression::Zstd(_) => (ZSTD, self.zstd.as_mut()?.compress_to_buffer(src, dst)),
+            Compression::Zstd(level) => (ZSTD, zstd_encode(level, src, dst)),
             Compression::Lz4(level) => {
                 let mode = match level {
                     0 => None,
