@@ -331,3 +331,36 @@ fn corrupt_or_lying_frames_fail_their_own_event_only() {
     let mut server = server;
     assert!(server.is_alive(), "the server carries on");
 }
+
+/// `strom bench` on a compressed topic: reports the data stored beside
+/// the data pushed (the smoke version of the figures in the docs).
+#[test]
+fn bench_reports_fewer_bytes_stored_on_a_compressed_topic() {
+    let run = |compression: &str| {
+        let args = [
+            "bench",
+            "produce",
+            "--events",
+            "40",
+            "--data-size",
+            "65536",
+            "--payload",
+            "array",
+            "--compression",
+            compression,
+            "--json",
+        ];
+        let out = ok(
+            common::run_cli(&args, "", &[], TIMEOUT),
+            "strom bench produce",
+        );
+        let v: serde_json::Value = serde_json::from_str(out.stdout.trim()).unwrap();
+        assert_eq!(v["produced"], 40, "{v}");
+        assert_eq!(v["data_bytes_pushed"], 40 * 65536, "{v}");
+        v["data_bytes_stored"].as_u64().expect("bytes stored")
+    };
+    let plain = run("none");
+    let zstd = run("zstd:1");
+    assert_eq!(plain, 40 * 65536);
+    assert!(zstd * 3 < plain, "zstd:1 stored {zstd} bytes of {plain}");
+}

@@ -509,39 +509,40 @@ pub fn run(args: BenchArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> {
     let result = engine::run(&cfg, target.as_ref())?;
     let memory = rss.map(|s| (s.pid, s.finish()));
     let retention = target.retention(&cfg)?;
-    let stored_bytes = target.stored_data_bytes();
-    report(&cfg, target_spec.as_deref(), result, memory, retention);
-    if let Some(b) = stored_bytes {
-        print_stored(&cfg, b);
-    }
+    let stored = target.stored_data_bytes();
+    report(
+        &cfg,
+        target_spec.as_deref(),
+        result,
+        memory,
+        retention,
+        stored,
+    );
     drop(target);
     Ok(())
 }
 
 type Memory = (u32, (u64, Option<u64>));
 
-/// The bytes of data stored beside what was pushed (events of the run,
-/// warm-up included), one line or one JSON object after the report.
-fn print_stored(cfg: &Config, stored: u64) {
+/// The data of the run's events as pushed (warm-up included) and as
+/// stored, when the target can tell, into the report (`out`); the line the
+/// human summary prints about it.
+fn stored_data(cfg: &Config, stored: Option<u64>, out: &mut serde_json::Value) -> Option<String> {
     let a = &cfg.args;
+    out["payload"] = format!("{:?}", a.payload).to_lowercase().into();
+    out["compression"] = a.compression.clone().into();
+    let stored = stored?;
     let pushed = (a.events + a.warmup).saturating_mul(a.data_size as u64);
     let ratio = pushed as f64 / stored.max(1) as f64;
-    if a.json {
-        let v = serde_json::json!({
-            "payload": format!("{:?}", a.payload).to_lowercase(),
-            "compression": a.compression,
-            "data_bytes_pushed": pushed,
-            "data_bytes_stored": stored,
-            "ratio": ratio,
-        });
-        println!("{v}");
-    } else {
-        println!(
-            "data: {pushed} bytes pushed ({:?} payload), {stored} bytes stored in .data files \
-             (compression {}): ratio {ratio:.2}",
-            a.payload, a.compression
-        );
-    }
+    out["data_bytes_pushed"] = pushed.into();
+    out["data_bytes_stored"] = stored.into();
+    out["data_ratio"] = ratio.into();
+    Some(format!(
+        "data: {pushed} bytes pushed ({} payload), {stored} bytes in the .data files \
+         (compression {}): ratio {ratio:.2}",
+        out["payload"].as_str().unwrap_or(""),
+        a.compression
+    ))
 }
 
 fn report(
@@ -550,6 +551,7 @@ fn report(
     r: engine::Result,
     memory: Option<Memory>,
     retention: Option<(u64, &'static str)>,
+    stored: Option<u64>,
 ) {
     let a = &cfg.args;
     let mut lats = r.lats_us;
@@ -584,6 +586,7 @@ fn report(
         "rate": a.rate,
         "topic": cfg.topic,
     });
+    let data_line = stored_data(cfg, stored, &mut out);
     if let Some((bytes, overflow)) = retention {
         out["memory_retention_bytes"] = bytes.into();
         out["memory_overflow"] = overflow.into();
@@ -643,6 +646,9 @@ fn report(
             .map(|(b, o)| format!("; memory retention {b} bytes, overflow {o}"))
             .unwrap_or_default()
     );
+    if let Some(line) = data_line {
+        println!("{line}");
+    }
     if let Some(kind) = latency {
         println!(
             "latency {kind}: p50 {} us, p99 {} us, p99.9 {} us, max {} us ({} samples)",
