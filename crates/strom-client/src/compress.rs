@@ -18,14 +18,17 @@
 //! against what the payload can hold before anything is allocated.
 
 use std::cell::RefCell;
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use strom_proto::Compression;
+use strom_proto::{Compression, ErrorCode};
 
+use crate::consumer::Shared;
 use crate::data::{plan_fill, DataBroker, DataBuffer, DataDescriptor, DataSelector};
 use crate::error::{Error, Result};
 use crate::event::Event;
+use crate::subscription::Fetched;
 
 /// Bytes of the frame header.
 pub(crate) const HEADER_LEN: usize = 12;
@@ -496,6 +499,83 @@ fn scatter(
             }
         }
     }
+}
+
+// The background halves: what the producer's sender task and the
+// consumer's subscription task run for a compressed topic.
+
+/// Frames a batch's data parts on the runtime's blocking pool, so the
+/// sender task's runtime thread keeps moving other partitions' batches.
+pub(crate) async fn pack(
+    codec: Compression,
+    meta: &mut Bytes,
+    data: &mut Vec<Bytes>,
+) -> Result<()> {
+    let (m, d) = (meta.clone(), std::mem::take(data));
+    let packed = tokio::task::spawn_blocking(move || pack_batch(codec, &m, d))
+        .await
+        .map_err(|e| {
+            Error::coded(
+                strom_proto::ErrorCode::INTERNAL,
+                format!("compressing a batch: {e}"),
+            )
+        })?;
+    (*meta, *data) = packed?;
+    Ok(())
+}
+
+/// Decodes a compressed topic's fetched events on the blocking pool (the
+/// selectors and brokers run there too), and moves the data budget from
+/// the stored frames to the selected bytes handed out.
+pub(crate) async fn unpack_all(
+    shared: &Shared,
+    u: Arc<Unpacker>,
+    events: VecDeque<Event>,
+) -> Result<Fetched> {
+    let stored: u64 = events.iter().map(|e| e.fetched_len()).sum();
+    let decoded = tokio::task::spawn_blocking(move || {
+        let mut out = Vec::with_capacity(events.len());
+        for ev in events {
+            match u.unpack(ev) {
+                Ok(ev) => out.push(Ok(ev)),
+                Err(e @ Error::DataFrame { .. }) => out.push(Err(e)),
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(out)
+    })
+    .await
+    .map_err(|e| Error::coded(ErrorCode::INTERNAL, format!("decoding data parts: {e}")));
+    let decoded = match decoded.and_then(|d| d) {
+        Ok(d) => d,
+        Err(e) => {
+            shared.budget.release(stored);
+            return Err(e);
+        }
+    };
+    let held: u64 = decoded.iter().flatten().map(|e| e.fetched_len()).sum();
+    match held.cmp(&stored) {
+        std::cmp::Ordering::Greater => shared.budget.take(held - stored),
+        _ => shared.budget.release(stored - held),
+    }
+    Ok(decoded)
+}
+
+/// A buffer for a compressed event's whole stored frame (`len` bytes),
+/// planned to be filled; 0 (nothing fetched) when no frame can be that
+/// large, which decoding then reports.
+pub(crate) fn stored_frame(
+    len: u64,
+    buffers: &mut Vec<Box<dyn DataBuffer>>,
+    plan: &mut Vec<(usize, usize, usize)>,
+) -> u64 {
+    let most = MAX_UNCOMPRESSED + HEADER_LEN as u64;
+    if len > most {
+        return 0;
+    }
+    plan.push((buffers.len(), 0, len as usize));
+    buffers.push(Box::new(vec![0u8; len as usize]));
+    len
 }
 
 #[cfg(test)]

@@ -777,11 +777,13 @@ async fn send_loop(weak: Weak<Inner>, q: Arc<PartQueue>, mut rx: mpsc::Unbounded
     while let Some(mut b) = rx.recv().await {
         let Some(inner) = weak.upgrade() else { return };
         if !b.packed && !inner.compression.is_none() {
-            if let Err(e) = pack(inner.compression, &mut b).await {
+            if let Err(e) = crate::compress::pack(inner.compression, &mut b.meta, &mut b.data).await
+            {
                 inner.completion(&q, &b)(Err(e));
                 q.queued.fetch_sub(1, Ordering::AcqRel);
                 continue;
             }
+            b.packed = true;
         }
         let done = inner.completion(&q, &b);
         let addr = q.owner.lock().1.clone();
@@ -795,24 +797,6 @@ async fn send_loop(weak: Weak<Inner>, q: Arc<PartQueue>, mut rx: mpsc::Unbounded
         }
         q.queued.fetch_sub(1, Ordering::AcqRel);
     }
-}
-
-/// Frames a batch's data parts on the runtime's blocking pool, so the
-/// sender task's runtime thread keeps moving other partitions' batches.
-async fn pack(codec: Compression, b: &mut Sealed) -> Result<()> {
-    let (meta, data) = (b.meta.clone(), std::mem::take(&mut b.data));
-    let packed =
-        tokio::task::spawn_blocking(move || crate::compress::pack_batch(codec, &meta, data))
-            .await
-            .map_err(|e| {
-                Error::coded(
-                    strom_proto::ErrorCode::INTERNAL,
-                    format!("compressing a batch: {e}"),
-                )
-            })?;
-    (b.meta, b.data) = packed?;
-    b.packed = true;
-    Ok(())
 }
 
 /// Sends partial `Count`/`Bytes` batches that waited `linger`.

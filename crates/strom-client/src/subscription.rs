@@ -614,7 +614,7 @@ async fn fetch_events(
 
 /// A batch's events in order, with an error in the place of each one whose
 /// data could not be decoded.
-type Fetched = Vec<Result<Event>>;
+pub(crate) type Fetched = Vec<Result<Event>>;
 
 /// A data request on the wire and the events its answer fills. Until
 /// [`finish`](InFlight::finish) hands the events out, dropping it gives
@@ -656,43 +656,10 @@ impl InFlight {
             ev.buffers = filled.by_ref().take(*n).collect();
         }
         match self.unpacker.clone() {
-            Some(u) => unpack_all(&self.shared, u, events).await,
+            Some(u) => crate::compress::unpack_all(&self.shared, u, events).await,
             None => Ok(events.into_iter().map(Ok).collect()),
         }
     }
-}
-
-/// Decodes a compressed topic's fetched events on the blocking pool (the
-/// selectors and brokers run there too), and moves the data budget from
-/// the stored frames to the selected bytes handed out.
-async fn unpack_all(shared: &Shared, u: Arc<Unpacker>, events: VecDeque<Event>) -> Result<Fetched> {
-    let stored: u64 = events.iter().map(|e| e.fetched_len()).sum();
-    let decoded = tokio::task::spawn_blocking(move || {
-        let mut out = Vec::with_capacity(events.len());
-        for ev in events {
-            match u.unpack(ev) {
-                Ok(ev) => out.push(Ok(ev)),
-                Err(e @ Error::DataFrame { .. }) => out.push(Err(e)),
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(out)
-    })
-    .await
-    .map_err(|e| Error::coded(ErrorCode::INTERNAL, format!("decoding data parts: {e}")));
-    let decoded = match decoded.and_then(|d| d) {
-        Ok(d) => d,
-        Err(e) => {
-            shared.budget.release(stored);
-            return Err(e);
-        }
-    };
-    let held: u64 = decoded.iter().flatten().map(|e| e.fetched_len()).sum();
-    match held.cmp(&stored) {
-        std::cmp::Ordering::Greater => shared.budget.take(held - stored),
-        _ => shared.budget.release(stored - held),
-    }
-    Ok(decoded)
 }
 
 /// Selection and buffers per event, then one data request for them all
@@ -721,7 +688,7 @@ async fn start_fetch(
         let e = &i.entry;
         if e.data_len > 0 && shared.unpacker.is_some() {
             // Compressed: the whole stored frame, selected after decoding.
-            fetched = stored_frame(e.data_len, &mut buffers, &mut plan);
+            fetched = crate::compress::stored_frame(e.data_len, &mut buffers, &mut plan);
             if fetched > 0 {
                 let ranges = std::iter::once((e.data_pos, e.data_len));
                 match wanted.last_mut() {
@@ -789,23 +756,6 @@ async fn start_fetch(
     })?;
     flight.waiter = Some(conn.send(&req, Vec::new(), buffers, plan).await?);
     Ok(flight)
-}
-
-/// A buffer for a compressed event's whole stored frame (`len` bytes),
-/// planned to be filled; 0 (nothing fetched) when no frame can be that
-/// large, which decoding then reports.
-fn stored_frame(
-    len: u64,
-    buffers: &mut Vec<Box<dyn DataBuffer>>,
-    plan: &mut Vec<(usize, usize, usize)>,
-) -> u64 {
-    let most = crate::compress::MAX_UNCOMPRESSED + crate::compress::HEADER_LEN as u64;
-    if len > most {
-        return 0;
-    }
-    plan.push((buffers.len(), 0, len as usize));
-    buffers.push(Box::new(vec![0u8; len as usize]));
-    len
 }
 
 /// Subscribes to partitions added to the topic after the consumer started.
