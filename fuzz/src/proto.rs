@@ -222,6 +222,7 @@ fn spec() -> TopicSpec {
         tier: Some(true),
         local_retention_bytes: Some(1 << 28),
         local_retention_ms: Some(3_600_000),
+        compression: "zstd:3".into(),
     }
 }
 

@@ -141,6 +141,11 @@ impl PyDriver {
     /// (default 1); `min_in_sync`: in-sync copies an `acks="all"` push needs
     /// (default: a majority). See docs/replication.md.
     ///
+    /// `compression`: how producers compress each event's data part:
+    /// `"none"` (default), `"zstd"`, `"zstd:<1..22>"`, `"lz4"`,
+    /// `"lz4:<0..12>"`; consumers decompress transparently. See
+    /// docs/compression.md.
+    ///
     /// `exist_ok=True` returns the topic if it already exists (say, on a
     /// program's second run) instead of raising `TopicExists`, provided it
     /// has the partition count and type asked for; if it does not,
@@ -148,7 +153,7 @@ impl PyDriver {
     #[pyo3(signature = (name, partitions=1, r#type="file", durability="always", validator="none",
         schema=None, selector="round-robin", serializer="json", retention_bytes=None,
         retention_ms=None, segment_bytes=None, exist_ok=false, overflow=None,
-        replication_factor=1, min_in_sync=None))]
+        replication_factor=1, min_in_sync=None, compression="none"))]
     #[allow(clippy::too_many_arguments)]
     fn create_topic(
         &self,
@@ -168,6 +173,7 @@ impl PyDriver {
         overflow: Option<&str>,
         replication_factor: u32,
         min_in_sync: Option<u32>,
+        compression: &str,
     ) -> PyResult<PyTopic> {
         let d = self.inner.get(py)?;
         let mut spec = TopicSpec::new(name, partitions);
@@ -193,6 +199,9 @@ impl PyDriver {
         spec.segment_bytes = segment_bytes;
         spec.replication_factor = replication_factor;
         spec.min_in_sync = min_in_sync.unwrap_or(0);
+        if compression != "none" {
+            spec.compression = compression.into();
+        }
         spec.overflow = overflow
             .map(Overflow::parse)
             .transpose()

@@ -247,9 +247,14 @@ class Driver:
         segment_bytes: Optional[int] = None,
         exist_ok: bool = False,
         overflow: Optional[Literal["block", "drop-oldest"]] = None,
+        replication_factor: int = 1,
+        min_in_sync: Optional[int] = None,
+        compression: str = "none",
     ) -> Topic:
         """Creates a topic; with ``exist_ok=True``, returns the existing one of that
-        name if it has the same partition count and type (else raises ``TopicExists``)."""
+        name if it has the same partition count and type (else raises ``TopicExists``).
+        ``compression`` (``"none"``, ``"zstd"``, ``"zstd:3"``, ``"lz4"``, ...) makes
+        producers compress data parts; consumers decompress transparently."""
     def open_topic(self, name: str) -> Topic:
         """Opens an existing topic."""
     def describe(self, name: str) -> dict[str, Any]:

@@ -82,6 +82,10 @@ pub struct CreateArgs {
     /// In-sync copies an acks=all push needs (default: a majority).
     #[arg(long)]
     min_in_sync: Option<u32>,
+    /// How producers compress each event's data part: none | zstd |
+    /// zstd:<1..22> | lz4 | lz4:<0..12> (docs/compression.md).
+    #[arg(long, default_value = "none")]
+    compression: String,
 }
 
 pub fn run(cmd: TopicCmd, group_file: Option<PathBuf>) -> anyhow::Result<()> {
@@ -116,6 +120,10 @@ pub fn run(cmd: TopicCmd, group_file: Option<PathBuf>) -> anyhow::Result<()> {
                 segment_bytes: a.segment_bytes,
                 replication_factor: a.replication_factor,
                 min_in_sync: a.min_in_sync.unwrap_or(0),
+                compression: match a.compression.as_str() {
+                    "none" => String::new(),
+                    c => c.to_string(),
+                },
                 ..TopicSpec::new(a.name, a.partitions)
             };
             let replicated = spec.replicas() > 1;
@@ -225,6 +233,7 @@ fn info_json(t: &TopicInfo, consumers: Option<&[Vec<(String, u64)>]>) -> serde_j
         "retention_bytes": s.retention_bytes,
         "retention_ms": s.retention_ms,
         "overflow": s.effective_overflow().map(Overflow::as_str),
+        "compression": compression(s),
         "state": {
             "open_producers": t.state.open_producers,
             "closed_producers": t.state.closed_producers,
@@ -245,6 +254,12 @@ fn info_json(t: &TopicInfo, consumers: Option<&[Vec<(String, u64)>]>) -> serde_j
     })
 }
 
+/// The topic's compression option as it is in force (`none`, `zstd:3`, ...).
+fn compression(s: &TopicSpec) -> String {
+    strom_client::Compression::parse(&s.compression)
+        .map_or_else(|_| s.compression.clone(), |c| c.to_string())
+}
+
 fn print_describe(t: &TopicInfo, consumers: &[Vec<(String, u64)>]) {
     let s = &t.spec;
     println!("topic       {}", s.name);
@@ -257,6 +272,7 @@ fn print_describe(t: &TopicInfo, consumers: &[Vec<(String, u64)>]) {
         "policies    validator={} selector={} serializer={}",
         s.validator, s.selector, s.serializer
     );
+    println!("compression {}", compression(s));
     if let Some(o) = s.effective_overflow() {
         let how = if s.overflow.is_some() {
             ""

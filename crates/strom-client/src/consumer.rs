@@ -13,9 +13,10 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex, RwLock};
 use strom_policy::TopicPolicy;
-use strom_proto::{Request, Selection, StartPos};
+use strom_proto::{Compression, Request, Selection, StartPos};
 use tokio::task::JoinHandle;
 
+use crate::compress::Unpacker;
 use crate::conn::ClientConn;
 use crate::data::{DataBroker, DataBudget, DataSelector, VecBroker};
 use crate::error::{Error, Result};
@@ -243,6 +244,9 @@ pub(crate) struct Shared {
     pub budget: DataBudget,
     pub queue: Mutex<Queue>,
     cond: Condvar,
+    /// A compressed topic's decoder (`None` when data parts are stored as
+    /// pushed).
+    pub unpacker: Option<Arc<Unpacker>>,
 }
 
 impl Shared {
@@ -257,6 +261,15 @@ impl Shared {
     ) -> Result<Arc<Shared>> {
         let n = parts.len();
         let min_prefetch = if group.is_some() { 1 } else { 2 };
+        let compression = Compression::parse(&topic.info().spec.compression);
+        // An option this build cannot parse still gets its frames checked.
+        let unpacker = (compression != Ok(Compression::None)).then(|| {
+            Arc::new(Unpacker {
+                topic: topic.name().to_string(),
+                selector: opts.selector.clone(),
+                broker: opts.broker.clone(),
+            })
+        });
         Ok(Arc::new(Shared {
             name: name.into(),
             group,
@@ -282,6 +295,7 @@ impl Shared {
                 wakers: Vec::new(),
             }),
             cond: Condvar::new(),
+            unpacker,
         }))
     }
 

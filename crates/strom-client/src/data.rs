@@ -193,8 +193,8 @@ impl DataBudget {
         held == 0 || held < limit
     }
 
-    /// Counts `n` more bytes as held, without waiting.
-    #[cfg(feature = "kafka")]
+    /// Counts `n` more bytes as held, without waiting (a Kafka record, or
+    /// a compressed event that decoded to more than was fetched).
     pub fn take(&self, n: u64) {
         self.held.fetch_add(n, Ordering::AcqRel);
     }

@@ -58,6 +58,17 @@ pub enum Error {
         first: u64,
         last: u64,
     },
+    /// A compressed topic's event whose stored data part is not a frame
+    /// this client can decode (docs/compression.md). The consumer reports
+    /// it in the event's place and carries on after it.
+    #[error("event {offset} of partition {partition} of topic '{topic}': {source}; the event is skipped [{}]", ErrorCode::DECODE_FAILED)]
+    DataFrame {
+        topic: String,
+        partition: u32,
+        offset: u64,
+        #[source]
+        source: crate::compress::FrameError,
+    },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -79,6 +90,7 @@ impl Error {
             Error::OnDriverThread => ErrorCode::INVALID_ARGUMENT,
             Error::DataExpired { .. } => ErrorCode::DATA_EXPIRED,
             Error::DataCorrupt { .. } => ErrorCode::DATA_CORRUPT,
+            Error::DataFrame { .. } => ErrorCode::DECODE_FAILED,
         }
     }
 
@@ -112,7 +124,9 @@ impl Error {
     pub fn message(&self) -> String {
         match self {
             Error::Coded { message, .. } => message.clone(),
-            e @ (Error::DataExpired { .. } | Error::DataCorrupt { .. }) => {
+            e @ (Error::DataExpired { .. }
+            | Error::DataCorrupt { .. }
+            | Error::DataFrame { .. }) => {
                 let full = e.to_string();
                 match full.rfind(" [") {
                     Some(i) => full[..i].to_string(),
@@ -148,6 +162,17 @@ impl Error {
                 partition: *partition,
                 first: *first,
                 last: *last,
+            },
+            Error::DataFrame {
+                topic,
+                partition,
+                offset,
+                source,
+            } => Error::DataFrame {
+                topic: topic.clone(),
+                partition: *partition,
+                offset: *offset,
+                source: source.clone(),
             },
             e => Error::coded(e.code(), e.to_string()),
         }

@@ -13,6 +13,7 @@
 //! (`Driver::connect_addr("kafka://host:port")`, librdkafka inside).
 
 mod batching;
+mod compress;
 mod conn;
 mod consumer;
 mod data;
@@ -34,6 +35,7 @@ mod subscription;
 mod topic;
 
 pub use batching::{Batching, Trigger};
+pub use compress::FrameError;
 pub use consumer::{
     default_spin, Consumer, ConsumerOptions, Next, PullFuture, DEFAULT_SPIN, LATENCY_SPIN,
     SPARE_CORES, SPIN_ENV,
@@ -48,7 +50,7 @@ pub use producer::{Acks, Data, EventId, Producer, ProducerOptions, PushFuture};
 pub use strom_net::{MemTransport, Transport, Transports};
 pub use strom_policy::MetadataInput;
 pub use strom_proto::{
-    ConsumerGroupInfo, Durability, ErrorCode, GroupPartitionInfo, MemberInfo, Overflow,
-    PartitionInfo, PartitionType, Selection, StartPos, TopicInfo, TopicSpec,
+    Compression, ConsumerGroupInfo, Durability, ErrorCode, GroupPartitionInfo, MemberInfo,
+    Overflow, PartitionInfo, PartitionType, Selection, StartPos, TopicInfo, TopicSpec,
 };
 pub use topic::Topic;

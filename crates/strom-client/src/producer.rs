@@ -17,7 +17,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use parking_lot::{Condvar, Mutex, RwLock};
 use strom_policy::{MetadataInput, TopicPolicy};
-use strom_proto::{BatchBuilder, PartitionInfo, ProducerStamp, Request, Response};
+use strom_proto::{BatchBuilder, Compression, PartitionInfo, ProducerStamp, Request, Response};
 use tokio::sync::mpsc;
 
 use crate::batching::{event_limit, Batching, EventLimit, Trigger};
@@ -215,6 +215,8 @@ struct Sealed {
     seq: Option<u32>,
     /// When its first attempt failed (resent batches).
     failed_at: Option<std::time::Instant>,
+    /// Its data parts are framed already (compressed topics).
+    packed: bool,
 }
 
 struct QueueState {
@@ -267,6 +269,9 @@ struct Inner {
     lease: Option<Arc<Lease>>,
     /// Batches are stamped and resent (see [`ProducerOptions::idempotent`]).
     idempotent: bool,
+    /// The topic's data-part compression: batches are then framed on the
+    /// partition's sender task, never on the pushing thread.
+    compression: Compression,
 }
 
 impl Inner {
@@ -387,6 +392,8 @@ impl NativeProducer {
                 opts.max_batches
             )));
         }
+        let compression = Compression::parse(&info.spec.compression)
+            .map_err(|e| Error::coded(strom_proto::ErrorCode::INVALID_TOPIC_SPEC, e))?;
         let inner = Arc::new(Inner {
             topic,
             id,
@@ -397,6 +404,7 @@ impl NativeProducer {
             batch_target,
             lease,
             idempotent,
+            compression,
         });
         inner.add_partitions(&info.partitions, &limits);
         inner
@@ -427,7 +435,12 @@ impl NativeProducer {
         let n = parts.len() as u32;
         let (p, meta) = self.inner.policy.prepare(metadata.into(), partition, n)?;
         let data = data.into();
-        let size = meta.len() as u64 + descriptor.len() as u64 + data.len() + 16;
+        // A compressed topic's data part may be stored with a frame header.
+        let frame = match data.is_empty() || self.inner.compression.is_none() {
+            true => 0,
+            false => crate::compress::HEADER_LEN as u64,
+        };
+        let size = meta.len() as u64 + descriptor.len() as u64 + data.len() + frame + 16;
         let q = parts[p as usize].clone();
         drop(parts);
         let q = &q;
@@ -599,6 +612,7 @@ fn seal(st: &mut QueueState) {
         slot,
         seq: stamp.map(|s| s.sequence),
         failed_at: None,
+        packed: false,
     });
 }
 
@@ -685,7 +699,9 @@ impl Inner {
     /// Called with the partition's state locked; returns the batch if it
     /// could not be sent at all.
     fn send_batch(self: &Arc<Self>, q: &Arc<PartQueue>, mut b: Sealed) -> Option<Sealed> {
-        if q.queued.load(Ordering::Acquire) == 0 {
+        // Batches to compress go through the sender task, which frames them.
+        let direct = b.packed || self.compression.is_none();
+        if direct && q.queued.load(Ordering::Acquire) == 0 {
             let conn = q.conn.lock().clone().filter(|c| !c.is_dead());
             if let Some(conn) = conn {
                 let req = self.produce_request(q, &b);
@@ -758,8 +774,17 @@ impl Inner {
 /// Writes the batches handed to it in order, opening (and reopening) the
 /// owner's connection; responses settle through each batch's completion.
 async fn send_loop(weak: Weak<Inner>, q: Arc<PartQueue>, mut rx: mpsc::UnboundedReceiver<Sealed>) {
-    while let Some(b) = rx.recv().await {
+    while let Some(mut b) = rx.recv().await {
         let Some(inner) = weak.upgrade() else { return };
+        if !b.packed && !inner.compression.is_none() {
+            if let Err(e) = crate::compress::pack(inner.compression, &mut b.meta, &mut b.data).await
+            {
+                inner.completion(&q, &b)(Err(e));
+                q.queued.fetch_sub(1, Ordering::AcqRel);
+                continue;
+            }
+            b.packed = true;
+        }
         let done = inner.completion(&q, &b);
         let addr = q.owner.lock().1.clone();
         match inner.topic.driver.conn(&addr).await {

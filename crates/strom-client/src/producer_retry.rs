@@ -35,6 +35,7 @@ impl Sealed {
             slot: self.slot.clone(),
             seq: self.seq,
             failed_at: self.failed_at,
+            packed: self.packed,
         }
     }
 }

@@ -15,6 +15,7 @@ use strom_proto::message::DataItem;
 use strom_proto::{BatchView, ErrorCode, EventEntry, Push, Request, Response, Run, StartPos};
 use tokio::sync::mpsc;
 
+use crate::compress::Unpacker;
 use crate::conn::ResponseWaiter;
 use crate::consumer::{Item, PartSub, Shared};
 use crate::data::{plan_fill, DataBuffer, DataDescriptor, EventMeta};
@@ -434,10 +435,8 @@ async fn stream_loop(ctx: &StreamCtx, rx: &mut mpsc::UnboundedReceiver<Push>) ->
                 };
                 report_lost(ctx, &mut lost);
                 ctx.pos.fetch_max(end, Ordering::AcqRel);
-                let held: u64 = events.iter().map(|e| e.fetched_len()).sum();
-                if !events.is_empty() && !shared.deliver(epoch, Item::Events(slot as u32, events)) {
+                if !deliver_fetched(shared, epoch, slot, events) {
                     // A seek superseded this subscription; its data is dropped.
-                    shared.budget.release(held);
                     return Ok(());
                 }
             }
@@ -459,9 +458,7 @@ async fn stream_loop(ctx: &StreamCtx, rx: &mut mpsc::UnboundedReceiver<Push>) ->
                     }
                     Err(e) => return Err(e),
                 };
-                let held: u64 = events.iter().map(|e| e.fetched_len()).sum();
-                if !events.is_empty() && !shared.deliver(epoch, Item::Events(slot as u32, events)) {
-                    shared.budget.release(held);
+                if !deliver_fetched(shared, epoch, slot, events) {
                     return Ok(());
                 }
             }
@@ -490,6 +487,44 @@ async fn stream_loop(ctx: &StreamCtx, rx: &mut mpsc::UnboundedReceiver<Push>) ->
         ErrorCode::CONNECTION_CLOSED,
         "the connection to the server was lost",
     ))
+}
+
+/// Queues a batch's fetched events, with an error in the place of each
+/// event whose data could not be decoded (compressed topics), so the reader
+/// carries on after it. False if a seek superseded the subscription (or
+/// its partition was revoked): what was not queued gives its data back.
+fn deliver_fetched(shared: &Shared, epoch: u64, slot: usize, fetched: Fetched) -> bool {
+    let mut items = Vec::new();
+    let mut run = VecDeque::new();
+    for r in fetched {
+        match r {
+            Ok(ev) => run.push_back(ev),
+            Err(e) => {
+                if !run.is_empty() {
+                    items.push(Item::Events(slot as u32, std::mem::take(&mut run)));
+                }
+                items.push(Item::Failed(e));
+            }
+        }
+    }
+    if !run.is_empty() {
+        items.push(Item::Events(slot as u32, run));
+    }
+    let held = |i: &Item| match i {
+        Item::Events(_, evs) => evs.iter().map(|e| e.fetched_len()).sum(),
+        _ => 0,
+    };
+    let mut items = items.into_iter();
+    while let Some(item) = items.next() {
+        let bytes: u64 = held(&item);
+        if !shared.deliver(epoch, item) {
+            shared
+                .budget
+                .release(bytes + items.map(|i| held(&i)).sum::<u64>());
+            return false;
+        }
+    }
+    true
 }
 
 fn report_lost(ctx: &StreamCtx, lost: &mut Option<(u64, u64)>) {
@@ -573,9 +608,13 @@ async fn fetch_events(
     shared: &Arc<Shared>,
     sub: &Arc<PartSub>,
     items: Vec<Incoming>,
-) -> Result<VecDeque<Event>> {
+) -> Result<Fetched> {
     start_fetch(shared, sub, items).await?.finish().await
 }
+
+/// A batch's events in order, with an error in the place of each one whose
+/// data could not be decoded.
+pub(crate) type Fetched = Vec<Result<Event>>;
 
 /// A data request on the wire and the events its answer fills. Until
 /// [`finish`](InFlight::finish) hands the events out, dropping it gives
@@ -588,6 +627,9 @@ struct InFlight {
     /// Budget reserved for the answer.
     want: u64,
     waiter: Option<ResponseWaiter>,
+    /// Compressed topics: the buffers hold the stored frames, which this
+    /// decodes into the broker's buffers.
+    unpacker: Option<Arc<Unpacker>>,
 }
 
 impl Drop for InFlight {
@@ -598,10 +640,10 @@ impl Drop for InFlight {
 
 impl InFlight {
     /// Waits for the answer and hands out the events, with their data.
-    async fn finish(mut self) -> Result<VecDeque<Event>> {
+    async fn finish(mut self) -> Result<Fetched> {
         let mut events = std::mem::take(&mut self.events);
         let Some(waiter) = self.waiter.take() else {
-            return Ok(events);
+            return Ok(events.into_iter().map(Ok).collect());
         };
         let filled = match waiter.wait().await? {
             (Response::Data { .. }, filled) => filled,
@@ -613,7 +655,10 @@ impl InFlight {
         for (ev, n) in events.iter_mut().zip(&self.owned) {
             ev.buffers = filled.by_ref().take(*n).collect();
         }
-        Ok(events)
+        match self.unpacker.clone() {
+            Some(u) => crate::compress::unpack_all(&self.shared, u, events).await,
+            None => Ok(events.into_iter().map(Ok).collect()),
+        }
     }
 }
 
@@ -641,7 +686,17 @@ async fn start_fetch(
         let mut fetched = 0;
         let first = buffers.len();
         let e = &i.entry;
-        if e.data_len > 0 {
+        if e.data_len > 0 && shared.unpacker.is_some() {
+            // Compressed: the whole stored frame, selected after decoding.
+            fetched = crate::compress::stored_frame(e.data_len, &mut buffers, &mut plan);
+            if fetched > 0 {
+                let ranges = std::iter::once((e.data_pos, e.data_len));
+                match wanted.last_mut() {
+                    Some((base, r)) if *base == i.batch_base => r.extend(ranges),
+                    _ => wanted.push((i.batch_base, ranges.collect())),
+                }
+            }
+        } else if e.data_len > 0 {
             let desc = DataDescriptor {
                 size: e.data_len,
                 descriptor: e.descriptor.clone(),
@@ -677,6 +732,7 @@ async fn start_fetch(
         owned,
         want: 0,
         waiter: None,
+        unpacker: shared.unpacker.clone(),
     };
     if wanted.is_empty() {
         return Ok(flight);

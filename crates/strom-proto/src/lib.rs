@@ -26,8 +26,9 @@ pub use group::{
 pub use message::{Push, Request, Response};
 pub use selection::Selection;
 pub use topic::{
-    Durability, GroupFile, GroupMember, MemberInfo, Overflow, PartitionInfo, PartitionStatus,
-    PartitionType, ReplicaBatchHead, ReplicaRole, StartPos, TopicInfo, TopicSpec, TopicState,
+    Compression, Durability, GroupFile, GroupMember, MemberInfo, Overflow, PartitionInfo,
+    PartitionStatus, PartitionType, ReplicaBatchHead, ReplicaRole, StartPos, TopicInfo, TopicSpec,
+    TopicState,
 };
 
 /// The newest version of the wire protocol this build speaks. Every frame

@@ -177,6 +177,71 @@ impl Wire for Overflow {
     }
 }
 
+/// How a topic's producers compress data parts: a topic option stored in
+/// [`TopicSpec::compression`] as text. Servers never compress or
+/// decompress; clients frame each data part (docs/compression.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Compression {
+    /// Data parts are stored as pushed.
+    #[default]
+    None,
+    /// zstd at a level in [`ZSTD_LEVELS`].
+    Zstd(i32),
+    /// LZ4: level 0 is the fast mode, 1..=12 the high-compression mode at
+    /// that level.
+    Lz4(u32),
+}
+
+/// The zstd levels a topic may ask for (3 when none is given).
+pub const ZSTD_LEVELS: std::ops::RangeInclusive<i32> = 1..=22;
+/// The LZ4 levels a topic may ask for (0, the fast mode, when none is given).
+pub const LZ4_LEVELS: std::ops::RangeInclusive<u32> = 0..=12;
+
+impl Compression {
+    /// Parses a topic's compression option: `none` (or empty), `zstd`,
+    /// `zstd:<1..=22>`, `lz4`, `lz4:<0..=12>`.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let (codec, level) = match s.split_once(':') {
+            Some((c, l)) => (c, Some(l)),
+            None => (s, None),
+        };
+        let bad = || {
+            format!(
+                "unknown compression '{s}'; expected 'none', 'zstd', 'zstd:<level 1..=22>', \
+                 'lz4' or 'lz4:<level 0..=12>'"
+            )
+        };
+        match (codec, level) {
+            ("" | "none", None) => Ok(Compression::None),
+            ("zstd", None) => Ok(Compression::Zstd(3)),
+            ("lz4", None) => Ok(Compression::Lz4(0)),
+            ("zstd", Some(l)) => match l.parse::<i32>() {
+                Ok(l) if ZSTD_LEVELS.contains(&l) => Ok(Compression::Zstd(l)),
+                _ => Err(bad()),
+            },
+            ("lz4", Some(l)) => match l.parse::<u32>() {
+                Ok(l) if LZ4_LEVELS.contains(&l) => Ok(Compression::Lz4(l)),
+                _ => Err(bad()),
+            },
+            _ => Err(bad()),
+        }
+    }
+
+    pub fn is_none(self) -> bool {
+        self == Compression::None
+    }
+}
+
+impl std::fmt::Display for Compression {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Compression::None => f.write_str("none"),
+            Compression::Zstd(l) => write!(f, "zstd:{l}"),
+            Compression::Lz4(l) => write!(f, "lz4:{l}"),
+        }
+    }
+}
+
 /// Everything needed to create a topic. Policies are stored as their specs
 /// (`"json-schema"`, `"hash:run_id"`, ...) so every client builds the same ones.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -233,6 +298,14 @@ pub struct TopicSpec {
         serde(default, skip_serializing_if = "Option::is_none")
     )]
     pub local_retention_ms: Option<u64>,
+    /// How producers compress each event's data part (protocol version 6):
+    /// `none` (or empty), `zstd`, `zstd:<level>`, `lz4`, `lz4:<level>`;
+    /// see [`Compression::parse`]. Servers store what producers send.
+    #[cfg_attr(
+        feature = "serde",
+        serde(default, skip_serializing_if = "String::is_empty")
+    )]
+    pub compression: String,
 }
 
 #[cfg(feature = "serde")]
@@ -257,7 +330,8 @@ wire_struct!(TopicSpec {
     min_in_sync @ 4,
     tier @ 6,
     local_retention_bytes @ 6,
-    local_retention_ms @ 6
+    local_retention_ms @ 6,
+    compression @ 6
 });
 
 impl TopicSpec {
@@ -282,6 +356,16 @@ impl TopicSpec {
             tier: None,
             local_retention_bytes: None,
             local_retention_ms: None,
+            compression: String::new(),
+        }
+    }
+
+    /// The same spec with data parts compressed by `compression`
+    /// (`"zstd:3"`, `"lz4"`, ...; checked when the topic is created).
+    pub fn with_compression(self, compression: impl Into<String>) -> Self {
+        TopicSpec {
+            compression: compression.into(),
+            ..self
         }
     }
 
@@ -618,3 +702,38 @@ wire_struct!(MemberInfo {
     role @ 4,
     draining @ 6
 });
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn compression_options_parse_with_their_levels_and_bad_ones_are_named() {
+        assert_eq!(Compression::parse(""), Ok(Compression::None));
+        assert_eq!(Compression::parse("none"), Ok(Compression::None));
+        assert_eq!(Compression::parse("zstd"), Ok(Compression::Zstd(3)));
+        assert_eq!(Compression::parse("zstd:19"), Ok(Compression::Zstd(19)));
+        assert_eq!(Compression::parse("lz4"), Ok(Compression::Lz4(0)));
+        assert_eq!(Compression::parse("lz4:9"), Ok(Compression::Lz4(9)));
+        for bad in [
+            "gzip", "zstd:0", "zstd:23", "zstd:x", "lz4:13", "none:1", "zstd:",
+        ] {
+            let e = Compression::parse(bad).unwrap_err();
+            assert!(e.contains(bad), "{e}");
+        }
+        assert_eq!(Compression::Zstd(3).to_string(), "zstd:3");
+    }
+
+    #[test]
+    fn compression_travels_from_version_6_and_is_empty_before() {
+        let spec = TopicSpec::new("t", 1).with_compression("zstd:3");
+        let mut b = BytesMut::new();
+        spec.put_v(6, &mut b);
+        let b6 = b.split().freeze();
+        assert_eq!(TopicSpec::get(&mut Reader::at(&b6, 6)).unwrap(), spec);
+        spec.put_v(5, &mut b);
+        let b5 = b.freeze();
+        let old = TopicSpec::get(&mut Reader::at(&b5, 5)).unwrap();
+        assert_eq!(old.compression, "");
+    }
+}

@@ -303,6 +303,7 @@ fn child_args(cfg: &Config, target: &dyn Target, job: String) -> Vec<String> {
     flag("events", a.events.to_string());
     flag("metadata-size", a.metadata_size.to_string());
     flag("data-size", a.data_size.to_string());
+    flag("payload", format!("{:?}", a.payload).to_lowercase());
     flag("batch", a.batch.clone());
     flag("partitions", a.partitions.to_string());
     flag("producers", a.producers.to_string());

@@ -101,6 +101,15 @@ pub struct BenchArgs {
     /// Bytes of data per event (0 = metadata only).
     #[arg(long, default_value_t = 0)]
     data_size: usize,
+    /// What each data part holds: constant (one repeated byte), array (a
+    /// compressible f32 field, like a simulation's output) or random
+    /// (incompressible).
+    #[arg(long, value_enum, default_value = "constant")]
+    payload: workload::PayloadKind,
+    /// Compression of the topic the bench creates (Strom only): none |
+    /// zstd | zstd:<level> | lz4 | lz4:<level> (docs/compression.md).
+    #[arg(long, default_value = "none")]
+    compression: String,
     /// Events per batch, or "adaptive" (send whatever is ready).
     #[arg(long, default_value = "adaptive")]
     batch: String,
@@ -240,7 +249,7 @@ impl Config {
             .clone()
             .unwrap_or_else(|| format!("bench-{}-{}", std::process::id(), workload::now_us()));
         Ok(Config {
-            payload: workload::Payload::new(args.metadata_size, args.data_size)?,
+            payload: workload::Payload::new(args.metadata_size, args.data_size, args.payload)?,
             batch,
             partition_type: PartitionType::parse(&args.partition_type)
                 .map_err(anyhow::Error::msg)?,
@@ -341,6 +350,11 @@ pub trait Target: Send + Sync {
     /// report and for the error when retention lost events.
     fn retention(&self, _cfg: &Config) -> anyhow::Result<Option<(u64, &'static str)>> {
         Ok(None)
+    }
+    /// Bytes of data the target's files hold, when it can tell (an
+    /// embedded Strom server's `.data` files).
+    fn stored_data_bytes(&self) -> Option<u64> {
+        None
     }
 }
 
@@ -503,12 +517,41 @@ pub fn run(args: BenchArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> {
     let result = engine::run(&cfg, target.as_ref())?;
     let memory = rss.map(|s| (s.pid, s.finish()));
     let retention = target.retention(&cfg)?;
-    report(&cfg, target_spec.as_deref(), result, memory, retention);
+    let stored = target.stored_data_bytes();
+    report(
+        &cfg,
+        target_spec.as_deref(),
+        result,
+        memory,
+        retention,
+        stored,
+    );
     drop(target);
     Ok(())
 }
 
 type Memory = (u32, (u64, Option<u64>));
+
+/// The data of the run's events as pushed (warm-up included) and as
+/// stored, when the target can tell, into the report (`out`); the line the
+/// human summary prints about it.
+fn stored_data(cfg: &Config, stored: Option<u64>, out: &mut serde_json::Value) -> Option<String> {
+    let a = &cfg.args;
+    out["payload"] = format!("{:?}", a.payload).to_lowercase().into();
+    out["compression"] = a.compression.clone().into();
+    let stored = stored?;
+    let pushed = (a.events + a.warmup).saturating_mul(a.data_size as u64);
+    let ratio = pushed as f64 / stored.max(1) as f64;
+    out["data_bytes_pushed"] = pushed.into();
+    out["data_bytes_stored"] = stored.into();
+    out["data_ratio"] = ratio.into();
+    Some(format!(
+        "data: {pushed} bytes pushed ({} payload), {stored} bytes in the .data files \
+         (compression {}): ratio {ratio:.2}",
+        out["payload"].as_str().unwrap_or(""),
+        a.compression
+    ))
+}
 
 fn report(
     cfg: &Config,
@@ -516,6 +559,7 @@ fn report(
     r: engine::Result,
     memory: Option<Memory>,
     retention: Option<(u64, &'static str)>,
+    stored: Option<u64>,
 ) {
     let a = &cfg.args;
     let mut lats = r.lats_us;
@@ -550,6 +594,7 @@ fn report(
         "rate": a.rate,
         "topic": cfg.topic,
     });
+    let data_line = stored_data(cfg, stored, &mut out);
     if let Some((bytes, overflow)) = retention {
         out["memory_retention_bytes"] = bytes.into();
         out["memory_overflow"] = overflow.into();
@@ -609,6 +654,9 @@ fn report(
             .map(|(b, o)| format!("; memory retention {b} bytes, overflow {o}"))
             .unwrap_or_default()
     );
+    if let Some(line) = data_line {
+        println!("{line}");
+    }
     if let Some(kind) = latency {
         println!(
             "latency {kind}: p50 {} us, p99 {} us, p99.9 {} us, max {} us ({} samples)",

@@ -85,6 +85,10 @@ impl Target for StromTarget {
                     overflow: memory.then_some(Overflow::DropOldest),
                     retention_bytes: memory.then(|| cfg.memory_retention()),
                     replication_factor: cfg.args.replication_factor,
+                    compression: match cfg.args.compression.as_str() {
+                        "none" => String::new(),
+                        c => c.to_string(),
+                    },
                     ..TopicSpec::new(&cfg.topic, cfg.args.partitions)
                 })?
             }
@@ -180,6 +184,10 @@ impl Target for StromTarget {
         })
     }
 
+    fn stored_data_bytes(&self) -> Option<u64> {
+        self._tmp.as_ref().map(|t| data_file_bytes(t.path()))
+    }
+
     fn server_pid(&self) -> Option<u32> {
         if self.embedded {
             return Some(std::process::id());
@@ -187,6 +195,24 @@ impl Target for StromTarget {
         let port = self.driver.master_addr().rsplit(':').next()?.parse().ok()?;
         pid_listening_on(port)
     }
+}
+
+/// Bytes in the `.data` files under `dir` (an embedded server's data
+/// directory: the stored data parts, compressed or not).
+fn data_file_bytes(dir: &std::path::Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|e| match e.file_type() {
+            Ok(t) if t.is_dir() => data_file_bytes(&e.path()),
+            Ok(_) if e.path().extension().is_some_and(|x| x == "data") => {
+                e.metadata().map_or(0, |m| m.len())
+            }
+            _ => 0,
+        })
+        .sum()
 }
 
 /// A push's waker: when the push's future resolves, records the time since

@@ -21,6 +21,48 @@ const SUFFIX: &[u8] = b"\"}";
 /// Smallest metadata the layout fits in.
 pub const MIN_METADATA: usize = PREFIX.len() + STAMP_LEN + MIDDLE.len() + SUFFIX.len();
 
+/// What a data part holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum PayloadKind {
+    /// One repeated byte (0xA5): every codec squeezes it to almost nothing.
+    Constant,
+    /// Little-endian f32 values of a smooth, quantized field (a
+    /// temperature-like grid: 300 K plus a slow wave in 1/64 K steps),
+    /// which compresses like typical simulation output.
+    Array,
+    /// xorshift bytes: nothing to compress.
+    Random,
+}
+
+impl PayloadKind {
+    fn fill(self, n: usize) -> Vec<u8> {
+        match self {
+            PayloadKind::Constant => vec![0xA5u8; n],
+            PayloadKind::Array => {
+                let mut v: Vec<u8> = (0..n.div_ceil(4))
+                    .flat_map(|i| {
+                        let wave = ((i as f32) * 0.002).sin() * 8.0 + ((i % 512) as f32) / 64.0;
+                        (300.0 + (wave * 64.0).round() / 64.0).to_le_bytes()
+                    })
+                    .collect();
+                v.truncate(n);
+                v
+            }
+            PayloadKind::Random => {
+                let mut x = 0x2545_F491_4F6C_DD1Du64;
+                (0..n)
+                    .map(|_| {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        x as u8
+                    })
+                    .collect()
+            }
+        }
+    }
+}
+
 /// One event's bytes: a metadata template and a shared data part.
 pub struct Payload {
     pub meta: Bytes,
@@ -28,7 +70,11 @@ pub struct Payload {
 }
 
 impl Payload {
-    pub fn new(metadata_size: usize, data_size: usize) -> anyhow::Result<Payload> {
+    pub fn new(
+        metadata_size: usize,
+        data_size: usize,
+        kind: PayloadKind,
+    ) -> anyhow::Result<Payload> {
         if metadata_size < MIN_METADATA {
             anyhow::bail!(
                 "--metadata-size must be at least {MIN_METADATA} bytes (room for the send timestamp)"
@@ -42,7 +88,7 @@ impl Payload {
         m.extend_from_slice(SUFFIX);
         Ok(Payload {
             meta: Bytes::from(m),
-            data: Bytes::from(vec![0xA5u8; data_size]),
+            data: Bytes::from(kind.fill(data_size)),
         })
     }
 
@@ -203,13 +249,20 @@ mod tests {
 
     #[test]
     fn metadata_has_the_requested_size_and_round_trips_the_stamp() {
-        let p = Payload::new(256, 0).unwrap();
+        let p = Payload::new(256, 0, PayloadKind::Constant).unwrap();
         assert_eq!(p.meta.len(), 256);
         let mut m = p.meta.to_vec();
         stamp(&mut m, 1_700_000_000_123_456);
         assert_eq!(read_stamp(&m), Some(1_700_000_000_123_456));
         assert!(serde_json::from_slice::<serde_json::Value>(&m).is_ok());
-        assert!(Payload::new(MIN_METADATA - 1, 0).is_err());
+        assert!(Payload::new(MIN_METADATA - 1, 0, PayloadKind::Constant).is_err());
+        for kind in [
+            PayloadKind::Constant,
+            PayloadKind::Array,
+            PayloadKind::Random,
+        ] {
+            assert_eq!(Payload::new(64, 1001, kind).unwrap().data.len(), 1001);
+        }
     }
 
     #[test]

@@ -89,6 +89,8 @@ fn check_spec(spec: &TopicSpec) -> Result<(), ServerError> {
         &spec.serializer,
     )
     .map_err(|e| ServerError::coded(ErrorCode::BAD_POLICY_SPEC, e.to_string()))?;
+    strom_proto::Compression::parse(&spec.compression)
+        .map_err(|e| ServerError::coded(ErrorCode::INVALID_TOPIC_SPEC, e))?;
     Ok(())
 }
 
