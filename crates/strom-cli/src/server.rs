@@ -53,6 +53,16 @@ pub struct ServerArgs {
     /// partitions fail over (config key `member_timeout_ms`; default 3000).
     #[arg(long, value_name = "MS")]
     member_timeout_ms: Option<u64>,
+    /// Copy closed segments of file partitions to this directory (a
+    /// parallel file system, any mounted path) and read old offsets back
+    /// from it (config key `tier_dir`; docs/tiering.md).
+    #[arg(long, value_name = "DIR")]
+    tier_dir: Option<PathBuf>,
+    /// The same to an object store: `s3://bucket/prefix` (AWS_* variables
+    /// for credentials and endpoint) or `file:///path` (config key
+    /// `tier_url`).
+    #[arg(long, value_name = "URL")]
+    tier_url: Option<String>,
 }
 
 pub fn run(args: ServerArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> {
@@ -90,6 +100,12 @@ pub fn run(args: ServerArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> 
     }
     if let Some(ms) = args.member_timeout_ms {
         config.member_timeout_ms = ms;
+    }
+    if args.tier_dir.is_some() {
+        config.tier_dir = args.tier_dir;
+    }
+    if args.tier_url.is_some() {
+        config.tier_url = args.tier_url;
     }
     config.validate()?;
     let rt = tokio::runtime::Builder::new_multi_thread()

@@ -86,6 +86,16 @@ pub struct CreateArgs {
     /// zstd:<1..22> | lz4 | lz4:<0..12> (docs/compression.md).
     #[arg(long, default_value = "none")]
     compression: String,
+    /// true | false: copy closed segments to the server's tier (default:
+    /// when the server has one; docs/tiering.md).
+    #[arg(long)]
+    tier: Option<bool>,
+    /// Bytes of tiered segments kept locally (default: the server's).
+    #[arg(long)]
+    local_retention_bytes: Option<u64>,
+    /// Age in ms past which tiered segments are dropped locally.
+    #[arg(long)]
+    local_retention_ms: Option<u64>,
 }
 
 pub fn run(cmd: TopicCmd, group_file: Option<PathBuf>) -> anyhow::Result<()> {
@@ -124,6 +134,9 @@ pub fn run(cmd: TopicCmd, group_file: Option<PathBuf>) -> anyhow::Result<()> {
                     "none" => String::new(),
                     c => c.to_string(),
                 },
+                tier: a.tier,
+                local_retention_bytes: a.local_retention_bytes,
+                local_retention_ms: a.local_retention_ms,
                 ..TopicSpec::new(a.name, a.partitions)
             };
             let replicated = spec.replicas() > 1;

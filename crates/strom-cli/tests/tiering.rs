@@ -198,13 +198,26 @@ fn kill_9_during_tier_copies_loses_nothing_and_restart_finishes_them() {
 fn topic_that_opts_out_of_the_tier_stays_local() {
     let base = tempfile::tempdir().expect("tempdir");
     let tier = base.path().join("tier");
-    let server = ServerProcess::start_with_config(base.path(), &config(&tier, 8192));
+    // The tier from the command line (`--tier-dir`), the rest from the
+    // config file; the opt-out from `topic create --tier false`.
+    let cfg = config(&tier, 8192).replace(&format!("tier_dir = \"{}\"\n", tier.display()), "");
+    assert!(!cfg.contains("tier_dir"));
+    let file = base.path().join("server.toml");
+    std::fs::write(&file, cfg).expect("writing the config");
+    let (file, tier_arg) = (file.to_str().unwrap(), tier.to_str().unwrap());
+    let server =
+        ServerProcess::start_with(base.path(), &["--config", file, "--tier-dir", tier_arg]);
     let driver = server.connect();
-    let spec = TopicSpec {
-        tier: Some(false),
-        ..TopicSpec::new("local-only", 1)
-    };
-    driver.create_topic(spec).expect("creating the topic");
+    let out = server.cli(
+        &["topic", "create", "local-only", "--tier", "false"],
+        "",
+        TIMEOUT,
+    );
+    assert!(out.status.success(), "{}", out.stderr);
+    assert_eq!(
+        driver.describe("local-only").unwrap().spec.tier,
+        Some(false)
+    );
     // A tiered topic next to it shows the copy passes run meanwhile.
     driver
         .create_topic(TopicSpec::new("tiered", 1))
