@@ -17,6 +17,7 @@ mod stage_out;
 mod status;
 mod top;
 mod topic;
+mod transform;
 mod verify;
 
 use std::path::PathBuf;
@@ -89,6 +90,10 @@ enum Command {
     /// Spread partitions and leaders evenly over the members,
     /// by bytes stored and recent traffic; shows the plan first.
     Rebalance(elastic::RebalanceArgs),
+    /// Define, list or delete in-transit transforms, run by the servers
+    /// that lead the source partitions.
+    #[command(subcommand)]
+    Transform(transform::TransformCmd),
 }
 
 fn init_logging(default: &str) {
@@ -190,6 +195,7 @@ fn main() {
                 Command::Member(c) => elastic::run_member(c, cli.group_file),
                 Command::Partition(c) => elastic::run_partition(c, cli.group_file),
                 Command::Rebalance(a) => elastic::rebalance::run(a, cli.group_file),
+                Command::Transform(c) => transform::run(c, cli.group_file),
                 Command::Server(_) | Command::Consume(_) => unreachable!("handled above"),
             }
         }

@@ -149,11 +149,15 @@ pub fn run(args: ServerArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> 
             },
             None => None,
         };
+        // Built-in transforms of the source partitions this member leads.
+        let transforms =
+            strom_client::transform::host::TransformHost::start(server.addr().to_string(), server.member());
         tokio::select! {
             _ = signals.wait() => {}
             _ = server.left() => eprintln!("strom server: this member left its group (drained or removed); stopping"),
         }
         tracing::info!("shutting down");
+        tokio::task::block_in_place(|| transforms.stop());
         if let Some(k) = kafka {
             k.shutdown().await;
         }

@@ -33,6 +33,9 @@ pub struct Event {
     /// Deliveries of this event so far, this one included (shared groups;
     /// 1 otherwise).
     pub(crate) deliveries: u32,
+    /// The offset after the last event of the stored batch this event
+    /// came in (`offset + 1` where batches are not known).
+    pub(crate) batch_end: u64,
 }
 
 /// Where an event's ack goes.
@@ -99,6 +102,14 @@ impl Event {
 
     pub fn meta(&self) -> &EventMeta {
         &self.meta
+    }
+
+    /// The offset after the last event of the stored batch this event came
+    /// in: the batch boundaries the producer made, the same on every read
+    /// and every copy (`offset + 1` on shared groups and Kafka). Transforms
+    /// (`crate::transform`) follow them to write exactly once.
+    pub fn batch_end(&self) -> u64 {
+        self.batch_end
     }
 
     /// Marks this event consumed; persisted on the server in the

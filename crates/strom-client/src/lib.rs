@@ -33,6 +33,7 @@ mod share;
 mod slot;
 mod subscription;
 mod topic;
+pub mod transform;
 
 pub use batching::{Batching, Trigger};
 pub use compress::FrameError;

@@ -180,6 +180,7 @@ impl StreamCtx {
                 descriptor: e.descriptor,
                 acks: self.sub.acks.clone(),
                 deliveries: 1,
+                batch_end: base_offset + *count as u64,
             })
             .collect();
         self.pos
@@ -220,6 +221,8 @@ pub(crate) struct Incoming {
     pub timestamp_us: u64,
     /// Base offset of the stored batch holding it (what `FetchData` names).
     pub batch_base: u64,
+    /// The offset after that batch's last event.
+    pub batch_end: u64,
     /// Its entry, with `data_pos` in the stored batch's data section.
     pub entry: EventEntry,
     pub deliveries: u32,
@@ -253,6 +256,7 @@ fn delivered(runs: &[Run], meta: &bytes::Bytes) -> Result<Vec<Incoming>> {
                 offset: r.offset().saturating_add(k),
                 timestamp_us: r.timestamp_us,
                 batch_base: r.batch_base,
+                batch_end: r.offset().saturating_add(k + 1),
                 entry,
                 deliveries: r.deliveries,
             });
@@ -285,6 +289,7 @@ impl Shared {
             descriptor: i.entry.descriptor,
             acks: sub.acks.clone(),
             deliveries: i.deliveries,
+            batch_end: i.batch_end,
         }
     }
 }
@@ -595,6 +600,7 @@ async fn start_batch(
             offset: base + i as u64,
             timestamp_us,
             batch_base: base,
+            batch_end: base + u64::from(view.count()),
             entry,
             deliveries: 1,
         })

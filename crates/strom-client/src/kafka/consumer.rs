@@ -304,9 +304,10 @@ impl ReaderInner {
         let sub = shared.part(slot);
         let value = m.payload().unwrap_or_default();
         let ts = m.timestamp().to_millis().unwrap_or(0).max(0) as u64;
+        let em_offset = m.offset().max(0) as u64;
         let em = EventMeta::new(
             sub.partition,
-            m.offset().max(0) as u64,
+            em_offset,
             ts.saturating_mul(1000),
             Bytes::from(meta),
             shared.policy.clone(),
@@ -345,6 +346,7 @@ impl ReaderInner {
             descriptor: Bytes::new(),
             acks: sub.acks.clone(),
             deliveries: 1,
+            batch_end: em_offset + 1,
         })
     }
 }
