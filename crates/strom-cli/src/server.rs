@@ -113,6 +113,7 @@ pub fn run(args: ServerArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> 
         .enable_all()
         .build()
         .context("starting the server runtime")?;
+    let group_file = config.group_file.clone().or(config.join.clone());
     rt.block_on(async move {
         let http_listen = config.http_listen.clone();
         let kafka_listen = config.kafka_listen.clone();
@@ -150,8 +151,12 @@ pub fn run(args: ServerArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> 
             None => None,
         };
         // Built-in transforms of the source partitions this member leads.
-        let transforms =
-            strom_client::transform::host::TransformHost::start(server.addr().to_string(), server.member());
+        let services = server.services();
+        let transforms = strom_client::transform::host::TransformHost::start(
+            group_file,
+            server.addr().to_string(),
+            move || services.control.member(),
+        );
         tokio::select! {
             _ = signals.wait() => {}
             _ = server.left() => eprintln!("strom server: this member left its group (drained or removed); stopping"),

@@ -10,13 +10,13 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
-use strom_proto::{ErrorCode, StartPos, TopicSpec};
+use strom_proto::{BatchBuilder, Compression, ErrorCode, StartPos, TopicSpec};
 
+use super::append::{append, OutBatch};
 use super::ops::Pipeline;
 use crate::consumer::ConsumerOptions;
 use crate::driver::Driver;
 use crate::error::{Error, Result};
-use crate::producer::{Acks, ProducerOptions};
 use crate::topic::Topic;
 
 /// The topic that holds the definitions.
@@ -81,14 +81,21 @@ fn defs_topic(d: &Driver) -> Result<Topic> {
     }
 }
 
+/// Appends one record. Not through a registered producer: the topic's
+/// stream must never end, as it would once its producers closed or their
+/// leases ran out. A record appended twice by a retry is harmless (the
+/// last record of a name wins).
 fn record(d: &Driver, v: Value) -> Result<()> {
     let t = defs_topic(d)?;
-    let p = t.producer_with(ProducerOptions {
-        acks: Acks::All,
-        ..ProducerOptions::default()
-    })?;
-    p.push(v, ())?.wait()?;
-    p.flush()?;
+    let (_, meta) = t.policy()?.prepare(v.into(), Some(0), 1)?;
+    let mut b = BatchBuilder::new();
+    b.push(&meta, &[], 0);
+    let batch = OutBatch {
+        count: 1,
+        meta: b.finish(),
+        data: Vec::new(),
+    };
+    d.block_on(async move { append(&t, 0, Compression::None, batch).await })?;
     Ok(())
 }
 

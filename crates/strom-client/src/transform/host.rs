@@ -8,6 +8,7 @@
 //! transform held up by a down output partition resumes by itself.
 
 use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -23,10 +24,14 @@ const AGAIN_AFTER: Duration = Duration::from_secs(2);
 /// How long stopping waits for the workers.
 pub const STOP_WAIT: Duration = Duration::from_secs(5);
 
-/// A client of the member's own server, retried until it answers.
-fn connect(addr: &str, stop: &AtomicBool) -> Option<Driver> {
+/// A client of the member's group, retried until it answers.
+fn connect(group_file: Option<&Path>, addr: &str, stop: &AtomicBool) -> Option<Driver> {
     while !stop.load(Ordering::Acquire) {
-        match Driver::connect_addr(addr) {
+        let d = match group_file {
+            Some(f) => Driver::connect(f),
+            None => Driver::connect_addr(addr),
+        };
+        match d {
             Ok(d) => return Some(d),
             Err(e) => tracing::debug!(error = %e, "transforms: connecting to this server"),
         }
@@ -48,16 +53,25 @@ pub struct TransformHost {
 }
 
 impl TransformHost {
-    /// Starts running the transforms whose source partitions member
-    /// `member` leads, through a client of its own server at `addr`.
-    pub fn start(addr: String, member: u32) -> TransformHost {
+    /// Starts running the transforms whose source partitions this member
+    /// leads, through a client of its group (`group_file`, else its own
+    /// server at `addr`, which must then keep the registry). `member`
+    /// says the member's id (`u32::MAX` until it joined; it is asked on
+    /// every round).
+    pub fn start(
+        group_file: Option<PathBuf>,
+        addr: String,
+        member: impl Fn() -> u32 + Send + 'static,
+    ) -> TransformHost {
         let stop = Arc::new(AtomicBool::new(false));
         let s = stop.clone();
         let thread = std::thread::Builder::new()
             .name("strom-transforms".into())
             .spawn(move || {
-                let Some(d) = connect(&addr, &s) else { return };
-                host_loop(&d, member, &s);
+                let Some(d) = connect(group_file.as_deref(), &addr, &s) else {
+                    return;
+                };
+                host_loop(&d, &member, &s);
             })
             .ok();
         TransformHost { stop, thread }
@@ -92,10 +106,16 @@ impl Drop for TransformHost {
 
 type Key = (String, u32);
 
-fn host_loop(d: &Driver, member: u32, stop: &AtomicBool) {
+fn host_loop(d: &Driver, member: &dyn Fn() -> u32, stop: &AtomicBool) {
     let mut workers: HashMap<Key, Worker> = HashMap::new();
     while !stop.load(Ordering::Acquire) {
-        match wanted(d, member) {
+        let me = member();
+        if me == u32::MAX {
+            // Not joined yet.
+            std::thread::sleep(EVERY);
+            continue;
+        }
+        match wanted(d, me) {
             Ok(want) => reconcile(d, &mut workers, want),
             Err(e) => {
                 tracing::debug!(error = %e, "transforms: reading definitions or leaders failed")
