@@ -19,6 +19,7 @@ mod group;
 mod json;
 mod producer;
 mod select;
+mod transform;
 
 #[pymodule]
 fn _strom(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -34,6 +35,7 @@ fn _strom(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<select::PySelection>()?;
     m.add_function(wrap_pyfunction!(bench::rust_consume, m)?)?;
     m.add_function(wrap_pyfunction!(bench::rust_push, m)?)?;
+    m.add_function(wrap_pyfunction!(transform::transform, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

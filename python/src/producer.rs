@@ -241,7 +241,7 @@ fn segment(obj: &Bound<'_, PyAny>) -> PyResult<Bytes> {
 }
 
 /// Event data and, for a numpy array, its descriptor.
-fn event_data(
+pub(crate) fn event_data(
     py: Python<'_>,
     data: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<(Data, Option<Vec<u8>>)> {
@@ -272,7 +272,7 @@ fn event_data(
 }
 
 /// Metadata as the client library takes it: JSON text.
-fn metadata(obj: &Bound<'_, PyAny>) -> PyResult<MetadataInput> {
+pub(crate) fn metadata(obj: &Bound<'_, PyAny>) -> PyResult<MetadataInput> {
     if let Ok(s) = obj.cast::<PyString>() {
         return Ok(MetadataInput::Json(Bytes::copy_from_slice(
             s.to_str()?.as_bytes(),

@@ -39,6 +39,7 @@ from ._strom import (
     Topic,
     __version__,
 )
+from ._strom import transform as _transform
 from .errors import (
     ConnectionError,
     DataCorrupt,
@@ -57,6 +58,24 @@ from .errors import (
     TopicExists,
     TopicNotFound,
 )
+
+
+
+def transform(fn, src: Topic, dst: Topic, *, name: str) -> tuple[int, int]:
+    """Runs ``fn`` on every event of ``src`` and writes what it returns to
+    ``dst``, until ``src`` ends; returns ``(events read, events written)``.
+
+    ``fn(event)`` returns None (drop the event), ``(metadata, data)``,
+    ``(metadata, data, descriptor)`` or a list of them; ``data`` may be
+    bytes or a numpy array. Source partition ``p`` goes to output partition
+    ``p % dst partitions``. Progress is the consumer ``transform.<name>``
+    of ``src``: a rerun after a crash resumes there, and nothing is written
+    twice as long as ``fn`` gives the same output for the same event
+    (docs/transforms.md). An exception from ``fn`` stops the run and is
+    raised as the cause of the error.
+    """
+    return _transform(fn, src, dst, name)
+
 
 __all__ = [
     "AckFuture",
@@ -88,4 +107,5 @@ __all__ = [
     "__version__",
     "errors",
     "select",
+    "transform",
 ]

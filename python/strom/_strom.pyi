@@ -293,3 +293,6 @@ def rust_consume(topic: Topic, name: str, count: int) -> tuple[int, int, float]:
 
 def rust_push(topic: Topic, metadata: str, count: int) -> list[int]:
     """Benchmark baseline: per-call push times (ns) of the Rust client."""
+
+def transform(f: Any, src: Topic, dst: Topic, name: str) -> tuple[int, int]:
+    """A user-defined transform from ``src`` to ``dst`` (see ``strom.transform``)."""

@@ -38,6 +38,23 @@ pub struct Event {
     pub(crate) batch_end: u64,
 }
 
+/// An event's ack, without the event.
+pub(crate) struct LaterAck {
+    acks: AckTarget,
+    offset: u64,
+}
+
+impl LaterAck {
+    pub fn ack(&self) -> AckFuture {
+        match &self.acks {
+            AckTarget::Offsets(a) => a.ack(self.offset + 1),
+            AckTarget::Share(s) => s.ack(self.offset),
+            #[cfg(feature = "kafka")]
+            AckTarget::Kafka(k) => k.ack(self.offset + 1),
+        }
+    }
+}
+
 /// Where an event's ack goes.
 #[derive(Clone)]
 pub(crate) enum AckTarget {
@@ -112,16 +129,20 @@ impl Event {
         self.batch_end
     }
 
+    /// What [`ack`](Self::ack) does, kept to run after the event itself
+    /// was handed on (transforms ack a source batch once its output is in).
+    pub(crate) fn ack_later(&self) -> LaterAck {
+        LaterAck {
+            acks: self.acks.clone(),
+            offset: self.meta.offset,
+        }
+    }
+
     /// Marks this event consumed; persisted on the server in the
     /// background. For a named consumer this covers every earlier event of
     /// its partition too; in a shared group it covers this event alone.
     pub fn ack(&self) -> AckFuture {
-        match &self.acks {
-            AckTarget::Offsets(a) => a.ack(self.meta.offset + 1),
-            AckTarget::Share(s) => s.ack(self.meta.offset),
-            #[cfg(feature = "kafka")]
-            AckTarget::Kafka(k) => k.ack(self.meta.offset + 1),
-        }
+        self.ack_later().ack()
     }
 
     /// Shared groups: gives the event back, to be delivered again (to any

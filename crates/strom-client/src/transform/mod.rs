@@ -42,7 +42,7 @@ pub struct Out {
 /// must be deterministic (the same event gives the same output on a rerun)
 /// for exactly-once output; an error stops the partition's run.
 pub trait Transformer: Send + Sync {
-    fn apply(&self, event: &Event) -> Result<Vec<Out>>;
+    fn apply(&self, event: Event) -> Result<Vec<Out>>;
 }
 
 /// The consumer name a transform reads its source as; its committed
@@ -86,7 +86,7 @@ impl Builtin {
 }
 
 impl Transformer for Builtin {
-    fn apply(&self, ev: &Event) -> Result<Vec<Out>> {
+    fn apply(&self, ev: Event) -> Result<Vec<Out>> {
         let metadata = match self.raw {
             true => serde_json::Value::Null,
             false => ev.json()?,
@@ -103,7 +103,7 @@ impl Transformer for Builtin {
         Ok(out
             .map(|p| Out {
                 metadata: match self.raw {
-                    true => worker::raw_metadata(ev),
+                    true => worker::raw_metadata(&ev),
                     false => MetadataInput::Value(p.metadata),
                 },
                 descriptor: p.descriptor,

@@ -108,9 +108,10 @@ impl PartitionJob<'_> {
                 batch.push(ev);
                 if last {
                     let done = std::mem::take(&mut batch);
+                    let ack = done[done.len() - 1].ack_later();
                     progress.read += done.len() as u64;
-                    progress.written += self.carry(&sink, &done)?;
-                    acks.push_back(done[done.len() - 1].ack());
+                    progress.written += self.carry(&sink, done)?;
+                    acks.push_back(ack.ack());
                     while acks.len() > MAX_UNCOMMITTED {
                         if let Some(a) = acks.pop_front() {
                             a.wait()?;
@@ -126,25 +127,26 @@ impl PartitionJob<'_> {
     }
 
     /// Transforms one whole source batch and appends its output.
-    fn carry(&self, sink: &Sink<'_>, batch: &[Event]) -> Result<u64> {
+    fn carry(&self, sink: &Sink<'_>, batch: Vec<Event>) -> Result<u64> {
         let mut chunk = Chunk::default();
         let mut written = 0;
         for ev in batch {
+            let (partition, offset) = (ev.partition, ev.offset);
             let outs = self.transformer.apply(ev).map_err(|e| {
                 Error::coded(
                     e.code(),
                     format!(
                         "transform '{}' failed on event {}/{} of '{}': {}",
                         self.name,
-                        ev.partition,
-                        ev.offset,
+                        partition,
+                        offset,
                         self.src.name(),
                         e.message()
                     ),
                 )
             })?;
             if chunk.builder.is_empty() {
-                chunk.first = ev.offset;
+                chunk.first = offset;
             }
             for o in outs {
                 chunk.push(sink, o)?;
@@ -207,9 +209,9 @@ pub struct FnTransformer<F>(pub F);
 
 impl<F> Transformer for FnTransformer<F>
 where
-    F: Fn(&Event) -> Result<Vec<Out>> + Send + Sync,
+    F: Fn(Event) -> Result<Vec<Out>> + Send + Sync,
 {
-    fn apply(&self, event: &Event) -> Result<Vec<Out>> {
+    fn apply(&self, event: Event) -> Result<Vec<Out>> {
         (self.0)(event)
     }
 }
