@@ -1,5 +1,6 @@
 //! `strom status`: members (address, alive, partitions), topics, each
-//! partition's first and next offset, and each consumer name's lag.
+//! partition's first and next offset, each consumer name's lag, and the
+//! transforms with their lag.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -75,8 +76,11 @@ pub fn run(a: StatusArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> {
             })
         })
         .collect();
+    let transforms = crate::transform::rows(&d);
     if a.json {
-        let v = serde_json::json!({ "members": members_json, "topics": topics_json });
+        let v = serde_json::json!({
+            "members": members_json, "topics": topics_json, "transforms": transforms,
+        });
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
     }
@@ -143,6 +147,10 @@ pub fn run(a: StatusArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> {
                 println!("{:>9} {line}", "");
             }
         }
+    }
+    if !transforms.is_empty() {
+        println!();
+        crate::transform::print_rows(&transforms);
     }
     Ok(())
 }

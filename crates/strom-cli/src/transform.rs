@@ -161,38 +161,31 @@ pub(crate) fn lag(d: &Driver, spec: &TransformSpec) -> Option<u64> {
     Some(total)
 }
 
-fn list(d: &Driver, json: bool) -> anyhow::Result<()> {
-    let all = defs::list(d)?;
-    let rows: Vec<serde_json::Value> = all
-        .values()
+/// One JSON row per defined transform, with its lag (none if the
+/// definitions cannot be read).
+pub(crate) fn rows(d: &Driver) -> Vec<serde_json::Value> {
+    let Ok(all) = defs::list(d) else {
+        return Vec::new();
+    };
+    all.values()
         .map(|s| {
             serde_json::json!({
                 "name": s.name, "from": s.from, "to": s.to, "ops": s.ops, "lag": lag(d, s),
             })
         })
-        .collect();
-    if json {
-        for r in rows {
-            println!("{r}");
-        }
-        return Ok(());
-    }
-    if rows.is_empty() {
-        println!("no transforms");
-        return Ok(());
-    }
+        .collect()
+}
+
+/// The transforms as a table.
+pub(crate) fn print_rows(rows: &[serde_json::Value]) {
     println!(
         "{:<20} {:<20} {:<20} {:>10}  STEPS",
-        "NAME", "FROM", "TO", "LAG"
+        "TRANSFORM", "FROM", "TO", "LAG"
     );
     for r in rows {
-        let steps: Vec<String> = r["ops"]
+        let steps: Vec<&str> = r["ops"]
             .as_array()
-            .map(|a| {
-                a.iter()
-                    .map(|o| o["op"].as_str().unwrap_or("?").to_string())
-                    .collect()
-            })
+            .map(|a| a.iter().map(|o| o["op"].as_str().unwrap_or("?")).collect())
             .unwrap_or_default();
         let lag = r["lag"].as_u64().map_or("?".to_string(), |l| l.to_string());
         println!(
@@ -203,6 +196,20 @@ fn list(d: &Driver, json: bool) -> anyhow::Result<()> {
             lag,
             steps.join(",")
         );
+    }
+}
+
+fn list(d: &Driver, json: bool) -> anyhow::Result<()> {
+    defs::list(d)?;
+    let rows = rows(d);
+    if json {
+        for r in rows {
+            println!("{r}");
+        }
+    } else if rows.is_empty() {
+        println!("no transforms");
+    } else {
+        print_rows(&rows);
     }
     Ok(())
 }

@@ -378,6 +378,22 @@ fn a_chain_ends_when_its_source_ends_and_its_steps_apply() {
         listed.contains("thin") && listed.contains("rename,downsample"),
         "{listed}"
     );
+    // `status` shows the transforms and their lag, and so does its JSON.
+    let status = cli(&["status"]).stdout;
+    assert!(status.contains("transform.thin=20/0"), "{status}");
+    let row = status
+        .lines()
+        .find(|l| l.starts_with("z "))
+        .unwrap_or_else(|| panic!("no row for z in {status}"));
+    assert!(row.contains(" 0  compress"), "{row}");
+    let v: serde_json::Value = serde_json::from_str(&cli(&["status", "--json"]).stdout).unwrap();
+    let lags: Vec<_> = v["transforms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["lag"].clone())
+        .collect();
+    assert_eq!(lags, vec![serde_json::json!(0), serde_json::json!(0)]);
     ok(cli(&["transform", "delete", "thin"]), "deleting");
     let listed = cli(&["transform", "list", "--json"]).stdout;
     assert!(!listed.contains("\"name\":\"thin\""), "deleted: {listed}");
