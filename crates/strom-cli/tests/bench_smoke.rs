@@ -415,3 +415,33 @@ fn produce_to_a_replicated_topic_reports_acks_and_ack_latency() {
         }
     }
 }
+
+#[test]
+fn transform_carries_every_event_and_the_filter_half() {
+    let v = bench(&[
+        "transform",
+        "--events",
+        "200",
+        "--data-size",
+        "512",
+        "--partitions",
+        "2",
+    ]);
+    assert_eq!(v["mode"], "transform");
+    assert_eq!(v["runs"], "in-process");
+    assert!(v["peer_consume"]["mb_per_s"].as_f64().is_some(), "{v}");
+    let out: Vec<(String, u64)> = v["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["case"].as_str().unwrap().to_string(),
+                c["events_out"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    let want = [("copy", 200), ("filter", 100), ("zstd", 200)];
+    let want: Vec<(String, u64)> = want.iter().map(|(c, n)| (c.to_string(), *n)).collect();
+    assert_eq!(out, want, "{v}");
+}

@@ -158,7 +158,7 @@ pub fn run(cfg: &Config, target: &dyn Target) -> anyhow::Result<Result> {
         }
         Mode::Baseline => anyhow::bail!("the baseline mode runs in bench/baseline.rs"),
         Mode::Transport => anyhow::bail!("the transport mode runs in bench/transport.rs"),
-        Mode::Failover | Mode::Drain => {
+        Mode::Failover | Mode::Drain | Mode::Transform => {
             anyhow::bail!("the failover and drain modes run in bench/failover.rs and drain.rs")
         }
     }

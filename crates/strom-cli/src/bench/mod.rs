@@ -28,6 +28,7 @@ mod tasks;
 #[cfg(feature = "peers")]
 mod tasks_redis;
 mod tasks_strom;
+mod transform;
 mod transport;
 mod workload;
 
@@ -55,6 +56,9 @@ pub enum Mode {
     /// Drain a member of a running group under a producer; how long it
     /// takes and the producer's pause and throughput.
     Drain,
+    /// In-transit transforms (copy, filter, zstd) carrying a topic, beside
+    /// a plain consumer reading it.
+    Transform,
 }
 
 impl Mode {
@@ -68,6 +72,7 @@ impl Mode {
             Mode::Transport => "transport",
             Mode::Failover => "failover",
             Mode::Drain => "drain",
+            Mode::Transform => "transform",
         }
     }
 }
@@ -498,6 +503,9 @@ pub fn run(args: BenchArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> {
     }
     if args.mode == Mode::Drain {
         return drain::run(args, group_file);
+    }
+    if args.mode == Mode::Transform {
+        return transform::run(args, group_file);
     }
     if let Some(b) = &args.baseline {
         anyhow::bail!("unexpected argument '{b}': only `strom bench baseline` takes one");
