@@ -177,7 +177,11 @@ fn a_filter_and_compression_chain_survives_a_sigkill_with_exact_output() {
     let (proc_, dir) = g.joined.remove(&victim).unwrap();
     drop(proc_);
     wait_for("acks after the kill", || acked.lock().unwrap().0 > 1500);
-    let back = g.zero.join_member(&dir, &[], Stdio::null());
+    let back = g.zero.join_member(
+        &dir,
+        &[],
+        replicated::member_stderr(tmp.path(), 10 + victim),
+    );
     g.joined.insert(victim, (back, dir));
     wait_for("more acks with the member back", || {
         acked.lock().unwrap().0 > 2500
@@ -187,8 +191,7 @@ fn a_filter_and_compression_chain_survives_a_sigkill_with_exact_output() {
     let (n_acked, n_failed) = *acked.lock().unwrap();
     assert_eq!(n_failed, 0, "no push failed");
 
-    // Both transforms catch up with the source (its end of stream is
-    // checked without a kill in `a_chain_ends_when_its_source_ends`).
+    // Both transforms catch up with the source.
     let deadline = std::time::Instant::now() + LONG;
     while !(transform_lag(&g, "clean") == Some(0) && transform_lag(&g, "pack") == Some(0)) {
         assert!(
@@ -201,6 +204,10 @@ fn a_filter_and_compression_chain_survives_a_sigkill_with_exact_output() {
         std::thread::sleep(Duration::from_millis(500));
     }
 
+    // The source ended (its producer closed): both outputs end in turn.
+    wait_for("the chain's output to end", || {
+        g.d.describe("packed").is_ok_and(|i| i.state.ended)
+    });
     let src = read_all(&g.d, TOPIC, "check-src", LONG);
     assert!(
         src.len() as u64 >= n_acked,

@@ -32,12 +32,22 @@ pub fn start(base: &Path) -> Group {
     start_with(base, PartitionType::File)
 }
 
+/// Where a member's stderr goes: nowhere, or with `STROM_TEST_MEMBER_LOGS`
+/// set, to `base/m<i>.stderr` (to see why a run failed).
+pub fn member_stderr(base: &Path, i: u32) -> Stdio {
+    match std::env::var_os("STROM_TEST_MEMBER_LOGS") {
+        Some(_) => std::fs::File::create(base.join(format!("m{i}.stderr")))
+            .map_or_else(|_| Stdio::null(), Stdio::from),
+        None => Stdio::null(),
+    }
+}
+
 pub fn start_with(base: &Path, kind: PartitionType) -> Group {
     let zero = ServerProcess::start(&base.join("m0"));
     let mut joined = BTreeMap::new();
     for i in 1..=2 {
         let dir = base.join(format!("m{i}"));
-        let p = zero.join_member(&dir, &[], Stdio::null());
+        let p = zero.join_member(&dir, &[], member_stderr(base, i));
         wait_for("the member's id", || member_id(&dir).is_some());
         joined.insert(member_id(&dir).unwrap(), (p, dir));
     }

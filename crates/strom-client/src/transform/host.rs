@@ -116,7 +116,12 @@ fn host_loop(d: &Driver, member: &dyn Fn() -> u32, stop: &AtomicBool) {
             continue;
         }
         match wanted(d, me) {
-            Ok(want) => reconcile(d, &mut workers, want),
+            Ok(want) => {
+                for spec in &want.ends {
+                    complete_output(d, spec);
+                }
+                reconcile(d, &mut workers, want);
+            }
             Err(e) => {
                 tracing::debug!(error = %e, "transforms: reading definitions or leaders failed")
             }
@@ -132,27 +137,49 @@ fn host_loop(d: &Driver, member: &dyn Fn() -> u32, stop: &AtomicBool) {
     }
 }
 
-/// The (transform, partition) pairs this member should run now.
-fn wanted(d: &Driver, member: u32) -> Result<BTreeMap<Key, TransformSpec>> {
-    let mut want = BTreeMap::new();
+/// What this member should run now.
+struct Wanted {
+    /// The (transform, partition) pairs it leads.
+    run: BTreeMap<Key, TransformSpec>,
+    /// Transforms whose source could not be described this round: their
+    /// workers stay as they are.
+    unknown: Vec<String>,
+    /// Transforms whose source ended, and whose source partition 0 this
+    /// member leads: it ends their output once they are carried over.
+    ends: Vec<TransformSpec>,
+}
+
+fn wanted(d: &Driver, member: u32) -> Result<Wanted> {
+    let mut want = Wanted {
+        run: BTreeMap::new(),
+        unknown: Vec::new(),
+        ends: Vec::new(),
+    };
     for (name, spec) in defs::list(d)? {
         let info = match d.describe(&spec.from) {
             Ok(i) => i,
             Err(e) => {
                 tracing::debug!(transform = %name, error = %e, "transform source not available");
+                want.unknown.push(name);
                 continue;
             }
         };
         for p in info.partitions.iter().filter(|p| p.member == member) {
-            want.insert((name.clone(), p.id), spec.clone());
+            want.run.insert((name.clone(), p.id), spec.clone());
+        }
+        if info.state.ended && info.partitions.first().is_some_and(|p| p.member == member) {
+            want.ends.push(spec);
         }
     }
     Ok(want)
 }
 
-fn reconcile(d: &Driver, workers: &mut HashMap<Key, Worker>, want: BTreeMap<Key, TransformSpec>) {
+fn reconcile(d: &Driver, workers: &mut HashMap<Key, Worker>, want: Wanted) {
+    let Wanted {
+        run: want, unknown, ..
+    } = want;
     workers.retain(|key, w| {
-        let keep = want.get(key) == Some(&w.spec);
+        let keep = want.get(key) == Some(&w.spec) || unknown.contains(&key.0);
         if !keep {
             tracing::info!(transform = %key.0, partition = key.1, "transform worker stops here");
             w.stop.store(true, Ordering::Release);
@@ -183,12 +210,8 @@ fn worker_loop(d: &Driver, spec: &TransformSpec, partition: u32, stop: &AtomicBo
     while !stop.load(Ordering::Acquire) {
         match run_once(d, spec, partition, stop) {
             Ok(true) => {
-                // The source partition ended: nothing more comes. The
-                // worker of partition 0 ends the output's stream once
-                // every source partition is carried over.
-                if partition == 0 {
-                    complete_output(d, spec, stop);
-                }
+                // The source partition ended: nothing more comes (the
+                // host ends the output's stream once all are carried over).
                 while !stop.load(Ordering::Acquire) {
                     std::thread::sleep(Duration::from_millis(100));
                 }
@@ -226,28 +249,29 @@ fn run_once(d: &Driver, spec: &TransformSpec, partition: u32, stop: &AtomicBool)
     Ok(job.run()?.ended)
 }
 
-/// Ends the output topic's stream once the source's stream ended and the
-/// transform committed every source partition to its end (so consumers
-/// of the output see the end of stream, as they would behind producers).
-fn complete_output(d: &Driver, spec: &TransformSpec, stop: &AtomicBool) {
+/// Ends the output topic's stream if the source's stream ended and the
+/// transform committed every source partition to its end (so consumers of
+/// the output see the end of stream, as they would behind producers).
+fn complete_output(d: &Driver, spec: &TransformSpec) {
+    if d.describe(&spec.to).is_ok_and(|o| o.state.ended) {
+        return;
+    }
     let name = super::consumer_name(&spec.name);
-    while !stop.load(Ordering::Acquire) {
-        let done = d.describe(&spec.from).is_ok_and(|info| {
-            info.state.ended
-                && info.partitions.iter().all(|p| {
-                    d.consumer_offsets_at(&p.addr, &spec.from, p.id)
+    let done = d.describe(&spec.from).is_ok_and(|info| {
+        info.state.ended
+            && info.partitions.iter().all(|p| {
+                p.next_offset == p.first_offset
+                    || d.consumer_offsets_at(&p.addr, &spec.from, p.id)
                         .is_ok_and(|o| o.iter().any(|(n, at)| *n == name && *at >= p.next_offset))
-                })
-        });
-        if done {
-            match d.open_topic(&spec.to).and_then(|t| t.complete()) {
-                Ok(()) => {
-                    tracing::info!(transform = %spec.name, topic = %spec.to, "source ended and carried over: output stream ended");
-                    return;
-                }
-                Err(e) => tracing::debug!(error = %e, "ending the transform's output"),
-            }
+            })
+    });
+    if !done {
+        return;
+    }
+    match d.open_topic(&spec.to).and_then(|t| t.complete()) {
+        Ok(()) => {
+            tracing::info!(transform = %spec.name, topic = %spec.to, "source ended and carried over: output stream ended")
         }
-        std::thread::sleep(EVERY);
+        Err(e) => tracing::debug!(error = %e, "ending the transform's output"),
     }
 }
