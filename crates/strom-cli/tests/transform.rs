@@ -9,7 +9,6 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
