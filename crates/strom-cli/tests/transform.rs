@@ -232,15 +232,19 @@ fn array(i: u8) -> Vec<u8> {
     (0..16u8).map(|k| k.wrapping_add(i)).collect()
 }
 
-#[test]
-fn a_chain_ends_when_its_source_ends_and_its_steps_apply() {
+/// One server with a topic of 2 partitions.
+fn server_with_source(topic: &str) -> (tempfile::TempDir, common::ServerProcess) {
     let tmp = tempfile::tempdir().unwrap();
     let s = common::ServerProcess::start(tmp.path());
+    let args = ["topic", "create", topic, "--partitions", "2"];
+    ok(s.cli(&args, "", CLI), "creating the source");
+    (tmp, s)
+}
+
+#[test]
+fn a_chain_ends_when_its_source_ends_and_its_steps_apply() {
+    let (_tmp, s) = server_with_source("frames");
     let cli = |args: &[&str]| s.cli(args, "", CLI);
-    ok(
-        cli(&["topic", "create", "frames", "--partitions", "2"]),
-        "creating the source",
-    );
     ok(
         cli(&[
             "transform",
@@ -447,13 +451,8 @@ fn outputs(d: &Driver, topic: &str) -> BTreeMap<u32, Vec<u64>> {
 /// is written once.
 #[test]
 fn a_rerun_from_an_older_commit_writes_nothing_twice() {
-    let tmp = tempfile::tempdir().unwrap();
-    let s = common::ServerProcess::start(tmp.path());
+    let (_tmp, s) = server_with_source("src");
     let cli = |args: &[&str]| s.cli(args, "", CLI);
-    ok(
-        cli(&["topic", "create", "src", "--partitions", "2"]),
-        "creating the source",
-    );
     let create = [
         "transform",
         "create",

@@ -32,7 +32,7 @@ use crate::topic::Topic;
 mod refresh;
 use refresh::{learn_limits, refresh_loop};
 #[path = "producer_retry.rs"]
-mod retry;
+pub(crate) mod retry;
 
 #[derive(Clone, Debug)]
 pub struct ProducerOptions {

@@ -40,8 +40,9 @@ impl Sealed {
     }
 }
 
-/// Whether another attempt may succeed where this one failed.
-fn worth_resending(e: &Error) -> bool {
+/// Whether another attempt may succeed where this one failed (also what
+/// transforms retry their output batches on).
+pub(crate) fn worth_resending(e: &Error) -> bool {
     matches!(
         e.code(),
         ErrorCode::CONNECTION_FAILED

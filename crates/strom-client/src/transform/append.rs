@@ -26,18 +26,10 @@ pub(crate) struct OutBatch {
     pub data: Vec<Bytes>,
 }
 
+/// What an idempotent producer resends on, and a registry without a
+/// master for a moment (the leader lookup goes through it).
 fn worth_retrying(e: &Error) -> bool {
-    matches!(
-        e.code(),
-        ErrorCode::CONNECTION_FAILED
-            | ErrorCode::CONNECTION_CLOSED
-            | ErrorCode::NOT_PARTITION_LEADER
-            | ErrorCode::NOT_ENOUGH_REPLICAS
-            | ErrorCode::PARTITION_UNAVAILABLE
-            | ErrorCode::OUT_OF_ORDER_SEQUENCE
-            | ErrorCode::TIMEOUT
-            | ErrorCode::NOT_MASTER
-    )
+    crate::producer::retry::worth_resending(e) || e.code() == ErrorCode::NOT_MASTER
 }
 
 /// The stamp of a transform's output batch: `producer` is fixed per
