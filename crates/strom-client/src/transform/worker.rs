@@ -8,9 +8,10 @@
 //! stamps, and the output partition answers those it already holds
 //! without appending them twice. One output batch is in flight at a time
 //! (stamps are not consecutive, so the partition cannot order a second
-//! one behind a retried first), and at most [`MAX_UNCOMMITTED`] source
-//! batches are acked but not yet committed, well inside the
-//! [`RECENT`](crate::transform::RECENT) batches a partition remembers.
+//! one behind a retried first), and at most [`MAX_UNCOMMITTED`] output
+//! batches belong to source batches acked but not yet committed: a rerun
+//! resends at most that many, well inside the 64 batches per producer a
+//! partition's sequence table remembers.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -27,8 +28,9 @@ use crate::error::{Error, Result};
 use crate::event::{AckFuture, Event};
 use crate::topic::Topic;
 
-/// Source batches acked but not known committed, at most.
-pub const MAX_UNCOMMITTED: usize = 16;
+/// Output batches of source batches acked but not known committed, at
+/// most (a source batch whose output is split counts each piece).
+pub const MAX_UNCOMMITTED: usize = 32;
 /// Output bytes past which a source batch's output is split (at source
 /// event boundaries, so the split is the same on every rerun).
 const SPLIT_BYTES: usize = 4 << 20;
@@ -93,7 +95,9 @@ impl PartitionJob<'_> {
         let consumer = self.src.consumer_with(&consumer_name(self.name), opts)?;
         let mut progress = Progress::default();
         let mut batch: Vec<Event> = Vec::new();
-        let mut acks: std::collections::VecDeque<AckFuture> = Default::default();
+        // Acks not known committed, with the output batches they cover.
+        let mut acks: std::collections::VecDeque<(AckFuture, usize)> = Default::default();
+        let mut uncommitted = 0;
         while !self.stop.load(Ordering::Acquire) {
             let events = match consumer.pull_many(4096, POLL)? {
                 Some(e) => e,
@@ -110,26 +114,31 @@ impl PartitionJob<'_> {
                     let done = std::mem::take(&mut batch);
                     let ack = done[done.len() - 1].ack_later();
                     progress.read += done.len() as u64;
-                    progress.written += self.carry(&sink, done)?;
-                    acks.push_back(ack.ack());
-                    while acks.len() > MAX_UNCOMMITTED {
-                        if let Some(a) = acks.pop_front() {
-                            a.wait()?;
-                        }
+                    let (written, batches) = self.carry(&sink, done)?;
+                    progress.written += written;
+                    acks.push_back((ack.ack(), batches));
+                    uncommitted += batches;
+                    while uncommitted > MAX_UNCOMMITTED {
+                        let Some((a, n)) = acks.pop_front() else {
+                            break;
+                        };
+                        a.wait()?;
+                        uncommitted -= n;
                     }
                 }
             }
         }
-        for a in acks {
+        for (a, _) in acks {
             a.wait()?;
         }
         Ok(progress)
     }
 
-    /// Transforms one whole source batch and appends its output.
-    fn carry(&self, sink: &Sink<'_>, batch: Vec<Event>) -> Result<u64> {
+    /// Transforms one whole source batch and appends its output; returns
+    /// the events written and in how many batches.
+    fn carry(&self, sink: &Sink<'_>, batch: Vec<Event>) -> Result<(u64, usize)> {
         let mut chunk = Chunk::default();
-        let mut written = 0;
+        let (mut written, mut batches) = (0, 0);
         for ev in batch {
             let (partition, offset) = (ev.partition, ev.offset);
             let outs = self.transformer.apply(ev).map_err(|e| {
@@ -153,10 +162,13 @@ impl PartitionJob<'_> {
             }
             if chunk.bytes >= SPLIT_BYTES {
                 written += chunk.send(sink)?;
+                batches += 1;
             }
         }
-        written += chunk.send(sink)?;
-        Ok(written)
+        let last = chunk.send(sink)?;
+        written += last;
+        batches += usize::from(last > 0);
+        Ok((written, batches))
     }
 }
 
