@@ -3,7 +3,8 @@
 //! all of them every third of the shortest lease, so renewals go on while
 //! the caller's thread computes (or a Python process holds the GIL). A
 //! producer the master reports lost is marked expired, and its later
-//! `push`, `flush` and `close` fail with `PRODUCER_EXPIRED`.
+//! `push`, `flush` and `close` fail with `PRODUCER_EXPIRED`. Registering
+//! a producer with the master, which grants the lease, is here too.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -15,7 +16,8 @@ use strom_proto::{ErrorCode, Request, Response};
 use tokio::sync::Notify;
 
 use crate::driver::{Driver, DriverInner};
-use crate::error::Error;
+use crate::error::{unexpected, Error, Result};
+use crate::topic::Topic;
 
 /// One producer's lease, shared between the producer and the renewal task.
 pub(crate) struct Lease {
@@ -140,4 +142,41 @@ async fn renew(driver: Driver, live: Vec<Arc<Lease>>) {
         // when it comes back, so keep trying.
         Err(e) => tracing::warn!(error = %e, "could not renew producer leases; retrying"),
     }
+}
+
+/// Registers the producer with the registry master: with a lease (held by
+/// the driver's renewal task) unless `lease` is `None`, or when the master
+/// speaks protocol 1, which has no leases.
+pub(crate) fn register(
+    topic: &Topic,
+    lease: Option<Duration>,
+) -> Result<(u64, Option<Arc<Lease>>)> {
+    let d = topic.driver.clone();
+    let name = topic.name().to_string();
+    // 0 asks for the server's default; anything else is at least 1 ms.
+    let lease_ms = lease.map(|l| match l.as_millis() {
+        0 if l.is_zero() => 0,
+        ms => ms.clamp(1, u128::from(u32::MAX)) as u32,
+    });
+    let (id, granted) = topic.driver.block_on(async move {
+        let version = d.master_version().await?;
+        let req = match lease_ms {
+            Some(lease_ms) if version >= 2 => Request::OpenProducer { topic: name, lease_ms },
+            Some(_) => {
+                tracing::warn!(topic = %name, version, "the registry master speaks no producer leases (protocol 1); the producer stays open until closed");
+                Request::RegisterProducer { topic: name }
+            }
+            None => Request::RegisterProducer { topic: name },
+        };
+        match d.master_call(req).await? {
+            Response::Producer { id } => Ok((id, None)),
+            Response::ProducerLease { id, lease_ms } => Ok((id, Some(lease_ms))),
+            other => Err(unexpected(other)),
+        }
+    })?;
+    let lease = granted.map(|ms| {
+        let duration = Duration::from_millis(u64::from(ms));
+        Leases::hold(&topic.driver, topic.name(), id, duration)
+    });
+    Ok((id, lease))
 }

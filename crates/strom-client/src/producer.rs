@@ -24,7 +24,7 @@ use crate::batching::{event_limit, Batching, EventLimit, Trigger};
 use crate::conn::{Callback, ClientConn, ServerLimits};
 use crate::error::unexpected;
 use crate::error::{Error, Result};
-use crate::lease::{Lease, Leases};
+use crate::lease::Lease;
 use crate::slot::Slot;
 use crate::topic::Topic;
 
@@ -376,7 +376,7 @@ impl NativeProducer {
         }
         let info = topic.refresh_blocking()?;
         let policy = topic.policy()?;
-        let (id, lease) = register(&topic, opts.lease)?;
+        let (id, lease) = crate::lease::register(&topic, opts.lease)?;
         let limits = learn_limits(&topic, &info.partitions);
         // Large batches amortize the fdatasync of file partitions under
         // `always`; memory partitions never sync.
@@ -554,40 +554,6 @@ impl Drop for NativeProducer {
             }
         }
     }
-}
-
-/// Registers the producer with the registry master: with a lease (held by
-/// the driver's renewal task) unless `lease` is `None`, or when the master
-/// speaks protocol 1, which has no leases.
-fn register(topic: &Topic, lease: Option<Duration>) -> Result<(u64, Option<Arc<Lease>>)> {
-    let d = topic.driver.clone();
-    let name = topic.name().to_string();
-    // 0 asks for the server's default; anything else is at least 1 ms.
-    let lease_ms = lease.map(|l| match l.as_millis() {
-        0 if l.is_zero() => 0,
-        ms => ms.clamp(1, u128::from(u32::MAX)) as u32,
-    });
-    let (id, granted) = topic.driver.block_on(async move {
-        let version = d.master_version().await?;
-        let req = match lease_ms {
-            Some(lease_ms) if version >= 2 => Request::OpenProducer { topic: name, lease_ms },
-            Some(_) => {
-                tracing::warn!(topic = %name, version, "the registry master speaks no producer leases (protocol 1); the producer stays open until closed");
-                Request::RegisterProducer { topic: name }
-            }
-            None => Request::RegisterProducer { topic: name },
-        };
-        match d.master_call(req).await? {
-            Response::Producer { id } => Ok((id, None)),
-            Response::ProducerLease { id, lease_ms } => Ok((id, Some(lease_ms))),
-            other => Err(unexpected(other)),
-        }
-    })?;
-    let lease = granted.map(|ms| {
-        let duration = Duration::from_millis(u64::from(ms));
-        Leases::hold(&topic.driver, topic.name(), id, duration)
-    });
-    Ok((id, lease))
 }
 
 fn seal(st: &mut QueueState) {
