@@ -72,7 +72,15 @@ pub(crate) async fn append(
         let e = match attempt.await {
             Ok(Response::Produced {
                 base_offset, count, ..
-            }) if count == batch.count => return Ok(base_offset),
+            }) => {
+                if count != batch.count {
+                    // Only a batch the partition already held is answered
+                    // with another count: a rerun whose transform gave
+                    // another output than the first time. The first stays.
+                    tracing::warn!(topic = %topic.name(), partition, count, now = batch.count, "a rerun's output differs from what was written the first time (the transform is not deterministic); the first output is kept");
+                }
+                return Ok(base_offset);
+            }
             Ok(other) => return Err(unexpected(other)),
             Err(e) => e,
         };
