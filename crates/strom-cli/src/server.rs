@@ -58,6 +58,10 @@ pub struct ServerArgs {
     /// from it (config key `tier_dir`; docs/tiering.md).
     #[arg(long, value_name = "DIR")]
     tier_dir: Option<PathBuf>,
+    /// Run no in-transit transforms in this process (config key
+    /// `transforms = false`; docs/transforms.md).
+    #[arg(long)]
+    no_transforms: bool,
     /// The same to an object store: `s3://bucket/prefix` (AWS_* variables
     /// for credentials and endpoint) or `file:///path` (config key
     /// `tier_url`).
@@ -107,6 +111,9 @@ pub fn run(args: ServerArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> 
     if args.tier_url.is_some() {
         config.tier_url = args.tier_url;
     }
+    if args.no_transforms {
+        config.transforms = false;
+    }
     config.validate()?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .thread_name("strom-server")
@@ -114,6 +121,7 @@ pub fn run(args: ServerArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> 
         .build()
         .context("starting the server runtime")?;
     let group_file = config.group_file.clone().or(config.join.clone());
+    let run_transforms = config.transforms;
     rt.block_on(async move {
         let http_listen = config.http_listen.clone();
         let kafka_listen = config.kafka_listen.clone();
@@ -152,17 +160,21 @@ pub fn run(args: ServerArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> 
         };
         // Built-in transforms of the source partitions this member leads.
         let services = server.services();
-        let transforms = strom_client::transform::host::TransformHost::start(
-            group_file,
-            server.addr().to_string(),
-            move || services.control.member(),
-        );
+        let transforms = run_transforms.then(|| {
+            strom_client::transform::host::TransformHost::start(
+                group_file,
+                server.addr().to_string(),
+                move || services.control.member(),
+            )
+        });
         tokio::select! {
             _ = signals.wait() => {}
             _ = server.left() => eprintln!("strom server: this member left its group (drained or removed); stopping"),
         }
         tracing::info!("shutting down");
-        tokio::task::block_in_place(|| transforms.stop());
+        if let Some(t) = transforms {
+            tokio::task::block_in_place(|| t.stop());
+        }
         if let Some(k) = kafka {
             k.shutdown().await;
         }

@@ -92,6 +92,12 @@ pub struct ServerConfig {
     /// system or any mounted path) to copy closed segments of file
     /// partitions to. None (the default): no tier.
     pub tier_dir: Option<PathBuf>,
+    /// Whether the `strom server` process runs the in-transit transforms
+    /// of the source partitions it leads (docs/transforms.md). Its
+    /// transform host is a client of the group: one connection to the
+    /// registry master, and more to partition leaders while transforms
+    /// run. `false`: this member runs none (another leader's do).
+    pub transforms: bool,
     /// The tier as a URL instead: `s3://bucket/prefix` (credentials,
     /// region and endpoint from the `AWS_*` environment variables) or
     /// `file:///path` (object_store's local-filesystem backend).
@@ -140,6 +146,7 @@ impl Default for ServerConfig {
             member_timeout_ms: 3_000,
             tier_dir: None,
             tier_url: None,
+            transforms: true,
             tier_local_retention_bytes: None,
             tier_local_retention_ms: None,
             tier_check_ms: 1_000,

@@ -35,7 +35,7 @@ fn connect(group_file: Option<&Path>, addr: &str, stop: &AtomicBool) -> Option<D
             Ok(d) => return Some(d),
             Err(e) => tracing::debug!(error = %e, "transforms: connecting to this server"),
         }
-        std::thread::sleep(EVERY);
+        pause(EVERY, stop);
     }
     None
 }
@@ -112,7 +112,7 @@ fn host_loop(d: &Driver, member: &dyn Fn() -> u32, stop: &AtomicBool) {
         let me = member();
         if me == u32::MAX {
             // Not joined yet.
-            std::thread::sleep(EVERY);
+            pause(EVERY, stop);
             continue;
         }
         match wanted(d, me) {
@@ -127,7 +127,7 @@ fn host_loop(d: &Driver, member: &dyn Fn() -> u32, stop: &AtomicBool) {
             }
         }
         workers.retain(|_, w| !w.thread.is_finished());
-        std::thread::sleep(EVERY);
+        pause(EVERY, stop);
     }
     for w in workers.values() {
         w.stop.store(true, Ordering::Release);
@@ -213,7 +213,7 @@ fn worker_loop(d: &Driver, spec: &TransformSpec, partition: u32, stop: &AtomicBo
                 // The source partition ended: nothing more comes (the
                 // host ends the output's stream once all are carried over).
                 while !stop.load(Ordering::Acquire) {
-                    std::thread::sleep(Duration::from_millis(100));
+                    pause(EVERY, stop);
                 }
                 return;
             }
@@ -222,11 +222,18 @@ fn worker_loop(d: &Driver, spec: &TransformSpec, partition: u32, stop: &AtomicBo
                 tracing::warn!(transform = %spec.name, partition, error = %e, "transform run failed; it starts again");
             }
         }
-        let mut waited = Duration::ZERO;
-        while waited < AGAIN_AFTER && !stop.load(Ordering::Acquire) {
-            std::thread::sleep(Duration::from_millis(100));
-            waited += Duration::from_millis(100);
-        }
+        pause(AGAIN_AFTER, stop);
+    }
+}
+
+/// Sleeps `d`, or less once `stop` is set (checked every 50 ms), so a
+/// server's shutdown does not wait for a round.
+fn pause(d: Duration, stop: &AtomicBool) {
+    let step = Duration::from_millis(50);
+    let mut slept = Duration::ZERO;
+    while slept < d && !stop.load(Ordering::Acquire) {
+        std::thread::sleep(step);
+        slept += step;
     }
 }
 
