@@ -12,7 +12,9 @@ PY := $(PY_VENV)/bin/python
 # pyzmq: the comparison system of bench/python/pipeline.py (suite scenario 7).
 # confluent-kafka, kafka-python: python/tests/test_kafka.py, against the
 # Kafka front end (docs/kafka.md).
-PY_PKGS := maturin numpy pytest pytest-timeout pyzmq confluent-kafka kafka-python
+# moto[server]: the S3-compatible server the object-store tier tests run
+# against (crates/*/tests/tiering.rs find python/.venv/bin/moto_server).
+PY_PKGS := maturin numpy pytest pytest-timeout pyzmq confluent-kafka kafka-python 'moto[server]'
 # One shared target directory, so the Strom crates are not compiled twice.
 PY_TARGET := $(CURDIR)/target
 # Where `make wheel` puts strom-<version>-cp311-abi3-<platform>.whl.
@@ -25,7 +27,7 @@ python-setup: $(PY_VENV)/.strom-setup
 $(PY_VENV)/.strom-setup: mk/python.mk
 	@test -x $(PY) || python3 -m venv $(PY_VENV) || { \
 		apt-get install -y -qq python3-venv >/dev/null && python3 -m venv $(PY_VENV); }
-	@$(PY) -c 'import maturin, numpy, pytest, pytest_timeout, zmq, confluent_kafka, kafka' 2>/dev/null || \
+	@$(PY) -c 'import maturin, numpy, pytest, pytest_timeout, zmq, confluent_kafka, kafka, moto.server' 2>/dev/null || \
 		$(PY) -m pip install --quiet --no-cache-dir --disable-pip-version-check $(PY_PKGS)
 	@touch $@
 

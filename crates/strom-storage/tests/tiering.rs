@@ -344,8 +344,19 @@ impl Drop for Moto {
     }
 }
 
+/// `moto_server` from PATH, else from the repository's Python venv, where
+/// `make python-setup` installs it (PyPI `moto[server]`).
+fn moto_server() -> std::path::PathBuf {
+    let venv =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../python/.venv/bin/moto_server");
+    match venv.exists() {
+        true => venv,
+        false => "moto_server".into(),
+    }
+}
+
 fn start_moto() -> Option<Moto> {
-    let mut child = Command::new("moto_server")
+    let mut child = Command::new(moto_server())
         .args(["-H", "127.0.0.1", "-p", "0"])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
