@@ -2,12 +2,21 @@
 #   make run   - set up, build (release) and run the demo on an embedded server
 #   make test  - set up, build and run every test (plus fmt and clippy checks)
 # Everything is cached inside the repository (target/); nothing outside it.
+#   make fresh-check - rehearse both on a new machine (a Debian 12 chroot under
+#                      target/fresh/); run it before resolving an issue that adds
+#                      a dependency (README.md, "Developing Strom")
 
 SHELL := /bin/bash
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: all setup build build-release run test test-rust lint fmt clean
+# `make run` builds the strom binary with its default features only. The
+# tests also build the client's Kafka backend (`kafka://`, librdkafka from
+# source); every cargo command of make test passes the same features, so
+# lint, build and test share one set of artifacts.
+TEST_FEATURES := --features strom-cli/kafka
+
+.PHONY: all setup setup-test build build-release run test test-rust test-smoke lint fmt clean fresh-check
 
 # Each mk/*.mk adds its own setup/build/test steps by appending to these.
 EXTRA_BUILD :=
@@ -16,12 +25,18 @@ EXTRA_TEST :=
 
 all: build
 
-# Tools the build and tests need. Idempotent, no prompts, works as root.
+# What `make run` needs (a C toolchain, libfabric and clang for the ofi
+# transports). Idempotent, no prompts, works as root.
 setup:
 	@./scripts/setup.sh
 
-build: setup
-	$(CARGO) build --workspace --all-targets
+# Plus what the tests need (librdkafka's build, kcat, PostgreSQL, MPI,
+# Chromium, promtool, Kafka's Java clients).
+setup-test:
+	@./scripts/setup.sh --test
+
+build: setup-test
+	$(CARGO) build --workspace --all-targets $(TEST_FEATURES)
 	@for t in $(EXTRA_BUILD); do $(MAKE) --no-print-directory $$t || exit 1; done
 
 build-release: setup
@@ -30,16 +45,29 @@ build-release: setup
 run: build-release
 	./target/release/strom demo
 
-lint: setup
+lint: setup-test
 	$(CARGO) fmt --all -- --check
-	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) clippy --workspace --all-targets $(TEST_FEATURES) -- -D warnings
 
-test-rust: setup
-	$(CARGO) test --workspace --no-fail-fast
+test-rust: setup-test
+	$(CARGO) test --workspace --no-fail-fast $(TEST_FEATURES)
 
 # Rust tests first, then every extra suite; all must pass.
-test: setup lint test-rust
+test: setup-test lint test-rust
 	@for t in $(EXTRA_TEST); do $(MAKE) --no-print-directory $$t || exit 1; done
+
+# A short subset of make test that still needs every system package: the
+# whole workspace built with the test features, libstrom's C, C++ and MPI
+# tests, the Python venv, and one test per external tool (kcat, PostgreSQL,
+# promtool and Chromium, Kafka's Java clients). scripts/fresh-check.sh runs it.
+SMOKE_TESTS := --test kafka --test sink_postgres --test observability --test kafka_java
+test-smoke: setup-test python-setup
+	$(CARGO) build --workspace --all-targets $(TEST_FEATURES)
+	$(CARGO) test -p strom-cli $(TEST_FEATURES) $(SMOKE_TESTS)
+	$(MAKE) --no-print-directory test-ffi
+
+fresh-check:
+	./scripts/fresh-check.sh $(if $(FULL),--full) $(if $(REF),--ref $(REF))
 
 fmt:
 	$(CARGO) fmt --all

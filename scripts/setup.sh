@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # Installs what building and testing Strom needs, when it is missing.
+#   scripts/setup.sh          what `make run` needs (the strom binary)
+#   scripts/setup.sh --test   plus what `make test` needs (every suite)
 # Safe to run repeatedly; never prompts; runs as root or via sudo.
 set -euo pipefail
 
@@ -29,20 +31,51 @@ if ! have cargo; then
 fi
 rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt clippy >/dev/null 2>&1 || true
 
+# Two sets: what `make run` needs (building the strom binary with its
+# default features), and what `make test` adds (`--test`). Every package
+# either needs is listed here: scripts/fresh-check.sh proves it on a new
+# machine of this project's kind.
+mode=run
+[ "${1:-}" = "--test" ] && mode=test
+
+run_pkgs=(
+  # a C toolchain for the crates that compile C (mimalloc, zstd, lz4, ring)
+  build-essential pkg-config
+  # strom-ofi's build script runs bindgen over <rdma/fabric.h> (the ofi+*
+  # transports, a default feature of the strom binary)
+  libfabric-dev libclang-dev clang
+)
+test_pkgs=(
+  # strom-client's `kafka` backend and the `peers` bench build librdkafka
+  # from source: cmake, and libcurl's headers (rdkafka_conf.c includes
+  # <curl/curl.h> even with OIDC off)
+  cmake libcurl4-openssl-dev
+  # the mpirun launcher test; libstrom's MPI examples (mpicc, mpicxx, mpifort)
+  openmpi-bin libopenmpi-dev gfortran
+  # `strom sink postgres` tests start a throw-away cluster with initdb/postgres
+  postgresql
+  # `promtool check metrics` on the /metrics endpoint
+  prometheus
+  # the dashboard test loads the page headless
+  chromium
+  # the Kafka front end's tests produce and consume with kcat (librdkafka)
+  kcat
+)
+
 if have apt-get && have dpkg; then
-  # openmpi-bin: the mpirun launcher test; libopenmpi-dev and gfortran:
-  # the MPI examples of libstrom (mpicc, mpicxx, mpifort).
-  # postgresql: the `strom sink postgres` tests start a throw-away cluster
-  # with its initdb/postgres (as the `postgres` user the package creates).
-  # prometheus: `promtool check metrics` on the /metrics endpoint.
-  # chromium: the dashboard test loads the page headless.
-  # libfabric-dev libclang-dev clang: strom-ofi's build script runs bindgen
-  # over <rdma/fabric.h> (the ofi+* transports, on by default in strom-net).
-  # kcat: the Kafka front end's tests produce and consume with it (librdkafka).
-  # cmake: strom-client's `kafka` feature (on in strom-cli and the client's
-  # tests) compiles librdkafka from source.
-  apt_install build-essential pkg-config openmpi-bin libopenmpi-dev gfortran postgresql prometheus chromium libfabric-dev libclang-dev clang kcat cmake
+  if [ "$mode" = test ]; then
+    # python/.venv (mk/python.mk) needs the venv module.
+    python3 -m venv --help >/dev/null 2>&1 || test_pkgs+=(python3-venv)
+    apt_install "${run_pkgs[@]}" "${test_pkgs[@]}"
+  else
+    apt_install "${run_pkgs[@]}"
+  fi
+else
+  echo "setup: no apt-get here; install the equivalents of: ${run_pkgs[*]}" >&2
+  [ "$mode" = test ] && echo "setup: and for the tests: ${test_pkgs[*]}" >&2
 fi
 
-# Kafka's Java clients (kafka-clients) for crates/strom-cli/tests/kafka_java.rs.
-"$(dirname "$0")/java-kafka.sh"
+if [ "$mode" = test ]; then
+  # Kafka's Java clients (kafka-clients) for crates/strom-cli/tests/kafka_java.rs.
+  "$(dirname "$0")/java-kafka.sh"
+fi

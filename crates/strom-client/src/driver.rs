@@ -169,7 +169,7 @@ impl Driver {
         }
         #[cfg(not(feature = "kafka"))]
         Err(Error::InvalidArgument(format!(
-            "cannot connect to Kafka at {bootstrap}: this build of the Strom client has no `kafka` feature"
+            "cannot connect to Kafka at {bootstrap}: this build of the Strom client has no `kafka` feature (build strom with `--features kafka`; make test does)"
         )))
     }
 
