@@ -75,9 +75,17 @@ if [ ! -f "$BASE/.fresh-$stamp" ]; then
   rm -rf "$BASE" "$BASE.tmp"
   echo "fresh-check: debootstrap bookworm into $BASE (a few minutes, once)" >&2
   t0=$(date +%s)
-  debootstrap --include="$FRESH_PKGS" bookworm "$BASE.tmp" "$MIRROR" > "$FRESH/debootstrap.log" 2>&1 || {
+  debootstrap --include=ca-certificates bookworm "$BASE.tmp" "$MIRROR" > "$FRESH/debootstrap.log" 2>&1 || {
     echo "fresh-check: debootstrap failed; see $FRESH/debootstrap.log" >&2; exit 1; }
-  chroot "$BASE.tmp" apt-get clean
+  # apt, not debootstrap's --include, resolves the packages' dependencies.
+  mount -t proc proc "$BASE.tmp/proc"
+  cp /etc/resolv.conf "$BASE.tmp/etc/resolv.conf"
+  ok=0
+  chroot "$BASE.tmp" env DEBIAN_FRONTEND=noninteractive sh -c \
+    "apt-get update -qq && apt-get install -y -qq --no-install-recommends $(echo "$FRESH_PKGS" | tr , ' ') && apt-get clean" \
+    >> "$FRESH/debootstrap.log" 2>&1 && ok=1
+  umount "$BASE.tmp/proc"
+  [ $ok = 1 ] || { echo "fresh-check: installing the base packages failed; see $FRESH/debootstrap.log" >&2; exit 1; }
   touch "$BASE.tmp/.fresh-$stamp"
   mv "$BASE.tmp" "$BASE"
   echo "fresh-check: base root built in $(( $(date +%s) - t0 )) s" >&2
