@@ -99,7 +99,21 @@ trap 'if [ $keep = 1 ]; then unmount_all; else remove_root; fi' EXIT
 mkdir -p "$ROOT/work" "$ROOT/root/.rustup" "$ROOT/root/.cargo/bin"
 git clone -q --no-hardlinks "$REPO" "$ROOT/work/strom"
 git -C "$ROOT/work/strom" checkout -q "$sha"
+# The machine's network, not the project: its resolver, the certificate
+# authorities this host trusts (an egress proxy's CA, say; Java's keystore
+# follows through update-ca-certificates) and pip's settings for them.
 cp /etc/resolv.conf "$ROOT/etc/resolv.conf"
+if ls /usr/local/share/ca-certificates/*.crt >/dev/null 2>&1; then
+  cp /usr/local/share/ca-certificates/*.crt "$ROOT/usr/local/share/ca-certificates/"
+  mount -t proc proc "$ROOT/proc"
+  chroot "$ROOT" update-ca-certificates >/dev/null 2>&1
+  umount "$ROOT/proc"
+fi
+[ -f /etc/pip.conf ] && cp /etc/pip.conf "$ROOT/etc/pip.conf"
+ca_env=()
+for v in SSL_CERT_FILE SSL_CERT_DIR CURL_CA_BUNDLE REQUESTS_CA_BUNDLE PIP_CERT NODE_EXTRA_CA_CERTS GIT_SSL_CAINFO AWS_CA_BUNDLE; do
+  if [ -n "${!v:-}" ]; then ca_env+=("$v=${!v}"); fi
+done
 mount -t proc proc "$ROOT/proc"
 mount -t sysfs sys "$ROOT/sys"
 # A /dev of its own (a tmpfs with the usual nodes), not a bind of the
@@ -124,7 +138,7 @@ echo "fresh-check: make run, then make $target, in the fresh root at ${sha:0:7}"
 status=0
 chroot "$ROOT" /usr/bin/env -i HOME=/root TERM=dumb LANG=C.UTF-8 \
   PATH=/root/.cargo/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-  RUSTUP_TOOLCHAIN="$(rustup show active-toolchain | cut -d' ' -f1)" CARGO_INCREMENTAL=0 \
+  RUSTUP_TOOLCHAIN="$(rustup show active-toolchain | cut -d' ' -f1)" CARGO_INCREMENTAL=0 "${ca_env[@]}" \
   bash -c "cd /work/strom
     t0=\$(date +%s); make run || exit 11; t1=\$(date +%s)
     echo \"make-run-seconds \$((t1 - t0))\" > /tmp/times
