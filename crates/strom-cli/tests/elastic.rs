@@ -500,7 +500,7 @@ fn servers_of_a_second_mpirun_step_join_take_copies_and_leave_when_drained() {
         .output()
         .is_err()
     {
-        eprintln!("SKIPPED: no mpirun on PATH (make setup installs Open MPI)");
+        eprintln!("SKIPPED: no mpirun on PATH (make setup-test installs Open MPI)");
         return;
     }
     let tmp = tempfile::tempdir().unwrap();

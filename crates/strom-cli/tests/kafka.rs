@@ -1,7 +1,7 @@
 //! The Kafka front end with real Kafka clients: the `strom server` binary
 //! with `--kafka-listen 127.0.0.1:0`, kcat (librdkafka) producing and
 //! consuming, and the native Strom client on the other side of the same
-//! topics. Needs `kcat` on PATH (`make setup` installs it).
+//! topics. Needs `kcat` on PATH (`make setup-test` installs it).
 
 mod common;
 

@@ -58,7 +58,7 @@ fn group_member(broker: &str, group: &str, topic: &str) -> Child {
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
-        .expect("spawning kcat (install it: apt-get install kcat, or make setup)")
+        .expect("spawning kcat (install it: apt-get install kcat, or make setup-test)")
 }
 
 /// The lines `out` prints, as they come.

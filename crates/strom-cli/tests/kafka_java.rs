@@ -5,7 +5,7 @@
 //! consumer, committed and listed offsets, a member resuming at the
 //! committed offsets), then the same events read natively; and the
 //! idempotent producer's own epoch bump after expired batches. Needs a JDK
-//! and the jars in `target/java-kafka/lib` (`make setup` runs
+//! and the jars in `target/java-kafka/lib` (`make setup-test` runs
 //! `scripts/java-kafka.sh`); without them the test fails and says so.
 
 mod common;
@@ -39,12 +39,12 @@ fn java_setup() -> (PathBuf, PathBuf) {
         .status();
     assert!(
         matches!(java, Ok(s) if s.success()),
-        "`java` (a JDK 17 or newer) is not on PATH: run `make setup` \
+        "`java` (a JDK 17 or newer) is not on PATH: run `make setup-test` \
          (scripts/java-kafka.sh installs it and Kafka's Java clients)"
     );
     assert!(
         lib.join("kafka-clients-4.3.1.jar").is_file(),
-        "Kafka's Java clients are not in {}: run `make setup` (scripts/java-kafka.sh)",
+        "Kafka's Java clients are not in {}: run `make setup-test` (scripts/java-kafka.sh)",
         lib.display()
     );
     assert!(check.is_file(), "{} is missing", check.display());

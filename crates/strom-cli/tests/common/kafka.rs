@@ -1,6 +1,6 @@
 //! Kafka clients in process-level tests: a `strom server` with a Kafka
 //! listener on port 0, and kcat (librdkafka) run with a bounded time.
-//! Needs `kcat` on PATH (`make setup` installs it).
+//! Needs `kcat` on PATH (`make setup-test` installs it).
 
 use std::io::Write;
 use std::path::Path;
@@ -38,7 +38,7 @@ pub fn kcat(args: &[&str], stdin: &[u8]) -> Vec<u8> {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("spawning kcat (install it: apt-get install kcat, or make setup)");
+        .expect("spawning kcat (install it: apt-get install kcat, or make setup-test)");
     let mut input = child.stdin.take().expect("stdin is piped");
     let data = stdin.to_vec();
     let writer = std::thread::spawn(move || {
