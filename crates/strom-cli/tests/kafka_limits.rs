@@ -112,8 +112,7 @@ fn frames_announcing_256_mib_cost_only_the_bytes_that_arrive() {
     let conns: Vec<TcpStream> = (0..8)
         .map(|_| {
             let mut s = connect(&broker);
-            s.write_all(&((256 << 20) as i32 - 16).to_be_bytes())
-                .unwrap();
+            s.write_all(&((256i32 << 20) - 16).to_be_bytes()).unwrap();
             s.write_all(&[0, 18, 0, 0, 0, 0, 0, 1, 0, 0]).unwrap();
             s
         })

@@ -124,6 +124,8 @@ pub(crate) fn apply(config: &mut ServerConfig) -> Result<(), String> {
     Ok(())
 }
 
+// rlim_t is u64 on 64-bit Linux, not everywhere.
+#[allow(clippy::unnecessary_cast)]
 fn nofile() -> Option<(u64, u64)> {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
@@ -134,6 +136,7 @@ fn nofile() -> Option<(u64, u64)> {
     (rc == 0).then_some((lim.rlim_cur as u64, lim.rlim_max as u64))
 }
 
+#[allow(clippy::unnecessary_cast)]
 fn set_nofile(soft: u64, hard: u64) -> bool {
     let lim = libc::rlimit {
         rlim_cur: soft as libc::rlim_t,

@@ -93,18 +93,18 @@ pub fn status_json(s: &Shared) -> Value {
     })
 }
 
-/// `Err(415)` unless the request says its body is JSON.
-fn json_only(headers: &HeaderMap) -> Result<(), Response> {
+/// A 415 answer unless the request says its body is JSON.
+fn json_only(headers: &HeaderMap) -> Option<Response> {
     let json = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.split(';').next())
         .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/json"));
     if json {
-        return Ok(());
+        return None;
     }
     let body = json!({ "error": "send Content-Type: application/json (e.g. curl --json '{\"rate\": 100}', or -H 'Content-Type: application/json')" });
-    Err((StatusCode::UNSUPPORTED_MEDIA_TYPE, Json(body)).into_response())
+    Some((StatusCode::UNSUPPORTED_MEDIA_TYPE, Json(body)).into_response())
 }
 
 fn bad_request(msg: impl Into<String>) -> Response {
@@ -117,7 +117,7 @@ async fn status(State(s): State<Arc<Shared>>) -> Response {
 }
 
 async fn start(State(s): State<Arc<Shared>>, headers: HeaderMap) -> Response {
-    if let Err(r) = json_only(&headers) {
+    if let Some(r) = json_only(&headers) {
         return r;
     }
     if s.target() <= 0.0 {
@@ -129,7 +129,7 @@ async fn start(State(s): State<Arc<Shared>>, headers: HeaderMap) -> Response {
 }
 
 async fn stop(State(s): State<Arc<Shared>>, headers: HeaderMap) -> Response {
-    if let Err(r) = json_only(&headers) {
+    if let Some(r) = json_only(&headers) {
         return r;
     }
     s.running.store(false, Ordering::Release);
@@ -143,7 +143,7 @@ async fn rate(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    if let Err(r) = json_only(&headers) {
+    if let Some(r) = json_only(&headers) {
         return r;
     }
     match parse_rate(query.as_deref(), &body) {
