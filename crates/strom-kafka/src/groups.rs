@@ -314,6 +314,18 @@ impl Coordinator {
         }
     }
 
+    /// Knows `group` as an empty group, if it does not know it yet: a
+    /// group the registry kept from before a restart, which then expires
+    /// like any other unless a member joins. True if it was new here.
+    pub fn adopt(&self, group: &str) -> bool {
+        let mut groups = self.groups.lock();
+        if groups.contains_key(group) {
+            return false;
+        }
+        groups.insert(group.to_string(), Group::new(String::new()));
+        true
+    }
+
     /// The groups forgotten since the last call.
     pub fn take_expired(&self) -> Vec<String> {
         std::mem::take(&mut *self.expired.lock())

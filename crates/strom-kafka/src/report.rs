@@ -42,13 +42,39 @@ struct Sent {
 /// Reports until `stopped` changes.
 pub(crate) async fn run(ctx: Arc<Ctx>, mut stopped: watch::Receiver<bool>) {
     let mut sent: HashMap<String, Sent> = HashMap::new();
+    let mut adopted = false;
     loop {
         tokio::select! {
             _ = tokio::time::sleep(REPORT_EVERY) => {}
             _ = stopped.changed() => return,
         }
+        if !adopted {
+            adopted = adopt(&ctx, &mut sent).await;
+        }
         report_all(&ctx, &mut sent).await;
     }
+}
+
+/// On the registry master: adopts the Kafka groups the registry kept from
+/// before this listener started, as empty groups it reported, so that they
+/// expire after the retention too. False while this server is not the
+/// master (or not yet).
+async fn adopt(ctx: &Ctx, sent: &mut HashMap<String, Sent>) -> bool {
+    let Some(reg) = ctx.services.control.master_registry() else {
+        return false;
+    };
+    for spec in reg.kafka_group_specs().await {
+        if ctx.groups.adopt(&spec.name) {
+            sent.insert(
+                spec.name,
+                Sent {
+                    topic: Some(spec.topic),
+                    ..Default::default()
+                },
+            );
+        }
+    }
+    true
 }
 
 /// One round: every group that has members, or just lost its last one;

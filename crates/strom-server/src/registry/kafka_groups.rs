@@ -167,4 +167,18 @@ impl Registry {
         self.coord.lock().kafka.remove(name);
         self.delete_group(name).await
     }
+
+    /// The specs of every Kafka-mode group the registry holds (a
+    /// restarted coordinator adopts them, so they expire as well).
+    pub async fn kafka_group_specs(&self) -> Vec<ConsumerGroupSpec> {
+        self.inner
+            .lock()
+            .await
+            .state
+            .consumer_groups
+            .values()
+            .filter(|m| m.spec.mode == ConsumerGroupMode::Kafka)
+            .map(|m| m.spec.clone())
+            .collect()
+    }
 }
