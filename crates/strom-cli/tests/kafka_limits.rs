@@ -153,7 +153,8 @@ fn request_bytes_in_flight_are_bounded_across_connections() {
     let mut big = connect(&broker);
     big.write_all(&(MIB as i32).to_be_bytes()).unwrap();
     big.write_all(&vec![0u8; MIB as usize - 100]).unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    // Time for the server to read them (it reads as fast as they come).
+    std::thread::sleep(Duration::from_millis(500));
     // Another client's request waits for budget...
     let mut other = connect(&broker);
     other.write_all(&request(18, 0, 7, &[])).unwrap();
@@ -283,11 +284,28 @@ fn a_group_at_its_max_size_refuses_another_member() {
     // The second joins (its answer waits for the rebalance).
     let mut b = connect(&broker);
     b.write_all(&join_frame(2, "full")).unwrap();
-    std::thread::sleep(Duration::from_millis(200));
+    let mut probe = connect(&broker);
+    common::wait_for("the second member in the group", || {
+        members(&mut probe, "full") == 2
+    });
     // The third is refused at once: GROUP_MAX_SIZE_REACHED.
     let mut c = connect(&broker);
     let (code, _) = join(&mut c, 3, "full");
     assert_eq!(code, 81, "GROUP_MAX_SIZE_REACHED");
+}
+
+/// The members DescribeGroups v0 lists in `group`.
+fn members(s: &mut TcpStream, group: &str) -> i32 {
+    let mut b = 1i32.to_be_bytes().to_vec();
+    string(&mut b, group);
+    s.write_all(&request(15, 0, 1, &b)).unwrap();
+    let r = response(s).expect("a DescribeGroups answer");
+    // corr, groups count, error, group id, state, protocol type, protocol
+    let mut at = 4 + 4 + 2;
+    for _ in 0..4 {
+        at += 2 + i16_at(&r, at) as usize;
+    }
+    i32_at(&r, at)
 }
 
 /// CRC-32C (Castagnoli), as record batches carry it.
