@@ -11,9 +11,12 @@
 //! - `GET /api/history`: per-topic rates over the last minutes ([`history`]),
 //!   sampled every second; the dashboard's charts and `strom top` read it.
 //!
-//! Started beside the native front end by `strom server --http-listen`.
+//! Started beside the native front end by `strom server --http-listen`,
+//! within the bounds of [`listener`] (`http_max_connections`,
+//! `http_header_timeout_ms`, `http_idle_timeout_ms`).
 
 pub mod history;
+pub mod listener;
 pub mod metrics;
 
 use std::net::SocketAddr;
@@ -102,32 +105,22 @@ pub async fn serve(services: Arc<Services>, listen: &str) -> Result<HttpHandle, 
         addr: listen.to_string(),
         source,
     })?;
-    let listener = tokio::net::TcpListener::bind(addr)
+    let tcp = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|source| HttpError::Bind {
             addr: listen.to_string(),
             source,
         })?;
-    let addr = listener.local_addr().map_err(|source| HttpError::Bind {
+    let addr = tcp.local_addr().map_err(|source| HttpError::Bind {
         addr: listen.to_string(),
         source,
     })?;
     let recorder = Arc::new(Recorder::new(SAMPLE_PERIOD, HISTORY_POINTS));
     let (stop, stopped) = watch::channel(false);
     let sampler = tokio::spawn(recorder.clone().run(services.clone(), stopped.clone()));
+    let limits = listener::Limits::of(&services.config);
     let app = router(AppState { services, recorder });
-    let mut stopped = stopped;
-    let server = tokio::spawn(async move {
-        let shutdown = async move {
-            let _ = stopped.wait_for(|s| *s).await;
-        };
-        if let Err(e) = axum::serve(listener, app)
-            .with_graceful_shutdown(shutdown)
-            .await
-        {
-            tracing::error!(error = %e, "the HTTP endpoint stopped");
-        }
-    });
+    let server = tokio::spawn(listener::serve(tcp, app, limits, "http", stopped));
     tracing::info!(%addr, "HTTP endpoint serving /metrics and the dashboard");
     Ok(HttpHandle {
         addr,

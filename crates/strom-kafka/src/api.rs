@@ -27,6 +27,9 @@ pub struct Ctx {
     pub groups: crate::groups::Coordinator,
     /// Idempotent producers' sequence numbers.
     pub sequences: crate::idempotence::Sequences,
+    /// Request bytes read but not yet answered, over all connections
+    /// (`kafka_queued_max_request_bytes`).
+    pub inflight: Arc<tokio::sync::Semaphore>,
 }
 
 impl Ctx {

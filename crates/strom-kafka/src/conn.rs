@@ -1,5 +1,7 @@
 //! One Kafka client connection: framing (a 4-byte size, capped by
-//! `max_frame_bytes` before anything is allocated), the request header,
+//! `max_frame_bytes`; the body's buffer grows as its bytes arrive, and
+//! every byte read first takes its place in the in-flight budget shared by
+//! all connections, `kafka_queued_max_request_bytes`), the request header,
 //! dispatch, and responses written in request order, as Kafka requires.
 //!
 //! The reader decodes each request and calls its handler at once, so
@@ -20,7 +22,7 @@ use kafka_protocol::messages::ApiKey;
 use kafka_protocol::protocol::Encodable;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 
 use crate::api::{self, Ctx};
 use crate::error::FrameError;
@@ -93,12 +95,27 @@ pub(crate) fn header(frame: &mut Bytes) -> Result<Header, FrameError> {
     })
 }
 
-/// Reads one frame: `Ok(None)` at a clean end of stream.
+/// Bytes of a frame's body read per step at first; later steps double
+/// with the bytes already read, so the buffer grows with what arrives,
+/// never to the announced size up front.
+const READ_STEP: usize = 64 << 10;
+
+/// A frame's bytes, and its share of the in-flight budget.
+pub(crate) struct Frame {
+    pub bytes: Bytes,
+    pub budget: OwnedSemaphorePermit,
+}
+
+/// Reads one frame: `Ok(None)` at a clean end of stream. Each step of the
+/// body first takes its bytes from `budget` (the bytes in flight over all
+/// connections), then reads them; all of it, waits included, within
+/// `frame_timeout`.
 async fn read_frame(
     sock: &mut tokio::net::tcp::OwnedReadHalf,
     max: u32,
     frame_timeout: Duration,
-) -> Result<Option<Bytes>, FrameError> {
+    budget: &Arc<Semaphore>,
+) -> Result<Option<Frame>, FrameError> {
     let size = match sock.read_i32().await {
         Ok(n) => i64::from(n),
         Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
@@ -110,12 +127,38 @@ async fn read_frame(
     if size < 10 {
         return Err(FrameError::TooShort(size));
     }
-    let mut buf = BytesMut::zeroed(size as usize);
-    match tokio::time::timeout(frame_timeout, sock.read_exact(&mut buf)).await {
-        Ok(r) => r?,
-        Err(_) => return Err(FrameError::Stalled(frame_timeout)),
+    let size = size as usize;
+    let body = async {
+        let mut buf = BytesMut::new();
+        let mut held: Option<OwnedSemaphorePermit> = None;
+        while buf.len() < size {
+            let step = (size - buf.len()).min(READ_STEP.max(buf.len()));
+            let permit = budget
+                .clone()
+                .acquire_many_owned(step as u32)
+                .await
+                .map_err(|_| FrameError::Io(std::io::ErrorKind::BrokenPipe.into()))?;
+            match held.as_mut() {
+                Some(h) => h.merge(permit),
+                None => held = Some(permit),
+            }
+            buf.reserve(step);
+            let end = buf.len() + step;
+            while buf.len() < end {
+                let room = end - buf.len();
+                if sock.read_buf(&mut (&mut buf).limit(room)).await? == 0 {
+                    return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof).into());
+                }
+            }
+        }
+        Ok::<_, FrameError>((buf.freeze(), held))
     };
-    Ok(Some(buf.freeze()))
+    match tokio::time::timeout(frame_timeout, body).await {
+        Ok(Ok((bytes, Some(budget)))) => Ok(Some(Frame { bytes, budget })),
+        Ok(Ok((_, None))) => Err(FrameError::TooShort(size as i64)),
+        Ok(Err(e)) => Err(e),
+        Err(_) => Err(FrameError::Stalled(frame_timeout)),
+    }
 }
 
 /// Serves one connection until it closes or breaks the protocol.
@@ -137,9 +180,10 @@ pub async fn serve(sock: TcpStream, peer: SocketAddr, ctx: Arc<Ctx>) {
     let max = ctx.services.config.max_frame_bytes;
     let frame_timeout = Duration::from_millis(ctx.services.config.frame_timeout_ms);
     let handshake = Duration::from_millis(ctx.services.config.handshake_timeout_ms);
+    let budget = ctx.inflight.clone();
     let mut first = true;
     loop {
-        let next = read_frame(&mut rd, max, frame_timeout);
+        let next = read_frame(&mut rd, max, frame_timeout, &budget);
         let read = if first {
             // The first request must come within handshake_timeout_ms.
             match tokio::time::timeout(handshake, next).await {
@@ -158,8 +202,9 @@ pub async fn serve(sock: TcpStream, peer: SocketAddr, ctx: Arc<Ctx>) {
                 break;
             }
         };
+        let Frame { bytes, budget } = frame;
         let reply = {
-            let mut frame = frame;
+            let mut frame = bytes;
             match header(&mut frame) {
                 Ok(h) => api::handle(&ctx, h, frame),
                 Err(e) => Err(e),
@@ -167,6 +212,14 @@ pub async fn serve(sock: TcpStream, peer: SocketAddr, ctx: Arc<Ctx>) {
         };
         match reply {
             Ok(reply) => {
+                // The request's bytes count as in flight until its answer
+                // is ready, whether or not the client reads answers.
+                let answer = tokio::spawn(async move {
+                    let r = reply.await;
+                    drop(budget);
+                    r
+                });
+                let reply: Reply = Box::pin(async move { answer.await.ok().flatten() });
                 if tx.send(reply).await.is_err() {
                     break;
                 }

@@ -11,6 +11,11 @@
 //! clients agree on), and `SyncGroup` hands each member its part.
 //! Committed offsets are not kept here: they are Strom consumer offsets
 //! under the group's name (`group_api.rs`).
+//!
+//! Bounds: a group holds at most `kafka_group_max_size` members (one more
+//! is refused `GROUP_MAX_SIZE_REACHED`), and a group left empty for
+//! `kafka_group_retention_ms` is forgotten; [`Coordinator::take_expired`]
+//! hands its name to the reporter, which removes it from the registry.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -29,6 +34,7 @@ pub mod gcode {
     pub const UNKNOWN_MEMBER_ID: i16 = 25;
     pub const INVALID_SESSION_TIMEOUT: i16 = 26;
     pub const REBALANCE_IN_PROGRESS: i16 = 27;
+    pub const GROUP_MAX_SIZE_REACHED: i16 = 81;
 }
 
 /// Session timeouts accepted (Kafka's broker defaults: 6 s to 30 min).
@@ -67,6 +73,8 @@ enum State {
 }
 
 struct Group {
+    /// Since when the group has had no members.
+    empty_since: Option<Instant>,
     state: State,
     generation: i32,
     protocol_type: String,
@@ -78,6 +86,7 @@ struct Group {
 impl Group {
     fn new(protocol_type: String) -> Self {
         Group {
+            empty_since: Some(Instant::now()),
             state: State::Empty,
             generation: 0,
             protocol_type,
@@ -273,13 +282,55 @@ pub struct JoinRequest {
 }
 
 /// Every Kafka group this server coordinates.
-#[derive(Default)]
 pub struct Coordinator {
     groups: Mutex<HashMap<String, Group>>,
     next_member: AtomicU64,
+    /// How long an empty group is kept.
+    retention: Duration,
+    /// Most members of one group.
+    max_size: usize,
+    /// Groups forgotten since the last [`Coordinator::take_expired`].
+    expired: Mutex<Vec<String>>,
+}
+
+impl Default for Coordinator {
+    /// Kafka's defaults: a week of retention (`offsets.retention.minutes`);
+    /// at most 10,000 members.
+    fn default() -> Self {
+        Self::new(Duration::from_secs(7 * 24 * 3600), 10_000)
+    }
 }
 
 impl Coordinator {
+    /// Forgets groups empty for `retention`; refuses members past
+    /// `max_size` in one group.
+    pub fn new(retention: Duration, max_size: usize) -> Self {
+        Coordinator {
+            groups: Mutex::new(HashMap::new()),
+            next_member: AtomicU64::new(0),
+            retention,
+            max_size: max_size.max(1),
+            expired: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Knows `group` as an empty group, if it does not know it yet: a
+    /// group the registry kept from before a restart, which then expires
+    /// like any other unless a member joins. True if it was new here.
+    pub fn adopt(&self, group: &str) -> bool {
+        let mut groups = self.groups.lock();
+        if groups.contains_key(group) {
+            return false;
+        }
+        groups.insert(group.to_string(), Group::new(String::new()));
+        true
+    }
+
+    /// The groups forgotten since the last call.
+    pub fn take_expired(&self) -> Vec<String> {
+        std::mem::take(&mut *self.expired.lock())
+    }
+
     /// Joins (or rejoins) a member; the answer comes when the rebalance
     /// completes.
     pub fn join(&self, r: JoinRequest) -> oneshot::Receiver<Joined> {
@@ -303,6 +354,11 @@ impl Coordinator {
             return rx;
         }
         let id = if r.member_id.is_empty() {
+            if g.members.len() >= self.max_size {
+                tracing::info!(group = %r.group, max = self.max_size, "Kafka group full; refusing a new member (kafka_group_max_size)");
+                let _ = tx.send(Joined::error(gcode::GROUP_MAX_SIZE_REACHED, ""));
+                return rx;
+            }
             let n = self.next_member.fetch_add(1, Ordering::Relaxed);
             format!("{}-{n}", r.client_id)
         } else if g.members.contains_key(&r.member_id) {
@@ -325,6 +381,7 @@ impl Coordinator {
         m.rebalance = r.rebalance;
         m.protocols = r.protocols;
         m.last_seen = now;
+        g.empty_since = None;
         if let Some(old) = m.join.replace(tx) {
             let _ = old.send(Joined::error(gcode::UNKNOWN_MEMBER_ID, &id));
         }
@@ -414,6 +471,7 @@ impl Coordinator {
         tracing::info!(group = %group, member = %member, "Kafka group member left");
         if g.members.is_empty() {
             g.state = State::Empty;
+            g.empty_since = Some(Instant::now());
         } else {
             g.rebalance(Instant::now());
         }
@@ -470,11 +528,25 @@ impl Coordinator {
             .collect()
     }
 
-    /// Removes members whose session expired and completes rebalances past
-    /// their deadline. Run periodically.
+    /// Removes members whose session expired, completes rebalances past
+    /// their deadline, and forgets groups empty for the retention. Run
+    /// periodically.
     pub fn tick(&self) {
         let now = Instant::now();
         let mut groups = self.groups.lock();
+        let retention = self.retention;
+        let mut expired = Vec::new();
+        groups.retain(|name, g| {
+            let keep = g
+                .empty_since
+                .is_none_or(|t| now.duration_since(t) < retention);
+            if !keep {
+                tracing::info!(group = %name, "Kafka group empty past kafka_group_retention_ms; forgotten");
+                expired.push(name.clone());
+            }
+            keep
+        });
+        self.expired.lock().extend(expired);
         for (name, g) in groups.iter_mut() {
             let before = g.members.len();
             g.members.retain(|id, m| {
@@ -493,6 +565,9 @@ impl Coordinator {
                 }
             }
             g.try_complete(now);
+            if g.members.is_empty() && g.empty_since.is_none() {
+                g.empty_since = Some(now);
+            }
         }
     }
 }
@@ -572,5 +647,30 @@ mod tests {
             c.check_commit("g", 2, &b.member_id),
             gcode::ILLEGAL_GENERATION
         );
+    }
+
+    #[test]
+    fn a_full_group_refuses_a_new_member() {
+        let c = Coordinator::new(Duration::from_secs(60), 2);
+        let a = c.join(req("")).try_recv().expect("alone: at once");
+        let _b = c.join(req(""));
+        let refused = c.join(req("")).try_recv().expect("refused at once");
+        assert_eq!(refused.error, gcode::GROUP_MAX_SIZE_REACHED);
+        // A known member rejoining is not a new one.
+        let mut again = c.join(req(&a.member_id));
+        assert!(!matches!(again.try_recv(), Ok(j) if j.error == gcode::GROUP_MAX_SIZE_REACHED));
+    }
+
+    #[test]
+    fn an_empty_group_is_forgotten_after_the_retention() {
+        let c = Coordinator::new(Duration::ZERO, 10);
+        let a = c.join(req("")).try_recv().expect("alone: at once");
+        c.tick();
+        assert!(c.take_expired().is_empty(), "a group with a member stays");
+        assert_eq!(c.leave("g", &a.member_id), kcode::NONE);
+        c.tick();
+        assert_eq!(c.take_expired(), vec!["g".to_string()]);
+        assert!(c.list().is_empty());
+        assert!(c.take_expired().is_empty(), "handed out once");
     }
 }

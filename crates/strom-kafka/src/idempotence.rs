@@ -6,21 +6,25 @@
 //! that is no longer known; a gap is answered `OUT_OF_ORDER_SEQUENCE_NUMBER`.
 //! After a server restart, or a failed append, the next batch starts afresh.
 //!
+//! The table is bounded (`kafka_max_producer_states`): past the cap, the
+//! least recently used (producer, partition) is forgotten, one at a time,
+//! so a flood of new producers cannot wipe an active one's protection.
+//!
 //! Sequences count within a producer epoch. A batch of a newer epoch starts
 //! afresh: Kafka's Java producer bumps its epoch itself (same producer id)
 //! after a batch expired or a gap, and numbers its next batches from 0
 //! again, which must not be taken for retries. A batch of an older epoch is
 //! refused (`INVALID_PRODUCER_EPOCH`), as Kafka does.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use parking_lot::Mutex;
 
 /// Batches whose offsets are remembered per producer and partition (as
 /// Kafka does, for `max.in.flight` up to 5).
 const RECENT: usize = 5;
-/// Most (producer, partition) pairs tracked; past it the table restarts.
-const MAX_ENTRIES: usize = 100_000;
+/// Most (producer, partition) pairs tracked by default.
+const DEFAULT_CAP: usize = 100_000;
 
 pub const DUPLICATE_SEQUENCE_NUMBER: i16 = 46;
 pub const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
@@ -35,6 +39,8 @@ struct Entry {
     next: i32,
     /// (base sequence, base offset once appended).
     recent: VecDeque<(i32, Option<u64>)>,
+    /// When it was last used (a tick of its table).
+    used: u64,
 }
 
 /// What to do with a batch of an idempotent producer.
@@ -50,12 +56,68 @@ pub enum Check {
     StaleEpoch { current: i16 },
 }
 
-#[derive(Default)]
+/// The entries, and their order of last use.
+struct Table {
+    map: HashMap<Key, Entry>,
+    /// Tick of last use -> key, oldest first.
+    order: BTreeMap<u64, Key>,
+    tick: u64,
+    cap: usize,
+}
+
+impl Table {
+    /// The entry of `key`, created if new (forgetting the least recently
+    /// used ones past the cap), marked as used now.
+    fn touch(&mut self, key: Key) -> &mut Entry {
+        self.tick += 1;
+        let tick = self.tick;
+        if let Some(old) = self.map.get(&key).map(|e| e.used) {
+            self.order.remove(&old);
+        } else {
+            while self.map.len() >= self.cap {
+                let Some((_, oldest)) = self.order.pop_first() else {
+                    break;
+                };
+                self.map.remove(&oldest);
+            }
+        }
+        self.order.insert(tick, key.clone());
+        let e = self.map.entry(key).or_default();
+        e.used = tick;
+        e
+    }
+
+    fn remove(&mut self, key: &Key) {
+        if let Some(e) = self.map.remove(key) {
+            self.order.remove(&e.used);
+        }
+    }
+}
+
+/// Every tracked idempotent producer's state, at most `cap` of them.
 pub struct Sequences {
-    map: Mutex<HashMap<Key, Entry>>,
+    table: Mutex<Table>,
+}
+
+impl Default for Sequences {
+    fn default() -> Self {
+        Self::new(DEFAULT_CAP)
+    }
 }
 
 impl Sequences {
+    /// A table of at most `cap` (producer, partition) states.
+    pub fn new(cap: usize) -> Self {
+        Sequences {
+            table: Mutex::new(Table {
+                map: HashMap::new(),
+                order: BTreeMap::new(),
+                tick: 0,
+                cap: cap.max(1),
+            }),
+        }
+    }
+
     /// Checks a batch of `count` records of producer `pid` at `epoch`
     /// starting at `base_seq`; a fresh one is recorded as sent.
     pub fn check(
@@ -67,11 +129,8 @@ impl Sequences {
         base_seq: i32,
         count: i32,
     ) -> Check {
-        let mut map = self.map.lock();
-        if map.len() >= MAX_ENTRIES {
-            map.clear();
-        }
-        let e = map.entry((pid, topic.to_string(), part)).or_default();
+        let mut table = self.table.lock();
+        let e = table.touch((pid, topic.to_string(), part));
         if !e.recent.is_empty() && epoch != e.epoch {
             if epoch < e.epoch {
                 return Check::StaleEpoch { current: e.epoch };
@@ -112,17 +171,15 @@ impl Sequences {
         base_seq: i32,
         offset: Option<u64>,
     ) {
-        let mut map = self.map.lock();
+        let mut table = self.table.lock();
         let key = (pid, topic.to_string(), part);
-        if map.get(&key).is_some_and(|e| e.epoch != epoch) {
+        if table.map.get(&key).is_some_and(|e| e.epoch != epoch) {
             return;
         }
         match offset {
-            None => {
-                map.remove(&key);
-            }
+            None => table.remove(&key),
             Some(o) => {
-                if let Some(e) = map.get_mut(&key) {
+                if let Some(e) = table.map.get_mut(&key) {
                     if let Some(r) = e.recent.iter_mut().find(|(s, _)| *s == base_seq) {
                         r.1 = Some(o);
                     }
@@ -156,6 +213,31 @@ mod tests {
         // A failed append forgets: the retry is appended.
         s.appended(7, 0, "t", 0, 15, None);
         assert_eq!(s.check(7, 0, "t", 0, 15, 1), Check::Fresh);
+    }
+
+    #[test]
+    fn past_the_cap_the_least_recently_used_producer_is_forgotten() {
+        let s = Sequences::new(4);
+        assert_eq!(s.check(1, 0, "t", 0, 0, 1), Check::Fresh);
+        s.appended(1, 0, "t", 0, 0, Some(0));
+        // A flood of new producers; producer 1 stays active meanwhile.
+        let mut next = 1;
+        for pid in 100..140 {
+            assert_eq!(s.check(pid, 0, "t", 0, 0, 1), Check::Fresh);
+            if pid % 2 == 0 {
+                assert_eq!(s.check(1, 0, "t", 0, next, 1), Check::Fresh);
+                s.appended(1, 0, "t", 0, next, Some(u64::from(next as u32)));
+                next += 1;
+            }
+        }
+        // Its last batch retried is still a duplicate.
+        assert_eq!(
+            s.check(1, 0, "t", 0, next - 1, 1),
+            Check::Duplicate(Some(u64::from(next as u32 - 1)))
+        );
+        // The oldest of the flood was forgotten: its retry looks fresh.
+        assert_eq!(s.check(100, 0, "t", 0, 0, 1), Check::Fresh);
+        assert!(s.table.lock().map.len() <= 4);
     }
 
     #[test]

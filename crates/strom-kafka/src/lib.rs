@@ -124,9 +124,9 @@ fn advertised_host(configured: &str, local: SocketAddr, native: &str) -> String 
 }
 
 /// Binds `addr` (`HOST:PORT`) and serves the Kafka protocol over
-/// `services` until [`KafkaHandle::shutdown`]. At most `max_connections`
-/// Kafka connections are served at once (a limit of its own, beside the
-/// native front end's); each is one task.
+/// `services` until [`KafkaHandle::shutdown`]. At most
+/// `kafka_max_connections` Kafka connections are served at once; each is
+/// one task.
 pub async fn serve(services: Arc<Services>, addr: &str) -> Result<KafkaHandle, KafkaError> {
     let bind_err = |source| KafkaError::Bind {
         addr: addr.to_string(),
@@ -140,21 +140,32 @@ pub async fn serve(services: Arc<Services>, addr: &str) -> Result<KafkaHandle, K
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs() as i64)
         .unwrap_or(0);
+    let cfg = &services.config;
+    let groups = groups::Coordinator::new(
+        std::time::Duration::from_millis(cfg.kafka_group_retention_ms),
+        cfg.kafka_group_max_size as usize,
+    );
+    let sequences = idempotence::Sequences::new(cfg.kafka_max_producer_states as usize);
+    let inflight = Arc::new(tokio::sync::Semaphore::new(
+        cfg.kafka_queued_max_request_bytes
+            .min(tokio::sync::Semaphore::MAX_PERMITS as u64) as usize,
+    ));
+    let limit = cfg.kafka_max_connections;
     let ctx = Arc::new(api::Ctx {
         services,
         host,
         port: i32::from(local.port()),
         next_producer_id: AtomicI64::new(start_s << 20),
-        groups: Default::default(),
-        sequences: Default::default(),
+        groups,
+        sequences,
+        inflight,
     });
-    let slots = Arc::new(tokio::sync::Semaphore::new(
-        ctx.services.config.max_connections as usize,
-    ));
+    let slots = Arc::new(tokio::sync::Semaphore::new(limit as usize));
     let (stop, mut stopped) = watch::channel(false);
     tokio::spawn(report::run(ctx.clone(), stopped.clone()));
     let task = tokio::spawn(async move {
         let mut refused = 0u64;
+        let mut failures = strom_server::AcceptErrors::new("kafka");
         let mut tick = tokio::time::interval(GROUP_TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -172,12 +183,12 @@ pub async fn serve(services: Arc<Services>, addr: &str) -> Result<KafkaHandle, K
                         Err(_) => {
                             refused += 1;
                             if refused.is_power_of_two() {
-                                tracing::warn!(peer = %peer, refused, limit = ctx.services.config.max_connections, "Kafka connection limit reached; closing new connections (max_connections)");
+                                tracing::warn!(peer = %peer, refused, limit, "Kafka connection limit reached; closing new connections (kafka_max_connections)");
                             }
                         }
                     },
                     Err(e) => {
-                        tracing::warn!(error = %e, "Kafka accept failed");
+                        failures.failed(&e);
                         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
                     }
                 },

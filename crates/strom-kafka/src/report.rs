@@ -9,6 +9,11 @@
 //! its last member is reported once more, empty. Only groups of Kafka's
 //! `consumer` protocol reading exactly one topic map onto a Strom consumer
 //! group (which is bound to one topic); others are left out, logged once.
+//!
+//! A group the coordinator forgot (empty past `kafka_group_retention_ms`)
+//! is removed from the registry too, with its committed offsets, if this
+//! reporter put it there: so a client cycling group ids cannot grow the
+//! registry without bound.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -37,17 +42,60 @@ struct Sent {
 /// Reports until `stopped` changes.
 pub(crate) async fn run(ctx: Arc<Ctx>, mut stopped: watch::Receiver<bool>) {
     let mut sent: HashMap<String, Sent> = HashMap::new();
+    let mut adopted = false;
     loop {
         tokio::select! {
             _ = tokio::time::sleep(REPORT_EVERY) => {}
             _ = stopped.changed() => return,
         }
+        if !adopted {
+            adopted = adopt(&ctx, &mut sent).await;
+        }
         report_all(&ctx, &mut sent).await;
     }
 }
 
-/// One round: every group that has members, or just lost its last one.
+/// On the registry master: adopts the Kafka groups the registry kept from
+/// before this listener started, as empty groups it reported, so that they
+/// expire after the retention too. False while this server is not the
+/// master (or not yet).
+async fn adopt(ctx: &Ctx, sent: &mut HashMap<String, Sent>) -> bool {
+    let Some(reg) = ctx.services.control.master_registry() else {
+        return false;
+    };
+    for spec in reg.kafka_group_specs().await {
+        if ctx.groups.adopt(&spec.name) {
+            sent.insert(
+                spec.name,
+                Sent {
+                    topic: Some(spec.topic),
+                    ..Default::default()
+                },
+            );
+        }
+    }
+    true
+}
+
+/// One round: every group that has members, or just lost its last one;
+/// then the groups forgotten since the last round leave the registry.
 async fn report_all(ctx: &Ctx, sent: &mut HashMap<String, Sent>) {
+    for name in ctx.groups.take_expired() {
+        let Some(topic) = sent.remove(&name).and_then(|s| s.topic) else {
+            continue;
+        };
+        if ctx.groups.describe(&name).is_some() {
+            continue; // joined again meanwhile: a new group of that name
+        }
+        match expire(ctx, &name, topic).await {
+            Ok(()) => {
+                tracing::info!(group = %name, "expired Kafka group removed from the registry")
+            }
+            Err(e) => {
+                tracing::info!(group = %name, error = %e, "cannot remove an expired Kafka group from the registry")
+            }
+        }
+    }
     let groups = ctx.groups.describe_all();
     sent.retain(|name, _| groups.iter().any(|(n, _)| n == name));
     for (name, d) in groups {
@@ -131,6 +179,35 @@ fn view(
     Some((spec, d.generation.max(0) as u64, consumers))
 }
 
+/// Removes an expired Kafka group from the registry: here if this server
+/// is the master, else at the master (an empty view first, so that the
+/// master does not count its last members as live, then the deletion).
+async fn expire(ctx: &Ctx, name: &str, topic: String) -> Result<(), ServerError> {
+    if let Some(reg) = ctx.services.control.master_registry() {
+        return reg.expire_kafka_group(name).await;
+    }
+    let spec = ConsumerGroupSpec::new(name, topic, ConsumerGroupMode::Kafka);
+    send(ctx, spec, 0, Vec::new()).await?;
+    let req = Request::DeleteConsumerGroup {
+        group: name.to_string(),
+    };
+    match call_master(ctx, &req).await? {
+        Response::Error { code, message } => Err(ServerError::coded(code, message)),
+        _ => Ok(()),
+    }
+}
+
+/// Sends `req` to the registry master over the native protocol.
+async fn call_master(ctx: &Ctx, req: &Request) -> Result<Response, ServerError> {
+    let addr = crate::admin::master_addr(ctx).ok_or_else(|| {
+        ServerError::coded(
+            strom_proto::ErrorCode::NOT_MASTER,
+            "the registry master's address is unknown",
+        )
+    })?;
+    ctx.services.control.link().peers().call(&addr, req).await
+}
+
 /// Hands the view to the registry: here if this server is the master,
 /// else to the master.
 async fn send(
@@ -142,25 +219,12 @@ async fn send(
     if let Some(reg) = ctx.services.control.master_registry() {
         return reg.kafka_group_view(spec, generation, consumers).await;
     }
-    let addr = crate::admin::master_addr(ctx).ok_or_else(|| {
-        ServerError::coded(
-            strom_proto::ErrorCode::NOT_MASTER,
-            "the registry master's address is unknown",
-        )
-    })?;
     let req = Request::KafkaGroupView {
         spec,
         generation,
         consumers,
     };
-    match ctx
-        .services
-        .control
-        .link()
-        .peers()
-        .call(&addr, &req)
-        .await?
-    {
+    match call_master(ctx, &req).await? {
         Response::Error { code, message } => Err(ServerError::coded(code, message)),
         _ => Ok(()),
     }

@@ -113,6 +113,39 @@ pub struct ServerConfig {
     /// Segments fetched back from the tier kept per partition (in
     /// `<partition>/tier-cache`).
     pub tier_cache_segments: u32,
+    /// Most HTTP connections (`http_listen`) served at once; more are
+    /// closed at accept.
+    pub http_max_connections: u32,
+    /// An HTTP request's whole header must arrive within this many
+    /// milliseconds of the connection being ready for it, or the
+    /// connection is closed.
+    pub http_header_timeout_ms: u64,
+    /// An HTTP connection that reads and writes nothing for this many
+    /// milliseconds (an idle keep-alive) is closed.
+    pub http_idle_timeout_ms: u64,
+    /// File descriptors kept free for storage (segment and index files),
+    /// member links and the transform host: the connection caps of every
+    /// listener (native, Kafka, HTTP) must fit in RLIMIT_NOFILE minus
+    /// this, or they are lowered at startup (docs/configuration.md).
+    pub fd_reserve: u32,
+    /// Most Kafka connections (`kafka_listen`) served at once; more are
+    /// closed at accept.
+    pub kafka_max_connections: u32,
+    /// Bytes of Kafka requests read but not yet answered, over all
+    /// connections (Kafka's `queued.max.request.bytes`). A connection
+    /// waits for budget before reading more of a request; at least
+    /// `max_frame_bytes`.
+    pub kafka_queued_max_request_bytes: u64,
+    /// A Kafka group left without members is forgotten after this many
+    /// milliseconds, with its committed offsets and its entry among the
+    /// registry's consumer groups (Kafka's `offsets.retention.minutes`).
+    pub kafka_group_retention_ms: u64,
+    /// Most members of one Kafka group (Kafka's `group.max.size`); one
+    /// more is refused with `GROUP_MAX_SIZE_REACHED`.
+    pub kafka_group_max_size: u32,
+    /// Idempotent producer states (producer, partition) kept by the Kafka
+    /// front end; past it, the least recently used one is forgotten.
+    pub kafka_max_producer_states: u32,
 }
 
 impl Default for ServerConfig {
@@ -151,6 +184,15 @@ impl Default for ServerConfig {
             tier_local_retention_ms: None,
             tier_check_ms: 1_000,
             tier_cache_segments: 4,
+            http_max_connections: 256,
+            http_header_timeout_ms: 10_000,
+            http_idle_timeout_ms: 60_000,
+            fd_reserve: 256,
+            kafka_max_connections: 4096,
+            kafka_queued_max_request_bytes: 512 << 20,
+            kafka_group_retention_ms: 7 * 24 * 3_600_000,
+            kafka_group_max_size: 10_000,
+            kafka_max_producer_states: 100_000,
         }
     }
 }
@@ -248,7 +290,32 @@ impl ServerConfig {
         if self.segment_bytes < 4096 {
             return Err("segment_bytes must be at least 4096".into());
         }
-        self.check_tier()
+        self.check_tier()?;
+        self.check_front_end_limits()
+    }
+
+    /// The HTTP and Kafka front ends' limits.
+    fn check_front_end_limits(&self) -> Result<(), String> {
+        if self.http_max_connections == 0
+            || self.http_header_timeout_ms == 0
+            || self.http_idle_timeout_ms == 0
+            || self.kafka_max_connections == 0
+        {
+            return Err("http_max_connections, http_header_timeout_ms, http_idle_timeout_ms and kafka_max_connections must be positive".into());
+        }
+        if self.kafka_queued_max_request_bytes < u64::from(self.max_frame_bytes) {
+            return Err(format!(
+                "kafka_queued_max_request_bytes ({}) must be at least max_frame_bytes ({}): a whole request must fit",
+                self.kafka_queued_max_request_bytes, self.max_frame_bytes
+            ));
+        }
+        if self.kafka_group_retention_ms == 0
+            || self.kafka_group_max_size == 0
+            || self.kafka_max_producer_states == 0
+        {
+            return Err("kafka_group_retention_ms, kafka_group_max_size and kafka_max_producer_states must be positive".into());
+        }
+        Ok(())
     }
 
     fn check_tier(&self) -> Result<(), String> {

@@ -6,9 +6,11 @@
 //! `PartitionLog` trait and to the network only through `strom-net`; it must
 //! never depend on the client or CLI crates.
 
+mod accept_errors;
 mod batch;
 mod config;
 mod error;
+mod fd_budget;
 mod fence;
 mod group;
 mod host;
@@ -29,6 +31,7 @@ mod share;
 mod sink;
 pub mod stats;
 
+pub use accept_errors::AcceptErrors;
 pub use config::{ConfigError, ServerConfig};
 pub use error::ServerError;
 pub use group::{read_group_file, write_group_file};

@@ -137,6 +137,8 @@ impl Server {
         config
             .validate()
             .map_err(|e| ServerError::coded(ErrorCode::INVALID_ARGUMENT, e.to_string()))?;
+        crate::fd_budget::apply(&mut config)
+            .map_err(|e| ServerError::coded(ErrorCode::INVALID_ARGUMENT, e))?;
         let (role, rank) = role(&config)?;
         if let Some(r) = rank {
             config.data_dir = config.data_dir.join(format!("rank-{r}"));
@@ -274,6 +276,7 @@ fn spawn_accept(
 ) -> JoinHandle<()> {
     tokio::spawn(async move {
         let mut refused = 0u64;
+        let mut failures = crate::AcceptErrors::new("native");
         loop {
             tokio::select! {
                 c = listener.accept() => match c {
@@ -287,7 +290,7 @@ fn spawn_accept(
                         }
                     },
                     Err(e) => {
-                        tracing::warn!(error = %e, "accept failed");
+                        failures.failed(&e);
                         tokio::time::sleep(Duration::from_millis(50)).await;
                     }
                 },

@@ -10,6 +10,12 @@
 //!   the target (events/s, all workers); it also ends a `--ramp`.
 //!
 //! Bad input gets a 400 with `{"error": "..."}` saying what was wrong.
+//!
+//! Every `POST` must say `Content-Type: application/json` (any other gets
+//! 415): a hostile web page's cross-site form can send only form, multipart
+//! or plain-text bodies, so it cannot drive the generator. Connections are
+//! bounded as the server's HTTP endpoint's are (`strom_http::listener`:
+//! 256 at once, 10 s for a header, closed after 60 s idle).
 
 use std::net::{SocketAddr, TcpListener};
 use std::sync::atomic::Ordering;
@@ -18,7 +24,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use axum::body::Bytes;
 use axum::extract::{RawQuery, State};
-use axum::http::StatusCode;
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -49,9 +55,16 @@ pub fn spawn(addr: &str, shared: Arc<Shared>) -> anyhow::Result<SocketAddr> {
                         return;
                     }
                 };
-                if let Err(e) = axum::serve(listener, router(shared)).await {
-                    tracing::error!(error = %e, "control endpoint stopped");
-                }
+                // Never stopped: it lives as long as the process.
+                let (_keep, never) = tokio::sync::watch::channel(false);
+                strom_http::listener::serve(
+                    listener,
+                    router(shared),
+                    strom_http::listener::Limits::default(),
+                    "gen-control",
+                    never,
+                )
+                .await;
             })
         })
         .context("starting the control endpoint's thread")?;
@@ -80,6 +93,20 @@ pub fn status_json(s: &Shared) -> Value {
     })
 }
 
+/// A 415 answer unless the request says its body is JSON.
+fn json_only(headers: &HeaderMap) -> Option<Response> {
+    let json = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/json"));
+    if json {
+        return None;
+    }
+    let body = json!({ "error": "send Content-Type: application/json (e.g. curl --json '{\"rate\": 100}', or -H 'Content-Type: application/json')" });
+    Some((StatusCode::UNSUPPORTED_MEDIA_TYPE, Json(body)).into_response())
+}
+
 fn bad_request(msg: impl Into<String>) -> Response {
     let body = json!({ "error": msg.into() });
     (StatusCode::BAD_REQUEST, Json(body)).into_response()
@@ -89,7 +116,10 @@ async fn status(State(s): State<Arc<Shared>>) -> Response {
     Json(status_json(&s)).into_response()
 }
 
-async fn start(State(s): State<Arc<Shared>>) -> Response {
+async fn start(State(s): State<Arc<Shared>>, headers: HeaderMap) -> Response {
+    if let Some(r) = json_only(&headers) {
+        return r;
+    }
     if s.target() <= 0.0 {
         return bad_request("no target rate: POST /rate with {\"rate\": N} first");
     }
@@ -98,13 +128,24 @@ async fn start(State(s): State<Arc<Shared>>) -> Response {
     Json(status_json(&s)).into_response()
 }
 
-async fn stop(State(s): State<Arc<Shared>>) -> Response {
+async fn stop(State(s): State<Arc<Shared>>, headers: HeaderMap) -> Response {
+    if let Some(r) = json_only(&headers) {
+        return r;
+    }
     s.running.store(false, Ordering::Release);
     tracing::info!("stopped over HTTP");
     Json(status_json(&s)).into_response()
 }
 
-async fn rate(State(s): State<Arc<Shared>>, RawQuery(query): RawQuery, body: Bytes) -> Response {
+async fn rate(
+    State(s): State<Arc<Shared>>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if let Some(r) = json_only(&headers) {
+        return r;
+    }
     match parse_rate(query.as_deref(), &body) {
         Ok(r) => {
             s.manual.store(true, Ordering::Release);

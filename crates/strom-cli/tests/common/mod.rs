@@ -93,17 +93,29 @@ impl ServerProcess {
 
     /// [`ServerProcess::start_with`] with extra environment variables.
     pub fn start_with_env(base: &Path, extra: &[&str], env: &[(&str, &str)]) -> ServerProcess {
-        Self::spawn(base, "127.0.0.1:0", extra, env)
+        Self::spawn(base, "127.0.0.1:0", extra, env, None)
+    }
+
+    /// [`ServerProcess::start_with`] in a process whose file-descriptor
+    /// limit (RLIMIT_NOFILE, soft and hard) is `nofile`, as `ulimit -n`.
+    pub fn start_with_nofile(base: &Path, extra: &[&str], nofile: u64) -> ServerProcess {
+        Self::spawn(base, "127.0.0.1:0", extra, &[], Some(nofile))
     }
 
     /// Starts the server of `base` again on the address it had (`addr`,
     /// `host:port`), as an operator restarts a master its members and
     /// clients know.
     pub fn restart_on(base: &Path, addr: &str) -> ServerProcess {
-        Self::spawn(base, addr, &[], &[])
+        Self::spawn(base, addr, &[], &[], None)
     }
 
-    fn spawn(base: &Path, listen: &str, extra: &[&str], env: &[(&str, &str)]) -> ServerProcess {
+    fn spawn(
+        base: &Path,
+        listen: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+        nofile: Option<u64>,
+    ) -> ServerProcess {
         let data_dir = base.join("data");
         let group_file = base.join("group.json");
         // A restart writes a new file; removing the old one first means the
@@ -113,8 +125,8 @@ impl ServerProcess {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => panic!("cannot remove old group file {}: {e}", group_file.display()),
         }
-        let mut child = Command::new(strom_bin())
-            .arg("server")
+        let mut cmd = Command::new(strom_bin());
+        cmd.arg("server")
             .arg("--data-dir")
             .arg(&data_dir)
             .arg("--listen")
@@ -127,9 +139,26 @@ impl ServerProcess {
             .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawning strom server");
+            .stderr(Stdio::piped());
+        if let Some(n) = nofile {
+            use std::os::unix::process::CommandExt;
+            let lim = libc::rlimit {
+                rlim_cur: n as libc::rlim_t,
+                rlim_max: n as libc::rlim_t,
+            };
+            // SAFETY: setrlimit(2) is async-signal-safe, and `lim` is a
+            // plain value copied into the closure.
+            unsafe {
+                cmd.pre_exec(move || {
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) == 0 {
+                        Ok(())
+                    } else {
+                        Err(std::io::Error::last_os_error())
+                    }
+                });
+            }
+        }
+        let mut child = cmd.spawn().expect("spawning strom server");
         let stderr = Arc::new(Mutex::new(String::new()));
         let pipe = child.stderr.take().expect("stderr is piped");
         let sink = stderr.clone();

@@ -9,6 +9,10 @@
 //! the coordinator refreshes the view every few seconds. A view not
 //! refreshed within [`KAFKA_VIEW_TTL`] shows its members as gone (the
 //! coordinator's broker stopped).
+//!
+//! A Kafka group its coordinator forgot (empty past
+//! `kafka_group_retention_ms`) is deleted here too
+//! ([`Registry::expire_kafka_group`]), with its committed offsets.
 
 use std::time::{Duration, Instant};
 
@@ -141,5 +145,40 @@ impl Registry {
         }
         coord.kafka.remove(name);
         Ok(())
+    }
+
+    /// Deletes the Kafka group `name`, which its coordinator forgot after
+    /// it stayed empty for the retention: a native group of that name, or
+    /// none, is left alone.
+    pub async fn expire_kafka_group(&self, name: &str) -> Result<(), ServerError> {
+        let kafka = self
+            .inner
+            .lock()
+            .await
+            .state
+            .consumer_groups
+            .get(name)
+            .is_some_and(|m| m.spec.mode == ConsumerGroupMode::Kafka);
+        if !kafka {
+            return Ok(());
+        }
+        // The coordinator knows it has no members; its last view may not
+        // have said so yet.
+        self.coord.lock().kafka.remove(name);
+        self.delete_group(name).await
+    }
+
+    /// The specs of every Kafka-mode group the registry holds (a
+    /// restarted coordinator adopts them, so they expire as well).
+    pub async fn kafka_group_specs(&self) -> Vec<ConsumerGroupSpec> {
+        self.inner
+            .lock()
+            .await
+            .state
+            .consumer_groups
+            .values()
+            .filter(|m| m.spec.mode == ConsumerGroupMode::Kafka)
+            .map(|m| m.spec.clone())
+            .collect()
     }
 }

@@ -1,0 +1,217 @@
+//! Serving an axum router over HTTP/1.1 with bounds a hostile client
+//! cannot get around: at most [`Limits::max_connections`] connections (more
+//! are closed at accept), a request's header must arrive within
+//! [`Limits::header_timeout`], and a connection that reads and writes
+//! nothing for [`Limits::idle_timeout`] is closed. Repeated accept failures
+//! (out of descriptors) are logged once per interval with a count. Used by
+//! `strom server --http-listen` and `strom gen --control-listen`.
+
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use strom_server::AcceptErrors;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
+
+/// The bounds of one HTTP listener.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    pub max_connections: usize,
+    pub header_timeout: Duration,
+    pub idle_timeout: Duration,
+}
+
+impl Limits {
+    /// The limits in a server's configuration (`http_max_connections`,
+    /// `http_header_timeout_ms`, `http_idle_timeout_ms`).
+    pub fn of(config: &strom_server::ServerConfig) -> Self {
+        Limits {
+            max_connections: config.http_max_connections as usize,
+            header_timeout: Duration::from_millis(config.http_header_timeout_ms),
+            idle_timeout: Duration::from_millis(config.http_idle_timeout_ms),
+        }
+    }
+}
+
+impl Default for Limits {
+    /// As a server's defaults: 256 connections, 10 s to send a header, 60
+    /// s of silence.
+    fn default() -> Self {
+        Limits {
+            max_connections: 256,
+            header_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// Serves `app` on `listener` within `limits` until `stopped` turns true.
+/// `name` names the listener in logs.
+pub async fn serve(
+    listener: TcpListener,
+    app: Router,
+    limits: Limits,
+    name: &'static str,
+    mut stopped: watch::Receiver<bool>,
+) {
+    let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let mut failures = AcceptErrors::new(name);
+    let mut refused = 0u64;
+    let for_conns = stopped.clone();
+    loop {
+        tokio::select! {
+            c = listener.accept() => match c {
+                Ok((sock, peer)) => match slots.clone().try_acquire_owned() {
+                    Ok(slot) => {
+                        let conn = serve_conn(sock, peer, app.clone(), limits, slot, for_conns.clone());
+                        tokio::spawn(conn);
+                    }
+                    Err(_) => {
+                        refused += 1;
+                        if refused.is_power_of_two() {
+                            tracing::warn!(listener = name, peer = %peer, refused, limit = limits.max_connections, "HTTP connection limit reached; closing new connections");
+                        }
+                    }
+                },
+                Err(e) => {
+                    failures.failed(&e);
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+            _ = stop_signal(&mut stopped) => return,
+        }
+    }
+}
+
+/// One connection, until it closes, breaks a bound, or the listener stops.
+async fn serve_conn(
+    sock: TcpStream,
+    peer: SocketAddr,
+    app: Router,
+    limits: Limits,
+    _slot: OwnedSemaphorePermit,
+    mut stopped: watch::Receiver<bool>,
+) {
+    let start = Instant::now();
+    let last = Arc::new(AtomicU64::new(0));
+    let io = TokioIo::new(Watched {
+        inner: sock,
+        start,
+        last: last.clone(),
+    });
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout);
+    let conn = builder.serve_connection(io, TowerToHyperService::new(app));
+    tokio::pin!(conn);
+    let mut closing = false;
+    loop {
+        let quiet_since = start + Duration::from_millis(last.load(Ordering::Relaxed));
+        let idle_at = quiet_since + limits.idle_timeout;
+        tokio::select! {
+            r = conn.as_mut() => {
+                if let Err(e) = r {
+                    tracing::debug!(peer = %peer, error = %e, "HTTP connection closed");
+                }
+                return;
+            }
+            _ = tokio::time::sleep_until(idle_at.into()) => {
+                let quiet = start + Duration::from_millis(last.load(Ordering::Relaxed));
+                if quiet.elapsed() < limits.idle_timeout {
+                    continue;
+                }
+                if closing {
+                    // Asked to close, and still silent: drop it.
+                    tracing::debug!(peer = %peer, "HTTP connection idle; dropped");
+                    return;
+                }
+                tracing::debug!(peer = %peer, "HTTP connection idle; closing");
+                conn.as_mut().graceful_shutdown();
+                closing = true;
+                touch(&last, start);
+            }
+            _ = stop_signal(&mut stopped), if !closing => {
+                conn.as_mut().graceful_shutdown();
+                closing = true;
+            }
+        }
+    }
+}
+
+/// Resolves once `stopped` turns true (or its sender is gone).
+async fn stop_signal(stopped: &mut watch::Receiver<bool>) {
+    let _ = stopped.wait_for(|s| *s).await;
+}
+
+fn touch(last: &AtomicU64, start: Instant) {
+    last.store(start.elapsed().as_millis() as u64, Ordering::Relaxed);
+}
+
+/// A socket that records when it last moved bytes (ms since `start`).
+struct Watched {
+    inner: TcpStream,
+    start: Instant,
+    last: Arc<AtomicU64>,
+}
+
+impl AsyncRead for Watched {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let r = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if matches!(r, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            touch(&self.last, self.start);
+        }
+        r
+    }
+}
+
+impl AsyncWrite for Watched {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let r = Pin::new(&mut self.inner).poll_write(cx, data);
+        if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
+            touch(&self.last, self.start);
+        }
+        r
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        let r = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
+            touch(&self.last, self.start);
+        }
+        r
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}
