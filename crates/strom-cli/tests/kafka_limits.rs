@@ -92,6 +92,47 @@ fn i64_at(b: &[u8], at: usize) -> i64 {
     i64::from_be_bytes(b[at..at + 8].try_into().unwrap())
 }
 
+/// Waits until the server has read every byte sent on `s`: the client's
+/// send queue and the server's receive queue of that connection are both
+/// empty in /proc/net/tcp. The server takes a frame step's budget before
+/// reading its bytes, so this is when the budget for them is held.
+fn wait_read_by_server(s: &TcpStream) {
+    let (local, peer) = (
+        s.local_addr().expect("local address").port(),
+        s.peer_addr().expect("peer address").port(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let table = std::fs::read_to_string("/proc/net/tcp").expect("/proc/net/tcp");
+        // Fields: sl local rem st tx_queue:rx_queue ...; ports in hex.
+        let queue = |from: u16, to: u16| {
+            table.lines().skip(1).find_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                let port = |a: &str| u16::from_str_radix(a.rsplit(':').next()?, 16).ok();
+                if f.len() > 4 && port(f[1]) == Some(from) && port(f[2]) == Some(to) {
+                    let (tx, rx) = f[4].split_once(':')?;
+                    Some((
+                        u64::from_str_radix(tx, 16).ok()?,
+                        u64::from_str_radix(rx, 16).ok()?,
+                    ))
+                } else {
+                    None
+                }
+            })
+        };
+        if let (Some((tx, _)), Some((_, rx))) = (queue(local, peer), queue(peer, local)) {
+            if tx == 0 && rx == 0 {
+                return;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the server did not read what was sent in 30 s"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// A field of /proc/PID/status, in bytes.
 fn vm(pid: i32, field: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc/PID/status");
@@ -117,7 +158,7 @@ fn frames_announcing_256_mib_cost_only_the_bytes_that_arrive() {
             s
         })
         .collect();
-    std::thread::sleep(Duration::from_millis(500));
+    conns.iter().for_each(wait_read_by_server);
     let rss_grown = server.rss_bytes().saturating_sub(rss);
     // Memory allocated, touched or not: a fresh process's zeroed pages are
     // mapped lazily, so RSS alone hides an allocation a busy server (whose
@@ -153,8 +194,7 @@ fn request_bytes_in_flight_are_bounded_across_connections() {
     let mut big = connect(&broker);
     big.write_all(&(MIB as i32).to_be_bytes()).unwrap();
     big.write_all(&vec![0u8; MIB as usize - 100]).unwrap();
-    // Time for the server to read them (it reads as fast as they come).
-    std::thread::sleep(Duration::from_millis(500));
+    wait_read_by_server(&big);
     // Another client's request waits for budget...
     let mut other = connect(&broker);
     other.write_all(&request(18, 0, 7, &[])).unwrap();
