@@ -74,7 +74,7 @@ fn produce_records_name_their_input_line_across_a_kill_9() {
             while !stop.load(Ordering::Relaxed) {
                 let mut chunk = String::new();
                 for _ in 0..100 {
-                    if n % 1000 == 0 {
+                    if n.is_multiple_of(1000) {
                         chunk.push('\n');
                     } else {
                         chunk.push_str(&format!("{{\"id\":{n}}}\n"));
@@ -117,7 +117,10 @@ fn produce_records_name_their_input_line_across_a_kill_9() {
     // One record per input line taken, in input order: lines 1, 2, ...
     // with the blank ones (every 1000th) skipped, none missing.
     let lines: Vec<u64> = records.iter().map(|r| r.0).collect();
-    let expected: Vec<u64> = (1..).filter(|n| n % 1000 != 0).take(lines.len()).collect();
+    let expected: Vec<u64> = (1..)
+        .filter(|n: &u64| !n.is_multiple_of(1000))
+        .take(lines.len())
+        .collect();
     assert_eq!(
         lines, expected,
         "one record per input line, in order; stderr:\n{stderr}"
