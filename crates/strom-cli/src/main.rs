@@ -62,7 +62,7 @@ enum Command {
     /// List, describe or delete consumer groups.
     #[command(subcommand)]
     Group(group::GroupCmd),
-    /// Produce JSON lines from stdin as events; prints each event's offset.
+    /// Produce JSON lines from stdin as events; prints one record per line (offset or error).
     Produce(produce::ProduceArgs),
     /// Consume events as JSON lines on stdout.
     Consume(consume::ConsumeArgs),

@@ -1,15 +1,19 @@
 //! `strom produce TOPIC`: each non-empty stdin line is one event's JSON
 //! metadata; optional data comes from a file or is generated. Prints one
-//! JSON line per stored event with its partition and offset, in input
-//! order, and closes the producer at the end of input (unless
+//! JSON record per non-empty input line it took, in input order, naming
+//! the line (1-based, counting blank lines too): `{"line":N,"partition":P,
+//! "offset":O}` for a stored event, `{"line":N,"error":{"code":C,"name":
+//! "...","message":"..."}}` for one that was not. So a script matches
+//! every acknowledgement to its input line, and knows which lines to send
+//! again. It closes the producer at the end of input (unless
 //! `--keep-open`), so consumers see the end of the stream.
 //!
-//! Every stored event's offset is printed, whatever stops the run:
+//! Every line taken gets its record, whatever stops the run:
 //! - SIGINT / SIGTERM: stop reading, wait for the events in flight, print,
 //!   close, exit 130 / 143;
-//! - a partition whose member is down: its events fail and the others go
-//!   on; stderr sums up the failures per partition, exit 1;
-//! - a line that cannot be produced: stop there, exit 1.
+//! - a partition whose member is down: its events fail (error records) and
+//!   the others go on; stderr sums up the failures per partition, exit 1;
+//! - a line that cannot be produced: its error record, stop there, exit 1.
 //!
 //! In the last two cases the producer is not closed. By default it holds
 //! a lease (the server's `producer_lease_ms`, or `--lease SECS`) that this
@@ -32,6 +36,15 @@ use strom_client::{Acks, Data, ErrorCode, ProducerOptions, PushFuture};
 use crate::interrupt;
 
 #[derive(Args)]
+#[command(
+    after_help = "Output: one JSON record per non-empty input line taken, in input \
+order; N is the input line number (from 1, blank lines counted):\n  \
+{\"line\":N,\"partition\":P,\"offset\":O}   the line's event is stored there\n  \
+{\"line\":N,\"error\":{\"code\":C,\"name\":\"...\",\"message\":\"...\"}}   it was not \
+(send it again)\n\
+Exit status: 0 every line stored; 1 some line failed (stderr sums up why); 130/143 stopped \
+by SIGINT/SIGTERM (lines not yet read get no record)."
+)]
 pub struct ProduceArgs {
     topic: String,
     /// Attach this file's contents as every event's data part.
@@ -77,7 +90,15 @@ const TICK: Duration = Duration::from_millis(20);
 const MAX_PENDING: usize = 8192;
 
 /// Lines read from stdin, numbered from 1, or why reading stopped.
-type Chunk = anyhow::Result<Vec<(usize, String)>>;
+type Chunk = Result<Vec<(usize, String)>, ReadStop>;
+
+/// Why reading stdin stopped early.
+enum ReadStop {
+    /// This input line cannot be an event (not UTF-8).
+    Line(usize, String),
+    /// Reading stdin failed.
+    Io(anyhow::Error),
+}
 
 /// Reads stdin on its own thread, in chunks of whole lines, so the main
 /// loop can stop on a signal while a read blocks.
@@ -90,12 +111,12 @@ fn spawn_reader() -> mpsc::Receiver<Chunk> {
         let mut lineno = 0usize;
         let take = |bytes: &[u8], lineno: &mut usize, out: &mut Vec<(usize, String)>| {
             *lineno += 1;
-            let line =
-                std::str::from_utf8(bytes).with_context(|| format!("line {lineno}: not UTF-8"))?;
+            let line = std::str::from_utf8(bytes)
+                .map_err(|e| ReadStop::Line(*lineno, format!("not UTF-8: {e}")))?;
             if !line.trim().is_empty() {
                 out.push((*lineno, line.trim_end_matches('\r').to_string()));
             }
-            anyhow::Ok(())
+            Ok(())
         };
         loop {
             let n = match stdin.read(&mut buf) {
@@ -103,7 +124,9 @@ fn spawn_reader() -> mpsc::Receiver<Chunk> {
                 Ok(n) => n,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 Err(e) => {
-                    let _ = tx.send(Err(anyhow::Error::new(e).context("reading stdin")));
+                    let _ = tx.send(Err(ReadStop::Io(
+                        anyhow::Error::new(e).context("reading stdin"),
+                    )));
                     return;
                 }
             };
@@ -143,46 +166,57 @@ fn spawn_reader() -> mpsc::Receiver<Chunk> {
     rx
 }
 
-/// Prints stored offsets in input order and counts failures per partition.
+/// Prints one record per line taken, in input order, and counts failures
+/// per partition.
 struct Results<W: Write> {
     out: W,
-    pending: VecDeque<PushFuture>,
+    /// (input line, its event's future)
+    pending: VecDeque<(usize, PushFuture)>,
     stored: u64,
     /// partition -> (events failed, the first error)
     failed: BTreeMap<u32, (u64, String)>,
 }
 
 impl<W: Write> Results<W> {
-    fn settle(&mut self, f: PushFuture) -> anyhow::Result<()> {
+    fn settle(&mut self, line: usize, f: PushFuture) -> anyhow::Result<()> {
         let partition = f.partition();
         match f.wait() {
             Ok(id) => {
                 self.stored += 1;
                 writeln!(
                     self.out,
-                    "{{\"partition\":{},\"offset\":{}}}",
+                    "{{\"line\":{line},\"partition\":{},\"offset\":{}}}",
                     id.partition, id.offset
                 )?;
             }
             Err(e) => {
-                let entry = self
-                    .failed
-                    .entry(partition)
-                    .or_insert_with(|| (0, e.message()));
+                let message = e.message();
+                self.failure(line, e.code(), &message)?;
+                let entry = self.failed.entry(partition).or_insert((0, message));
                 entry.0 += 1;
             }
         }
         Ok(())
     }
 
+    /// Prints the record of input line `line`, which was not stored.
+    fn failure(&mut self, line: usize, code: ErrorCode, message: &str) -> anyhow::Result<()> {
+        let record = serde_json::json!({
+            "line": line,
+            "error": { "code": code.0, "name": code.name(), "message": message },
+        });
+        writeln!(self.out, "{record}")?;
+        Ok(())
+    }
+
     /// Settles the oldest futures that are done (all of them if `all`).
     fn settle_ready(&mut self, all: bool) -> anyhow::Result<()> {
-        while let Some(f) = self.pending.pop_front() {
+        while let Some((line, f)) = self.pending.pop_front() {
             if !all && !f.is_done() && self.pending.len() < MAX_PENDING {
-                self.pending.push_front(f);
+                self.pending.push_front((line, f));
                 break;
             }
-            self.settle(f)?;
+            self.settle(line, f)?;
         }
         Ok(())
     }
@@ -232,12 +266,17 @@ pub fn run(a: ProduceArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> {
         stored: 0,
         failed: BTreeMap::new(),
     };
-    let mut bad_line = None;
+    // Why the run stopped before the end of input: (input line, code, what).
+    let mut bad_line: Option<(Option<usize>, ErrorCode, String)> = None;
     'input: while interrupt::received().is_none() {
         let lines = match input.recv_timeout(TICK) {
             Ok(Ok(lines)) => lines,
-            Ok(Err(e)) => {
-                bad_line = Some(e);
+            Ok(Err(ReadStop::Line(n, why))) => {
+                bad_line = Some((Some(n), ErrorCode::INVALID_ARGUMENT, why));
+                break;
+            }
+            Ok(Err(ReadStop::Io(e))) => {
+                bad_line = Some((None, ErrorCode::INVALID_ARGUMENT, format!("{e:#}")));
                 break;
             }
             Err(mpsc::RecvTimeoutError::Timeout) => {
@@ -250,22 +289,20 @@ pub fn run(a: ProduceArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> {
         for (n, line) in lines {
             let size = line.len() as u64 + data.len() as u64 + 16;
             match producer.push_with(line, Data::from(data.clone()), a.partition, &[]) {
-                Ok(f) => results.pending.push_back(f),
-                Err(e) if e.code() == ErrorCode::BATCH_TOO_LARGE && size <= limit => {
-                    // Over what the server accepts: the client names that limit.
-                    bad_line = Some(anyhow::anyhow!("line {n}: {}", e.message()));
-                    break 'input;
-                }
-                Err(e) if e.code() == ErrorCode::BATCH_TOO_LARGE => {
-                    bad_line = Some(anyhow::anyhow!(
-                        "line {n}: the event is {size} bytes, over the limit of {limit} bytes; \
-                         raise it with --max-event-bytes (the server's max_frame_bytes must \
-                         allow it too) or split the data"
-                    ));
-                    break 'input;
-                }
+                Ok(f) => results.pending.push_back((n, f)),
                 Err(e) => {
-                    bad_line = Some(anyhow::anyhow!("line {n}: {e}"));
+                    let why = if e.code() == ErrorCode::BATCH_TOO_LARGE && size > limit {
+                        format!(
+                            "the event is {size} bytes, over the limit of {limit} bytes; \
+                             raise it with --max-event-bytes (the server's max_frame_bytes \
+                             must allow it too) or split the data"
+                        )
+                    } else {
+                        // Over what the server accepts, or another error: the
+                        // client's message names the limit or the cause.
+                        e.message()
+                    };
+                    bad_line = Some((Some(n), e.code(), why));
                     break 'input;
                 }
             }
@@ -276,19 +313,25 @@ pub fn run(a: ProduceArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> {
     drop(input);
     let _ = producer.flush(); // failures are counted per event below
     results.settle_ready(true)?;
+    if let Some((Some(n), code, why)) = &bad_line {
+        // In input order: every earlier line's record is printed by now.
+        results.failure(*n, *code, why)?;
+    }
     results.out.flush()?;
     let signal = interrupt::received();
     for (p, (count, error)) in &results.failed {
         eprintln!("strom: partition {p}: {count} events failed: {error}");
     }
-    if let Some(e) = &bad_line {
-        eprintln!("strom: error: {e:#}");
+    match &bad_line {
+        Some((Some(n), _, why)) => eprintln!("strom: error: line {n}: {why}"),
+        Some((None, _, why)) => eprintln!("strom: error: {why}"),
+        None => {}
     }
     if signal.is_none() && (bad_line.is_some() || !results.failed.is_empty()) {
         let failed: u64 = results.failed.values().map(|f| f.0).sum();
         eprintln!(
-            "strom: {} events stored (offsets printed), {failed} failed; the producer was \
-             left open, so the stream has not ended (`strom topic complete {}` ends it)",
+            "strom: {} events stored, {failed} failed (one record per line on stdout); the \
+             producer was left open, so the stream has not ended (`strom topic complete {}` ends it)",
             results.stored, a.topic
         );
         return Err(crate::Exit(1).into());
@@ -298,7 +341,7 @@ pub fn run(a: ProduceArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> {
     }
     if let Some(sig) = signal {
         eprintln!(
-            "strom: stopped by {}; {} events stored (offsets printed), producer closed",
+            "strom: stopped by {}; {} events stored (one record per line on stdout), producer closed",
             interrupt::name(sig),
             results.stored
         );

@@ -122,6 +122,7 @@ pub fn run(args: ServerArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> 
         .context("starting the server runtime")?;
     let group_file = config.group_file.clone().or(config.join.clone());
     let run_transforms = config.transforms;
+    let max_transform_workers = config.max_transform_workers;
     rt.block_on(async move {
         let http_listen = config.http_listen.clone();
         let kafka_listen = config.kafka_listen.clone();
@@ -165,6 +166,7 @@ pub fn run(args: ServerArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> 
                 group_file,
                 server.addr().to_string(),
                 move || services.control.member(),
+                max_transform_workers,
             )
         });
         tokio::select! {

@@ -199,14 +199,28 @@ fn produce_prints_stored_offsets_and_reports_failures_when_a_member_is_dead() {
         CLI_TIMEOUT,
     );
     assert_eq!(out.status.code(), Some(1), "stderr:\n{}", out.stderr);
-    let got = positions(&out);
+    // One record per input line, in order: a position or an error.
+    let records: Vec<serde_json::Value> = out
+        .lines()
+        .iter()
+        .map(|l| serde_json::from_str(l).expect("a JSON record"))
+        .collect();
+    let lines: Vec<u64> = records.iter().filter_map(|r| r["line"].as_u64()).collect();
     assert_eq!(
-        got.len(),
+        lines,
+        (1..=30).collect::<Vec<u64>>(),
+        "stdout:\n{}",
+        out.stdout
+    );
+    let (failed, stored): (Vec<_>, Vec<_>) = records.iter().partition(|r| r.get("error").is_some());
+    assert_eq!(
+        stored.len(),
         20,
         "the events on live partitions are printed; stderr:\n{}",
         out.stderr
     );
-    assert!(got.iter().all(|(p, _)| *p != 1));
+    assert!(stored.iter().all(|r| r["partition"].as_u64() != Some(1)));
+    assert_eq!(failed.len(), 10, "each failed line has its error record");
     let summary: Vec<_> = out
         .stderr
         .lines()

@@ -98,6 +98,10 @@ pub struct ServerConfig {
     /// registry master, and more to partition leaders while transforms
     /// run. `false`: this member runs none (another leader's do).
     pub transforms: bool,
+    /// The most transform worker threads (one per source partition of a
+    /// transform) this member runs at once; the other partitions wait,
+    /// with a warning, until one stops. At least 1.
+    pub max_transform_workers: usize,
     /// The tier as a URL instead: `s3://bucket/prefix` (credentials,
     /// region and endpoint from the `AWS_*` environment variables) or
     /// `file:///path` (object_store's local-filesystem backend).
@@ -180,6 +184,7 @@ impl Default for ServerConfig {
             tier_dir: None,
             tier_url: None,
             transforms: true,
+            max_transform_workers: 64,
             tier_local_retention_bytes: None,
             tier_local_retention_ms: None,
             tier_check_ms: 1_000,
@@ -233,6 +238,9 @@ impl ServerConfig {
     }
 
     fn check(&self) -> Result<(), String> {
+        if self.max_transform_workers == 0 {
+            return Err("max_transform_workers must be at least 1".into());
+        }
         if self.max_frame_bytes < 4096 {
             return Err("max_frame_bytes must be at least 4096".into());
         }

@@ -46,23 +46,22 @@ pub struct Host {
 /// Opened partitions and the ones that failed, of one hosted topic.
 type Opened = (BTreeMap<u32, Arc<PartitionManager>>, BTreeMap<u32, String>);
 
-/// Topic names become directory names: keep them to a safe alphabet.
+/// Topic names become directory names: see [`check_name`].
 pub fn check_topic_name(name: &str) -> Result<(), ServerError> {
-    let ok = !name.is_empty()
-        && name.len() <= 200
-        && name != "."
-        && name != ".."
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
-    if ok {
-        Ok(())
-    } else {
-        Err(ServerError::coded(
-            ErrorCode::INVALID_TOPIC_SPEC,
-            format!("invalid topic name '{name}': use 1-200 characters from [A-Za-z0-9._-]"),
-        ))
-    }
+    check_name("topic", name, ErrorCode::INVALID_TOPIC_SPEC)
+}
+
+/// A `what` name (topic, consumer group) that becomes a path, checked by
+/// the one check storage applies to all of them
+/// ([`strom_storage::check_name`]); refused with `code`.
+pub fn check_name(what: &str, name: &str, code: ErrorCode) -> Result<(), ServerError> {
+    strom_storage::check_name(what, name).map_err(|e| {
+        let why = match e {
+            strom_storage::StorageError::InvalidArgument(why) => why,
+            e => e.to_string(),
+        };
+        ServerError::coded(code, why)
+    })
 }
 
 impl Host {

@@ -32,6 +32,7 @@ mod file;
 mod io_util;
 pub mod ledger;
 mod memory;
+pub mod name;
 mod offsets;
 pub mod record;
 pub mod sim;
@@ -46,6 +47,7 @@ pub use error::{is_disk_full, Result, StorageError};
 pub use file::{ClosedSegment, FileLog, LocalSegment};
 pub use ledger::{DeadLetter, LedgerFile, LedgerRecord, LedgerSnapshot, ShareLedger};
 pub use memory::MemoryLog;
+pub use name::{check_name, is_valid_name};
 pub use offsets::OffsetStore;
 
 use bytes::Bytes;

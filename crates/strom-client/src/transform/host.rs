@@ -1,15 +1,19 @@
 //! What a server process runs for transforms: every second it reads the
-//! definitions and the source topics' leaders, and keeps one worker
-//! thread for each source partition this member leads, of each defined
-//! transform. A partition whose leadership moved stops its worker here
+//! definitions appended since its last look (one reader, kept) and the
+//! source topics' leaders, and keeps one worker thread for each source
+//! partition this member leads, of each defined transform, up to
+//! `max_workers` threads (the server's `max_transform_workers`); the
+//! rest wait, with a warning, until a worker stops. Transforms on a cycle
+//! (which `create` refuses, but concurrent creates could record) are not
+//! run. A partition whose leadership moved stops its worker here
 //! and starts one on its new leader, which resumes at the committed
 //! offset; a deleted transform stops everywhere. A worker whose run
 //! fails starts again after a pause (its error is logged), so a
 //! transform held up by a down output partition resumes by itself.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -23,6 +27,22 @@ const EVERY: Duration = Duration::from_secs(1);
 const AGAIN_AFTER: Duration = Duration::from_secs(2);
 /// How long stopping waits for the workers.
 pub const STOP_WAIT: Duration = Duration::from_secs(5);
+/// Worker threads a member runs at most, unless told otherwise.
+pub const DEFAULT_MAX_WORKERS: usize = 64;
+
+/// What a transform host is doing, for tests and status.
+#[derive(Default)]
+pub struct HostStats {
+    /// Rounds (reads of definitions and leaders) done.
+    pub rounds: AtomicU64,
+    /// Worker threads running now.
+    pub running: AtomicUsize,
+    /// (transform, partition) pairs this member should run (some may wait
+    /// for the cap).
+    pub wanted: AtomicUsize,
+    /// Definition records read so far (each is read once).
+    pub defs_read: AtomicU64,
+}
 
 /// A client of the member's group, retried until it answers.
 fn connect(group_file: Option<&Path>, addr: &str, stop: &AtomicBool) -> Option<Driver> {
@@ -50,6 +70,7 @@ struct Worker {
 pub struct TransformHost {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
+    stats: Arc<HostStats>,
 }
 
 impl TransformHost {
@@ -57,24 +78,36 @@ impl TransformHost {
     /// leads, through a client of its group (`group_file`, else its own
     /// server at `addr`, which must then keep the registry). `member`
     /// says the member's id (`u32::MAX` until it joined; it is asked on
-    /// every round).
+    /// every round). At most `max_workers` worker threads run at once
+    /// (at least one).
     pub fn start(
         group_file: Option<PathBuf>,
         addr: String,
         member: impl Fn() -> u32 + Send + 'static,
+        max_workers: usize,
     ) -> TransformHost {
         let stop = Arc::new(AtomicBool::new(false));
-        let s = stop.clone();
+        let stats = Arc::new(HostStats::default());
+        let (s, st) = (stop.clone(), stats.clone());
         let thread = std::thread::Builder::new()
             .name("strom-transforms".into())
             .spawn(move || {
                 let Some(d) = connect(group_file.as_deref(), &addr, &s) else {
                     return;
                 };
-                host_loop(&d, &member, &s);
+                host_loop(&d, &member, &s, max_workers.max(1), &st);
             })
             .ok();
-        TransformHost { stop, thread }
+        TransformHost {
+            stop,
+            thread,
+            stats,
+        }
+    }
+
+    /// What the host is doing.
+    pub fn stats(&self) -> &HostStats {
+        &self.stats
     }
 
     /// Stops every worker after the batch in hand, waiting at most
@@ -106,8 +139,28 @@ impl Drop for TransformHost {
 
 type Key = (String, u32);
 
-fn host_loop(d: &Driver, member: &dyn Fn() -> u32, stop: &AtomicBool) {
+/// What the host loop remembers between rounds.
+struct Round {
+    defs: defs::Defs,
+    /// Cyclic transforms already warned about.
+    warned: BTreeSet<String>,
+    /// Pairs left waiting for the cap at the last warning.
+    waiting: usize,
+}
+
+fn host_loop(
+    d: &Driver,
+    member: &dyn Fn() -> u32,
+    stop: &AtomicBool,
+    max_workers: usize,
+    stats: &HostStats,
+) {
     let mut workers: HashMap<Key, Worker> = HashMap::new();
+    let mut round = Round {
+        defs: defs::Defs::default(),
+        warned: BTreeSet::new(),
+        waiting: 0,
+    };
     while !stop.load(Ordering::Acquire) {
         let me = member();
         if me == u32::MAX {
@@ -115,18 +168,32 @@ fn host_loop(d: &Driver, member: &dyn Fn() -> u32, stop: &AtomicBool) {
             pause(EVERY, stop);
             continue;
         }
-        match wanted(d, me) {
+        match wanted(d, me, &mut round) {
             Ok(want) => {
                 for spec in &want.ends {
                     complete_output(d, spec);
                 }
-                reconcile(d, &mut workers, want);
+                stats.wanted.store(want.run.len(), Ordering::Relaxed);
+                let waiting = reconcile(d, &mut workers, want, max_workers);
+                if waiting != round.waiting && waiting > 0 {
+                    tracing::warn!(
+                        waiting,
+                        max_transform_workers = max_workers,
+                        "transform partitions wait for a worker: this member runs at most max_transform_workers"
+                    );
+                }
+                round.waiting = waiting;
             }
             Err(e) => {
                 tracing::debug!(error = %e, "transforms: reading definitions or leaders failed")
             }
         }
         workers.retain(|_, w| !w.thread.is_finished());
+        stats.running.store(workers.len(), Ordering::Relaxed);
+        stats
+            .defs_read
+            .store(round.defs.records_read(), Ordering::Relaxed);
+        stats.rounds.fetch_add(1, Ordering::Release);
         pause(EVERY, stop);
     }
     for w in workers.values() {
@@ -149,18 +216,24 @@ struct Wanted {
     ends: Vec<TransformSpec>,
 }
 
-fn wanted(d: &Driver, member: u32) -> Result<Wanted> {
+fn wanted(d: &Driver, member: u32, round: &mut Round) -> Result<Wanted> {
     let mut want = Wanted {
         run: BTreeMap::new(),
         unknown: Vec::new(),
         ends: Vec::new(),
     };
-    for (name, spec) in defs::list(d)? {
+    let all = round.defs.refresh(d)?;
+    let cycles = defs::cyclic(all);
+    for name in cycles.difference(&round.warned) {
+        tracing::warn!(transform = %name, "transform lies on a cycle of transforms; it does not run (delete one of the cycle)");
+    }
+    round.warned = cycles.clone();
+    for (name, spec) in all.iter().filter(|(n, _)| !cycles.contains(*n)) {
         let info = match d.describe(&spec.from) {
             Ok(i) => i,
             Err(e) => {
                 tracing::debug!(transform = %name, error = %e, "transform source not available");
-                want.unknown.push(name);
+                want.unknown.push(name.clone());
                 continue;
             }
         };
@@ -168,13 +241,29 @@ fn wanted(d: &Driver, member: u32) -> Result<Wanted> {
             want.run.insert((name.clone(), p.id), spec.clone());
         }
         if info.state.ended && info.partitions.first().is_some_and(|p| p.member == member) {
-            want.ends.push(spec);
+            want.ends.push(spec.clone());
         }
     }
     Ok(want)
 }
 
-fn reconcile(d: &Driver, workers: &mut HashMap<Key, Worker>, want: Wanted) {
+/// Which wanted pairs that do not run yet may start: in key order, while
+/// fewer than `max` run.
+fn to_start<W>(
+    want: &BTreeMap<Key, TransformSpec>,
+    running: &HashMap<Key, W>,
+    max: usize,
+) -> Vec<Key> {
+    want.keys()
+        .filter(|k| !running.contains_key(*k))
+        .take(max.saturating_sub(running.len()))
+        .cloned()
+        .collect()
+}
+
+/// Stops the workers no longer wanted and starts wanted ones up to
+/// `max` running; returns how many wanted pairs wait for the cap.
+fn reconcile(d: &Driver, workers: &mut HashMap<Key, Worker>, want: Wanted, max: usize) -> usize {
     let Wanted {
         run: want, unknown, ..
     } = want;
@@ -186,10 +275,8 @@ fn reconcile(d: &Driver, workers: &mut HashMap<Key, Worker>, want: Wanted) {
         }
         keep
     });
-    for (key, spec) in want {
-        if workers.contains_key(&key) {
-            continue;
-        }
+    for key in to_start(&want, workers, max) {
+        let spec = want[&key].clone();
         let stop = Arc::new(AtomicBool::new(false));
         let (d2, s2, k2) = (d.clone(), stop.clone(), key.clone());
         let sp = spec.clone();
@@ -204,6 +291,7 @@ fn reconcile(d: &Driver, workers: &mut HashMap<Key, Worker>, want: Wanted) {
             Err(e) => tracing::warn!(error = %e, "could not start a transform worker thread"),
         }
     }
+    want.keys().filter(|k| !workers.contains_key(*k)).count()
 }
 
 fn worker_loop(d: &Driver, spec: &TransformSpec, partition: u32, stop: &AtomicBool) {
@@ -280,5 +368,41 @@ fn complete_output(d: &Driver, spec: &TransformSpec) {
             tracing::info!(transform = %spec.name, topic = %spec.to, "source ended and carried over: output stream ended")
         }
         Err(e) => tracing::debug!(error = %e, "ending the transform's output"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_more_workers_start_than_the_cap_allows() {
+        let spec = |n: &str| TransformSpec {
+            name: n.into(),
+            from: "x".into(),
+            to: "y".into(),
+            ops: vec![],
+        };
+        let want: BTreeMap<Key, TransformSpec> = (0..5)
+            .flat_map(|p| {
+                [
+                    (("a".to_string(), p), spec("a")),
+                    (("b".to_string(), p), spec("b")),
+                ]
+            })
+            .collect();
+        let mut running: HashMap<Key, ()> = HashMap::new();
+        let first = to_start(&want, &running, 3);
+        assert_eq!(first.len(), 3);
+        running.extend(first.into_iter().map(|k| (k, ())));
+        assert!(
+            to_start(&want, &running, 3).is_empty(),
+            "the cap is reached"
+        );
+        running.remove(&("a".to_string(), 0));
+        let next = to_start(&want, &running, 3);
+        assert_eq!(next.len(), 1, "one slot came free");
+        assert!(!running.contains_key(&next[0]));
+        assert_eq!(to_start(&want, &HashMap::<Key, ()>::new(), 100).len(), 10);
     }
 }

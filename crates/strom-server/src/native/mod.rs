@@ -21,7 +21,8 @@ use std::time::Duration;
 use strom_net::spin::busy_poll;
 use strom_net::{spawn_writer, Conn, NetError, OutFrame, WriterHandle};
 use strom_proto::{
-    ErrorCode, FrameKind, Request, Response, MIN_PROTOCOL_VERSION, PROTOCOL_VERSION,
+    ConsumerGroupMode, ErrorCode, FrameKind, Request, Response, MIN_PROTOCOL_VERSION,
+    PROTOCOL_VERSION,
 };
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
@@ -325,7 +326,17 @@ impl Session {
                 epoch,
                 prefetch,
             } => {
-                let r = self.group_subscribe(stream, &spec, partition, consumer, epoch, prefetch);
+                // Shared groups: open only what the registry created.
+                let spec = match spec.mode {
+                    ConsumerGroupMode::Partitioned => Ok(spec),
+                    _ => match self.partition(&spec.topic, partition) {
+                        Ok(p) => crate::share::registered(&self.svc.control, &p, &spec).await,
+                        Err(e) => Err(e),
+                    },
+                };
+                let r = spec.and_then(|spec| {
+                    self.group_subscribe(stream, &spec, partition, consumer, epoch, prefetch)
+                });
                 self.respond(id, r);
             }
             Request::GroupCommit {

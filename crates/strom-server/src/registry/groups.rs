@@ -20,7 +20,7 @@ use super::group_machine::{ConsumerGroupMeta, GroupCommand};
 use super::machine::RegistryCommand;
 use super::{Inner, Registry};
 use crate::error::ServerError;
-use crate::host::check_topic_name;
+use crate::host::{check_name, check_topic_name};
 
 /// Session timeouts accepted, in milliseconds.
 pub const SESSION_RANGE_MS: (u32, u32) = (1_000, 300_000);
@@ -74,7 +74,7 @@ fn invalid(why: String) -> ServerError {
 
 /// Checks a spec for a new group and fills in its defaults.
 fn normalize(mut spec: ConsumerGroupSpec) -> Result<ConsumerGroupSpec, ServerError> {
-    check_topic_name(&spec.name).map_err(|e| invalid(format!("consumer group name: {}", e)))?;
+    check_name("consumer group", &spec.name, ErrorCode::INVALID_ARGUMENT)?;
     let (lo, hi) = SESSION_RANGE_MS;
     if !(lo..=hi).contains(&spec.session_ms) {
         return Err(invalid(format!(
@@ -325,6 +325,17 @@ impl Registry {
             *t += by;
         }
         coord.parts.extend_revocations(by);
+    }
+
+    /// The spec of group `name` as the registry created it, if it did
+    /// (what a partition owner asks before opening a group's state).
+    pub async fn group_spec(&self, name: &str) -> Option<ConsumerGroupSpec> {
+        let inner = self.inner.lock().await;
+        inner
+            .state
+            .consumer_groups
+            .get(name)
+            .map(|m| m.spec.clone())
     }
 
     pub async fn describe_group(&self, name: &str) -> Result<ConsumerGroupInfo, ServerError> {

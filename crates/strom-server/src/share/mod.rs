@@ -28,21 +28,23 @@ mod dlq;
 mod run;
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
 use strom_net::WriterHandle;
 use strom_proto::{
-    ConsumerGroupMode, ConsumerGroupSpec, ErrorCode, GroupPartitionInfo, PartitionStatus, StartPos,
+    ConsumerGroupMode, ConsumerGroupSpec, ErrorCode, GroupPartitionInfo, PartitionStatus, Request,
+    Response, StartPos,
 };
+use strom_storage::ledger::ledger_path;
 use strom_storage::{LedgerFile, ShareLedger};
 use tokio::sync::Notify;
 
 use crate::error::ServerError;
 use crate::host::Host;
 use crate::partition::PartitionManager;
+use crate::service::ControlService;
 use dispatch::{Dispatch, Member};
 
 pub use acks::AckQueue;
@@ -101,10 +103,6 @@ impl MemberGuard {
     }
 }
 
-fn ledger_path(dir: &std::path::Path, group: &str) -> PathBuf {
-    dir.join("groups").join(format!("{group}.ledger"))
-}
-
 impl ShareCursor {
     /// Opens (recovering its ledger) or creates the cursor of `spec` on `pm`,
     /// and starts its task. Must run inside the runtime.
@@ -122,7 +120,7 @@ impl ShareCursor {
         let spec_bytes = serde_json::to_vec(&spec).unwrap_or_default();
         let (file, mut ledger) = match pm.dir() {
             Some(dir) => {
-                let path = ledger_path(dir, &spec.name);
+                let path = ledger_path(dir, &spec.name)?;
                 if let Some(parent) = path.parent() {
                     std::fs::create_dir_all(parent).map_err(|e| {
                         ServerError::coded(
@@ -267,6 +265,90 @@ pub fn cursor(
     pm.shares.get_or_open(pm, spec, Arc::downgrade(host))
 }
 
+/// The registry's spec of the group a member stream names, before this
+/// server opens the group's state on `pm` for it: a group the registry
+/// never created is refused (`CONSUMER_GROUP_NOT_FOUND`), as is a spec
+/// that names another topic or mode (`CONSUMER_GROUP_MISMATCH`); the
+/// registry's options win over the stream's. The registry is asked once
+/// per (group, partition) and process: after that the open cursor answers.
+pub async fn registered(
+    control: &ControlService,
+    pm: &PartitionManager,
+    spec: &ConsumerGroupSpec,
+) -> Result<ConsumerGroupSpec, ServerError> {
+    crate::host::check_name("consumer group", &spec.name, ErrorCode::INVALID_ARGUMENT)?;
+    if let Some(c) = pm.shares.get(&spec.name) {
+        return same_group(spec, c.spec.clone());
+    }
+    let known = match control.master_registry() {
+        Some(r) => r.group_spec(&spec.name).await,
+        None => {
+            let master = control.link().replica_ctx().master.read().clone();
+            let Some(addr) = master else {
+                return Err(ServerError::coded(
+                    ErrorCode::NOT_MASTER,
+                    format!(
+                        "member {} does not know the registry yet, so it cannot check consumer group '{}'; retry shortly",
+                        control.member(),
+                        spec.name
+                    ),
+                ));
+            };
+            let req = Request::DescribeConsumerGroup {
+                group: spec.name.clone(),
+            };
+            match control.link().peers().call(&addr, &req).await {
+                Ok(Response::ConsumerGroup(info)) => Some(info.spec),
+                Ok(Response::Error { code, .. }) if code == ErrorCode::CONSUMER_GROUP_NOT_FOUND => {
+                    None
+                }
+                Ok(Response::Error { code, message }) => {
+                    return Err(ServerError::coded(code, message))
+                }
+                Ok(other) => {
+                    return Err(ServerError::coded(
+                        ErrorCode::INTERNAL,
+                        format!("the registry answered a group lookup with {other:?}"),
+                    ))
+                }
+                Err(e) if e.code() == ErrorCode::CONSUMER_GROUP_NOT_FOUND => None,
+                Err(e) => return Err(e),
+            }
+        }
+    };
+    match known {
+        Some(k) => same_group(spec, k),
+        None => Err(ServerError::coded(
+            ErrorCode::CONSUMER_GROUP_NOT_FOUND,
+            format!(
+                "no consumer group named '{}': the registry did not create it (join the group first)",
+                spec.name
+            ),
+        )),
+    }
+}
+
+/// `known` (the registry's spec) if `asked` names the same topic and mode.
+fn same_group(
+    asked: &ConsumerGroupSpec,
+    known: ConsumerGroupSpec,
+) -> Result<ConsumerGroupSpec, ServerError> {
+    if known.topic != asked.topic || known.mode != asked.mode {
+        return Err(ServerError::coded(
+            ErrorCode::CONSUMER_GROUP_MISMATCH,
+            format!(
+                "consumer group '{}' is a {} group of topic '{}', not a {} group of topic '{}'",
+                known.name,
+                known.mode.as_str(),
+                known.topic,
+                asked.mode.as_str(),
+                asked.topic
+            ),
+        ));
+    }
+    Ok(known)
+}
+
 /// A consumer group's state on the listed partitions this server hosts
 /// (`ConsumerGroupStats`, asked by the master for describe).
 pub fn stats(
@@ -308,8 +390,10 @@ pub fn stats(
         .collect()
 }
 
-/// Forgets a consumer group on every hosted partition of `topic`.
+/// Forgets a consumer group on every hosted partition of `topic`. The name
+/// is checked before anything is looked up or removed.
 pub fn drop_group(host: &Host, topic: &str, group: &str) -> Result<(), ServerError> {
+    crate::host::check_name("consumer group", group, ErrorCode::INVALID_ARGUMENT)?;
     for pm in host.partitions_of(topic) {
         pm.shares.drop_group(&pm, group)?;
     }
@@ -350,7 +434,7 @@ impl Cursors {
             Some(c) => c.remove_file(),
             None => {
                 if let Some(dir) = pm.dir() {
-                    let path = ledger_path(dir, group);
+                    let path = ledger_path(dir, group)?;
                     if path.exists() {
                         std::fs::remove_file(&path).map_err(|e| {
                             ServerError::coded(

@@ -23,6 +23,16 @@ mod state;
 pub use file::LedgerFile;
 pub use state::ShareLedger;
 
+use std::path::{Path, PathBuf};
+
+/// Where the ledger of group `group` lives in a partition directory:
+/// `groups/<group>.ledger`. The name is checked first ([`crate::check_name`]),
+/// so no name, however it arrived, makes a path outside `partition_dir`.
+pub fn ledger_path(partition_dir: &Path, group: &str) -> crate::Result<PathBuf> {
+    crate::check_name("consumer group", group)?;
+    Ok(partition_dir.join("groups").join(format!("{group}.ledger")))
+}
+
 /// The largest `spec` a `Start` or `Snapshot` record carries.
 pub const MAX_SPEC: usize = 64 << 10;
 
