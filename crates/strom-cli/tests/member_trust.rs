@@ -18,9 +18,7 @@ use bytes::Bytes;
 use common::raw::{connect, read_until_reply, request_frame, responses};
 use common::{live_members, member_id, read_all, wait_for, ServerProcess};
 use strom_client::{Driver, TopicSpec};
-use strom_proto::{
-    ConsumerGroupMode, ConsumerGroupSpec, ErrorCode, GroupFile, Request, Response,
-};
+use strom_proto::{ConsumerGroupMode, ConsumerGroupSpec, ErrorCode, GroupFile, Request, Response};
 
 /// Sends `req` on a fresh anonymous connection and returns the answer.
 fn ask(addr: &str, req: &Request) -> Response {
@@ -36,7 +34,9 @@ fn ask(addr: &str, req: &Request) -> Response {
 fn assert_refused(r: &Response, what: &str) {
     match r {
         Response::Error { code, .. } if *code == ErrorCode::NOT_A_MEMBER => {}
-        other => panic!("{what} from an anonymous connection: expected NOT_A_MEMBER, got {other:?}"),
+        other => {
+            panic!("{what} from an anonymous connection: expected NOT_A_MEMBER, got {other:?}")
+        }
     }
 }
 
@@ -44,7 +44,10 @@ fn push_acked(d: &Driver, topic: &str, n: u64) {
     let t = d.open_topic(topic).unwrap();
     let p = t.producer().unwrap();
     let futures: Vec<_> = (0..n)
-        .map(|i| p.push_with(format!("{{\"i\":{i}}}"), vec![1u8; 16], Some(0), &[]).unwrap())
+        .map(|i| {
+            p.push_with(format!("{{\"i\":{i}}}"), vec![1u8; 16], Some(0), &[])
+                .unwrap()
+        })
         .collect();
     p.flush().unwrap();
     for f in futures {
@@ -59,7 +62,12 @@ fn an_anonymous_drop_partitions_deletes_no_acknowledged_event() {
     let d = s.connect();
     d.create_topic(TopicSpec::new("kept", 1)).unwrap();
     push_acked(&d, "kept", 3);
-    let r = ask(&s.addr, &Request::DropPartitions { topic: "kept".into() });
+    let r = ask(
+        &s.addr,
+        &Request::DropPartitions {
+            topic: "kept".into(),
+        },
+    );
     assert_refused(&r, "DropPartitions");
     let got = read_all(&d, "kept", "reader", Duration::from_secs(10));
     assert_eq!(got.len(), 3, "the acknowledged events are still there");
@@ -97,9 +105,12 @@ fn an_anonymous_join_neither_becomes_a_member_nor_replaces_one() {
         assert_refused(&r, "Join");
     }
     assert_eq!(d.members().unwrap().len(), 2, "no member was added");
-    assert_eq!(addr1(&d).as_deref(), Some(real.as_str()), "member 1 keeps its address");
-    let g: GroupFile =
-        serde_json::from_slice(&std::fs::read(&zero.group_file).unwrap()).unwrap();
+    assert_eq!(
+        addr1(&d).as_deref(),
+        Some(real.as_str()),
+        "member 1 keeps its address"
+    );
+    let g: GroupFile = serde_json::from_slice(&std::fs::read(&zero.group_file).unwrap()).unwrap();
     assert!(
         g.members.iter().all(|m| m.addr != "127.0.0.1:9"),
         "the group file names no forged address: {g:?}"
@@ -180,7 +191,10 @@ fn every_member_request_is_refused_to_an_anonymous_connection() {
         assert_refused(&ask(&s.addr, req), &format!("opcode {}", req.opcode()));
     }
     // Nothing they asked for happened.
-    assert_eq!(read_all(&d, "t", "reader", Duration::from_secs(10)).len(), 2);
+    assert_eq!(
+        read_all(&d, "t", "reader", Duration::from_secs(10)).len(),
+        2
+    );
     push_acked(&d, "t", 1);
     assert!(d.describe("forged").is_err(), "no forged topic appeared");
     assert!(
@@ -310,5 +324,9 @@ fn a_server_with_another_secret_cannot_join_and_one_with_the_secret_can() {
         "the server with the wrong secret is still running (and retrying)"
     );
     assert_eq!(member_id(&wrong_dir), None, "it was given no member id");
-    assert_eq!(d.members().unwrap().len(), 2, "only the member with the secret joined");
+    assert_eq!(
+        d.members().unwrap().len(),
+        2,
+        "only the member with the secret joined"
+    );
 }

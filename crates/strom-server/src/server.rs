@@ -17,6 +17,7 @@ use crate::error::ServerError;
 use crate::group::{read_group_file, write_atomic};
 use crate::host::Host;
 use crate::launch::{rank_from_env, rendezvous_file};
+use crate::member_auth::{self, Identity};
 use crate::members::MemberLink;
 use crate::native;
 use crate::ownership::{check_group_file, DataDirLock};
@@ -165,7 +166,20 @@ impl Server {
             Role::Master { .. } => 0,
             Role::Member { .. } => u32::MAX,
         };
-        let peers = Peers::new(transports);
+        // Before the rendezvous and the group file name this server: the
+        // servers that join find the secret beside the group file.
+        let secret = member_auth::load_secret(
+            &config.data_dir,
+            config.cluster_secret_file.as_deref(),
+            matches!(role, Role::Master { .. }),
+            config.group_file.as_deref(),
+        )?;
+        let claim = match &role {
+            Role::Master { .. } => 0,
+            Role::Member { want, .. } => want.unwrap_or(member_auth::NO_ID),
+        };
+        let identity = Arc::new(Identity::new(secret, claim));
+        let peers = Peers::new(transports).with_identity(identity);
         let link = Arc::new(MemberLink::new(
             initial_member,
             addrs.clone(),
@@ -475,6 +489,28 @@ async fn join_once(
         (None, Some(s)) => s.resolve()?,
         (None, None) => return Err("no metadata leader is known yet".into()),
     };
+    let identity = state.control.link().peers().identity().clone();
+    let kept = state.config.data_dir.join(member_auth::SECRET_FILE);
+    if !kept.exists() && state.config.cluster_secret_file.is_none() {
+        // Read again before each join: a stale file from an earlier group
+        // fails its proof until member 0 writes this group's.
+        let group = state
+            .config
+            .join
+            .as_ref()
+            .or(state.config.group_file.as_ref());
+        match group.map(|g| (g, member_auth::secret_beside(g))) {
+            Some((_, Ok(s))) => identity.set_secret(s),
+            Some((g, Err(e))) => {
+                return Err(format!(
+                    "no cluster secret to prove membership with: {e} (member 0 writes {}; or pass --cluster-secret-file)",
+                    member_auth::beside(g).display()
+                ))
+            }
+            None => return Err("no cluster secret: pass --cluster-secret-file".into()),
+        }
+    }
+    identity.set_claim(want.unwrap_or(member_auth::NO_ID));
     let req = Request::Join {
         member: want,
         addr: state.control.addr().to_string(),
@@ -484,6 +520,9 @@ async fn join_once(
     match state.control.link().peers().call(&master, &req).await {
         Ok(Response::Joined { member, .. }) => {
             tracing::info!(member, master = %master, "joined the group");
+            if let (false, Some(s)) = (kept.exists(), identity.secret()) {
+                s.write(&kept).map_err(|e| e.to_string())?;
+            }
             Ok((member, master))
         }
         Ok(other) => Err(format!("unexpected answer to join: {other:?}")),
