@@ -41,7 +41,7 @@ fn forgeries(rng: &mut Rng, topic: &str, partitions: u32, id: u32, ids: &[u32]) 
     let epoch = 1 + rng.below(8);
     let topic = topic.to_string();
     match rng.below(12) {
-        0 | 1 | 2 => Request::ReplicaFetch {
+        0..=2 => Request::ReplicaFetch {
             topic,
             partition,
             epoch,
