@@ -281,6 +281,7 @@ pub fn sample_requests() -> Vec<Request> {
         Request::Hello {
             client: "strom-cli 0.1".into(),
             max_version: PROTOCOL_VERSION,
+            nonce: Bytes::from_static(&[9; 32]),
         },
         Request::CreateTopic {
             spec: spec(),
@@ -486,6 +487,10 @@ pub fn sample_requests() -> Vec<Request> {
             member: 2,
             dead: false,
         },
+        Request::ProveMember {
+            member: 2,
+            proof: Bytes::from_static(&[3; 32]),
+        },
     ]
 }
 
@@ -525,6 +530,7 @@ pub fn sample_responses() -> Vec<Response> {
                 addrs: vec!["127.0.0.1:7400".into(), "shm:///run/strom/m0.sock".into()],
             }],
             version: PROTOCOL_VERSION,
+            nonce: Bytes::from_static(&[4; 32]),
         },
         Response::Topic(topic_info()),
         Response::Topics(vec![topic_info(), topic_info()]),
@@ -595,6 +601,10 @@ pub fn sample_responses() -> Vec<Response> {
             }],
             bytes: Bytes::from_static(b"abcdefg"),
             offsets: vec![("analysis".into(), 7)],
+        },
+        Response::MemberProven {
+            member: 0,
+            proof: Bytes::from_static(&[5; 32]),
         },
     ]
 }

@@ -1,7 +1,8 @@
 //! `strom cluster up|down`: a local launcher for laptops and tests. `up`
 //! starts N server processes as ranks 0..N of one group (the same path as
 //! mpirun/srun, through STROM_RANK/STROM_SIZE), waits for the group file,
-//! and records the processes in `DIR/cluster.json` for `down`.
+//! and records the processes in `DIR/cluster.json` for `down`. The ranks
+//! share the group's cluster secret through `<group file>.secret` (0600).
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -9,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::Subcommand;
+use strom_server::member_auth::{self, ClusterSecret};
 
 #[derive(Subcommand)]
 pub enum ClusterCmd {
@@ -81,6 +83,23 @@ pub fn run(cmd: ClusterCmd, group_file: Option<PathBuf>) -> anyhow::Result<()> {
     }
 }
 
+/// The group's cluster secret, written beside the group file (0600) for
+/// every rank: the one its data dirs already hold (a group started again),
+/// else a new one. Returns the file's path.
+fn cluster_secret(dir: &Path, group: &Path) -> anyhow::Result<PathBuf> {
+    let kept = [dir.join("rank-0"), dir.to_path_buf()]
+        .into_iter()
+        .map(|d| d.join(member_auth::SECRET_FILE))
+        .find(|f| f.exists());
+    let secret = match kept {
+        Some(f) => ClusterSecret::read(&f)?,
+        None => ClusterSecret::generate()?,
+    };
+    let file = member_auth::beside(group);
+    secret.write(&file)?;
+    Ok(file)
+}
+
 fn up(servers: u32, dir: &Path, listen: &str, group_file: Option<PathBuf>) -> anyhow::Result<()> {
     anyhow::ensure!(servers >= 1, "--servers must be at least 1");
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -96,6 +115,7 @@ fn up(servers: u32, dir: &Path, listen: &str, group_file: Option<PathBuf>) -> an
     let group = group_file.unwrap_or_else(|| dir.join("group.json"));
     let _ = std::fs::remove_file(&group);
     let _ = std::fs::remove_file(strom_server::rendezvous_file(&group));
+    let secret = cluster_secret(&dir, &group)?;
     let exe = std::env::current_exe().context("finding the strom executable")?;
     let mut pids = Vec::new();
     let mut start_times = Vec::new();
@@ -107,6 +127,8 @@ fn up(servers: u32, dir: &Path, listen: &str, group_file: Option<PathBuf>) -> an
             .arg(&dir)
             .arg("--group-file")
             .arg(&group)
+            .arg("--cluster-secret-file")
+            .arg(&secret)
             .env("STROM_RANK", rank.to_string())
             .env("STROM_SIZE", servers.to_string())
             .stdin(Stdio::null())
@@ -270,6 +292,7 @@ fn down(dir: &Path, timeout: Duration) -> anyhow::Result<()> {
     std::fs::remove_file(&record)?;
     let _ = std::fs::remove_file(&file.group_file);
     let _ = std::fs::remove_file(strom_server::rendezvous_file(&file.group_file));
+    let _ = std::fs::remove_file(member_auth::beside(&file.group_file));
     eprintln!(
         "cluster stopped: {} stopped, {} killed, {} not running or not ours",
         signalled.len() - killed.len(),

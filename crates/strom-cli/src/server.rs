@@ -31,6 +31,11 @@ pub struct ServerArgs {
     /// on an empty data dir; the replicas it held are copied again).
     #[arg(long, value_name = "N")]
     member_id: Option<u32>,
+    /// The group's cluster secret (a file, 0600), which members prove to
+    /// each other when they connect. Default: the copy in the data dir,
+    /// else `<group file>.secret`, which the group's first server writes.
+    #[arg(long, value_name = "FILE")]
+    cluster_secret_file: Option<PathBuf>,
     /// Serve /metrics (Prometheus), the dashboard (/) and its JSON API on
     /// this HOST:PORT; port 0 picks a free port.
     #[arg(long)]
@@ -89,6 +94,9 @@ pub fn run(args: ServerArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> 
     }
     if args.member_id.is_some() {
         config.member_id = args.member_id;
+    }
+    if args.cluster_secret_file.is_some() {
+        config.cluster_secret_file = args.cluster_secret_file;
     }
     if let Some(us) = args.busy_poll_us {
         config.busy_poll_us = us;

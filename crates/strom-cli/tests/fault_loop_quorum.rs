@@ -16,7 +16,8 @@
 //! down or paused at a time, and each cycle starts once every member is
 //! alive and the group file names the leader. At the end, every created
 //! topic must still be listed (no metadata lost), and the event history
-//! must pass the checker.
+//! must pass the checker. Throughout, a forging client (`common/forger.rs`)
+//! sends member requests without the cluster secret; each must be refused.
 //!
 //! A second test pauses the leader and checks that topic creation follows
 //! the leader elected meanwhile rather than waiting for the old one.
@@ -443,6 +444,7 @@ fn acknowledged_events_and_metadata_survive_leader_kills_and_pauses() {
     d.create_topic(spec).expect("creating the topic");
 
     let mut load = Load::start(&d, TOPIC);
+    let forger = common::forger::Forger::start(c.group_file(), TOPIC, PARTITIONS, seed);
     let mut rng = Rng::new(seed);
     let mut created = Vec::new();
     let mut counts = Counts::default();
@@ -452,7 +454,17 @@ fn acknowledged_events_and_metadata_survive_leader_kills_and_pauses() {
     }
     c.steady(&d, &log);
     load.stop(&log);
-    log.say("load stopped; checking".into());
+    let forged = forger.stop();
+    log.say(format!(
+        "load stopped; {} forged member requests refused; checking",
+        forged.refused
+    ));
+    if !forged.accepted.is_empty() {
+        log.fail(format!(
+            "forged member requests were served: {:?}",
+            forged.accepted
+        ));
+    }
     let listed: Vec<String> = d
         .list_topics()
         .unwrap_or_else(|e| log.fail(format!("listing topics at the end: {e}")))

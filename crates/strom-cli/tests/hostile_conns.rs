@@ -30,6 +30,7 @@ fn hello_works(addr: &str) {
     let hello = Request::Hello {
         client: "probe".into(),
         max_version: strom_proto::PROTOCOL_VERSION,
+        nonce: Default::default(),
     };
     s.write_all(&request_frame(1, &hello, &[])).unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -112,6 +113,7 @@ fn stalled_connections_are_closed_and_idle_ones_are_not() {
     let hello = Request::Hello {
         client: "stall".into(),
         max_version: strom_proto::PROTOCOL_VERSION,
+        nonce: Default::default(),
     };
     second.write_all(&request_frame(1, &hello, &[])).unwrap();
     second
@@ -180,6 +182,7 @@ fn connections_past_the_limit_are_closed_at_accept() {
         let hello = Request::Hello {
             client: "x".into(),
             max_version: strom_proto::PROTOCOL_VERSION,
+            nonce: Default::default(),
         };
         s.write_all(&request_frame(1, &hello, &[])).unwrap();
         let mut buf = [0u8; 4096];

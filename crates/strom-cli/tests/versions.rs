@@ -14,6 +14,7 @@ fn hello(max_version: u8) -> Request {
     Request::Hello {
         client: "versions test".into(),
         max_version,
+        nonce: Default::default(),
     }
 }
 

@@ -148,6 +148,7 @@ impl ClientConn {
         let hello = Request::Hello {
             client: format!("strom-client {}", env!("CARGO_PKG_VERSION")),
             max_version: PROTOCOL_VERSION,
+            nonce: Default::default(),
         };
         match c.call(&hello, Vec::new()).await? {
             Response::Hello {
@@ -155,6 +156,7 @@ impl ClientConn {
                 member,
                 master,
                 members,
+                ..
             } if (MIN_PROTOCOL_VERSION..=PROTOCOL_VERSION).contains(&version) => {
                 c.version.store(version, Ordering::Release);
                 let _ = c.greeting.set(Greeting {

@@ -22,6 +22,7 @@ pub const STROM_ERR_MALFORMED_FRAME: strom_status = 100;
 pub const STROM_ERR_FRAME_TOO_LARGE: strom_status = 101;
 pub const STROM_ERR_UNSUPPORTED_VERSION: strom_status = 102;
 pub const STROM_ERR_UNKNOWN_OPCODE: strom_status = 103;
+pub const STROM_ERR_NOT_A_MEMBER: strom_status = 104;
 pub const STROM_ERR_TOPIC_NOT_FOUND: strom_status = 200;
 pub const STROM_ERR_TOPIC_EXISTS: strom_status = 201;
 pub const STROM_ERR_PARTITION_NOT_FOUND: strom_status = 202;

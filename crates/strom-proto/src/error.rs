@@ -36,6 +36,7 @@ codes! {
     FRAME_TOO_LARGE = 101, "a frame exceeds the configured maximum frame size";
     UNSUPPORTED_VERSION = 102, "the peer speaks an unsupported protocol version";
     UNKNOWN_OPCODE = 103, "the request type is not known to this server";
+    NOT_A_MEMBER = 104, "a member-to-member request on a connection that has not proven membership of the group (cluster secret), or for another member's id";
     TOPIC_NOT_FOUND = 200, "no topic with that name";
     TOPIC_EXISTS = 201, "a topic with that name already exists";
     PARTITION_NOT_FOUND = 202, "no such partition in the topic";

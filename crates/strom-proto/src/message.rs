@@ -36,6 +36,10 @@ pub enum Request {
     Hello {
         client: String,
         max_version: u8,
+        /// A member's fresh random nonce (protocol version 7), the start of
+        /// its proof of membership ([`Request::ProveMember`]); empty from a
+        /// plain client. A member sends its `Hello` at version 7 to carry it.
+        nonce: Bytes,
     },
     /// Creates a topic; `member` places every partition on one member,
     /// otherwise partitions are spread round-robin over live members.
@@ -324,6 +328,16 @@ pub enum Request {
         member: u32,
         dead: bool,
     },
+    /// A server proves it is a member of the group, after a `Hello` that
+    /// carried its nonce: `proof` is the HMAC-SHA256, keyed by the group's
+    /// cluster secret, of both nonces and `member` (the id it claims,
+    /// `u32::MAX` before it has one). Answered by
+    /// [`Response::MemberProven`]; from then on the connection is that
+    /// member's (docs/protocol.md, "Members"). Protocol version 7.
+    ProveMember {
+        member: u32,
+        proof: Bytes,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -340,6 +354,9 @@ pub enum Response {
         master: u32,
         members: Vec<GroupMember>,
         version: u8,
+        /// The server's fresh nonce, when the client's `Hello` carried one
+        /// (protocol version 7).
+        nonce: Bytes,
     },
     Topic(TopicInfo),
     Topics(Vec<TopicInfo>),
@@ -435,6 +452,13 @@ pub enum Response {
         bytes: Bytes,
         /// The named consumers' committed offsets on the leader.
         offsets: Vec<(String, u64)>,
+    },
+    /// Answer to [`Request::ProveMember`]: the server's own proof that it
+    /// holds the cluster secret (the HMAC of both nonces and its member
+    /// id, under another label), so the member knows whom it reached.
+    MemberProven {
+        member: u32,
+        proof: Bytes,
     },
 }
 
@@ -542,7 +566,7 @@ macro_rules! messages {
 }
 
 messages!(Request {
-    1 => Hello { client, max_version },
+    1 => Hello { client, max_version, nonce @ 7 },
     2 => CreateTopic { spec, member },
     3 => DescribeTopic { name, offsets },
     4 => ListTopics,
@@ -590,12 +614,13 @@ messages!(Request {
     46 => ReleasePartitions { topic, topic_id, partitions },
     47 => MovePartition { topic, partition, replicas },
     48 => DrainMember { member, dead },
+    49 => ProveMember { member, proof },
 });
 
 messages!(Response {
     1 => Error { code, message },
     2 => Done,
-    3 => Hello { member, master, members, version },
+    3 => Hello { member, master, members, version, nonce @ 7 },
     4 => Topic(info),
     5 => Topics(infos),
     6 => Producer { id },
@@ -619,6 +644,7 @@ messages!(Response {
     24 => ServerSnapshot { json },
     25 => MetaRpc { rpc },
     26 => ReplicaBatches { hwm, truncate_to, epochs, batches, bytes, offsets },
+    27 => MemberProven { member, proof },
 });
 
 messages!(Push {

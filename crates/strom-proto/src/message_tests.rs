@@ -17,6 +17,11 @@ fn requests_round_trip() {
     round_trip_req(Request::Hello {
         client: "x".into(),
         max_version: 3,
+        nonce: Bytes::from_static(b"0123456789abcdef0123456789abcdef"),
+    });
+    round_trip_req(Request::ProveMember {
+        member: u32::MAX,
+        proof: Bytes::from_static(&[7; 32]),
     });
     round_trip_req(Request::CreateTopic {
         spec: TopicSpec::new("t", 3),

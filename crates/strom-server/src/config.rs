@@ -27,6 +27,11 @@ pub struct ServerConfig {
     /// the replicas that member held. Default: the id kept in the data
     /// dir's `member-id` file, else a new one.
     pub member_id: Option<u32>,
+    /// The group's cluster secret, for a server that joins (docs/safety.md,
+    /// "What members trust"). Default: the copy in the data dir after a
+    /// restart, else `<group file>.secret`, which member 0 writes; member 0
+    /// of a new group creates the secret.
+    pub cluster_secret_file: Option<PathBuf>,
     /// Rank and size in a launcher's job (default: from the environment:
     /// STROM_RANK/SIZE, OMPI_COMM_WORLD_RANK/SIZE, PMI_RANK/SIZE, SLURM_PROCID/NTASKS).
     pub rank: Option<u32>,
@@ -161,6 +166,7 @@ impl Default for ServerConfig {
             group_file: None,
             join: None,
             member_id: None,
+            cluster_secret_file: None,
             rank: None,
             size: None,
             heartbeat_ms: 1000,

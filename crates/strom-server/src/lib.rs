@@ -15,6 +15,7 @@ mod fence;
 mod group;
 mod host;
 mod launch;
+pub mod member_auth;
 mod members;
 mod meta_net;
 mod native;

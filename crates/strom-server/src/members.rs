@@ -65,8 +65,11 @@ impl MemberLink {
         self.member.load(Ordering::Acquire)
     }
 
+    /// Records this server's id, which it proves on the connections it
+    /// opens from now on.
     pub fn set_member(&self, id: u32) {
         self.member.store(id, Ordering::Release);
+        self.peers.identity().set_claim(id);
     }
 
     /// The address this server listens on.

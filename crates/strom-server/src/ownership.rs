@@ -140,6 +140,7 @@ async fn probe(addr: &str) -> bool {
         let hello = Request::Hello {
             client: "strom-server group-file check".into(),
             max_version: PROTOCOL_VERSION,
+            nonce: Default::default(),
         };
         conn.writer
             .write(&OutFrame::request(MIN_PROTOCOL_VERSION, 1, &hello))

@@ -5,6 +5,12 @@
 //! connection that died, or that answered nothing for a whole timeout, is
 //! replaced on the next call. Connections go through the server's
 //! [`Transports`], so they use its frame limit (`max_frame_bytes`).
+//!
+//! Each connection opens with the member handshake
+//! ([`crate::member_auth`]): this server proves it holds the cluster secret
+//! under the id it claims, and checks the peer's proof in return. A
+//! connection serves only the id it proved: when this server's id changes
+//! (it joined), the next call opens a new one.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -17,6 +23,7 @@ use strom_proto::{ErrorCode, Request, Response, MIN_PROTOCOL_VERSION, PROTOCOL_V
 use tokio::time::{timeout_at, Instant};
 
 use crate::error::ServerError;
+use crate::member_auth::{self, Identity};
 
 const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -26,6 +33,8 @@ struct PeerConn {
     mux: Arc<MuxConn>,
     /// The protocol version settled with the peer's `Hello`.
     version: u8,
+    /// The member id this connection proved (`None`: no secret yet).
+    proved: Option<u32>,
     answered: AtomicU64,
 }
 
@@ -41,6 +50,7 @@ pub struct Peers {
     transports: Transports,
     timeout: Duration,
     slots: Mutex<HashMap<String, Arc<Slot>>>,
+    identity: Arc<Identity>,
 }
 
 fn unreachable(addr: &str, why: impl std::fmt::Display) -> ServerError {
@@ -61,18 +71,41 @@ impl Peers {
             transports,
             timeout,
             slots: Mutex::new(HashMap::new()),
+            identity: Arc::new(Identity::default()),
         }
     }
 
+    /// Proves membership with `identity` on every connection it opens.
+    pub fn with_identity(mut self, identity: Arc<Identity>) -> Self {
+        self.identity = identity;
+        self
+    }
+
+    /// The secret and the id this server proves on its connections.
+    pub fn identity(&self) -> &Arc<Identity> {
+        &self.identity
+    }
+
+    /// What a connection proved now must be: the id claimed, with a secret.
+    fn wanted(&self) -> Option<u32> {
+        self.identity.secret().map(|_| self.identity.claim())
+    }
+
     /// The live connection to `addr`, opened if there is none.
-    async fn conn(&self, addr: &str) -> Result<Arc<PeerConn>, NetError> {
+    async fn conn(&self, addr: &str) -> Result<Arc<PeerConn>, ServerError> {
         let slot = self
             .slots
             .lock()
             .entry(addr.to_string())
             .or_default()
             .clone();
-        let live = |slot: &Slot| slot.conn.lock().clone().filter(|c| !c.mux.is_dead());
+        let wanted = self.wanted();
+        let live = |slot: &Slot| {
+            slot.conn
+                .lock()
+                .clone()
+                .filter(|c| !c.mux.is_dead() && c.proved == wanted)
+        };
         if let Some(c) = live(&slot) {
             return Ok(c);
         }
@@ -80,12 +113,26 @@ impl Peers {
         if let Some(c) = live(&slot) {
             return Ok(c);
         }
-        let conn = self.transports.connect(addr).await?;
+        let conn = self
+            .transports
+            .connect(addr)
+            .await
+            .map_err(|e| unreachable(addr, e))?;
         let mux = MuxConn::start(conn, addr);
-        let version = hello(&mux).await?;
+        let (version, proved) = match hello(&mux, addr, &self.identity).await {
+            Ok(v) => v,
+            Err(e) => {
+                mux.kill(NetError::Closed);
+                return Err(e);
+            }
+        };
+        if let Some(old) = slot.conn.lock().take() {
+            old.mux.kill(NetError::Closed);
+        }
         let c = Arc::new(PeerConn {
             mux,
             version,
+            proved,
             answered: AtomicU64::new(0),
         });
         tracing::debug!(peer = %addr, "connected to a group member");
@@ -105,13 +152,14 @@ impl Peers {
             let waiter = c
                 .mux
                 .send(OutFrame::request(c.version, 0, req), Vec::new(), Vec::new())
-                .await?;
-            Ok::<_, NetError>((c, answered, waiter))
+                .await
+                .map_err(|e| unreachable(addr, e))?;
+            Ok::<_, ServerError>((c, answered, waiter))
         })
         .await;
         let (c, answered, waiter) = match sent {
             Ok(Ok(sent)) => sent,
-            Ok(Err(e)) => return Err(unreachable(addr, e)),
+            Ok(Err(e)) => return Err(e),
             Err(_) => return Err(no_answer()),
         };
         let id = waiter.id();
@@ -141,27 +189,97 @@ impl Peers {
     }
 }
 
-/// Settles the protocol version with a newly connected peer: the newest
-/// both speak.
-async fn hello(mux: &MuxConn) -> Result<u8, NetError> {
-    let req = Request::Hello {
-        client: "strom-server peer".into(),
-        max_version: PROTOCOL_VERSION,
-    };
-    let frame = OutFrame::request(MIN_PROTOCOL_VERSION, 0, &req);
+/// One request and its decoded answer, on a connection being set up.
+async fn ask(mux: &MuxConn, version: u8, req: &Request) -> Result<Response, NetError> {
+    let frame = OutFrame::request(version, 0, req);
     let reply = mux
         .send(frame, Vec::new(), Vec::new())
         .await?
         .wait()
         .await?;
-    match Response::decode(reply.header.version, reply.header.opcode, &reply.body)? {
-        Response::Hello { version, .. } => {
-            Ok(version.clamp(MIN_PROTOCOL_VERSION, PROTOCOL_VERSION))
+    Ok(Response::decode(
+        reply.header.version,
+        reply.header.opcode,
+        &reply.body,
+    )?)
+}
+
+fn unexpected(what: &'static str, r: &Response) -> NetError {
+    NetError::Proto(strom_proto::ProtoError::Unknown {
+        what,
+        value: u64::from(r.opcode()),
+    })
+}
+
+/// The handshake failed: the peer is no member of this group, or this
+/// server is not (`NOT_A_MEMBER`).
+fn refused(addr: &str, why: impl std::fmt::Display) -> ServerError {
+    ServerError::coded(
+        ErrorCode::NOT_A_MEMBER,
+        format!("member handshake with {addr} failed: {why}"),
+    )
+}
+
+/// Settles the protocol version with a newly connected peer (the newest
+/// both speak) and, once this server holds the cluster secret, proves its
+/// claimed id and checks the peer's proof. Returns the version and the id
+/// proved.
+async fn hello(
+    mux: &MuxConn,
+    addr: &str,
+    identity: &Identity,
+) -> Result<(u8, Option<u32>), ServerError> {
+    let net = |e: NetError| unreachable(addr, e);
+    let Some(secret) = identity.secret() else {
+        let req = Request::Hello {
+            client: "strom-server peer".into(),
+            max_version: PROTOCOL_VERSION,
+            nonce: Default::default(),
+        };
+        return match ask(mux, MIN_PROTOCOL_VERSION, &req).await.map_err(net)? {
+            Response::Hello { version, .. } => {
+                Ok((version.clamp(MIN_PROTOCOL_VERSION, PROTOCOL_VERSION), None))
+            }
+            other => Err(net(unexpected("answer to Hello", &other))),
+        };
+    };
+    let claim = identity.claim();
+    let mine = member_auth::nonce()?;
+    let req = Request::Hello {
+        client: "strom-server member".into(),
+        max_version: PROTOCOL_VERSION,
+        nonce: mine.clone(),
+    };
+    // Sent at this build's version so the nonce goes with it: a member's
+    // peers run the same protocol (a server older than 7 refuses it).
+    let (version, theirs) = match ask(mux, PROTOCOL_VERSION, &req).await.map_err(net)? {
+        Response::Hello { version, nonce, .. } => (version, nonce),
+        Response::Error { code, message } => {
+            return Err(refused(addr, format!("{code}: {message}")));
         }
-        other => Err(NetError::Proto(strom_proto::ProtoError::Unknown {
-            what: "answer to Hello",
-            value: u64::from(other.opcode()),
-        })),
+        other => return Err(net(unexpected("answer to Hello", &other))),
+    };
+    if version < PROTOCOL_VERSION || theirs.is_empty() {
+        return Err(refused(addr, format!(
+            "the peer answered a member Hello at protocol version {version} without a nonce: it runs an older strom server"
+        )));
+    }
+    let proof = Request::ProveMember {
+        member: claim,
+        proof: secret.member_proof(&theirs, &mine, claim),
+    };
+    match ask(mux, version, &proof).await.map_err(net)? {
+        Response::MemberProven { member, proof } => {
+            if !secret.check_server_proof(&theirs, &mine, member, &proof) {
+                return Err(refused(
+                    addr,
+                    format!("the peer (member {member}) does not hold this group's cluster secret"),
+                ));
+            }
+            Ok((version, Some(claim)))
+        }
+        Response::Error { code, message } => Err(refused(addr, format!("{code}: {message}"))),
+        other => Err(net(unexpected("answer to ProveMember", &other))),
     }
 }
 
@@ -201,6 +319,7 @@ pub(crate) mod tests {
                             master: 0,
                             members: Vec::new(),
                             version: PROTOCOL_VERSION,
+                            nonce: Default::default(),
                         };
                         let answer = OutFrame::response(h.version, h.id, &hello);
                         match client.as_str() {
@@ -231,6 +350,7 @@ pub(crate) mod tests {
         Request::Hello {
             client: client.into(),
             max_version: PROTOCOL_VERSION,
+            nonce: Default::default(),
         }
     }
 

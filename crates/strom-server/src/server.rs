@@ -17,6 +17,7 @@ use crate::error::ServerError;
 use crate::group::{read_group_file, write_atomic};
 use crate::host::Host;
 use crate::launch::{rank_from_env, rendezvous_file};
+use crate::member_auth::{self, Identity};
 use crate::members::MemberLink;
 use crate::native;
 use crate::ownership::{check_group_file, DataDirLock};
@@ -167,7 +168,20 @@ impl Server {
             Role::Master { .. } => 0,
             Role::Member { .. } => u32::MAX,
         };
-        let peers = Peers::new(transports);
+        // Before the rendezvous and the group file name this server: the
+        // servers that join find the secret beside the group file.
+        let secret = member_auth::load_secret(
+            &config.data_dir,
+            config.cluster_secret_file.as_deref(),
+            matches!(role, Role::Master { .. }),
+            config.group_file.as_deref(),
+        )?;
+        let claim = match &role {
+            Role::Master { .. } => 0,
+            Role::Member { want, .. } => want.unwrap_or(member_auth::NO_ID),
+        };
+        let identity = Arc::new(Identity::new(secret, claim));
+        let peers = Peers::new(transports).with_identity(identity);
         let link = Arc::new(MemberLink::new(
             initial_member,
             addrs.clone(),
@@ -478,6 +492,28 @@ async fn join_once(
         (None, Some(s)) => s.resolve()?,
         (None, None) => return Err("no metadata leader is known yet".into()),
     };
+    let identity = state.control.link().peers().identity().clone();
+    let kept = state.config.data_dir.join(member_auth::SECRET_FILE);
+    if !kept.exists() && state.config.cluster_secret_file.is_none() {
+        // Read again before each join: a stale file from an earlier group
+        // fails its proof until member 0 writes this group's.
+        let group = state
+            .config
+            .join
+            .as_ref()
+            .or(state.config.group_file.as_ref());
+        match group.map(|g| (g, member_auth::secret_beside(g))) {
+            Some((_, Ok(s))) => identity.set_secret(s),
+            Some((g, Err(e))) => {
+                return Err(format!(
+                    "no cluster secret to prove membership with: {e} (member 0 writes {}; or pass --cluster-secret-file)",
+                    member_auth::beside(g).display()
+                ))
+            }
+            None => return Err("no cluster secret: pass --cluster-secret-file".into()),
+        }
+    }
+    identity.set_claim(want.unwrap_or(member_auth::NO_ID));
     let req = Request::Join {
         member: want,
         addr: state.control.addr().to_string(),
@@ -487,6 +523,9 @@ async fn join_once(
     match state.control.link().peers().call(&master, &req).await {
         Ok(Response::Joined { member, .. }) => {
             tracing::info!(member, master = %master, "joined the group");
+            if let (false, Some(s)) = (kept.exists(), identity.secret()) {
+                s.write(&kept).map_err(|e| e.to_string())?;
+            }
             Ok((member, master))
         }
         Ok(other) => Err(format!("unexpected answer to join: {other:?}")),
@@ -559,7 +598,7 @@ mod tests {
     use strom_net::{MemTransport, MuxConn, OutFrame};
 
     use super::*;
-    use crate::peers::tests::{fake_member, hello};
+    use crate::peers::tests::hello;
 
     fn config(dir: &std::path::Path) -> ServerConfig {
         ServerConfig {
@@ -570,7 +609,6 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn peer_calls_use_the_configured_max_frame_bytes() {
-        let (member, _) = fake_member().await;
         let dir = tempfile::tempdir().unwrap();
         let server = Server::start(ServerConfig {
             max_frame_bytes: 8192,
@@ -578,6 +616,8 @@ mod tests {
         })
         .await
         .unwrap();
+        // A peer of its own group (itself: the member handshake passes).
+        let member = server.addr().to_string();
         let big = hello(&"x".repeat(10_000));
         let e = server
             .state

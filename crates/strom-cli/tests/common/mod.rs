@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod faults;
+pub mod forger;
 pub mod kafka;
 pub mod pg;
 pub mod procs;

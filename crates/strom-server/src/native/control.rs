@@ -8,8 +8,13 @@ use strom_proto::{Request, Response};
 use crate::error::ServerError;
 use crate::service::ControlService;
 
-/// Answers one control request.
-pub async fn handle(svc: &ControlService, req: Request) -> Result<Response, ServerError> {
+/// Answers one control request; `member` is the member the connection
+/// proved, if any (`trust::admit` has checked the request may come from it).
+pub async fn handle(
+    svc: &ControlService,
+    member: Option<u32>,
+    req: Request,
+) -> Result<Response, ServerError> {
     match req {
         Request::Limits => {
             let (max_frame_bytes, max_batch_bytes) = svc.limits();
@@ -30,11 +35,15 @@ pub async fn handle(svc: &ControlService, req: Request) -> Result<Response, Serv
         Request::MetaRpc { rpc } => Ok(Response::MetaRpc {
             rpc: svc.meta_rpc(&rpc).await?.into(),
         }),
-        req => registry_op(svc, req).await,
+        req => registry_op(svc, member, req).await,
     }
 }
 
-async fn registry_op(svc: &ControlService, req: Request) -> Result<Response, ServerError> {
+async fn registry_op(
+    svc: &ControlService,
+    member: Option<u32>,
+    req: Request,
+) -> Result<Response, ServerError> {
     let r = svc.registry()?;
     Ok(match req {
         Request::CreateTopic { spec, member } => Response::Topic(r.create(spec, member).await?),
@@ -124,7 +133,9 @@ async fn registry_op(svc: &ControlService, req: Request) -> Result<Response, Ser
             epoch,
             isr,
         } => {
-            r.report_isr(&topic, partition, epoch, isr).await?;
+            let reporter = member.unwrap_or(crate::member_auth::NO_ID);
+            r.report_isr(reporter, &topic, partition, epoch, isr)
+                .await?;
             Response::Done
         }
         Request::MovePartition {

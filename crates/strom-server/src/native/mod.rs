@@ -8,6 +8,7 @@
 //! - `data.rs`: produce, subscribe, credit, fetch, commit, scrub, offsets.
 //! - `control.rs`: hello, limits, the registry, member requests.
 //! - `stream.rs`: subscriptions pushed to the client (one kind of sink).
+//! - `trust.rs`: the member handshake, and which requests need a member.
 //!
 //! Produce requests are queued to their partition manager in the order they
 //! arrive (which fixes their offsets) and answered when the append is done.
@@ -22,7 +23,6 @@ use strom_net::spin::busy_poll;
 use strom_net::{spawn_writer, Conn, NetError, OutFrame, WriterHandle};
 use strom_proto::{
     ConsumerGroupMode, ErrorCode, FrameKind, Request, Response, MIN_PROTOCOL_VERSION,
-    PROTOCOL_VERSION,
 };
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
@@ -38,6 +38,7 @@ mod control;
 mod data;
 mod group;
 mod stream;
+mod trust;
 
 struct Session {
     svc: Arc<Services>,
@@ -54,6 +55,12 @@ struct Session {
     /// request waits for it first, so requests take effect in the order
     /// they came, and at most one batch is being written per connection.
     appending: Option<JoinHandle<()>>,
+    /// The member id this connection proved (`member_auth::NO_ID`: it
+    /// holds the secret but has not joined yet); `None`: anonymous.
+    member: Option<u32>,
+    /// `(ours, theirs)`: the nonces of the last `Hello` that carried one,
+    /// until a `ProveMember` uses them.
+    nonces: Option<(bytes::Bytes, bytes::Bytes)>,
 }
 
 /// One decoded request, with its checked batch if it is a `Produce`.
@@ -77,6 +84,8 @@ pub async fn serve(conn: Conn, svc: Arc<Services>, _slot: OwnedSemaphorePermit) 
         streams: HashMap::new(),
         budget,
         appending: None,
+        member: None,
+        nonces: None,
     };
     tracing::debug!(peer = %peer, "connection opened");
     svc.stats.connection_opened();
@@ -115,7 +124,7 @@ pub async fn serve(conn: Conn, svc: Arc<Services>, _slot: OwnedSemaphorePermit) 
             }
         };
         first = false;
-        s.dispatch(header.id, req, batch).await;
+        s.dispatch(header.id, header.version, req, batch).await;
     }
     s.appended().await;
     for (_, (task, _)) in s.streams.drain() {
@@ -236,32 +245,12 @@ impl Session {
         });
     }
 
-    /// Settles the connection's protocol version: the newest both sides
-    /// speak. The answer itself goes out at the version the client used for
-    /// its `Hello` (the oldest), as the client cannot know more yet.
-    async fn hello(&mut self, id: u64, client: &str, max_version: u8) {
-        if max_version < MIN_PROTOCOL_VERSION {
-            let e = ServerError::coded(
-                ErrorCode::UNSUPPORTED_VERSION,
-                format!("client '{client}' speaks protocol versions up to {max_version}; this server speaks {MIN_PROTOCOL_VERSION} to {PROTOCOL_VERSION}"),
-            );
+    async fn dispatch(&mut self, id: u64, version: u8, req: Request, batch: Option<ValidBatch>) {
+        self.appended().await;
+        if let Err(e) = self.admit(&req) {
+            tracing::warn!(peer = %self.peer, opcode = req.opcode(), error = %e, "refused a member request");
             return self.respond(id, Err(e));
         }
-        let version = max_version.min(PROTOCOL_VERSION);
-        let g = self.svc.control.hello().await;
-        let resp = Response::Hello {
-            member: g.member,
-            master: g.master,
-            members: g.members,
-            version,
-        };
-        answer(&self.writer, MIN_PROTOCOL_VERSION, id, resp);
-        self.version = version;
-        tracing::debug!(peer = %self.peer, client, version, "hello");
-    }
-
-    async fn dispatch(&mut self, id: u64, req: Request, batch: Option<ValidBatch>) {
-        self.appended().await;
         match req {
             Request::Produce {
                 topic,
@@ -278,6 +267,9 @@ impl Session {
                 last_epoch,
                 max_bytes,
             } => {
+                // The follower is the member this connection proved
+                // (`admit` refused a fetch that names another).
+                let follower = self.member.unwrap_or(follower);
                 let p = self.partition(&topic, partition);
                 self.respond_later(id, async move {
                     let r = p?.replica.get().cloned().ok_or_else(|| {
@@ -363,7 +355,9 @@ impl Session {
             Request::Hello {
                 client,
                 max_version,
-            } => self.hello(id, &client, max_version).await,
+                nonce,
+            } => self.hello(id, version, &client, max_version, nonce).await,
+            Request::ProveMember { member, proof } => self.prove_member(id, member, &proof),
             Request::ServerSnapshot => {
                 let svc = self.svc.clone();
                 self.respond_later(id, async move {
@@ -374,7 +368,7 @@ impl Session {
             }
             // Topics, producers and the group: the control operations.
             req => {
-                let r = control::handle(&self.svc.control, req).await;
+                let r = control::handle(&self.svc.control, self.member, req).await;
                 self.respond(id, r);
             }
         }

@@ -157,9 +157,11 @@ impl Registry {
     }
 
     /// A partition leader reports its in-sync replicas: recorded if its
-    /// epoch is still the partition's, else `FENCED`.
+    /// epoch is still the partition's, else `FENCED`; refused
+    /// (`NOT_A_MEMBER`) from any member but the partition's leader.
     pub async fn report_isr(
         &self,
+        reporter: u32,
         topic: &str,
         partition: u32,
         epoch: u64,
@@ -186,6 +188,17 @@ impl Registry {
                     format!("partition {topic}/{partition} is not replicated"),
                 ))
             }
+        }
+        let leader = inner
+            .state
+            .topics
+            .get(topic)
+            .and_then(|t| t.placement.get(partition as usize).copied());
+        if leader.is_some_and(|l| l != reporter) {
+            return Err(ServerError::coded(
+                ErrorCode::NOT_A_MEMBER,
+                format!("partition {topic}/{partition}: member {reporter} reported its in-sync replicas, but it does not lead it"),
+            ));
         }
         let cmd = ReplicaCommand::Isr {
             topic: topic.to_string(),
