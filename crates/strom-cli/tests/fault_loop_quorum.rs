@@ -8,7 +8,9 @@
 //!   dir only once another member leads;
 //! - SIGSTOP of the leader for 0.5-4 s (it is deposed meanwhile and must
 //!   step back), then SIGCONT;
-//! - SIGKILL and restart, or a short pause, of a member that does not lead.
+//! - SIGKILL and restart, or a short pause, of a member that does not lead;
+//! - a full disk or failing fdatasync on a joined member's copies of the
+//!   partitions it follows (`fault_loop_quorum/disk.rs`).
 //!
 //! While the leader is down or paused, a thread administers topics through
 //! the same driver (creates `adm-<n>`, lists topics), which must succeed
@@ -28,6 +30,8 @@
 //! joined members' in `m1.stderr` and `m2.stderr`).
 
 mod common;
+#[path = "fault_loop_quorum/disk.rs"]
+mod disk;
 
 use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};
@@ -75,6 +79,7 @@ impl Joined {
             .arg(group_file)
             .env_remove("STROM_GROUP_FILE")
             .env_remove("STROM_LOG")
+            .env(disk::FAULTS_VAR, disk::control(&self.dir))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(err)
@@ -306,9 +311,27 @@ fn fault(
     log: &Log,
 ) {
     let leader = c.steady(d, log);
-    // Leader faults take seconds each: 4 in 25, so 50 cycles take about a
-    // minute.
-    let kind = rng.below(25);
+    // Leader faults take seconds each: 4 in 28, so 50 cycles take about a
+    // minute; 3 in 28 are disk faults on a joined member.
+    let kind = rng.below(28);
+    if kind >= 25 {
+        // A joined member that does not lead the registry (restarted as
+        // such after an fsync fault).
+        let ids: Vec<u32> = c
+            .joined
+            .iter()
+            .map(|m| m.id)
+            .filter(|id| *id != leader)
+            .collect();
+        let id = ids[rng.below(ids.len() as u64) as usize];
+        let dir = c.member(id).dir.clone();
+        let mut restart = || {
+            c.kill(id);
+            c.restart(id, d, log);
+        };
+        disk::cycle(rng, d, TOPIC, (id, &dir), &mut restart, log);
+        return;
+    }
     if kind >= 4 {
         // A member that does not lead: killed and restarted, or paused.
         let others: Vec<u32> = c.ids().into_iter().filter(|id| *id != leader).collect();
@@ -478,12 +501,13 @@ fn acknowledged_events_and_metadata_survive_leader_kills_and_pauses() {
     }
     let checked = check(&d, TOPIC, &load.histories, &log);
     eprintln!(
-        "quorum fault loop (seed {seed}): {cycles} cycles in {:.1?}; {} leader kills, {} leader pauses, {} other kills, {} other pauses; {} new leaders; {} topics created while the leader was down or paused (slowest {:.2?}), all still listed; {} stored, {} acked, all acknowledged events present once and in order",
+        "quorum fault loop (seed {seed}): {cycles} cycles in {:.1?}; {} leader kills, {} leader pauses, {} other kills, {} other pauses, {} follower disk faults; {} new leaders; {} topics created while the leader was down or paused (slowest {:.2?}), all still listed; {} stored, {} acked, all acknowledged events present once and in order",
         begin.elapsed(),
         log.count("kill -9 the leader"),
         log.count("SIGSTOP the leader"),
         log.count("(not leading), down"),
         log.count("(not leading) for"),
+        log.count("on its copies of partitions"),
         counts.elections,
         counts.admin,
         counts.admin_max,

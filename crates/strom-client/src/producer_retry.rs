@@ -49,6 +49,7 @@ pub(crate) fn worth_resending(e: &Error) -> bool {
             | ErrorCode::CONNECTION_CLOSED
             | ErrorCode::NOT_PARTITION_LEADER
             | ErrorCode::NOT_ENOUGH_REPLICAS
+            | ErrorCode::NOT_ENOUGH_REPLICAS_AFTER_APPEND
             | ErrorCode::PARTITION_UNAVAILABLE
             | ErrorCode::OUT_OF_ORDER_SEQUENCE
             | ErrorCode::TIMEOUT

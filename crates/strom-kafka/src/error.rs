@@ -57,6 +57,7 @@ pub mod kcode {
     pub const COORDINATOR_NOT_AVAILABLE: i16 = 15;
     pub const NOT_LEADER_OR_FOLLOWER: i16 = 6;
     pub const NOT_ENOUGH_REPLICAS: i16 = 19;
+    pub const NOT_ENOUGH_REPLICAS_AFTER_APPEND: i16 = 20;
     pub const MESSAGE_TOO_LARGE: i16 = 10;
     pub const UNSUPPORTED_VERSION: i16 = 35;
     pub const TOPIC_ALREADY_EXISTS: i16 = 36;
@@ -81,6 +82,7 @@ pub fn kafka_code(e: &ServerError) -> i16 {
             kcode::NOT_LEADER_OR_FOLLOWER
         }
         ErrorCode::NOT_ENOUGH_REPLICAS => kcode::NOT_ENOUGH_REPLICAS,
+        ErrorCode::NOT_ENOUGH_REPLICAS_AFTER_APPEND => kcode::NOT_ENOUGH_REPLICAS_AFTER_APPEND,
         ErrorCode::OUT_OF_ORDER_SEQUENCE => crate::idempotence::OUT_OF_ORDER_SEQUENCE_NUMBER,
         ErrorCode::TOPIC_EXISTS => kcode::TOPIC_ALREADY_EXISTS,
         ErrorCode::NOT_MASTER => kcode::NOT_CONTROLLER,

@@ -788,6 +788,9 @@ fn spawn(
 #[path = "partition_tier.rs"]
 mod tier;
 
+#[path = "partition_vfs.rs"]
+mod vfs;
+
 #[cfg(test)]
 #[path = "partition_durable_acks.rs"]
 mod durable_acks;

@@ -13,7 +13,6 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use strom_proto::TopicSpec;
 use strom_storage::tier::{DirTier, ObjectTier, TierSettings, TierStore, TieredLog};
-use strom_storage::vfs::RealFs;
 use strom_storage::{FileLog, LogConfig, PartitionLog};
 
 use super::{OpenMode, PartitionManager};
@@ -79,8 +78,12 @@ pub(super) fn open_file_log(
                 tracing::warn!(dir = %dir.display(), "the partition was tiered but opens without its tier: offsets kept only in the tier are not served");
             }
             let log = match mode {
-                OpenMode::Existing => FileLog::open(dir, log_config)?,
-                OpenMode::New => FileLog::create(dir, log_config)?,
+                OpenMode::Existing => {
+                    FileLog::open_with(super::vfs::partition_vfs(), dir, log_config)?
+                }
+                OpenMode::New => {
+                    FileLog::create_with(super::vfs::partition_vfs(), dir, log_config)?
+                }
             };
             return Ok((Arc::new(log), false));
         }
@@ -94,7 +97,14 @@ pub(super) fn open_file_log(
         cache_segments: config.tier_cache_segments as usize,
     };
     let create = mode == OpenMode::New;
-    let log = TieredLog::open_with(Arc::new(RealFs), dir, log_config, create, store, settings)?;
+    let log = TieredLog::open_with(
+        super::vfs::partition_vfs(),
+        dir,
+        log_config,
+        create,
+        store,
+        settings,
+    )?;
     Ok((Arc::new(log), true))
 }
 

@@ -18,7 +18,8 @@
 //! stops after a failed fsync or write, and enforces retention. It must never
 //! depend on the network, the protocol crate or the server: nothing here
 //! knows what a socket is. File I/O goes through the `vfs::Vfs` trait, which
-//! `sim::SimFs` implements for power-loss and fault-injection tests.
+//! `sim::SimFs` implements for power-loss and fault-injection tests, and
+//! `faulty::FaultyFs` for fault injection into a real server process.
 //!
 //! Tiered storage (`tier`) copies closed segments of a file log to a
 //! second location and reads them back from there (`docs/tiering.md`).
@@ -28,6 +29,7 @@
 mod config;
 pub mod epochs;
 mod error;
+pub mod faulty;
 mod file;
 mod io_util;
 pub mod ledger;

@@ -1,8 +1,9 @@
 //! A follower's copy loop: fetch from the leader what comes after the local
 //! log, store it at the same offsets (`append_replica`), make it durable,
 //! record the leader's epochs, publish the leader's high watermark, and ask
-//! again from the new end. A cut the leader asks for (`truncate_to`) comes
-//! first. Errors and a leader that is not (yet) one are retried after a
+//! again from the new durable end (never past it: the leader takes `from`
+//! as what this copy holds durably). A cut the leader asks for
+//! (`truncate_to`) comes first. Errors and a leader that is not (yet) one are retried after a
 //! short pause, until the role changes.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -50,21 +51,53 @@ pub(super) async fn run(r: Arc<Replica>, epoch: u64, leader: String, stop: Arc<A
 }
 
 async fn fetch(
-    r: &Replica,
-    pm: &PartitionManager,
+    r: &Arc<Replica>,
+    pm: &Arc<PartitionManager>,
     epoch: u64,
     leader: &str,
 ) -> Result<Response, ServerError> {
+    let from = durable_from(r, pm).await?;
     let req = Request::ReplicaFetch {
         topic: r.topic.clone(),
         partition: r.partition,
         epoch,
         follower: r.me,
-        from: pm.log.next_offset(),
+        from,
         last_epoch: r.epochs.latest().map_or(0, |e| e.epoch),
         max_bytes: FETCH_BYTES,
     };
     r.peers.call(leader, &req).await
+}
+
+/// Where the next fetch asks from: this replica's durable end, since the
+/// leader takes `from` as what this copy holds durably. A tail past it
+/// (the log wrote it, but its sync failed, or the disk filled up before
+/// the answer was stored) is cut first, so the copy holds nothing it has
+/// not made durable; a log a failed fdatasync stopped cannot be cut, and
+/// does not fetch again until it is reopened (the leader drops it from the
+/// in-sync replicas meanwhile).
+async fn durable_from(r: &Arc<Replica>, pm: &Arc<PartitionManager>) -> Result<u64, ServerError> {
+    let durable = *r.durable_end.borrow();
+    if pm.log.next_offset() <= durable {
+        return Ok(pm.log.next_offset());
+    }
+    let (r2, pm2) = (r.clone(), pm.clone());
+    let end = tokio::task::spawn_blocking(move || cut(&r2, &pm2, durable))
+        .await
+        .unwrap_or_else(|e| Err(refusal(ErrorCode::INTERNAL, e.to_string())))?;
+    tracing::warn!(topic = %r.topic, partition = r.partition, durable, end, "cut this replica's tail that was written but never made durable");
+    Ok(end)
+}
+
+/// Cuts the log and the epoch history from `at`; returns the new end.
+fn cut(r: &Replica, pm: &PartitionManager, at: u64) -> Result<u64, ServerError> {
+    let end = pm.exclusive(|| -> Result<u64, ServerError> {
+        let end = pm.log.truncate_from(at)?;
+        pm.forget_producers();
+        Ok(end)
+    })?;
+    r.epochs.truncate_from(end)?;
+    Ok(end)
 }
 
 /// Stores one answer (blocking: writes and syncs).
@@ -89,15 +122,10 @@ fn apply(r: &Replica, pm: &PartitionManager, answer: Response) -> Result<(), Ser
             pm.offsets.commit(name, *offset)?;
         }
     }
-    if let Some(cut) = truncate_to {
-        let end = pm.exclusive(|| -> Result<u64, ServerError> {
-            let end = pm.log.truncate_from(cut)?;
-            pm.forget_producers();
-            Ok(end)
-        })?;
-        r.epochs.truncate_from(end)?;
+    if let Some(at) = truncate_to {
+        let end = cut(r, pm, at)?;
         r.durable_end.send_replace(end);
-        tracing::warn!(topic = %r.topic, partition = r.partition, cut, end, "cut this replica's log where the leader's history ends (a deposed leader's unreplicated tail)");
+        tracing::warn!(topic = %r.topic, partition = r.partition, cut = at, end, "cut this replica's log where the leader's history ends (a deposed leader's unreplicated tail)");
         return Ok(());
     }
     let parts = split(&batches, &bytes)?;

@@ -58,7 +58,45 @@ pub(super) fn lost_leadership(topic: &str, partition: u32) -> ServerError {
     )
 }
 
+/// The answer to an `acks=all` append the high watermark passed while
+/// fewer than `min_in_sync` replicas are in sync (`isr`).
+pub(super) fn too_few_after_append(
+    topic: &str,
+    partition: u32,
+    isr: &BTreeSet<u32>,
+    min_in_sync: u32,
+) -> ServerError {
+    refusal(
+        ErrorCode::NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+        format!(
+            "partition {topic}/{partition}: the in-sync replicas fell to {isr:?}, below min_in_sync = {min_in_sync}, before the batch was acknowledged; the leader holds it and it may or may not be kept (an idempotent producer resends it)"
+        ),
+    )
+}
+
 impl Leading {
+    /// Whether an `acks=all` append the high watermark passed may be
+    /// acknowledged now: only while at least `min_in_sync` replicas are in
+    /// sync. The ISR can shrink after the append was admitted (a follower
+    /// whose disk filled up), and the high watermark then covers what only
+    /// this member holds (Kafka's `NOT_ENOUGH_REPLICAS_AFTER_APPEND`).
+    pub fn completion(
+        &self,
+        min_in_sync: u32,
+        topic: &str,
+        partition: u32,
+    ) -> Result<(), ServerError> {
+        if (self.isr.len() as u32) < min_in_sync {
+            return Err(too_few_after_append(
+                topic,
+                partition,
+                &self.isr,
+                min_in_sync,
+            ));
+        }
+        Ok(())
+    }
+
     pub fn new(role: &ReplicaRole, me: u32, _end: u64, hwm: u64) -> Leading {
         let now = Instant::now();
         let followers = role

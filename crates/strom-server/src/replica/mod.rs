@@ -264,8 +264,9 @@ impl Replica {
         let mut st = self.state.lock();
         match &mut *st {
             State::Leading(l) if l.hwm >= end => {
+                let done = l.completion(self.min_in_sync, &self.topic, self.partition);
                 drop(st);
-                reply(Ok(a));
+                reply(done.map(|()| a));
             }
             State::Leading(l) => l.pending.push((end, a, reply)),
             _ => {
@@ -276,17 +277,29 @@ impl Replica {
     }
 
     /// Moves the high watermark to what the in-sync replicas hold, answers
-    /// the `acks=all` appends it passed and publishes it to consumers.
+    /// the `acks=all` appends it passed (failing them while fewer than
+    /// `min_in_sync` replicas are in sync) and publishes it to consumers.
     fn recompute(&self, pm: &PartitionManager) {
         let durable = *self.durable_end.borrow();
-        let (hwm, ready) = {
+        let (hwm, ready, done) = {
             let mut st = self.state.lock();
             let State::Leading(l) = &mut *st else { return };
-            l.advance(durable)
+            let (hwm, ready) = l.advance(durable);
+            let done = match ready.is_empty() {
+                true => Ok(()),
+                false => l.completion(self.min_in_sync, &self.topic, self.partition),
+            };
+            (hwm, ready, done)
         };
         pm.publish_hwm(hwm);
+        if let Err(e) = &done {
+            tracing::warn!(topic = %self.topic, partition = self.partition, batches = ready.len(), error = %e, "acks=all appends failed: too few in-sync replicas after the append");
+        }
         for (_, a, reply) in ready {
-            reply(Ok(a));
+            reply(match &done {
+                Ok(()) => Ok(a),
+                Err(e) => Err(refusal(e.code(), e.to_string())),
+            });
         }
     }
 
