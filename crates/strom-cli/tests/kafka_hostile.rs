@@ -13,47 +13,14 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::kafka::start;
+use common::kafka_raw::{connect, i16_at, request, response, string};
 use common::ServerProcess;
 use strom_client::TopicSpec;
-
-fn connect(addr: &str) -> TcpStream {
-    let s = TcpStream::connect(addr).expect("connecting to the Kafka port");
-    s.set_read_timeout(Some(Duration::from_secs(10)))
-        .expect("read timeout");
-    s
-}
-
-/// A request: size, key, version, correlation id, client id, body.
-fn request(key: i16, version: i16, correlation: i32, body: &[u8]) -> Vec<u8> {
-    let mut f = Vec::new();
-    f.extend_from_slice(&key.to_be_bytes());
-    f.extend_from_slice(&version.to_be_bytes());
-    f.extend_from_slice(&correlation.to_be_bytes());
-    f.extend_from_slice(&4i16.to_be_bytes());
-    f.extend_from_slice(b"test");
-    f.extend_from_slice(body);
-    let mut out = (f.len() as i32).to_be_bytes().to_vec();
-    out.extend(f);
-    out
-}
-
-/// Reads one response; `None` if the server closed the connection.
-fn response(s: &mut TcpStream) -> Option<Vec<u8>> {
-    let mut size = [0u8; 4];
-    s.read_exact(&mut size).ok()?;
-    let mut body = vec![0u8; i32::from_be_bytes(size) as usize];
-    s.read_exact(&mut body).ok()?;
-    Some(body)
-}
 
 /// True once the server closed `s` (EOF or reset), within the timeout.
 fn closed(s: &mut TcpStream) -> bool {
     let mut b = [0u8; 1];
     matches!(s.read(&mut b), Ok(0) | Err(_))
-}
-
-fn i16_at(b: &[u8], at: usize) -> i16 {
-    i16::from_be_bytes([b[at], b[at + 1]])
 }
 
 /// ApiVersions v0 on `s` answers with error 0 and our correlation id.
@@ -63,11 +30,6 @@ fn api_versions_ok(s: &mut TcpStream, correlation: i32) {
     let r = response(s).expect("an ApiVersions answer");
     assert_eq!(&r[..4], &correlation.to_be_bytes());
     assert_eq!(i16_at(&r, 4), 0, "ApiVersions error code");
-}
-
-fn string(b: &mut Vec<u8>, s: &str) {
-    b.extend_from_slice(&(s.len() as i16).to_be_bytes());
-    b.extend_from_slice(s.as_bytes());
 }
 
 /// Produce v3 of `records` to partition 0 of `topic`, acks 1.

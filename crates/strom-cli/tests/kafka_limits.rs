@@ -13,6 +13,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
+use common::kafka_raw::{bytes, connect, i16_at, i32_at, i64_at, request, response, string};
 use common::ServerProcess;
 use strom_client::TopicSpec;
 
@@ -20,76 +21,7 @@ const MIB: u64 = 1 << 20;
 
 /// A server with a Kafka listener and `extra` config, and the broker.
 fn start(base: &std::path::Path, extra: &str) -> (ServerProcess, String) {
-    let server = ServerProcess::start_with_config(
-        base,
-        &format!("kafka_listen = \"127.0.0.1:0\"\ntransforms = false\n{extra}"),
-    );
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let err = server.stderr();
-        if let Some(a) = err
-            .lines()
-            .find_map(|l| l.strip_prefix("strom kafka listening on "))
-        {
-            return (server, a.trim().to_string());
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no Kafka address; stderr:\n{err}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn connect(addr: &str) -> TcpStream {
-    let s = TcpStream::connect(addr).expect("connecting to the Kafka port");
-    s.set_read_timeout(Some(Duration::from_secs(10)))
-        .expect("read timeout");
-    s
-}
-
-/// A request frame: size, key, version, correlation id, client id, body.
-fn request(key: i16, version: i16, correlation: i32, body: &[u8]) -> Vec<u8> {
-    let mut f = Vec::new();
-    f.extend_from_slice(&key.to_be_bytes());
-    f.extend_from_slice(&version.to_be_bytes());
-    f.extend_from_slice(&correlation.to_be_bytes());
-    string(&mut f, "test");
-    f.extend_from_slice(body);
-    let mut out = (f.len() as i32).to_be_bytes().to_vec();
-    out.extend(f);
-    out
-}
-
-/// Reads one response (after its size); `None` if the connection closed.
-fn response(s: &mut TcpStream) -> Option<Vec<u8>> {
-    let mut size = [0u8; 4];
-    s.read_exact(&mut size).ok()?;
-    let mut body = vec![0u8; i32::from_be_bytes(size) as usize];
-    s.read_exact(&mut body).ok()?;
-    Some(body)
-}
-
-fn string(b: &mut Vec<u8>, s: &str) {
-    b.extend_from_slice(&(s.len() as i16).to_be_bytes());
-    b.extend_from_slice(s.as_bytes());
-}
-
-fn bytes(b: &mut Vec<u8>, v: &[u8]) {
-    b.extend_from_slice(&(v.len() as i32).to_be_bytes());
-    b.extend_from_slice(v);
-}
-
-fn i16_at(b: &[u8], at: usize) -> i16 {
-    i16::from_be_bytes([b[at], b[at + 1]])
-}
-
-fn i32_at(b: &[u8], at: usize) -> i32 {
-    i32::from_be_bytes(b[at..at + 4].try_into().unwrap())
-}
-
-fn i64_at(b: &[u8], at: usize) -> i64 {
-    i64::from_be_bytes(b[at..at + 8].try_into().unwrap())
+    common::kafka::start_with_config(base, &format!("transforms = false\n{extra}"))
 }
 
 /// Waits until the server has read every byte sent on `s`: the client's

@@ -11,7 +11,23 @@ use super::ServerProcess;
 
 /// A server with a Kafka listener, and that listener's address.
 pub fn start(base: &Path) -> (ServerProcess, String) {
-    let server = ServerProcess::start_with(base, &["--kafka-listen", "127.0.0.1:0"]);
+    listening(ServerProcess::start_with(
+        base,
+        &["--kafka-listen", "127.0.0.1:0"],
+    ))
+}
+
+/// A server with a Kafka listener and `extra` config lines, and the
+/// listener's address.
+pub fn start_with_config(base: &Path, extra: &str) -> (ServerProcess, String) {
+    listening(ServerProcess::start_with_config(
+        base,
+        &format!("kafka_listen = \"127.0.0.1:0\"\n{extra}"),
+    ))
+}
+
+/// `server` and the Kafka address it printed.
+fn listening(server: ServerProcess) -> (ServerProcess, String) {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let err = server.stderr();

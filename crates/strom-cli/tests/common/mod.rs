@@ -7,6 +7,7 @@
 pub mod faults;
 pub mod forger;
 pub mod kafka;
+pub mod kafka_raw;
 pub mod pg;
 pub mod procs;
 pub mod raw;
