@@ -217,11 +217,27 @@ fn cli_end_to_end_produce_consume_describe_restart() {
         "names the line: {}",
         out.stderr
     );
-    let ids = json_lines(&out, "produce v");
+    // One record per line taken: lines 1 and 2 stored, then line 3's
+    // error in its place, and nothing after it.
+    let records = json_lines(&out, "produce v");
+    let lines: Vec<u64> = records
+        .iter()
+        .map(|r| r["line"].as_u64().unwrap())
+        .collect();
     assert_eq!(
-        ids.len(),
-        2,
+        lines,
+        vec![1, 2, 3],
+        "the records name lines 1-3: {}",
+        out.stdout
+    );
+    assert!(
+        records[..2].iter().all(|r| r.get("offset").is_some()),
         "the lines before it were produced: {}",
+        out.stdout
+    );
+    assert_eq!(
+        records[2]["error"]["name"], "INVALID_METADATA",
+        "line 3's record is its error: {}",
         out.stdout
     );
     let out = ok(
