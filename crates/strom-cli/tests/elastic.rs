@@ -549,8 +549,9 @@ fn servers_of_a_second_mpirun_step_join_take_copies_and_leave_when_drained() {
     finish_without_failures(&g, r);
 }
 
-/// `ReleasePartitions` from anyone: one that names another incarnation of
-/// the topic (its id) drops nothing, and a huge list is answered at once.
+/// `ReleasePartitions` from a connection that has not proven membership
+/// (docs/safety.md, "What members trust"): refused at once, even with a
+/// huge list, and it drops nothing.
 #[test]
 fn a_stray_release_drops_nothing() {
     use std::io::Write;
@@ -570,7 +571,11 @@ fn a_stray_release_drops_nothing() {
     let got = common::raw::read_until_reply(&mut s, 7, "a stray release");
     let answers = common::raw::responses(&got);
     assert!(
-        matches!(answers.first(), Some((7, strom_proto::Response::Done))),
+        matches!(
+            answers.first(),
+            Some((7, strom_proto::Response::Error { code, .. }))
+                if *code == strom_proto::ErrorCode::NOT_A_MEMBER
+        ),
         "{answers:?}"
     );
     assert!(started.elapsed() < Duration::from_secs(5));
