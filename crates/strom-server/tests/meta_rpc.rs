@@ -4,7 +4,8 @@
 //! connections. Commands proposed at the leader are applied in one order on
 //! all three; when the leader's server shuts down, the other two elect a
 //! leader within 5 s and carry on; hostile RPC bytes get a refusal and the
-//! member keeps working; a server running no quorum says so.
+//! member keeps working; a server running no quorum says so. The three
+//! share one cluster secret, as the members of a group do.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -41,9 +42,22 @@ struct Member {
     meta: Arc<Meta<Log>>,
 }
 
+/// The cluster secret the three servers share, so that their connections
+/// prove membership (docs/safety.md, "What members trust").
+fn shared_secret(dir: &std::path::Path) -> std::path::PathBuf {
+    let f = dir.join("cluster.secret");
+    if !f.exists() {
+        strom_server::member_auth::ClusterSecret::generate()
+            .and_then(|s| s.write(&f))
+            .expect("writing the shared cluster secret");
+    }
+    f
+}
+
 async fn member(dir: &std::path::Path, id: u64) -> Member {
     let config = ServerConfig {
         data_dir: dir.join(format!("server-{id}")),
+        cluster_secret_file: Some(shared_secret(dir)),
         ..Default::default()
     };
     let server = Server::start(config).await.expect("starting a server");
