@@ -83,7 +83,7 @@ fn storage_code(e: &StorageError) -> i16 {
 /// Blocking file reads: run on the blocking pool.
 fn read_part(p: &PartitionManager, offset: i64, budget: u64) -> Part {
     let visible = *p.watch_visible().borrow();
-    let first = p.log.first_offset();
+    let first = p.first_offset();
     let mut part = Part {
         error: kcode::NONE,
         high_watermark: visible as i64,
@@ -98,7 +98,7 @@ fn read_part(p: &PartitionManager, offset: i64, budget: u64) -> Part {
     let mut out = BytesMut::new();
     let mut used = 0u64;
     'read: while pos < visible {
-        let batches = match p.log.read(pos, READ_META) {
+        let batches = match p.read_visible(pos, READ_META) {
             Ok(b) => b,
             Err(e) => {
                 if out.is_empty() {
@@ -143,17 +143,10 @@ fn encode_batch(
     out: &mut BytesMut,
 ) -> Result<(), i16> {
     let view = BatchView::parse(b.meta.clone()).map_err(|_| kcode::CORRUPT_MESSAGE)?;
-    let mut data = Vec::new();
-    if b.data_len > 0 {
-        p.log
-            .read_data(b.base_offset, &[(0, b.data_len)], &mut data)
-            .map_err(|e| storage_code(&e))?;
-    }
-    let whole = match data.len() {
-        0 => Bytes::new(),
-        1 => data.swap_remove(0),
-        _ => data.concat().into(),
-    };
+    let whole = p.read_all_data(b).map_err(|e| {
+        tracing::warn!(topic = %p.topic, partition = p.id, offset = b.base_offset, error = %e, "Kafka fetch: data read failed");
+        kcode::KAFKA_STORAGE_ERROR
+    })?;
     let ts_ms = (b.timestamp_us / 1000) as i64;
     let mut records = Vec::with_capacity(view.count() as usize);
     for e in view.iter() {
@@ -237,7 +230,7 @@ pub fn fetch(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply, Frame
         let parts = loop {
             // Park first, so a batch made visible during the read wakes us.
             for p in wants.iter().filter_map(|w| w.pm.as_ref().ok()) {
-                p.waiters.park(&sink);
+                p.park(&sink);
             }
             let (parts, bytes) = gather(&wants, max_bytes).await;
             let errored = parts.iter().any(|p| p.error != kcode::NONE);
@@ -247,7 +240,7 @@ pub fn fetch(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply, Frame
                     .await
                     .is_err();
             for p in wants.iter().filter_map(|w| w.pm.as_ref().ok()) {
-                p.waiters.unpark(&sink);
+                p.unpark(&sink);
             }
             if done {
                 break parts;
@@ -331,15 +324,14 @@ fn offset_for(p: &PartitionManager, ts: i64) -> (i64, i64) {
     let visible = *p.watch_visible().borrow();
     match ts {
         -1 => (visible as i64, -1),
-        -2 => (p.log.first_offset() as i64, -1),
+        -2 => (p.first_offset() as i64, -1),
         ts if ts >= 0 => {
-            let o = p.log.offset_for_timestamp((ts as u64).saturating_mul(1000));
+            let o = p.offset_for_timestamp((ts as u64).saturating_mul(1000));
             if o >= visible {
                 return (-1, -1);
             }
             let stamp = p
-                .log
-                .read(o, 1)
+                .read_visible(o, 1)
                 .ok()
                 .and_then(|b| b.first().map(|b| (b.timestamp_us / 1000) as i64))
                 .unwrap_or(ts);

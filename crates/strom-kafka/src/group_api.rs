@@ -331,7 +331,7 @@ async fn every_partition(ctx: &Ctx) -> Vec<(String, Vec<i32>)> {
 async fn committed(ctx: &Ctx, topic: &str, index: i32, group: &str) -> Result<i64, i16> {
     let index = u32::try_from(index).map_err(|_| kcode::UNKNOWN_TOPIC_OR_PARTITION)?;
     match ctx.services.data.partition(topic, index) {
-        Ok(p) => Ok(p.offsets.get(group).map_or(-1, |o| o as i64)),
+        Ok(p) => Ok(p.committed(group).map_or(-1, |o| o as i64)),
         Err(e) => {
             let req = Request::Offsets {
                 topic: topic.to_string(),

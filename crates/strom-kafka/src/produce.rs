@@ -142,10 +142,7 @@ pub fn produce(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply, Fra
                                         }
                                         let _ = tx.send(r);
                                     });
-                                    match p.admit(acks_all, reply) {
-                                        Ok(reply) => svc.data.produce(&p, b, reply),
-                                        Err((reply, e)) => reply(Err(e)),
-                                    }
+                                    svc.data.produce(&p, b, acks_all, reply);
                                     Outcome::Pending(rx)
                                 }
                             }
@@ -179,7 +176,7 @@ pub fn produce(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply, Fra
                             let first = u32::try_from(index)
                                 .ok()
                                 .and_then(|i| ctx.services.data.partition(&topic, i).ok())
-                                .map(|p| p.log.first_offset() as i64)
+                                .map(|p| p.first_offset() as i64)
                                 .unwrap_or(0);
                             pr = pr.with_log_start_offset(first);
                         }

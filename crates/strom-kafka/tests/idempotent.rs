@@ -113,7 +113,7 @@ async fn a_retried_idempotent_batch_is_stored_once() {
     let (code, _) = produce(&mut s, 4, &batch(9)).await;
     assert_eq!(code, 45, "OUT_OF_ORDER_SEQUENCE_NUMBER");
     let p = services.data.partition("t", 0).unwrap();
-    assert_eq!(p.log.next_offset(), 6, "six records stored, none twice");
+    assert_eq!(p.next_offset(), 6, "six records stored, none twice");
     // The producer bumps its epoch and numbers from 0 again: new records.
     assert_eq!(produce(&mut s, 5, &batch_at(1, 0)).await, (0, 6));
     assert_eq!(
@@ -124,7 +124,7 @@ async fn a_retried_idempotent_batch_is_stored_once() {
     assert_eq!(produce(&mut s, 7, &batch_at(1, 3)).await, (0, 9));
     let (code, _) = produce(&mut s, 8, &batch_at(0, 6)).await;
     assert_eq!(code, 47, "INVALID_PRODUCER_EPOCH");
-    assert_eq!(p.log.next_offset(), 12, "the new epoch's six records");
+    assert_eq!(p.next_offset(), 12, "the new epoch's six records");
     drop(s);
     kafka.shutdown().await;
     server.shutdown().await;

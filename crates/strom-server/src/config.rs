@@ -5,6 +5,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+/// The shortest and longest producer lease granted, in milliseconds.
+pub const LEASE_RANGE_MS: (u32, u32) = (1_000, 300_000);
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ServerConfig {
@@ -282,7 +284,7 @@ impl ServerConfig {
         if let Some(k) = &self.kafka_listen {
             check_socket_addr("kafka_listen", k)?;
         }
-        let (lo, hi) = crate::registry::LEASE_RANGE_MS;
+        let (lo, hi) = LEASE_RANGE_MS;
         if !(lo..=hi).contains(&self.producer_lease_ms) {
             return Err(format!(
                 "producer_lease_ms must be between {lo} and {hi}, not {}",

@@ -2,7 +2,8 @@
 //! §4): only the `(consumer, epoch)` the master fenced last may read the
 //! partition for the group and commit its offset.
 //!
-//! The epoch is stored durably in the partition's `OffsetStore` under the
+//! The fences live beside the partition (in the `Host`'s slot for it), not
+//! on it. The epoch is stored durably in the partition's `OffsetStore` under the
 //! reserved name `"<group>\0fence"` (group names use the topic-name
 //! alphabet; a plain commit under a name holding a NUL is refused, and
 //! [`is_reserved`] hides these from offset listings). Epochs are unique per
@@ -19,7 +20,6 @@ use strom_proto::ErrorCode;
 use tokio::sync::watch;
 
 use crate::error::ServerError;
-use crate::host::Host;
 use crate::partition::PartitionManager;
 
 /// The offset-store name holding the group's fence epoch.
@@ -83,7 +83,7 @@ impl Fences {
             .lock()
             .entry(group.to_string())
             .or_insert_with(|| {
-                let epoch = p.offsets.get(&fence_key(group)).unwrap_or(0);
+                let epoch = p.committed(&fence_key(group)).unwrap_or(0);
                 let (holder, _) = watch::channel(Holder {
                     epoch,
                     consumer: None,
@@ -107,17 +107,18 @@ impl Fences {
 /// Blocking (fsync).
 pub fn fence(
     p: &PartitionManager,
+    fences: &Fences,
     group: &str,
     consumer: u64,
     epoch: u64,
 ) -> Result<(), ServerError> {
-    let f = p.fences.get(p, group);
+    let f = fences.get(p, group);
     let _g = f.lock.lock();
     let h = *f.holder.borrow();
     if epoch < h.epoch {
         return Err(fenced(consumer, epoch, h));
     }
-    p.offsets.commit(&fence_key(group), epoch)?;
+    p.commit_offset(&fence_key(group), epoch)?;
     f.holder.send_replace(Holder {
         epoch,
         consumer: Some(consumer),
@@ -129,11 +130,12 @@ pub fn fence(
 /// `FENCED` unless `(consumer, epoch)` holds the group's fence on `p`.
 pub fn check(
     p: &PartitionManager,
+    fences: &Fences,
     group: &str,
     consumer: u64,
     epoch: u64,
 ) -> Result<Arc<Fence>, ServerError> {
-    let f = p.fences.get(p, group);
+    let f = fences.get(p, group);
     f.admits(consumer, epoch)?;
     Ok(f)
 }
@@ -142,28 +144,27 @@ pub fn check(
 /// Blocking (fsync).
 pub fn commit(
     p: &PartitionManager,
+    fences: &Fences,
     group: &str,
     consumer: u64,
     epoch: u64,
     offset: u64,
 ) -> Result<(), ServerError> {
-    let f = p.fences.get(p, group);
+    let f = fences.get(p, group);
     let _g = f.lock.lock();
     f.admits(consumer, epoch)?;
-    p.offsets.commit(group, offset)?;
+    p.commit_offset(group, offset)?;
     p.consumer_at(group, offset);
     Ok(())
 }
 
-/// Resets a deleted group's fences on every partition of `topic` that has
-/// one, so a group created again under the name starts from epoch 0.
-pub fn drop_group(host: &Host, topic: &str, group: &str) -> Result<(), ServerError> {
+/// Resets a deleted group's fence on `p`, so a group created again
+/// under the name starts from epoch 0.
+pub fn drop_group(p: &PartitionManager, fences: &Fences, group: &str) -> Result<(), ServerError> {
     let key = fence_key(group);
-    for p in host.partitions_of(topic) {
-        p.fences.forget(group);
-        if p.offsets.get(&key).is_some_and(|e| e > 0) {
-            p.offsets.commit(&key, 0)?;
-        }
+    fences.forget(group);
+    if p.committed(&key).is_some_and(|e| e > 0) {
+        p.commit_offset(&key, 0)?;
     }
     Ok(())
 }
@@ -178,7 +179,7 @@ pub fn refuse_plain(p: &PartitionManager, name: &str) -> Result<(), ServerError>
             "a consumer name cannot hold a NUL character",
         ));
     }
-    if p.offsets.get(&fence_key(name)).is_some_and(|e| e > 0) {
+    if p.committed(&fence_key(name)).is_some_and(|e| e > 0) {
         return Err(ServerError::coded(
             ErrorCode::FENCED,
             format!("'{name}' is a partitioned consumer group on this partition; its members commit with GroupCommit"),

@@ -10,16 +10,20 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
-use strom_proto::{ErrorCode, PartitionInfo, PartitionStatus, TopicSpec};
+use strom_proto::{ErrorCode, PartitionInfo, PartitionStatus, ReplicaRole, TopicSpec};
 
 use crate::config::ServerConfig;
 use crate::error::ServerError;
+use crate::fence::Fences;
 use crate::group::{read_json_or_default, write_json};
-use crate::partition::{OpenMode, PartitionManager};
+use crate::names::check_topic_name;
+use crate::partition::{Lookup, OpenMode, PartitionManager};
+use crate::replica::{Replica, ReplicaCtx};
+use crate::share::Cursors;
 
 #[derive(Serialize, Deserialize, Clone)]
 struct HostedRecord {
@@ -29,9 +33,49 @@ struct HostedRecord {
     sealed: bool,
 }
 
+/// One hosted partition and what lives beside it: its consumer groups'
+/// state (shared cursors, partitioned groups' fences) and its role among
+/// the copies. All of it goes when the partition goes.
+pub struct Slot {
+    pub partition: Arc<PartitionManager>,
+    pub shares: Cursors,
+    pub fences: Fences,
+    replica: OnceLock<Arc<Replica>>,
+}
+
+impl Slot {
+    fn new(partition: Arc<PartitionManager>) -> Arc<Slot> {
+        Arc::new(Slot {
+            partition,
+            shares: Cursors::default(),
+            fences: Fences::default(),
+            replica: OnceLock::new(),
+        })
+    }
+
+    /// Its replica, once the registry gave it a role.
+    pub fn replica(&self) -> Option<&Arc<Replica>> {
+        self.replica.get()
+    }
+
+    /// Closes what lives beside the partition, then the partition:
+    /// deleted (`delete`) or shut down.
+    fn close(&self, delete: bool) {
+        self.shares.close_all();
+        if let Some(r) = self.replica.get() {
+            r.stop();
+        }
+        if delete {
+            self.partition.mark_deleted();
+        } else {
+            self.partition.shutdown();
+        }
+    }
+}
+
 struct Hosted {
     record: HostedRecord,
-    partitions: BTreeMap<u32, Arc<PartitionManager>>,
+    partitions: BTreeMap<u32, Arc<Slot>>,
     /// Partitions that could not be opened, with the reason.
     broken: BTreeMap<u32, String>,
 }
@@ -44,25 +88,7 @@ pub struct Host {
 }
 
 /// Opened partitions and the ones that failed, of one hosted topic.
-type Opened = (BTreeMap<u32, Arc<PartitionManager>>, BTreeMap<u32, String>);
-
-/// Topic names become directory names: see [`check_name`].
-pub fn check_topic_name(name: &str) -> Result<(), ServerError> {
-    check_name("topic", name, ErrorCode::INVALID_TOPIC_SPEC)
-}
-
-/// A `what` name (topic, consumer group) that becomes a path, checked by
-/// the one check storage applies to all of them
-/// ([`strom_storage::check_name`]); refused with `code`.
-pub fn check_name(what: &str, name: &str, code: ErrorCode) -> Result<(), ServerError> {
-    strom_storage::check_name(what, name).map_err(|e| {
-        let why = match e {
-            strom_storage::StorageError::InvalidArgument(why) => why,
-            e => e.to_string(),
-        };
-        ServerError::coded(code, why)
-    })
-}
+type Opened = (BTreeMap<u32, Arc<Slot>>, BTreeMap<u32, String>);
 
 impl Host {
     pub fn open(config: &ServerConfig) -> Result<Self, ServerError> {
@@ -117,7 +143,7 @@ impl Host {
         for (i, p, r) in results.into_inner() {
             match r {
                 Ok(pm) => {
-                    out[i].0.insert(p, pm);
+                    out[i].0.insert(p, Slot::new(pm));
                 }
                 Err(e) => {
                     let topic = &records[i].spec.name;
@@ -145,9 +171,9 @@ impl Host {
         &self,
         r: &HostedRecord,
         ids: &[u32],
-    ) -> Result<BTreeMap<u32, Arc<PartitionManager>>, ServerError> {
+    ) -> Result<BTreeMap<u32, Arc<Slot>>, ServerError> {
         ids.iter()
-            .map(|&p| Ok((p, self.open_partition(r, p, OpenMode::New)?)))
+            .map(|&p| Ok((p, Slot::new(self.open_partition(r, p, OpenMode::New)?))))
             .collect()
     }
 
@@ -201,7 +227,11 @@ impl Host {
         let seal_now = sealed && !entry.record.sealed;
         entry.record.sealed |= sealed;
         let to_seal: Vec<_> = if seal_now {
-            entry.partitions.values().cloned().collect()
+            entry
+                .partitions
+                .values()
+                .map(|s| s.partition.clone())
+                .collect()
         } else {
             Vec::new()
         };
@@ -214,6 +244,12 @@ impl Host {
     }
 
     pub fn get(&self, topic: &str, partition: u32) -> Result<Arc<PartitionManager>, ServerError> {
+        Ok(self.slot(topic, partition)?.partition.clone())
+    }
+
+    /// A hosted partition with what lives beside it, or why it cannot be
+    /// served.
+    pub fn slot(&self, topic: &str, partition: u32) -> Result<Arc<Slot>, ServerError> {
         let topics = self.topics.lock();
         let h = topics.get(topic).ok_or_else(|| {
             ServerError::coded(
@@ -253,7 +289,7 @@ impl Host {
                 return Ok(());
             };
             h.record.sealed = true;
-            let parts = h.partitions.values().cloned().collect();
+            let parts = h.partitions.values().map(|s| s.partition.clone()).collect();
             self.persist(&topics)?;
             parts
         };
@@ -308,12 +344,9 @@ impl Host {
         }
         self.persist(&topics)?;
         drop(topics);
-        for (p, pm) in gone {
-            if let Some(pm) = pm {
-                if let Some(r) = pm.replica.get() {
-                    r.stop();
-                }
-                pm.mark_deleted();
+        for (p, slot) in gone {
+            if let Some(slot) = slot {
+                slot.close(true);
             }
             remove_dir(&dir.join(p.to_string()));
             tracing::info!(topic, partition = p, "released a partition that moved away");
@@ -325,8 +358,8 @@ impl Host {
     }
 
     fn remove_files(&self, h: Hosted) {
-        for p in h.partitions.values() {
-            p.mark_deleted();
+        for s in h.partitions.values() {
+            s.close(true);
         }
         let dir = self
             .topics_dir
@@ -351,13 +384,13 @@ impl Host {
             .filter_map(|p| {
                 let (first_offset, next_offset, status, dropped_events) =
                     match (h.partitions.get(p), h.broken.get(p)) {
-                        (Some(pm), _) => (
-                            pm.log.first_offset(),
-                            pm.log.next_offset(),
-                            pm.log
+                        (Some(s), _) => (
+                            s.partition.first_offset(),
+                            s.partition.next_offset(),
+                            s.partition
                                 .failure()
                                 .map_or(PartitionStatus::Ok, PartitionStatus::Failed),
-                            pm.dropped_events(),
+                            s.partition.dropped_events(),
                         ),
                         (None, Some(why)) => (0, 0, PartitionStatus::Unavailable(why.clone()), 0),
                         (None, None) => return None,
@@ -384,12 +417,28 @@ impl Host {
         self.topics
             .lock()
             .get(topic)
+            .map(|h| h.partitions.values().map(|s| s.partition.clone()).collect())
+            .unwrap_or_default()
+    }
+
+    /// The open local partitions of one topic, with what lives beside them.
+    pub fn slots_of(&self, topic: &str) -> Vec<Arc<Slot>> {
+        self.topics
+            .lock()
+            .get(topic)
             .map(|h| h.partitions.values().cloned().collect())
             .unwrap_or_default()
     }
 
     /// Every open local partition.
     pub(crate) fn all(&self) -> Vec<Arc<PartitionManager>> {
+        self.all_slots()
+            .into_iter()
+            .map(|s| s.partition.clone())
+            .collect()
+    }
+
+    fn all_slots(&self) -> Vec<Arc<Slot>> {
         self.topics
             .lock()
             .values()
@@ -412,9 +461,56 @@ impl Host {
     }
 
     pub fn shutdown(&self) {
-        for p in self.all() {
-            p.shutdown();
+        for s in self.all_slots() {
+            s.close(false);
         }
+    }
+}
+
+impl Host {
+    /// Gives each listed partition of `topic` here its role among the
+    /// copies (opening its replica the first time).
+    pub fn set_replica_roles(
+        &self,
+        ctx: &ReplicaCtx,
+        topic: &str,
+        roles: &[ReplicaRole],
+    ) -> Result<(), ServerError> {
+        for role in roles {
+            let slot = self.slot(topic, role.partition)?;
+            let pm = &slot.partition;
+            let r = match slot.replica.get() {
+                Some(r) => r.clone(),
+                None => {
+                    let r = Replica::open(pm, ctx, self.min_in_sync(topic))?;
+                    let r = slot.replica.get_or_init(|| r).clone();
+                    pm.replicate_with(r.clone());
+                    r
+                }
+            };
+            r.set_role(role)?;
+            if !pm.replicated() {
+                // A partition of a topic without replication that moves: it
+                // gets its role first, then takes appends as a replica.
+                tracing::info!(
+                    topic,
+                    partition = role.partition,
+                    "partition became a replica (it moves)"
+                );
+                pm.set_replicated();
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Lookup for Host {
+    fn partition(&self, topic: &str, id: u32) -> Result<Arc<PartitionManager>, ServerError> {
+        self.get(topic, id)
+    }
+
+    fn partitions_of(&self, topic: &str) -> Vec<Arc<PartitionManager>> {
+        Host::partitions_of(self, topic)
     }
 }
 

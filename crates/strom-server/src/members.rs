@@ -138,7 +138,7 @@ impl MemberLink {
                 let h = host.clone();
                 tokio::task::spawn_blocking(move || {
                     // Roles start tasks on this runtime.
-                    crate::replica::set_roles(&h, &ctx, &topic, &roles)
+                    h.set_replica_roles(&ctx, &topic, &roles)
                 })
                 .await
                 .map_err(|e| ServerError::coded(ErrorCode::INTERNAL, e.to_string()))??;
@@ -164,14 +164,10 @@ impl MemberLink {
                 &self.addr,
             ))),
             Request::ConsumerGroupStats { spec, partitions } => Ok(Response::GroupStats(
-                crate::share::stats(&host, &spec, &partitions, self.member()),
+                crate::hosted_groups::stats(&host, &spec, &partitions, self.member()),
             )),
             Request::DropConsumerGroup { topic, group } => {
-                blocking(move || {
-                    crate::share::drop_group(&host, &topic, &group)?;
-                    crate::fence::drop_group(&host, &topic, &group)
-                })
-                .await?;
+                blocking(move || crate::hosted_groups::drop_group(&host, &topic, &group)).await?;
                 Ok(Response::Done)
             }
             Request::FenceGroupPartition {
@@ -181,8 +177,12 @@ impl MemberLink {
                 consumer,
                 epoch,
             } => {
-                let p = host.get(&topic, partition)?;
-                blocking(move || crate::fence::fence(&p, &group, consumer, epoch)).await?;
+                blocking(move || {
+                    crate::hosted_groups::set_fence(
+                        &host, &topic, partition, &group, consumer, epoch,
+                    )
+                })
+                .await?;
                 Ok(Response::Done)
             }
             other => Err(ServerError::coded(

@@ -290,7 +290,7 @@ fn spawn_accept(
 ) -> JoinHandle<()> {
     tokio::spawn(async move {
         let mut refused = 0u64;
-        let mut failures = crate::AcceptErrors::new("native");
+        let mut failures = crate::accept_errors::AcceptErrors::new("native");
         loop {
             tokio::select! {
                 c = listener.accept() => match c {

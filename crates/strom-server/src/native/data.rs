@@ -11,7 +11,6 @@ use super::{stream, Session};
 use crate::batch::ValidBatch;
 use crate::error::ServerError;
 use crate::partition::AppendReply;
-use crate::service::DataService;
 use crate::sink::Credit;
 
 impl Session {
@@ -55,16 +54,9 @@ impl Session {
                 });
             }
         });
-        let reply = match p.admit(acks_all, reply) {
-            Ok(reply) => reply,
-            Err((reply, e)) => return reply(Err(e)),
-        };
-        if DataService::is_large(&p, &batch) {
-            // Written while the loop reads the next request (see `appending`).
-            self.appending = Some(DataService::produce_pipelined(p, batch, reply));
-        } else {
-            self.svc.data.produce(&p, batch, reply);
-        }
+        // A large batch is written while the loop reads the next request
+        // (see `appending`).
+        self.appending = self.svc.data.produce_pipelined(p, batch, acks_all, reply);
     }
 
     pub(super) fn subscribe(

@@ -6,19 +6,20 @@
 //! the other members. Partitioned groups: `GroupSubscribe` is checked
 //! against the partition's fence and streams from the group's committed
 //! offset until a newer fence ends it (`FENCED`); `GroupCommit` commits
-//! for the fenced holder only (`fence.rs`).
+//! for the fenced holder only. Each is a service operation
+//! (`service/groups.rs`); this file only streams.
 
 use std::sync::Arc;
 
 use strom_net::{OutFrame, WriterHandle};
-use strom_proto::{ConsumerGroupMode, ConsumerGroupSpec, ErrorCode, Push, Response, StartPos};
+use strom_proto::{ConsumerGroupMode, ConsumerGroupSpec, ErrorCode, Push, Response};
 use tokio::sync::watch;
 
 use super::{stream, Session};
 use crate::error::ServerError;
-use crate::fence::{self, Holder};
+use crate::fence::Holder;
 use crate::partition::PartitionManager;
-use crate::share::{self, MemberGuard, MemberOut};
+use crate::share::{MemberGuard, MemberOut};
 use crate::sink::Credit;
 
 /// A partitioned group's stream: the ordinary stream, until the fence
@@ -67,7 +68,7 @@ async fn member_stream(guard: MemberGuard, credit: Arc<Credit>) {
 }
 
 impl Session {
-    pub(super) fn group_subscribe(
+    pub(super) async fn group_subscribe(
         &mut self,
         stream: u64,
         spec: &ConsumerGroupSpec,
@@ -79,8 +80,7 @@ impl Session {
         if spec.mode == ConsumerGroupMode::Partitioned {
             return self.partitioned_subscribe(stream, spec, partition, consumer, epoch, prefetch);
         }
-        let p = self.partition(&spec.topic, partition)?;
-        let cursor = share::cursor(self.svc.data.host(), &p, spec)?;
+        let cursor = self.svc.shared_group(spec, partition).await?;
         self.unsubscribe(stream);
         let out = MemberOut {
             writer: self.writer.clone(),
@@ -105,23 +105,20 @@ impl Session {
         epoch: u64,
         prefetch: u32,
     ) -> Result<Response, ServerError> {
-        let p = self.partition(&spec.topic, partition)?;
-        let f = fence::check(&p, &spec.name, consumer, epoch)?;
-        let start = match p.offsets.get(&spec.name) {
-            Some(_) => StartPos::Committed,
-            None => spec.start,
-        };
-        let pos = self.svc.data.subscribe_at(&p, &spec.name, start);
+        let start = self
+            .svc
+            .partitioned_group(spec, partition, consumer, epoch)?;
+        let pos = start.pos;
         let credit = Credit::new(self.svc.data.prefetch(prefetch));
         self.unsubscribe(stream);
         let task = tokio::spawn(fenced_stream(
-            p,
+            start.partition,
             self.version,
             stream,
             pos,
             credit.clone(),
             self.writer.clone(),
-            f.watch(),
+            start.fence,
             epoch,
         ));
         self.streams.insert(stream, (task, credit));
@@ -140,14 +137,11 @@ impl Session {
         epoch: u64,
         offset: u64,
     ) {
-        let p = match self.partition(topic, partition) {
-            Ok(p) => p,
-            Err(e) => return self.respond(id, Err(e)),
-        };
+        let svc = self.svc.clone();
+        let topic = topic.to_string();
         self.respond_later(id, async move {
-            tokio::task::spawn_blocking(move || fence::commit(&p, &group, consumer, epoch, offset))
-                .await
-                .map_err(|e| ServerError::coded(ErrorCode::INTERNAL, e.to_string()))??;
+            svc.group_commit(topic, partition, group, consumer, epoch, offset)
+                .await?;
             Ok(Response::Done)
         });
     }
@@ -161,19 +155,12 @@ impl Session {
         acks: Vec<(u64, u32)>,
         nacks: Vec<(u64, u32)>,
     ) {
-        let p = match self.partition(topic, partition) {
-            Ok(p) => p,
-            Err(e) => return self.respond(id, Err(e)),
-        };
-        let Some(cursor) = p.shares.get(group) else {
-            let e = ServerError::coded(
-                ErrorCode::CONSUMER_GROUP_NOT_FOUND,
-                format!("no member of consumer group '{group}' has subscribed to partition {partition} of topic '{topic}' on this server (since it started); subscribe, then ack"),
-            );
-            return self.respond(id, Err(e));
-        };
+        let svc = self.svc.clone();
+        let (topic, group) = (topic.to_string(), group.to_string());
         self.respond_later(id, async move {
-            let floor = cursor.ack(acks, nacks).await?;
+            let floor = svc
+                .group_ack(&topic, partition, &group, acks, nacks)
+                .await?;
             Ok(Response::Acked { floor })
         });
     }

@@ -21,9 +21,7 @@ use std::time::Duration;
 
 use strom_net::spin::busy_poll;
 use strom_net::{spawn_writer, Conn, NetError, OutFrame, WriterHandle};
-use strom_proto::{
-    ConsumerGroupMode, ErrorCode, FrameKind, Request, Response, MIN_PROTOCOL_VERSION,
-};
+use strom_proto::{ErrorCode, FrameKind, Request, Response, MIN_PROTOCOL_VERSION};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -31,7 +29,7 @@ use tokio::time::Instant;
 use crate::batch::ValidBatch;
 use crate::error::ServerError;
 use crate::partition::PartitionManager;
-use crate::service::Services;
+use crate::service::{ReplicaFetch, Services};
 use crate::sink::Credit;
 
 mod control;
@@ -270,16 +268,18 @@ impl Session {
                 // The follower is the member this connection proved
                 // (`admit` refused a fetch that names another).
                 let follower = self.member.unwrap_or(follower);
-                let p = self.partition(&topic, partition);
+                let svc = self.svc.clone();
                 self.respond_later(id, async move {
-                    let r = p?.replica.get().cloned().ok_or_else(|| {
-                        ServerError::coded(
-                            ErrorCode::NOT_PARTITION_LEADER,
-                            format!("partition {topic}/{partition} has no replica role here"),
-                        )
-                    })?;
-                    r.serve_fetch(epoch, follower, from, last_epoch, max_bytes)
-                        .await
+                    let fetch = ReplicaFetch {
+                        topic,
+                        partition,
+                        epoch,
+                        follower,
+                        from,
+                        last_epoch,
+                        max_bytes,
+                    };
+                    svc.data.replica_fetch(fetch).await
                 });
             }
             Request::Subscribe {
@@ -318,17 +318,9 @@ impl Session {
                 epoch,
                 prefetch,
             } => {
-                // Shared groups: open only what the registry created.
-                let spec = match spec.mode {
-                    ConsumerGroupMode::Partitioned => Ok(spec),
-                    _ => match self.partition(&spec.topic, partition) {
-                        Ok(p) => crate::share::registered(&self.svc.control, &p, &spec).await,
-                        Err(e) => Err(e),
-                    },
-                };
-                let r = spec.and_then(|spec| {
-                    self.group_subscribe(stream, &spec, partition, consumer, epoch, prefetch)
-                });
+                let r = self
+                    .group_subscribe(stream, &spec, partition, consumer, epoch, prefetch)
+                    .await;
                 self.respond(id, r);
             }
             Request::GroupCommit {

@@ -2,10 +2,11 @@
 //! ahead of demand, within the credit the consumer granted (bounded
 //! prefetch), then end-of-stream once the partition is sealed and drained.
 //!
-//! A stream that has caught up *parks* in the partition's `Waiters` as a
-//! [`BatchSink`] (see `sink.rs`); the appender then offers it the next
-//! batch, which it queues as a `Push` (no task wake-up on the latency path),
-//! advancing its position. Otherwise the stream task reads the log itself.
+//! The stream follows the partition with its tail cursor
+//! (`partition/tail.rs`). Once caught up it *parks* as a [`BatchSink`]
+//! (see `sink.rs`); the appender then offers it the next batch, which it
+//! queues as a `Push` (no task wake-up on the latency path), advancing its
+//! position. Otherwise the stream task reads the tail itself.
 //!
 //! A range that storage quarantined as damaged is reported with a `Gap`
 //! push (`DATA_CORRUPT`, naming the offsets), and the stream goes on after
@@ -21,10 +22,10 @@ use std::sync::Arc;
 use bytes::Bytes;
 use strom_net::{OutFrame, WriterHandle};
 use strom_proto::{ErrorCode, Push};
-use strom_storage::{Appended, StorageError};
+use strom_storage::Appended;
 use tokio::sync::Notify;
 
-use crate::partition::PartitionManager;
+use crate::partition::{PartitionManager, Read, Tail, TailCursor};
 use crate::sink::{BatchSink, Credit};
 use crate::stats::PartitionStats;
 
@@ -89,7 +90,7 @@ pub async fn run(
     pm: Arc<PartitionManager>,
     version: u8,
     stream: u64,
-    mut pos: u64,
+    pos: u64,
     credit: Arc<Credit>,
     writer: WriterHandle,
 ) {
@@ -98,58 +99,62 @@ pub async fn run(
         version,
         stream,
     };
-    let mut visible = pm.watch_visible();
-    let mut sealed = pm.watch_sealed();
+    let mut tail = TailCursor::new(pm.clone(), pos);
     loop {
-        if pm.is_deleted() {
-            let push = Push::StreamError {
-                code: ErrorCode::TOPIC_NOT_FOUND,
-                message: format!("topic '{}' was deleted", pm.topic),
-            };
-            send(&out, &push).await;
-            return;
-        }
-        let vis = *visible.borrow_and_update();
-        if pos < vis {
-            credit.wait().await;
-            // Events below the log's start were dropped (drop-oldest or
-            // retention): skip them; the client sees the next batch start
-            // past its position and reports the gap (DATA_EXPIRED).
-            pos = pos.max(pm.log.first_offset());
-            let batches = match pm.log.read(pos, READ_BYTES) {
-                Ok(b) => b,
-                // Dropped between the two calls: skip again.
-                Err(StorageError::OffsetOutOfRange { .. }) => continue,
-                // Damaged on disk and quarantined: say so, then go on after it.
-                Err(StorageError::DataCorrupt { first, last }) => {
-                    tracing::warn!(topic = %pm.topic, partition = pm.id, first, last, "reader reached a quarantined range");
-                    let push = Push::Gap {
-                        partition: pm.id,
-                        first,
-                        last,
-                        code: ErrorCode::DATA_CORRUPT,
-                    };
-                    if !send(&out, &push).await {
-                        return;
-                    }
-                    pos = pos.max(last.saturating_add(1));
-                    continue;
-                }
-                Err(e) => {
-                    tracing::error!(topic = %pm.topic, partition = pm.id, offset = pos, error = %e, "read for a subscription failed");
-                    let push = Push::StreamError {
-                        code: ErrorCode(e.code()),
-                        message: e.to_string(),
-                    };
-                    send(&out, &push).await;
+        match tail.poll() {
+            Tail::Deleted => {
+                let push = Push::StreamError {
+                    code: ErrorCode::TOPIC_NOT_FOUND,
+                    message: format!("topic '{}' was deleted", pm.topic),
+                };
+                send(&out, &push).await;
+                return;
+            }
+            Tail::Ended(end_offset) => {
+                let push = Push::EndOfStream {
+                    partition: pm.id,
+                    end_offset,
+                };
+                send(&out, &push).await;
+                return;
+            }
+            Tail::Ready => {
+                credit.wait().await;
+                if !push_read(&out, &mut tail, &credit).await {
                     return;
                 }
-            };
-            for b in batches {
-                let end = b.base_offset + b.count as u64;
-                if b.base_offset >= vis {
-                    break;
+            }
+            Tail::CaughtUp => {
+                // Park so the appender can push the next batch directly.
+                let parked = Arc::new(Parked {
+                    version,
+                    stream,
+                    pos: AtomicU64::new(tail.pos()),
+                    credit: credit.clone(),
+                    writer: writer.clone(),
+                    wake: Notify::new(),
+                    stats: pm.stats.clone(),
+                });
+                let sink: Arc<dyn BatchSink> = parked.clone();
+                if !tail.park(&sink, parked.wake.notified()).await {
+                    return;
                 }
+                tail.advance_to(parked.pos.load(Ordering::Acquire));
+            }
+        }
+    }
+}
+
+/// Reads the next visible batches and pushes them; false once the stream
+/// must end (its connection closed, or the read failed).
+async fn push_read(out: &Out<'_>, tail: &mut TailCursor, credit: &Credit) -> bool {
+    let pm = tail.partition().clone();
+    let from = tail.pos();
+    match tail.read(READ_BYTES) {
+        Ok(Read::Batches(batches)) => {
+            let mut pos = from;
+            for b in batches {
+                let end = b.base_offset + u64::from(b.count);
                 let sent = end - pos.max(b.base_offset);
                 let meta_bytes = b.meta.len() as u64;
                 let push = Push::Events {
@@ -159,41 +164,33 @@ pub async fn run(
                     timestamp_us: b.timestamp_us,
                     meta: b.meta,
                 };
-                if !send(&out, &push).await {
-                    return;
+                if !send(out, &push).await {
+                    return false;
                 }
                 credit.take(sent as u32);
                 pm.stats.delivered(sent, meta_bytes);
                 pos = end;
             }
-            continue;
+            true
         }
-        if *sealed.borrow_and_update() && pos >= pm.log.next_offset() {
-            let push = Push::EndOfStream {
+        // Damaged on disk and quarantined: say so, then go on after it.
+        Ok(Read::Gap { first, last }) => {
+            let push = Push::Gap {
                 partition: pm.id,
-                end_offset: pos,
+                first,
+                last,
+                code: ErrorCode::DATA_CORRUPT,
             };
-            send(&out, &push).await;
-            return;
+            send(out, &push).await
         }
-        // Caught up: park so the appender can push the next batch directly.
-        let parked = Arc::new(Parked {
-            version,
-            stream,
-            pos: AtomicU64::new(pos),
-            credit: credit.clone(),
-            writer: writer.clone(),
-            wake: Notify::new(),
-            stats: pm.stats.clone(),
-        });
-        let sink: Arc<dyn BatchSink> = parked.clone();
-        pm.waiters.park(&sink);
-        tokio::select! {
-            _ = parked.wake.notified() => {}
-            r = visible.changed() => if r.is_err() { pm.waiters.unpark(&sink); return },
-            r = sealed.changed() => if r.is_err() { pm.waiters.unpark(&sink); return },
+        Err(e) => {
+            tracing::error!(topic = %pm.topic, partition = pm.id, offset = from, error = %e, "read for a subscription failed");
+            let push = Push::StreamError {
+                code: ErrorCode(e.code()),
+                message: e.to_string(),
+            };
+            send(out, &push).await;
+            false
         }
-        pm.waiters.unpark(&sink);
-        pos = parked.pos.load(Ordering::Acquire);
     }
 }

@@ -20,7 +20,7 @@ use super::group_machine::{ConsumerGroupMeta, GroupCommand};
 use super::machine::RegistryCommand;
 use super::{Inner, Registry};
 use crate::error::ServerError;
-use crate::host::{check_name, check_topic_name};
+use crate::names::{check_name, check_topic_name};
 
 /// Session timeouts accepted, in milliseconds.
 pub const SESSION_RANGE_MS: (u32, u32) = (1_000, 300_000);

@@ -69,8 +69,7 @@ use store::{Limits, Store};
 /// `member_timeout_ms`).
 pub const HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(3);
 
-/// The shortest and longest producer lease granted, in milliseconds.
-pub const LEASE_RANGE_MS: (u32, u32) = (1_000, 300_000);
+pub use crate::config::LEASE_RANGE_MS;
 
 pub struct Registry {
     /// Consumer-group heartbeats (volatile, under their own lock).

@@ -480,3 +480,22 @@ fn holds_anything(inner: &Inner, member: u32) -> bool {
                 .any(|s| s.target.as_ref().is_some_and(|x| x.contains(&member)))
     })
 }
+
+impl Registry {
+    /// Sends every replicated topic's roles to its live holders again
+    /// (after asking the new replicas of moving partitions to host them).
+    pub async fn resend_roles(&self) {
+        let calls: Vec<RoleCall> = {
+            let inner = self.inner.lock().await;
+            let hosts = host_moving(&inner);
+            let roles = inner
+                .state
+                .topics
+                .values()
+                .filter(|t| !t.replicas.is_empty())
+                .flat_map(|meta| role_calls(&inner, meta, None));
+            hosts.into_iter().chain(roles).collect()
+        };
+        self.send_roles(calls).await;
+    }
+}

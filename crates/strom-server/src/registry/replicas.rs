@@ -327,23 +327,6 @@ impl Registry {
         }
         Ok(changed)
     }
-
-    /// Sends every replicated topic's roles to its live holders again
-    /// (after asking the new replicas of moving partitions to host them).
-    pub async fn resend_roles(&self) {
-        let calls: Vec<RoleCall> = {
-            let inner = self.inner.lock().await;
-            let hosts = super::moves::host_moving(&inner);
-            let roles = inner
-                .state
-                .topics
-                .values()
-                .filter(|t| !t.replicas.is_empty())
-                .flat_map(|meta| role_calls(&inner, meta, None));
-            hosts.into_iter().chain(roles).collect()
-        };
-        self.send_roles(calls).await;
-    }
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@ use super::machine::{RegistryCommand, TopicMeta, MAX_PARTITIONS};
 use super::replica_machine::ReplicaSet;
 use super::{Inner, Registry};
 use crate::error::ServerError;
-use crate::host::check_topic_name;
+use crate::names::check_topic_name;
 
 fn not_found(name: &str) -> ServerError {
     ServerError::coded(

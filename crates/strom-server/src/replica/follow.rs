@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use strom_proto::{Durability, ErrorCode, ReplicaBatchHead, Request, Response};
+use strom_proto::{ErrorCode, ReplicaBatchHead, Request, Response};
 use strom_storage::ReplicaBatch;
 
 use super::{refusal, Replica, FETCH_BYTES};
@@ -78,8 +78,8 @@ async fn fetch(
 /// in-sync replicas meanwhile).
 async fn durable_from(r: &Arc<Replica>, pm: &Arc<PartitionManager>) -> Result<u64, ServerError> {
     let durable = *r.durable_end.borrow();
-    if pm.log.next_offset() <= durable {
-        return Ok(pm.log.next_offset());
+    if pm.next_offset() <= durable {
+        return Ok(pm.next_offset());
     }
     let (r2, pm2) = (r.clone(), pm.clone());
     let end = tokio::task::spawn_blocking(move || cut(&r2, &pm2, durable))
@@ -91,11 +91,7 @@ async fn durable_from(r: &Arc<Replica>, pm: &Arc<PartitionManager>) -> Result<u6
 
 /// Cuts the log and the epoch history from `at`; returns the new end.
 fn cut(r: &Replica, pm: &PartitionManager, at: u64) -> Result<u64, ServerError> {
-    let end = pm.exclusive(|| -> Result<u64, ServerError> {
-        let end = pm.log.truncate_from(at)?;
-        pm.forget_producers();
-        Ok(end)
-    })?;
+    let end = pm.cut_from(at)?;
     r.epochs.truncate_from(end)?;
     Ok(end)
 }
@@ -118,8 +114,8 @@ fn apply(r: &Replica, pm: &PartitionManager, answer: Response) -> Result<(), Ser
     };
     // Named consumers resume where they committed after a failover.
     for (name, offset) in &offsets {
-        if pm.offsets.get(name) != Some(*offset) {
-            pm.offsets.commit(name, *offset)?;
+        if pm.committed(name) != Some(*offset) {
+            pm.commit_offset(name, *offset)?;
         }
     }
     if let Some(at) = truncate_to {
@@ -129,23 +125,17 @@ fn apply(r: &Replica, pm: &PartitionManager, answer: Response) -> Result<(), Ser
         return Ok(());
     }
     let parts = split(&batches, &bytes)?;
-    let end = pm.exclusive(|| -> Result<u64, ServerError> {
-        for (h, meta, data) in &parts {
-            let a = pm.log.append_replica(ReplicaBatch {
-                base_offset: h.base_offset,
-                count: h.count,
-                timestamp_us: h.timestamp_us,
-                meta,
-                data: std::slice::from_ref(data),
-            })?;
-            pm.copied(meta, &a);
-        }
-        // `always`: the high watermark means durable on every in-sync copy.
-        if !parts.is_empty() && pm.dir().is_some() && pm.durability == Durability::Always {
-            pm.log.sync_all()?;
-        }
-        Ok(pm.log.next_offset())
-    })?;
+    let copies: Vec<ReplicaBatch> = parts
+        .iter()
+        .map(|(h, meta, data)| ReplicaBatch {
+            base_offset: h.base_offset,
+            count: h.count,
+            timestamp_us: h.timestamp_us,
+            meta,
+            data: std::slice::from_ref(data),
+        })
+        .collect();
+    let end = pm.copy_in(&copies)?;
     let known = r.epochs.latest().map_or(0, |e| e.epoch);
     for (epoch, start) in epochs {
         if epoch > known && start < end {

@@ -280,7 +280,7 @@ impl Replica {
             .upgrade()
             .ok_or_else(|| refusal(ErrorCode::SHUTTING_DOWN, "the partition is closed".into()))?;
         self.note_fetch(&pm, epoch, follower, from)?;
-        let log_end = pm.log.next_offset();
+        let log_end = pm.next_offset();
         if let Some(cut) = self.divergence(from, last_epoch, log_end) {
             return Ok(self.batches(&pm, Some(cut), Vec::new(), Bytes::new()));
         }
@@ -308,7 +308,7 @@ impl Replica {
         batches: Vec<ReplicaBatchHead>,
         bytes: Bytes,
     ) -> Response {
-        let mut offsets = pm.offsets.all();
+        let mut offsets = pm.committed_all();
         offsets.truncate(MAX_OFFSETS);
         Response::ReplicaBatches {
             hwm: pm.visible(),
@@ -410,7 +410,7 @@ fn read_batches(
 ) -> Result<(Vec<ReplicaBatchHead>, Bytes), ServerError> {
     let mut heads = Vec::new();
     let mut out = BytesMut::new();
-    let stored = pm.log.read(from, max_bytes as usize)?;
+    let stored = pm.read(from, max_bytes as usize)?;
     for b in stored {
         let end = b.base_offset + u64::from(b.count);
         if end > until || (!heads.is_empty() && out.len() as u64 + b.data_len > max_bytes as u64) {
@@ -418,8 +418,7 @@ fn read_batches(
         }
         let mut data = Vec::new();
         if b.data_len > 0 {
-            pm.log
-                .read_data(b.base_offset, &[(0, b.data_len)], &mut data)?;
+            pm.read_data(b.base_offset, &[(0, b.data_len)], &mut data)?;
         }
         heads.push(ReplicaBatchHead {
             base_offset: b.base_offset,

@@ -35,15 +35,12 @@ use strom_storage::{Appended, EpochHistory};
 use tokio::sync::watch;
 
 use crate::error::ServerError;
-use crate::partition::{AppendReply, PartitionManager};
+use crate::partition::{Admitted, AppendReply, PartitionManager, Replication, EPOCHS_FILE};
 use crate::peers::Peers;
 
 /// A follower that has not caught up with the leader for this long leaves
 /// the in-sync replicas.
 pub const LAG: Duration = Duration::from_secs(3);
-
-/// A file partition's leader-epoch history, in its directory.
-pub const EPOCHS_FILE: &str = "leader-epochs";
 
 /// The most bytes of batches one fetch answer carries (at least one batch).
 pub const FETCH_BYTES: u32 = 4 << 20;
@@ -124,7 +121,7 @@ impl Replica {
             master: ctx.master.clone(),
             epochs,
             state: Mutex::new(State::Idle { epoch: 0 }),
-            durable_end: watch::Sender::new(pm.log.next_offset()),
+            durable_end: watch::Sender::new(pm.next_offset()),
             pm: Arc::downgrade(pm),
             min_in_sync: min_in_sync.max(1),
         }))
@@ -154,7 +151,7 @@ impl Replica {
                 }
             }
             stop_following(&st);
-            let end = pm.exclusive(|| pm.log.sync_all().map(|_| pm.log.next_offset()))?;
+            let end = pm.sync_end()?;
             // A leader restarted within its epoch keeps the epoch's start.
             if known < role.epoch {
                 self.epochs.assign(role.epoch, end)?;
@@ -198,7 +195,7 @@ impl Replica {
     }
 
     /// Everything below `end` is durable here (the partition's syncer).
-    pub(crate) fn durable(&self, pm: &PartitionManager, end: u64) {
+    fn durable_to(&self, pm: &PartitionManager, end: u64) {
         self.durable_end.send_if_modified(|d| {
             let grew = end > *d;
             *d = (*d).max(end);
@@ -208,11 +205,7 @@ impl Replica {
     }
 
     /// See [`PartitionManager::admit`].
-    pub(crate) fn admit(
-        self: &Arc<Self>,
-        acks_all: bool,
-        reply: AppendReply,
-    ) -> Result<AppendReply, (AppendReply, ServerError)> {
+    fn admit_append(self: &Arc<Self>, acks_all: bool, reply: AppendReply) -> Admitted {
         let st = self.state.lock();
         let State::Leading(l) = &*st else {
             let why = match &*st {
@@ -345,33 +338,21 @@ fn stop_following(st: &State) {
     }
 }
 
-/// Gives each listed partition of `topic` on this member its role.
-pub fn set_roles(
-    host: &crate::host::Host,
-    ctx: &ReplicaCtx,
-    topic: &str,
-    roles: &[ReplicaRole],
-) -> Result<(), ServerError> {
-    for role in roles {
-        let pm = host.get(topic, role.partition)?;
-        let r = match pm.replica.get() {
-            Some(r) => r.clone(),
-            None => {
-                let r = Replica::open(&pm, ctx, host.min_in_sync(topic))?;
-                pm.replica.get_or_init(|| r).clone()
-            }
-        };
-        r.set_role(role)?;
-        if !pm.replicated() {
-            // A partition of a topic without replication that moves: it
-            // gets its role first, then takes appends as a replica.
-            tracing::info!(
-                topic,
-                partition = role.partition,
-                "partition became a replica (it moves)"
-            );
-            pm.set_replicated();
-        }
+/// How the partition sees its replica.
+impl Replication for Replica {
+    fn is_leader(&self) -> bool {
+        Replica::is_leader(self)
     }
-    Ok(())
+
+    fn admit(self: Arc<Self>, acks_all: bool, reply: AppendReply) -> Admitted {
+        self.admit_append(acks_all, reply)
+    }
+
+    fn durable(&self, pm: &PartitionManager, end: u64) {
+        self.durable_to(pm, end)
+    }
+
+    fn stop(&self) {
+        Replica::stop(self)
+    }
 }

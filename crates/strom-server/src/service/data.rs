@@ -36,6 +36,17 @@ fn internal(e: impl std::fmt::Display) -> ServerError {
     ServerError::coded(ErrorCode::INTERNAL, e.to_string())
 }
 
+/// The reply of an append `p` admits now; a refusal is answered at once.
+fn admit(p: &PartitionManager, acks_all: bool, done: AppendReply) -> Option<AppendReply> {
+    match p.admit(acks_all, done) {
+        Ok(done) => Some(done),
+        Err((done, e)) => {
+            done(Err(e));
+            None
+        }
+    }
+}
+
 /// Runs blocking file work on the blocking pool.
 async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, ServerError> + Send + 'static,
@@ -63,30 +74,30 @@ impl DataService {
     }
 
     /// Whether appending `batch` to `p` means a long file write, better run
-    /// off the async workers (`produce_pipelined`). Memory partitions keep
-    /// the batch's buffers as they are (a full `block` partition holds the
-    /// batch rather than wait), so their appends are always short.
-    pub fn is_large(p: &PartitionManager, batch: &ValidBatch) -> bool {
+    /// off the async workers. Memory partitions keep the batch's buffers as
+    /// they are (a full `block` partition holds the batch rather than
+    /// wait), so their appends are always short.
+    fn is_large(p: &PartitionManager, batch: &ValidBatch) -> bool {
         p.partition_type() == "file" && batch.size() > BLOCKING_APPEND
     }
 
-    /// Appends a large batch on the blocking pool and returns at once, so
-    /// that the caller can receive its next request while this one is
-    /// written. The caller must await the handle before it appends anything
-    /// else, so that its batches keep their order.
-    pub fn produce_pipelined(
-        p: Arc<PartitionManager>,
+    /// Produces a checked batch into `p`, for every front end: admission
+    /// first (a replicated partition takes appends only on its leader, and
+    /// `acks_all` ones only with enough copies in sync, answered once every
+    /// in-sync copy has them), then the append; `done` runs once the batch
+    /// is stored as the partition and `acks_all` promise, or refused. Calls
+    /// order the offsets. A large batch to a file partition is written
+    /// with the runtime told to move other work off this worker meanwhile.
+    pub fn produce(
+        &self,
+        p: &PartitionManager,
         batch: ValidBatch,
+        acks_all: bool,
         done: AppendReply,
-    ) -> tokio::task::JoinHandle<()> {
-        tokio::task::spawn_blocking(move || p.append(batch, done))
-    }
-
-    /// Appends a checked batch; `done` runs once the batch is appended (and
-    /// durable as its partition promises). Calls order the offsets.
-    pub fn produce(&self, p: &PartitionManager, batch: ValidBatch, done: AppendReply) {
-        // Large batches mean long file writes: let the runtime move other
-        // work off this worker meanwhile.
+    ) {
+        let Some(done) = admit(p, acks_all, done) else {
+            return;
+        };
         if Self::is_large(p, &batch) {
             tokio::task::block_in_place(|| p.append(batch, done));
         } else {
@@ -94,19 +105,38 @@ impl DataService {
         }
     }
 
+    /// [`DataService::produce`], but a large batch to a file partition is
+    /// written on the blocking pool and its handle returned, so that the
+    /// caller can read its next request meanwhile. The caller must await
+    /// the handle before it produces anything else, so that its batches
+    /// keep their order.
+    pub fn produce_pipelined(
+        &self,
+        p: Arc<PartitionManager>,
+        batch: ValidBatch,
+        acks_all: bool,
+        done: AppendReply,
+    ) -> Option<tokio::task::JoinHandle<()>> {
+        let done = admit(&p, acks_all, done)?;
+        if Self::is_large(&p, &batch) {
+            return Some(tokio::task::spawn_blocking(move || p.append(batch, done)));
+        }
+        p.append(batch, done);
+        None
+    }
+
     /// Where a subscription of `consumer` starting at `start` begins. Not
     /// raised to the log's first offset: a reader asking for dropped events
     /// sees the first batch start past its position, an explicit gap.
     pub fn subscribe_at(&self, p: &PartitionManager, consumer: &str, start: StartPos) -> u64 {
-        let log = &p.log;
-        let first = log.first_offset();
-        let next = log.next_offset();
+        let first = p.first_offset();
+        let next = p.next_offset();
         let pos = match start {
-            StartPos::Committed => p.offsets.get(consumer).unwrap_or(first),
+            StartPos::Committed => p.committed(consumer).unwrap_or(first),
             StartPos::Beginning => first,
             StartPos::End => next,
             StartPos::Offset(o) => o,
-            StartPos::Timestamp(t) => log.offset_for_timestamp(t),
+            StartPos::Timestamp(t) => p.offset_for_timestamp(t),
         }
         .min(next);
         p.consumer_at(consumer, pos);
@@ -152,7 +182,7 @@ impl DataService {
         let out = blocking(move || {
             let mut out = Vec::new();
             for (base, ranges) in &items {
-                p.log.read_data(*base, ranges, &mut out)?;
+                p.read_data(*base, ranges, &mut out)?;
             }
             Ok(out)
         })
@@ -172,7 +202,7 @@ impl DataService {
     ) -> Result<(), ServerError> {
         blocking(move || {
             crate::fence::refuse_plain(&p, &consumer)?;
-            p.offsets.commit(&consumer, offset)?;
+            p.commit_offset(&consumer, offset)?;
             // Acked events free room in a full `block` partition.
             p.consumer_at(&consumer, offset);
             Ok(())
@@ -182,13 +212,13 @@ impl DataService {
 
     /// Every consumer's committed offset on `p`.
     pub fn offsets(&self, p: &PartitionManager) -> Vec<(String, u64)> {
-        let mut all = p.offsets.all();
+        let mut all = p.committed_all();
         all.retain(|(name, _)| !crate::fence::is_reserved(name));
         all
     }
 
     /// Reads all of `p` and checks every checksum (quarantining damage).
     pub async fn scrub(&self, p: Arc<PartitionManager>) -> Result<VerifyReport, ServerError> {
-        blocking(move || Ok(p.log.verify()?)).await
+        blocking(move || p.verify()).await
     }
 }

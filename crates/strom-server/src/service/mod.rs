@@ -15,10 +15,13 @@
 
 mod control;
 mod data;
+mod groups;
+mod peer;
 mod tap;
 
 pub use control::{ControlService, QuorumPlace};
 pub use data::DataService;
+pub use peer::ReplicaFetch;
 
 use crate::config::ServerConfig;
 use crate::ownership::DataDirLock;

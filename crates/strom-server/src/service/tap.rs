@@ -44,7 +44,7 @@ impl Services {
             connections_total,
             errors: self.stats.errors(),
             rss_bytes: crate::stats::rss_bytes(),
-            taken_us: crate::server::now_us(),
+            taken_us: strom_storage::now_us(),
             partitions,
         }
     }
@@ -99,7 +99,7 @@ impl Services {
     }
 
     fn partition_snapshot(&self, p: &PartitionManager) -> PartitionSnapshot {
-        let log = p.log.stats();
+        let log = p.log_stats();
         let consumers = self
             .data
             .offsets(p)

@@ -47,7 +47,7 @@ impl ShareCursor {
         acks: Vec<(u64, u32)>,
         nacks: Vec<(u64, u32)>,
     ) -> Result<u64, ServerError> {
-        let next = self.pm.upgrade().map_or(0, |pm| pm.log.next_offset());
+        let next = self.pm.upgrade().map_or(0, |pm| pm.next_offset());
         for &(first, count) in acks.iter().chain(&nacks) {
             if first.saturating_add(u64::from(count)) > next {
                 return Err(bad_range(first, count, next));

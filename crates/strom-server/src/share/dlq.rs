@@ -100,7 +100,7 @@ impl ShareCursor {
                 "the server is stopping",
             )
         })?;
-        if let Ok(p) = host.get(topic, source) {
+        if let Ok(p) = host.partition(topic, source) {
             return Ok(p);
         }
         let mut local = host.partitions_of(topic);
@@ -122,7 +122,7 @@ impl ShareCursor {
         offset: u64,
         deliveries: u32,
     ) -> Result<ValidBatch, ServerError> {
-        let b = pm.log.read(offset, 1)?.into_iter().next().ok_or_else(|| {
+        let b = pm.read(offset, 1)?.into_iter().next().ok_or_else(|| {
             ServerError::coded(
                 strom_proto::ErrorCode::OFFSET_OUT_OF_RANGE,
                 format!("offset {offset} is not in the log"),
@@ -139,8 +139,7 @@ impl ShareCursor {
         })?;
         let mut data = Vec::new();
         if e.data_len > 0 {
-            pm.log
-                .read_data(b.base_offset, &[(e.data_pos, e.data_len)], &mut data)?;
+            pm.read_data(b.base_offset, &[(e.data_pos, e.data_len)], &mut data)?;
         }
         let mut env = serde_json::json!({
             "topic": pm.topic,

@@ -34,17 +34,14 @@ use std::sync::{Arc, Weak};
 use parking_lot::Mutex;
 use strom_net::WriterHandle;
 use strom_proto::{
-    ConsumerGroupMode, ConsumerGroupSpec, ErrorCode, GroupPartitionInfo, PartitionStatus, Request,
-    Response, StartPos,
+    ConsumerGroupMode, ConsumerGroupSpec, ErrorCode, GroupPartitionInfo, PartitionStatus, StartPos,
 };
 use strom_storage::ledger::ledger_path;
 use strom_storage::{LedgerFile, ShareLedger};
 use tokio::sync::Notify;
 
 use crate::error::ServerError;
-use crate::host::Host;
-use crate::partition::PartitionManager;
-use crate::service::ControlService;
+use crate::partition::{Lookup, PartitionManager};
 use dispatch::{Dispatch, Member};
 
 pub use acks::AckQueue;
@@ -63,8 +60,10 @@ static NEXT_MEMBER: AtomicU64 = AtomicU64::new(1);
 pub struct ShareCursor {
     pub spec: ConsumerGroupSpec,
     pm: Weak<PartitionManager>,
+    /// This cursor (its task acks quarantined ranges through it).
+    me: Weak<ShareCursor>,
     /// Reaches the dead-letter topic's partitions.
-    host: Weak<Host>,
+    host: Weak<dyn Lookup>,
     state: Mutex<Dispatch>,
     ledger: Mutex<ShareLedger>,
     /// `None` for memory partitions (state in memory only).
@@ -109,13 +108,12 @@ impl ShareCursor {
     pub(crate) fn open(
         pm: &Arc<PartitionManager>,
         spec: ConsumerGroupSpec,
-        host: Weak<Host>,
+        host: Weak<dyn Lookup>,
     ) -> Result<Arc<Self>, ServerError> {
-        let log = &pm.log;
         let start = match spec.start {
-            StartPos::End => log.next_offset(),
-            StartPos::Timestamp(t) => log.offset_for_timestamp(t),
-            _ => log.first_offset(),
+            StartPos::End => pm.next_offset(),
+            StartPos::Timestamp(t) => pm.offset_for_timestamp(t),
+            _ => pm.first_offset(),
         };
         let spec_bytes = serde_json::to_vec(&spec).unwrap_or_default();
         let (file, mut ledger) = match pm.dir() {
@@ -134,13 +132,14 @@ impl ShareCursor {
             }
             None => (None, ShareLedger::new(start, spec_bytes)),
         };
-        let skipped = ledger.raise_floor(log.first_offset());
+        let skipped = ledger.raise_floor(pm.first_offset());
         if skipped > 0 {
             tracing::warn!(topic = %pm.topic, partition = pm.id, group = %spec.name, skipped, "retention dropped events the group had not resolved");
         }
         let floor = ledger.floor();
         let opened_dispatched = ledger.dispatched();
-        let cursor = Arc::new(ShareCursor {
+        let cursor = Arc::new_cyclic(|me| ShareCursor {
+            me: me.clone(),
             spec,
             pm: Arc::downgrade(pm),
             host,
@@ -232,7 +231,7 @@ impl ShareCursor {
             member,
             holder: None,
             committed: l.floor(),
-            next_offset: pm.log.next_offset(),
+            next_offset: pm.next_offset(),
             pending,
             acked_above: l.resolved_above_floor(),
             redelivered: l.redelivered_total(),
@@ -243,12 +242,13 @@ impl ShareCursor {
     }
 }
 
-/// Opens the shared cursor of `spec` on a partition this server hosts,
+/// Opens the shared cursor of `spec` on `pm` (in its slot's `shares`),
 /// checking that the spec names this partition's topic.
 pub fn cursor(
-    host: &Arc<Host>,
+    shares: &Cursors,
     pm: &Arc<PartitionManager>,
     spec: &ConsumerGroupSpec,
+    host: Weak<dyn Lookup>,
 ) -> Result<Arc<ShareCursor>, ServerError> {
     if spec.topic != pm.topic || spec.mode != ConsumerGroupMode::Shared {
         return Err(ServerError::coded(
@@ -262,142 +262,7 @@ pub fn cursor(
             ),
         ));
     }
-    pm.shares.get_or_open(pm, spec, Arc::downgrade(host))
-}
-
-/// The registry's spec of the group a member stream names, before this
-/// server opens the group's state on `pm` for it: a group the registry
-/// never created is refused (`CONSUMER_GROUP_NOT_FOUND`), as is a spec
-/// that names another topic or mode (`CONSUMER_GROUP_MISMATCH`); the
-/// registry's options win over the stream's. The registry is asked once
-/// per (group, partition) and process: after that the open cursor answers.
-pub async fn registered(
-    control: &ControlService,
-    pm: &PartitionManager,
-    spec: &ConsumerGroupSpec,
-) -> Result<ConsumerGroupSpec, ServerError> {
-    crate::host::check_name("consumer group", &spec.name, ErrorCode::INVALID_ARGUMENT)?;
-    if let Some(c) = pm.shares.get(&spec.name) {
-        return same_group(spec, c.spec.clone());
-    }
-    let known = match control.master_registry() {
-        Some(r) => r.group_spec(&spec.name).await,
-        None => {
-            let master = control.link().replica_ctx().master.read().clone();
-            let Some(addr) = master else {
-                return Err(ServerError::coded(
-                    ErrorCode::NOT_MASTER,
-                    format!(
-                        "member {} does not know the registry yet, so it cannot check consumer group '{}'; retry shortly",
-                        control.member(),
-                        spec.name
-                    ),
-                ));
-            };
-            let req = Request::DescribeConsumerGroup {
-                group: spec.name.clone(),
-            };
-            match control.link().peers().call(&addr, &req).await {
-                Ok(Response::ConsumerGroup(info)) => Some(info.spec),
-                Ok(Response::Error { code, .. }) if code == ErrorCode::CONSUMER_GROUP_NOT_FOUND => {
-                    None
-                }
-                Ok(Response::Error { code, message }) => {
-                    return Err(ServerError::coded(code, message))
-                }
-                Ok(other) => {
-                    return Err(ServerError::coded(
-                        ErrorCode::INTERNAL,
-                        format!("the registry answered a group lookup with {other:?}"),
-                    ))
-                }
-                Err(e) if e.code() == ErrorCode::CONSUMER_GROUP_NOT_FOUND => None,
-                Err(e) => return Err(e),
-            }
-        }
-    };
-    match known {
-        Some(k) => same_group(spec, k),
-        None => Err(ServerError::coded(
-            ErrorCode::CONSUMER_GROUP_NOT_FOUND,
-            format!(
-                "no consumer group named '{}': the registry did not create it (join the group first)",
-                spec.name
-            ),
-        )),
-    }
-}
-
-/// `known` (the registry's spec) if `asked` names the same topic and mode.
-fn same_group(
-    asked: &ConsumerGroupSpec,
-    known: ConsumerGroupSpec,
-) -> Result<ConsumerGroupSpec, ServerError> {
-    if known.topic != asked.topic || known.mode != asked.mode {
-        return Err(ServerError::coded(
-            ErrorCode::CONSUMER_GROUP_MISMATCH,
-            format!(
-                "consumer group '{}' is a {} group of topic '{}', not a {} group of topic '{}'",
-                known.name,
-                known.mode.as_str(),
-                known.topic,
-                asked.mode.as_str(),
-                asked.topic
-            ),
-        ));
-    }
-    Ok(known)
-}
-
-/// A consumer group's state on the listed partitions this server hosts
-/// (`ConsumerGroupStats`, asked by the master for describe).
-pub fn stats(
-    host: &Arc<Host>,
-    spec: &ConsumerGroupSpec,
-    partitions: &[u32],
-    member: u32,
-) -> Vec<GroupPartitionInfo> {
-    partitions
-        .iter()
-        .map(|p| {
-            let failed = |why: String| GroupPartitionInfo {
-                partition: *p,
-                member,
-                status: PartitionStatus::Unavailable(why),
-                ..Default::default()
-            };
-            let pm = match host.get(&spec.topic, *p) {
-                Ok(pm) => pm,
-                Err(e) => return failed(e.to_string()),
-            };
-            match spec.mode {
-                ConsumerGroupMode::Shared => match cursor(host, &pm, spec) {
-                    Ok(c) => c.info(&pm, member),
-                    Err(e) => failed(e.to_string()),
-                },
-                ConsumerGroupMode::Partitioned | ConsumerGroupMode::Kafka => GroupPartitionInfo {
-                    partition: *p,
-                    member,
-                    committed: pm
-                        .offsets
-                        .get(&spec.name)
-                        .unwrap_or_else(|| pm.log.first_offset()),
-                    next_offset: pm.log.next_offset(),
-                    ..Default::default()
-                },
-            }
-        })
-        .collect()
-}
-
-/// Forgets a consumer group on every hosted partition of `topic`. The name
-/// is checked before anything is looked up or removed.
-pub fn drop_group(host: &Host, topic: &str, group: &str) -> Result<(), ServerError> {
-    crate::host::check_name("consumer group", group, ErrorCode::INVALID_ARGUMENT)?;
-    for pm in host.partitions_of(topic) {
-        pm.shares.drop_group(&pm, group)?;
-    }
-    Ok(())
+    shares.get_or_open(pm, spec, host)
 }
 
 /// The shared cursors of one partition, by group name.
@@ -412,7 +277,7 @@ impl Cursors {
         &self,
         pm: &Arc<PartitionManager>,
         spec: &ConsumerGroupSpec,
-        host: Weak<Host>,
+        host: Weak<dyn Lookup>,
     ) -> Result<Arc<ShareCursor>, ServerError> {
         let mut map = self.map.lock();
         if let Some(c) = map.get(&spec.name) {

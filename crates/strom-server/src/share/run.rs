@@ -88,7 +88,7 @@ impl ShareCursor {
 
     /// Events retention dropped can never be delivered: move past them.
     fn skip_dropped(&self, pm: &PartitionManager) {
-        let first = pm.log.first_offset();
+        let first = pm.first_offset();
         let mut st = self.state.lock();
         let mut ledger = self.ledger.lock();
         if ledger.floor() >= first {
@@ -120,7 +120,7 @@ impl ShareCursor {
                     None => return,
                 }
             };
-            let b = match pm.log.read(o, 1) {
+            let b = match pm.read(o, 1) {
                 Ok(v) => match v.into_iter().next() {
                     Some(b) => b,
                     None => return,
@@ -171,7 +171,7 @@ impl ShareCursor {
                 }
                 st.next
             };
-            let batches = match pm.log.read(next, READ_BYTES) {
+            let batches = match pm.read_visible(next, READ_BYTES) {
                 Ok(b) => b,
                 Err(e) => {
                     self.read_failed(pm, next, e);
@@ -233,10 +233,7 @@ impl ShareCursor {
             StorageError::DataCorrupt { first, last } => {
                 tracing::warn!(group = %self.spec.name, partition = pm.id, first, last, "the group skips a quarantined range");
                 let count = (last.saturating_sub(first) + 1).min(u64::from(u32::MAX)) as u32;
-                let me = self
-                    .pm
-                    .upgrade()
-                    .and_then(|pm| pm.shares.get(&self.spec.name));
+                let me = self.me.upgrade();
                 if let Some(me) = me {
                     tokio::spawn(async move {
                         if let Err(e) = me.ack(vec![(first, count)], Vec::new()).await {
@@ -332,7 +329,7 @@ impl ShareCursor {
     /// event in it is resolved.
     fn maybe_end(&self, pm: &PartitionManager) {
         let floor = self.floor();
-        if floor < pm.log.next_offset() {
+        if floor < pm.next_offset() {
             return;
         }
         let mut st = self.state.lock();
