@@ -117,52 +117,37 @@ async fn registered(
     if let Some(c) = shares.get(&spec.name) {
         return same_group(spec, c.spec.clone());
     }
-    let known = match control.master_registry() {
-        Some(r) => r.group_spec(&spec.name).await,
-        None => {
-            let master = control.link().replica_ctx().master.read().clone();
-            let Some(addr) = master else {
-                return Err(ServerError::coded(
-                    ErrorCode::NOT_MASTER,
-                    format!(
-                        "member {} does not know the registry yet, so it cannot check consumer group '{}'; retry shortly",
-                        control.member(),
-                        spec.name
-                    ),
-                ));
-            };
-            let req = Request::DescribeConsumerGroup {
-                group: spec.name.clone(),
-            };
-            match control.link().peers().call(&addr, &req).await {
-                Ok(Response::ConsumerGroup(info)) => Some(info.spec),
-                Ok(Response::Error { code, .. }) if code == ErrorCode::CONSUMER_GROUP_NOT_FOUND => {
-                    None
-                }
-                Ok(Response::Error { code, message }) => {
-                    return Err(ServerError::coded(code, message))
-                }
-                Ok(other) => {
-                    return Err(ServerError::coded(
-                        ErrorCode::INTERNAL,
-                        format!("the registry answered a group lookup with {other:?}"),
-                    ))
-                }
-                Err(e) if e.code() == ErrorCode::CONSUMER_GROUP_NOT_FOUND => None,
-                Err(e) => return Err(e),
-            }
+    if let Some(r) = control.master_registry() {
+        return match r.group_spec(&spec.name).await {
+            Some(k) => same_group(spec, k),
+            None => Err(not_created(&spec.name)),
+        };
+    }
+    let req = Request::DescribeConsumerGroup {
+        group: spec.name.clone(),
+    };
+    let known = match control.ask_registry(req).await {
+        Ok(Response::ConsumerGroup(info)) => Some(info.spec),
+        Ok(other) => {
+            return Err(ServerError::coded(
+                ErrorCode::INTERNAL,
+                format!("the registry answered a group lookup with {other:?}"),
+            ))
         }
+        Err(e) if e.code() == ErrorCode::CONSUMER_GROUP_NOT_FOUND => None,
+        Err(e) => return Err(e),
     };
     match known {
         Some(k) => same_group(spec, k),
-        None => Err(ServerError::coded(
-            ErrorCode::CONSUMER_GROUP_NOT_FOUND,
-            format!(
-                "no consumer group named '{}': the registry did not create it (join the group first)",
-                spec.name
-            ),
-        )),
+        None => Err(not_created(&spec.name)),
     }
+}
+
+fn not_created(group: &str) -> ServerError {
+    ServerError::coded(
+        ErrorCode::CONSUMER_GROUP_NOT_FOUND,
+        format!("no consumer group named '{group}': the registry did not create it (join the group first)"),
+    )
 }
 
 /// `known` (the registry's spec) if `asked` names the same topic and mode.

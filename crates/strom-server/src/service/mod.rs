@@ -17,6 +17,7 @@ mod control;
 mod data;
 mod groups;
 mod peer;
+mod registry_ops;
 mod tap;
 
 pub use control::{ControlService, QuorumPlace};
