@@ -666,5 +666,4 @@ impl Response {
 }
 
 #[cfg(test)]
-#[path = "message_tests.rs"]
 mod tests;
