@@ -17,9 +17,8 @@ use tokio::sync::watch;
 
 use super::{stream, Session};
 use crate::error::ServerError;
-use crate::fence::Holder;
 use crate::partition::PartitionManager;
-use crate::share::{MemberGuard, MemberOut};
+use crate::service::groups::{Holder, MemberGuard, MemberOut};
 use crate::sink::Credit;
 
 /// A partitioned group's stream: the ordinary stream, until the fence

@@ -11,11 +11,15 @@ use tokio::sync::watch;
 
 use super::Services;
 use crate::error::ServerError;
-use crate::fence::Holder;
 use crate::hosted_groups;
 use crate::names::check_name;
 use crate::partition::PartitionManager;
 use crate::share::{Cursors, ShareCursor};
+
+// What a front end holds of a group stream: its place among a shared
+// group's members, where its pushes go, and the fence it reads under.
+pub use crate::fence::Holder;
+pub use crate::share::{MemberGuard, MemberOut};
 
 use super::ControlService;
 

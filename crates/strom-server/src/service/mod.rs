@@ -15,7 +15,7 @@
 
 mod control;
 mod data;
-mod groups;
+pub mod groups;
 mod peer;
 mod registry_ops;
 mod tap;
