@@ -16,6 +16,7 @@
 mod control;
 mod data;
 pub mod groups;
+mod offsets;
 mod peer;
 mod registry_ops;
 mod tap;
