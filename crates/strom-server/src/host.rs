@@ -58,16 +58,18 @@ impl Slot {
         self.replica.get()
     }
 
-    /// Closes what lives beside the partition, then the partition:
-    /// deleted (`delete`) or shut down.
+    /// Closes the partition and what lives beside it: deleted (`delete`:
+    /// the deletion is visible before the shared cursors close, so their
+    /// members are told) or shut down.
     fn close(&self, delete: bool) {
-        self.shares.close_all();
         if let Some(r) = self.replica.get() {
             r.stop();
         }
         if delete {
             self.partition.mark_deleted();
+            self.shares.close_all();
         } else {
+            self.shares.close_all();
             self.partition.shutdown();
         }
     }
