@@ -45,51 +45,39 @@ pub fn open_cursor(
     })
 }
 
-/// `FENCED` unless `(consumer, epoch)` holds the group's fence on the
-/// partition; the fence, to watch for a newer holder.
-pub fn check_fence(
-    host: &Host,
-    topic: &str,
-    partition: u32,
-    group: &str,
-    consumer: u64,
-    epoch: u64,
-) -> Result<Arc<Fence>, ServerError> {
-    let slot = host.slot(topic, partition)?;
-    fence::check(&slot.partition, &slot.fences, group, consumer, epoch)
+/// A partitioned group's holder on one partition: the consumer the master
+/// assigned it to, at the assignment's epoch.
+pub struct Claim<'a> {
+    pub topic: &'a str,
+    pub partition: u32,
+    pub group: &'a str,
+    pub consumer: u64,
+    pub epoch: u64,
 }
 
-/// Stores the fence `(consumer, epoch)` of `group` on the partition
-/// (the master reassigned it). Blocking (fsync).
-pub fn set_fence(
-    host: &Host,
-    topic: &str,
-    partition: u32,
-    group: &str,
-    consumer: u64,
-    epoch: u64,
-) -> Result<(), ServerError> {
-    let slot = host.slot(topic, partition)?;
-    fence::fence(&slot.partition, &slot.fences, group, consumer, epoch)
+/// `FENCED` unless the claim holds the group's fence on the partition; the
+/// fence, to watch for a newer holder.
+pub fn check_fence(host: &Host, c: &Claim) -> Result<Arc<Fence>, ServerError> {
+    let slot = host.slot(c.topic, c.partition)?;
+    fence::check(&slot.partition, &slot.fences, c.group, c.consumer, c.epoch)
 }
 
-/// Commits a partitioned group's offset for its fenced holder. Blocking.
-pub fn commit(
-    host: &Host,
-    topic: &str,
-    partition: u32,
-    group: &str,
-    consumer: u64,
-    epoch: u64,
-    offset: u64,
-) -> Result<(), ServerError> {
-    let slot = host.slot(topic, partition)?;
+/// Stores the claim as the group's fence on the partition (the master
+/// reassigned it). Blocking (fsync).
+pub fn set_fence(host: &Host, c: &Claim) -> Result<(), ServerError> {
+    let slot = host.slot(c.topic, c.partition)?;
+    fence::fence(&slot.partition, &slot.fences, c.group, c.consumer, c.epoch)
+}
+
+/// Commits a partitioned group's offset for the claim's holder. Blocking.
+pub fn commit(host: &Host, c: &Claim, offset: u64) -> Result<(), ServerError> {
+    let slot = host.slot(c.topic, c.partition)?;
     fence::commit(
         &slot.partition,
         &slot.fences,
-        group,
-        consumer,
-        epoch,
+        c.group,
+        c.consumer,
+        c.epoch,
         offset,
     )
 }

@@ -178,9 +178,14 @@ impl MemberLink {
                 epoch,
             } => {
                 blocking(move || {
-                    crate::hosted_groups::set_fence(
-                        &host, &topic, partition, &group, consumer, epoch,
-                    )
+                    let claim = crate::hosted_groups::Claim {
+                        topic: &topic,
+                        partition,
+                        group: &group,
+                        consumer,
+                        epoch,
+                    };
+                    crate::hosted_groups::set_fence(&host, &claim)
                 })
                 .await?;
                 Ok(Response::Done)

@@ -11,7 +11,7 @@ use tokio::sync::watch;
 
 use super::Services;
 use crate::error::ServerError;
-use crate::hosted_groups;
+use crate::hosted_groups::{self, Claim};
 use crate::names::check_name;
 use crate::partition::PartitionManager;
 use crate::share::{Cursors, ShareCursor};
@@ -57,8 +57,14 @@ impl Services {
         epoch: u64,
     ) -> Result<FencedStart, ServerError> {
         let host = self.data.host();
-        let f =
-            hosted_groups::check_fence(host, &spec.topic, partition, &spec.name, consumer, epoch)?;
+        let claim = Claim {
+            topic: &spec.topic,
+            partition,
+            group: &spec.name,
+            consumer,
+            epoch,
+        };
+        let f = hosted_groups::check_fence(host, &claim)?;
         let p = host.get(&spec.topic, partition)?;
         let start = match p.committed(&spec.name) {
             Some(_) => StartPos::Committed,
@@ -85,7 +91,14 @@ impl Services {
     ) -> Result<(), ServerError> {
         let host = self.data.host().clone();
         tokio::task::spawn_blocking(move || {
-            hosted_groups::commit(&host, &topic, partition, &group, consumer, epoch, offset)
+            let claim = Claim {
+                topic: &topic,
+                partition,
+                group: &group,
+                consumer,
+                epoch,
+            };
+            hosted_groups::commit(&host, &claim, offset)
         })
         .await
         .map_err(|e| ServerError::coded(ErrorCode::INTERNAL, e.to_string()))?
