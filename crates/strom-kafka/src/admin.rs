@@ -1,7 +1,7 @@
 //! `Metadata`, `CreateTopics`, `DeleteTopics` and `InitProducerId` over
-//! the registry (`ControlService`). The registry lives on the master
-//! (member 0); another member asks it for `Metadata` over the native
-//! protocol and answers `NOT_CONTROLLER` to topic administration.
+//! the registry, through `ControlService::ask_registry`: here on the
+//! master, else forwarded to it (or to the metadata quorum's leader), so
+//! every broker answers them.
 //!
 //! The broker list holds every member that serves Kafka (each publishes its
 //! `kafka://host:port` among its addresses; node id = member id). A
@@ -24,7 +24,6 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 use strom_proto::{PartitionStatus, Request, Response, TopicInfo, TopicSpec};
-use strom_server::ServerError;
 
 use crate::api::{decode, ready, Ctx};
 use crate::conn::{respond, Reply};
@@ -39,39 +38,18 @@ fn str_of(s: &StrBytes) -> String {
     s.as_str().to_string()
 }
 
-/// Where the registry master listens, for a member that is not it: from
-/// the group file it joined through, or the launched group's files.
-pub(crate) fn master_addr(ctx: &Ctx) -> Option<String> {
-    let config = &ctx.services.config;
-    let from_file = |p: &std::path::Path| {
-        let g = strom_server::read_group_file(p).ok()?;
-        g.members
-            .iter()
-            .find(|m| m.id == g.master)
-            .map(|m| m.addr.clone())
-    };
-    if let Some(j) = &config.join {
-        return from_file(j);
-    }
-    let g = config.group_file.as_ref()?;
-    from_file(g).or_else(|| {
-        std::fs::read_to_string(strom_server::rendezvous_file(g))
-            .ok()
-            .map(|s| s.trim().to_string())
-    })
-}
-
-/// Asks the master (this server, or over the native protocol).
-async fn ask_master(ctx: &Ctx, req: Request) -> Result<Vec<TopicInfo>, i16> {
-    let addr = master_addr(ctx).ok_or(kcode::NOT_CONTROLLER)?;
-    match ctx.services.control.link().peers().call(&addr, &req).await {
+/// Asks the registry (here, or at the master: `ask_registry`) for topics.
+async fn ask_registry(ctx: &Ctx, req: Request) -> Result<Vec<TopicInfo>, i16> {
+    match ctx.services.control.ask_registry(req).await {
         Ok(Response::Topics(t)) => Ok(t),
         Ok(Response::Topic(t)) => Ok(vec![t]),
-        Ok(Response::Error { code, .. }) => Err(kafka_code(&ServerError::coded(code, ""))),
         Ok(_) => Err(kcode::UNKNOWN_SERVER_ERROR),
         Err(e) => {
-            tracing::warn!(master = %addr, error = %e, "Kafka Metadata: the registry master is unreachable");
-            Err(kcode::LEADER_NOT_AVAILABLE)
+            tracing::debug!(error = %e, "Kafka Metadata: the registry refused or is unreachable");
+            Err(match kafka_code(&e) {
+                kcode::UNKNOWN_SERVER_ERROR => kcode::LEADER_NOT_AVAILABLE,
+                code => code,
+            })
         }
     }
 }
@@ -80,33 +58,15 @@ async fn ask_master(ctx: &Ctx, req: Request) -> Result<Vec<TopicInfo>, i16> {
 /// always in it (its listener answers this very request).
 pub(crate) async fn brokers(ctx: &Ctx) -> Vec<(u32, String, i32)> {
     let me = ctx.node_id() as u32;
-    let members: Vec<(u32, Vec<String>)> = match ctx.services.control.registry() {
-        Ok(reg) => reg
-            .members()
-            .await
-            .into_iter()
-            .filter(|m| m.alive)
-            .map(|m| (m.id, m.addrs))
-            .collect(),
-        Err(_) => match master_addr(ctx) {
-            Some(addr) => match ctx
-                .services
-                .control
-                .link()
-                .peers()
-                .call(&addr, &Request::Members)
-                .await
-            {
-                Ok(Response::Members(m)) => m
-                    .into_iter()
-                    .filter(|m| m.alive)
-                    .map(|m| (m.id, m.addrs))
-                    .collect(),
-                _ => Vec::new(),
-            },
-            None => Vec::new(),
-        },
-    };
+    let members: Vec<(u32, Vec<String>)> =
+        match ctx.services.control.ask_registry(Request::Members).await {
+            Ok(Response::Members(m)) => m
+                .into_iter()
+                .filter(|m| m.alive)
+                .map(|m| (m.id, m.addrs))
+                .collect(),
+            _ => Vec::new(),
+        };
     let mut out: Vec<(u32, String, i32)> = members
         .into_iter()
         .filter(|(id, _)| *id != me)
@@ -125,40 +85,23 @@ pub(crate) async fn topics(
     ctx: &Ctx,
     wanted: &Option<Vec<String>>,
 ) -> Vec<Result<TopicInfo, (String, i16)>> {
-    let Ok(reg) = ctx.services.control.registry() else {
-        // Not the master: ask it.
-        return match wanted {
-            None => match ask_master(ctx, Request::ListTopics).await {
-                Ok(t) => t.into_iter().map(Ok).collect(),
-                Err(_) => Vec::new(),
-            },
-            Some(names) => {
-                let mut out = Vec::with_capacity(names.len());
-                for n in names {
-                    let req = Request::DescribeTopic {
-                        name: n.clone(),
-                        offsets: false,
-                    };
-                    out.push(match ask_master(ctx, req).await {
-                        Ok(mut t) if !t.is_empty() => Ok(t.swap_remove(0)),
-                        Ok(_) => Err((n.clone(), kcode::UNKNOWN_TOPIC_OR_PARTITION)),
-                        Err(code) => Err((n.clone(), code)),
-                    });
-                }
-                out
-            }
-        };
-    };
     match wanted {
-        None => reg.list().await.into_iter().map(Ok).collect(),
+        None => match ask_registry(ctx, Request::ListTopics).await {
+            Ok(t) => t.into_iter().map(Ok).collect(),
+            Err(_) => Vec::new(),
+        },
         Some(names) => {
             let mut out = Vec::with_capacity(names.len());
             for n in names {
-                out.push(
-                    reg.describe(n, false)
-                        .await
-                        .map_err(|e| (n.clone(), kafka_code(&e))),
-                );
+                let req = Request::DescribeTopic {
+                    name: n.clone(),
+                    offsets: false,
+                };
+                out.push(match ask_registry(ctx, req).await {
+                    Ok(mut t) if !t.is_empty() => Ok(t.swap_remove(0)),
+                    Ok(_) => Err((n.clone(), kcode::UNKNOWN_TOPIC_OR_PARTITION)),
+                    Err(code) => Err((n.clone(), code)),
+                });
             }
             out
         }
@@ -275,14 +218,16 @@ pub fn create_topics(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Repl
             } else if req.validate_only {
                 Ok(())
             } else {
-                match ctx.services.control.registry() {
-                    Err(e) => Err((kafka_code(&e), e.to_string())),
-                    Ok(reg) => reg
-                        .create(TopicSpec::new(n.clone(), partitions as u32), None)
-                        .await
-                        .map(|_| ())
-                        .map_err(|e| (kafka_code(&e), e.to_string())),
-                }
+                let req = Request::CreateTopic {
+                    spec: TopicSpec::new(n.clone(), partitions as u32),
+                    member: None,
+                };
+                ctx.services
+                    .control
+                    .ask_registry(req)
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| (kafka_code(&e), e.to_string()))
             };
             let mut r = CreatableTopicResult::default().with_name(name(&n));
             if let Err((code, msg)) = outcome {
@@ -306,15 +251,13 @@ pub fn delete_topics(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Repl
         let mut results = Vec::with_capacity(req.topic_names.len());
         for t in &req.topic_names {
             let n = str_of(&t.0);
-            let code = match ctx.services.control.registry() {
-                Err(e) => kafka_code(&e),
-                Ok(reg) => match reg.delete(&n).await {
-                    Ok(()) => kcode::NONE,
-                    Err(e) => {
-                        tracing::info!(topic = %n, error = %e, "Kafka DeleteTopics refused");
-                        kafka_code(&e)
-                    }
-                },
+            let req = Request::DeleteTopic { name: n.clone() };
+            let code = match ctx.services.control.ask_registry(req).await {
+                Ok(_) => kcode::NONE,
+                Err(e) => {
+                    tracing::info!(topic = %n, error = %e, "Kafka DeleteTopics refused");
+                    kafka_code(&e)
+                }
             };
             results.push(
                 DeletableTopicResult::default()

@@ -23,8 +23,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 use strom_proto::BatchView;
-use strom_server::{BatchSink, PartitionManager};
-use strom_storage::{Appended, StorageError};
+use strom_server::{Appended, BatchSink, PartitionManager, ServerError, StoredBatch};
 use tokio::sync::Notify;
 
 use crate::api::{decode, Ctx};
@@ -71,9 +70,9 @@ impl Part {
     }
 }
 
-fn storage_code(e: &StorageError) -> i16 {
-    match e {
-        StorageError::OffsetOutOfRange { .. } => kcode::OFFSET_OUT_OF_RANGE,
+fn storage_code(e: &ServerError) -> i16 {
+    match e.code() {
+        strom_proto::ErrorCode::OFFSET_OUT_OF_RANGE => kcode::OFFSET_OUT_OF_RANGE,
         _ => kcode::KAFKA_STORAGE_ERROR,
     }
 }
@@ -137,11 +136,7 @@ fn read_part(p: &PartitionManager, offset: i64, budget: u64) -> Part {
 }
 
 /// Appends one stored batch to `out` as a Kafka record batch.
-fn encode_batch(
-    p: &PartitionManager,
-    b: &strom_storage::StoredBatch,
-    out: &mut BytesMut,
-) -> Result<(), i16> {
+fn encode_batch(p: &PartitionManager, b: &StoredBatch, out: &mut BytesMut) -> Result<(), i16> {
     let view = BatchView::parse(b.meta.clone()).map_err(|_| kcode::CORRUPT_MESSAGE)?;
     let whole = p.read_all_data(b).map_err(|e| {
         tracing::warn!(topic = %p.topic, partition = p.id, offset = b.base_offset, error = %e, "Kafka fetch: data read failed");

@@ -19,7 +19,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use strom_proto::{ConsumerGroupMode, ConsumerGroupSpec, GroupConsumerInfo, Request, Response};
+use strom_proto::{ConsumerGroupMode, ConsumerGroupSpec, GroupConsumerInfo, Request};
 use strom_server::ServerError;
 use tokio::sync::watch;
 
@@ -191,21 +191,7 @@ async fn expire(ctx: &Ctx, name: &str, topic: String) -> Result<(), ServerError>
     let req = Request::DeleteConsumerGroup {
         group: name.to_string(),
     };
-    match call_master(ctx, &req).await? {
-        Response::Error { code, message } => Err(ServerError::coded(code, message)),
-        _ => Ok(()),
-    }
-}
-
-/// Sends `req` to the registry master over the native protocol.
-async fn call_master(ctx: &Ctx, req: &Request) -> Result<Response, ServerError> {
-    let addr = crate::admin::master_addr(ctx).ok_or_else(|| {
-        ServerError::coded(
-            strom_proto::ErrorCode::NOT_MASTER,
-            "the registry master's address is unknown",
-        )
-    })?;
-    ctx.services.control.link().peers().call(&addr, req).await
+    ctx.services.control.ask_registry(req).await.map(|_| ())
 }
 
 /// Hands the view to the registry: here if this server is the master,
@@ -224,8 +210,5 @@ async fn send(
         generation,
         consumers,
     };
-    match call_master(ctx, &req).await? {
-        Response::Error { code, message } => Err(ServerError::coded(code, message)),
-        _ => Ok(()),
-    }
+    ctx.services.control.ask_registry(req).await.map(|_| ())
 }

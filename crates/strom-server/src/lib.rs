@@ -48,4 +48,6 @@ pub use service::Services;
 pub use batch::ValidBatch;
 pub use partition::{AppendReply, PartitionManager};
 pub use sink::{BatchSink, Waiters};
+// The stored batches a front end reads, and what an append reports.
 pub use strom_net::Transports;
+pub use strom_storage::{Appended, StoredBatch};

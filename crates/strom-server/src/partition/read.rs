@@ -45,6 +45,17 @@ impl PartitionManager {
         &self,
         from: u64,
         max_bytes: usize,
+    ) -> Result<Vec<StoredBatch>, ServerError> {
+        Ok(self.read_visible_log(from, max_bytes)?)
+    }
+
+    /// [`PartitionManager::read_visible`] with the storage error as it is,
+    /// for the readers in this crate that step over its kinds (gaps,
+    /// quarantined ranges).
+    pub(crate) fn read_visible_log(
+        &self,
+        from: u64,
+        max_bytes: usize,
     ) -> Result<Vec<StoredBatch>, strom_storage::StorageError> {
         let visible = self.visible();
         if from >= visible {

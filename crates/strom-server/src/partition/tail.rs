@@ -91,7 +91,7 @@ impl TailCursor {
     pub fn read(&mut self, max_bytes: usize) -> Result<Read, StorageError> {
         loop {
             self.pos = self.pos.max(self.pm.first_offset());
-            match self.pm.read_visible(self.pos, max_bytes) {
+            match self.pm.read_visible_log(self.pos, max_bytes) {
                 Ok(batches) => {
                     if let Some(b) = batches.last() {
                         self.pos = self.pos.max(b.base_offset + u64::from(b.count));

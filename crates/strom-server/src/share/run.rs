@@ -171,7 +171,7 @@ impl ShareCursor {
                 }
                 st.next
             };
-            let batches = match pm.read_visible(next, READ_BYTES) {
+            let batches = match pm.read_visible_log(next, READ_BYTES) {
                 Ok(b) => b,
                 Err(e) => {
                     self.read_failed(pm, next, e);
