@@ -147,18 +147,29 @@ fn tiered_partition_replays_every_byte_from_offset_zero() {
 fn kill_9_during_tier_copies_loses_nothing_and_restart_finishes_them() {
     let base = tempfile::tempdir().expect("tempdir");
     let tier = base.path().join("tier");
-    let cfg = config(&tier, 4 << 20);
-    let server = ServerProcess::start_with_config(base.path(), &cfg);
+    // 96 MiB in 1 MiB events, in segments of 1 MiB. They are written with
+    // the tier's pass an hour away, so that the whole backlog waits for
+    // the restart below, whatever the machine's load (a pass running
+    // during the writes could keep up with them, and leave nothing to kill).
+    let idle = config(&tier, 1 << 20).replace("tier_check_ms = 50", "tier_check_ms = 3600000");
+    let server = ServerProcess::start_with_config(base.path(), &idle);
     let driver = server.connect();
     driver
         .create_topic(TopicSpec::new("copying", 1))
         .expect("creating the topic");
-    // 96 MiB in 1 MiB events: 24 segments of 4 MiB, a backlog of copies.
     let want = produce(&driver, "copying", "kill", 96, 1 << 20);
     let local = partition_dir(&server.data_dir, "copying");
     let tier_part = tier_partition(&tier, &local);
-    // Kill the moment a copy is in flight (a `.tmp` object in the tier),
-    // or once the copies have started if none is caught in 20 s.
+    assert!(
+        files(&tier_part, "log").is_empty(),
+        "no copy before the tier's first pass"
+    );
+    drop(driver);
+    server.kill9();
+    // The tier's pass every 50 ms now: kill the moment a copy is in flight
+    // (a `.tmp` object in the tier), or once the copies have started.
+    let cfg = config(&tier, 1 << 20);
+    let server = ServerProcess::start_with_config(base.path(), &cfg);
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     while files(&tier_part, "tmp").is_empty() && std::time::Instant::now() < deadline {
         std::thread::sleep(Duration::from_micros(200));
@@ -178,7 +189,6 @@ fn kill_9_during_tier_copies_loses_nothing_and_restart_finishes_them() {
         local_at_kill > 1,
         "the kill came before every copy finished"
     );
-    drop(driver);
 
     let server = ServerProcess::start_with_config(base.path(), &cfg);
     let driver = server.connect();
