@@ -552,6 +552,7 @@ pub fn sample_responses() -> Vec<Response> {
         Response::Limits {
             max_frame_bytes: 256 << 20,
             max_batch_bytes: 64 << 20,
+            meta_voters: 3,
         },
         Response::Scrubbed {
             segments: 3,

@@ -200,6 +200,44 @@ fn the_registry_survives_sigkill_of_its_leader_member_0_included() {
     assert!(status.stdout.contains("leader"), "{}", status.stdout);
 }
 
+/// A registry request that finds its leader dead waits for the election,
+/// however long it takes, in a group with a metadata quorum. Here neither
+/// other member can answer or elect for 4 s (both paused); a client that
+/// gave up after 2 s, as one must in a group without a quorum, failed this.
+#[test]
+fn a_registry_request_waits_out_a_slow_election() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut c = Cluster::start(tmp.path());
+    let d = Driver::connect(c.group_file()).expect("connecting");
+    d.create_topic(TopicSpec::new("before", 1)).unwrap();
+    let pids: Vec<i32> = c
+        .joined
+        .iter()
+        .map(|(_, p, _)| p.as_ref().expect("running").0.id() as i32)
+        .collect();
+    for pid in &pids {
+        // SAFETY: kill(2) on our own children; no memory is involved.
+        unsafe { libc::kill(*pid, libc::SIGSTOP) };
+    }
+    c.kill(0);
+    let paused = Duration::from_secs(4);
+    let resume = std::thread::spawn(move || {
+        std::thread::sleep(paused);
+        for pid in pids {
+            // SAFETY: as above.
+            unsafe { libc::kill(pid, libc::SIGCONT) };
+        }
+    });
+    let took = create(&d, "after-a-slow-election", 1);
+    resume.join().expect("the resuming thread");
+    eprintln!("topic created {took:?} after the leader's SIGKILL");
+    assert!(
+        took >= paused,
+        "created before any member could lead: {took:?}"
+    );
+    assert_eq!(names(&d), ["after-a-slow-election", "before"]);
+}
+
 #[test]
 fn a_registry_kept_without_a_quorum_does_not_start_one() {
     let tmp = tempfile::tempdir().unwrap();

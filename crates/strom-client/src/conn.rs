@@ -124,6 +124,9 @@ pub(crate) struct Greeting {
     pub member: u32,
     pub master: u32,
     pub members: Vec<strom_proto::GroupMember>,
+    /// Voters of the server's metadata quorum (`Limits`; 0 from servers
+    /// older than protocol version 8, 1 without a quorum).
+    pub meta_voters: u32,
 }
 
 pub(crate) struct ClientConn {
@@ -150,7 +153,7 @@ impl ClientConn {
             max_version: PROTOCOL_VERSION,
             nonce: Default::default(),
         };
-        match c.call(&hello, Vec::new()).await? {
+        let mut greeting = match c.call(&hello, Vec::new()).await? {
             Response::Hello {
                 version,
                 member,
@@ -159,11 +162,12 @@ impl ClientConn {
                 ..
             } if (MIN_PROTOCOL_VERSION..=PROTOCOL_VERSION).contains(&version) => {
                 c.version.store(version, Ordering::Release);
-                let _ = c.greeting.set(Greeting {
+                Greeting {
                     member,
                     master,
                     members,
-                });
+                    meta_voters: 0,
+                }
             }
             Response::Hello { version, .. } => {
                 return Err(Error::coded(
@@ -172,12 +176,14 @@ impl ClientConn {
                 ))
             }
             other => return Err(crate::error::unexpected(other)),
-        }
+        };
         match c.call(&Request::Limits, Vec::new()).await? {
             Response::Limits {
                 max_frame_bytes,
                 max_batch_bytes,
+                meta_voters,
             } => {
+                greeting.meta_voters = meta_voters;
                 let _ = c.limits.set(ServerLimits {
                     max_frame_bytes,
                     max_batch_bytes,
@@ -185,6 +191,7 @@ impl ClientConn {
             }
             other => return Err(crate::error::unexpected(other)),
         }
+        let _ = c.greeting.set(greeting);
         Ok(c)
     }
 

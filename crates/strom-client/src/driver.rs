@@ -38,6 +38,9 @@ pub(crate) struct DriverInner {
     pub members: Mutex<Vec<String>>,
     /// The member id of the master last reached.
     pub master_id: Mutex<Option<u32>>,
+    /// Voters of the metadata quorum, as the master last reached said (1:
+    /// none): with a quorum, a master that is gone is replaced by an election.
+    pub meta_voters: std::sync::atomic::AtomicU32,
     conns: Mutex<HashMap<String, Arc<ClientConn>>>,
     /// Every address of each member, by its primary address (from the
     /// group file and the servers' `Hello`).
@@ -221,6 +224,7 @@ impl Driver {
                 master: Mutex::new(master),
                 members: Mutex::new(Vec::new()),
                 master_id: Mutex::new(None),
+                meta_voters: std::sync::atomic::AtomicU32::new(0),
                 conns: Mutex::new(HashMap::new()),
                 routes: Mutex::new(HashMap::new()),
                 via: Mutex::new(HashMap::new()),

@@ -38,7 +38,8 @@ const CHECK_MOVED_EVERY: Duration = Duration::from_millis(500);
 enum Probe {
     /// A member names this master.
     Master(String),
-    /// A member knows of no master: an election is in progress.
+    /// A member knows of no master (an election is in progress), or the
+    /// group has a metadata quorum (one will be held if the master is gone).
     Electing,
     /// None answered, or all named the master already tried.
     Nothing,
@@ -98,7 +99,7 @@ impl Driver {
             let attempt = async {
                 let c = self.conn(&master).await.map_err(|e| (e, false))?;
                 let v = op(c.clone()).await.map_err(|e| (e, true))?;
-                Ok::<_, (Error, bool)>((v, c.greeting().member))
+                Ok::<_, (Error, bool)>((v, c.greeting()))
             };
             let outcome = tokio::select! {
                 r = attempt => r,
@@ -115,8 +116,11 @@ impl Driver {
                 }
             };
             let err = match outcome {
-                Ok((v, member)) => {
-                    *self.inner.master_id.lock() = Some(member);
+                Ok((v, greeting)) => {
+                    *self.inner.master_id.lock() = Some(greeting.member);
+                    self.inner
+                        .meta_voters
+                        .store(greeting.meta_voters, std::sync::atomic::Ordering::Relaxed);
                     return Ok(v);
                 }
                 Err((e, true)) if e.code() == ErrorCode::NOT_MASTER => e,
@@ -127,6 +131,12 @@ impl Driver {
                 Err((e, true)) => return Err(e),
                 Err((e, false)) => e,
             };
+            // A group with a metadata quorum elects another master: wait for it.
+            signs |= self
+                .inner
+                .meta_voters
+                .load(std::sync::atomic::Ordering::Relaxed)
+                > 1;
             let limit = |signs: bool| if signs { FOLLOW_FOR } else { NO_SIGN_FOR };
             match self.find_master(&master).await {
                 Probe::Master(addr) if addr != master => {
@@ -168,8 +178,10 @@ impl Driver {
             candidates.push(tried.to_string());
         }
         let mut electing = false;
-        // The master last reached, under another address, is not a move
-        // (a client cut off from it keeps being cut off).
+        // The master last reached, named under another address, is a move
+        // only if that address answers: a master restarted on a new port
+        // is, a client cut off from the master it knows is not (it would
+        // keep being cut off).
         let last = *self.inner.master_id.lock();
         for addr in candidates {
             let connect = ClientConn::connect(&self.inner.transports, &addr);
@@ -178,13 +190,21 @@ impl Driver {
             };
             let g = c.greeting();
             self.know_members(g.members.iter().map(|m| m.addr.clone()));
+            // A member of a metadata quorum: a master that is gone is
+            // replaced by an election, which takes a while to notice.
+            electing |= g.meta_voters > 1;
             if g.master == u32::MAX {
                 electing = true;
                 continue;
             }
             let named = g.members.iter().find(|m| m.id == g.master);
             if last == Some(g.master) && addr != tried {
-                continue;
+                match named {
+                    Some(m) if m.addr != tried && self.answers(&m.addr).await => {
+                        return Probe::Master(m.addr.clone())
+                    }
+                    _ => continue,
+                }
             }
             match named {
                 Some(m) if m.addr != tried => return Probe::Master(m.addr.clone()),
@@ -197,6 +217,17 @@ impl Driver {
         } else {
             Probe::Nothing
         }
+    }
+}
+
+impl Driver {
+    /// Whether a server answers a `Hello` at `addr` within [`PROBE_TIMEOUT`].
+    async fn answers(&self, addr: &str) -> bool {
+        let connect = ClientConn::connect(&self.inner.transports, addr);
+        matches!(
+            tokio::time::timeout(PROBE_TIMEOUT, connect).await,
+            Ok(Ok(_))
+        )
     }
 }
 

@@ -388,6 +388,11 @@ pub enum Response {
         max_frame_bytes: u64,
         /// Largest batch (metadata section + data) it appends.
         max_batch_bytes: u64,
+        /// Voters of the metadata quorum the server belongs to (protocol
+        /// version 8; 0 from older servers): 1 without one (the registry
+        /// master is member 0 and never moves), 3 or 5 with one (a master
+        /// that is gone is replaced by an election, so a client waits for it).
+        meta_voters: u32,
     },
     /// What a scrub checked; `damaged` lists ranges found by this pass,
     /// `quarantined` every quarantined range after it, as `(first, last)`.
@@ -631,7 +636,7 @@ messages!(Response {
     11 => Joined { member, members },
     12 => Members(members),
     13 => Stats(stats),
-    14 => Limits { max_frame_bytes, max_batch_bytes },
+    14 => Limits { max_frame_bytes, max_batch_bytes, meta_voters @ 8 },
     15 => Scrubbed { segments, batches, bytes, damaged, quarantined },
     16 => ProducerLease { id, lease_ms },
     17 => Leases { lost },

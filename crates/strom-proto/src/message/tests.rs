@@ -99,6 +99,7 @@ fn responses_and_pushes_round_trip() {
         Response::Limits {
             max_frame_bytes: 1 << 28,
             max_batch_bytes: 1 << 27,
+            meta_voters: 3,
         },
         Response::ServerSnapshot {
             json: "{\"member\":1}".into(),

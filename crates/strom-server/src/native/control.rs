@@ -21,6 +21,7 @@ pub async fn handle(
             Ok(Response::Limits {
                 max_frame_bytes,
                 max_batch_bytes,
+                meta_voters: svc.meta_voters(),
             })
         }
         req @ (Request::HostPartitions { .. }

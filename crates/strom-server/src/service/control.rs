@@ -219,6 +219,11 @@ impl ControlService {
         Ok(m.handle(rpc).await)
     }
 
+    /// Voters of the metadata quorum this server belongs to (1: none).
+    pub fn meta_voters(&self) -> u32 {
+        self.quorum.as_ref().map_or(1, |q| q.setup.voters.max(1))
+    }
+
     /// `(max_frame_bytes, max_batch_bytes)` this server accepts.
     pub fn limits(&self) -> (u64, u64) {
         (self.max_frame_bytes, self.max_batch_bytes)
