@@ -67,7 +67,10 @@ impl From<StepError> for RecordFileError {
     }
 }
 
-fn io<'a>(step: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> RecordFileError + 'a {
+fn io<'a>(
+    step: &'static str,
+    path: &'a Path,
+) -> impl FnOnce(std::io::Error) -> RecordFileError + 'a {
     move |source| RecordFileError::Io {
         step,
         path: path.to_path_buf(),

@@ -115,7 +115,10 @@ fn a_record_that_does_not_decode_is_corruption() {
     std::fs::write(&path, &bytes).unwrap();
     assert!(matches!(
         open(dir.path()),
-        Err(RecordFileError::Corrupt { at: FILE_HEADER, .. })
+        Err(RecordFileError::Corrupt {
+            at: FILE_HEADER,
+            ..
+        })
     ));
 }
 
@@ -209,8 +212,16 @@ fn a_compaction_that_crashes_between_the_snapshot_and_the_log_restart_recovers()
     let (_, recs) = open(dir.path()).unwrap();
     assert_eq!(recs, vec![(4, "d".into())]);
     // A restarted, empty log begins where the snapshot ends.
-    let (f, recs) = RecordFile::open(Arc::new(RealFs), dir.path(), "n.log", FORMAT, Text, 8, Vec::new)
-        .unwrap();
+    let (f, recs) = RecordFile::open(
+        Arc::new(RealFs),
+        dir.path(),
+        "n.log",
+        FORMAT,
+        Text,
+        8,
+        Vec::new,
+    )
+    .unwrap();
     assert!(recs.is_empty());
     assert_eq!(f.next_index(), 8);
 }

@@ -104,8 +104,9 @@ impl Store {
             snapshot::load(v, dir)?
         };
         let (snap_index, mut state) = loaded.unwrap_or_default();
-        let (log, recs) = RecordFile::open(vfs.clone(), dir, LOG, FORMAT, Raw, snap_index + 1, Vec::new)
-            .map_err(store_err)?;
+        let (log, recs) =
+            RecordFile::open(vfs.clone(), dir, LOG, FORMAT, Raw, snap_index + 1, Vec::new)
+                .map_err(store_err)?;
         let path = dir.join(LOG);
         let mut last = snap_index;
         let mut stale = 0u64;

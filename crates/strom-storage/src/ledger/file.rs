@@ -90,15 +90,12 @@ impl LedgerFile {
             .parent()
             .filter(|d| !d.as_os_str().is_empty())
             .unwrap_or(Path::new("."));
-        let name = path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .ok_or_else(|| {
-                StorageError::InvalidArgument(format!(
-                    "a ledger path without a file name: {}",
-                    path.display()
-                ))
-            })?;
+        let name = path.file_name().and_then(|n| n.to_str()).ok_or_else(|| {
+            StorageError::InvalidArgument(format!(
+                "a ledger path without a file name: {}",
+                path.display()
+            ))
+        })?;
         let mut refused = None;
         let opened = RecordFile::open(vfs, dir, name, FORMAT, LedgerCodec, 1, || {
             tracing::debug!(path = %path.display(), "starting a shared-group ledger");
@@ -206,7 +203,12 @@ impl LedgerFile {
             }
             // Once the rename is attempted, which file the path names is
             // uncertain on failure: stop rather than append to the wrong one.
-            Err(e @ RecordFileError::Io { step: "renaming into", .. }) => Err(self.fail(e)),
+            Err(
+                e @ RecordFileError::Io {
+                    step: "renaming into",
+                    ..
+                },
+            ) => Err(self.fail(e)),
             Err(e) if self.file.broken().is_some() => Err(self.fail(e)),
             // The old file is intact and still the one in use.
             Err(e) => Err(storage(e)),
