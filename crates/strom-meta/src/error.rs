@@ -148,6 +148,18 @@ impl LogError {
     }
 }
 
+impl From<strom_storage::RecordFileError> for LogError {
+    fn from(e: strom_storage::RecordFileError) -> Self {
+        use strom_storage::RecordFileError as E;
+        match e {
+            E::Io { step, path, source } => LogError::io(step, &path, source),
+            E::Corrupt { path, at, reason } => LogError::corrupt(&path, at, reason),
+            E::TooLarge(n) => LogError::TooLarge(n),
+            E::Encode(why) | E::Broken(why) => LogError::Broken(why),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

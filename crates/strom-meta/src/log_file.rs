@@ -1,5 +1,6 @@
 //! The durable Raft log of one member: `raft.log` in its data directory,
-//! framed with `strom_storage::record` (CRC per record). Every change is a
+//! a `strom_storage::RecordFile` (framing: `strom_storage::record`, CRC
+//! per record; JSON payloads). Every change is a
 //! record: the vote, the committed log id, purges, truncations and the
 //! entries themselves. Replaying the records in order rebuilds
 //! [`Durable`], the in-memory view Raft reads from.
@@ -24,8 +25,8 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
-use strom_storage::record::{self, FILE_HEADER, MAX_RECORD};
-use strom_storage::vfs::{Vfs, VfsFile};
+use strom_storage::vfs::Vfs;
+use strom_storage::{Codec, Format, RecordFile};
 
 use crate::codec::{from_json, to_json};
 use crate::error::LogError;
@@ -36,6 +37,10 @@ use crate::types::{Entry, LogId, Vote};
 pub const LOG: &str = "raft.log";
 /// Its magic (framing: `strom_storage::record`).
 pub const LOG_MAGIC: [u8; 4] = *b"STRR";
+const FORMAT: Format = Format {
+    magic: LOG_MAGIC,
+    what: "Raft log",
+};
 /// Records beyond twice the live entries before the file is rewritten.
 const COMPACT_SLACK: u64 = 1024;
 
@@ -127,18 +132,23 @@ impl Durable {
     }
 }
 
+/// [`LogRecord`]s as JSON payloads.
+pub struct LogCodec;
+
+impl Codec for LogCodec {
+    type Record = LogRecord;
+    fn encode(&self, rec: &LogRecord) -> Result<Vec<u8>, String> {
+        to_json(rec)
+    }
+    fn decode(&self, payload: &[u8]) -> Result<LogRecord, String> {
+        from_json(payload, "a Raft log record").map_err(|e| e.to_string())
+    }
+}
+
 /// The open log file and the state it holds.
 pub struct LogFile {
-    vfs: Arc<dyn Vfs>,
     dir: PathBuf,
-    file: Box<dyn VfsFile>,
-    /// Bytes of the file; the next record goes here.
-    len: u64,
-    /// Sequence number of the next record (the framing's record index).
-    next_seq: u64,
-    /// Records in the file.
-    records: u64,
-    broken: Option<String>,
+    file: RecordFile<LogCodec>,
     state: Arc<Mutex<Durable>>,
 }
 
@@ -147,78 +157,22 @@ impl LogFile {
     pub fn open(vfs: Arc<dyn Vfs>, dir: &Path) -> Result<LogFile, LogError> {
         files::create_dir_durable(&*vfs, dir)?;
         let path = dir.join(LOG);
-        files::remove_if_exists(&*vfs, &dir.join(format!("{LOG}.tmp")))?;
-        let buf = files::read_all(&*vfs, &path)?;
-        let header = record::file_header(LOG_MAGIC);
-        match buf {
-            Some(buf) if buf.len() >= FILE_HEADER || !header.starts_with(&buf) => {
-                Self::replay(vfs, dir, &buf)
-            }
-            Some(_) => {
-                tracing::warn!(file = %path.display(), "the Raft log stops inside its header; starting it again");
-                Self::rewrite(vfs, dir, Durable::default()).map_err(|(e, _)| e)
-            }
-            None => Self::rewrite(vfs, dir, Durable::default()).map_err(|(e, _)| e),
-        }
-    }
-
-    /// Starts a new file holding `state` alone. On failure, the flag says
-    /// whether the new file already took the name.
-    fn rewrite(vfs: Arc<dyn Vfs>, dir: &Path, state: Durable) -> Result<LogFile, (LogError, bool)> {
-        let (bufs, records) = encode_records(1, &state.as_records()).map_err(|e| (e, false))?;
-        let header = record::file_header(LOG_MAGIC);
-        let mut parts: Vec<&[u8]> = vec![&header];
-        parts.extend(bufs.iter().map(|b| &b[..]));
-        let len = parts.iter().map(|p| p.len() as u64).sum();
-        let file = files::replace(&*vfs, dir, LOG, &parts)?;
-        Ok(LogFile {
-            vfs,
-            dir: dir.to_path_buf(),
-            file,
-            len,
-            next_seq: records + 1,
-            records,
-            broken: None,
-            state: Arc::new(Mutex::new(state)),
-        })
-    }
-
-    fn replay(vfs: Arc<dyn Vfs>, dir: &Path, buf: &[u8]) -> Result<LogFile, LogError> {
-        let path = dir.join(LOG);
-        let scan = record::scan_log(buf, LOG_MAGIC, "Raft log")
-            .map_err(|d| LogError::corrupt(&path, d.at, d.reason))?;
+        let (file, recs) = RecordFile::open(vfs, dir, LOG, FORMAT, LogCodec, 1, || {
+            Durable::default().as_records()
+        })?;
         let mut state = Durable::default();
-        for r in &scan.records {
-            let rec: LogRecord = from_json(r.payload, "a Raft log record")
-                .map_err(|e| LogError::corrupt(&path, r.at, e.to_string()))?;
-            let rec = [rec];
+        for r in recs {
+            let rec = [r.record];
             state
                 .check(&rec)
                 .map_err(|why| LogError::corrupt(&path, r.at, why))?;
             let [rec] = rec;
             state.apply(rec);
         }
-        let file = vfs
-            .open(&path, false)
-            .map_err(|e| LogError::io("opening", &path, e))?;
-        if let Some(t) = &scan.torn {
-            tracing::warn!(file = %path.display(), offset = t.at, reason = %t.reason,
-                "dropping a damaged last record of the Raft log (a crash during an append); it was never acknowledged");
-            file.set_len(t.at as u64)
-                .and_then(|_| file.sync_data())
-                .map_err(|e| LogError::io("truncating", &path, e))?;
-        }
-        let records = scan.records.len() as u64;
-        let next_seq = scan.records.last().map_or(1, |r| r.index.saturating_add(1));
-        tracing::debug!(file = %path.display(), records, entries = state.entries.len(), "Raft log replayed");
+        tracing::debug!(file = %path.display(), records = file.records(), entries = state.entries.len(), "Raft log replayed");
         Ok(LogFile {
-            vfs,
             dir: dir.to_path_buf(),
             file,
-            len: scan.valid_len as u64,
-            next_seq,
-            records,
-            broken: None,
             state: Arc::new(Mutex::new(state)),
         })
     }
@@ -231,30 +185,14 @@ impl LogFile {
     /// Appends `recs` (and fdatasyncs them if `sync`), then applies them to
     /// the state. On a failed write the file is cut back to where it was.
     pub fn write(&mut self, recs: Vec<LogRecord>, sync: bool) -> Result<(), LogError> {
-        if let Some(why) = &self.broken {
-            return Err(LogError::Broken(why.clone()));
+        if let Some(why) = self.file.broken() {
+            return Err(LogError::Broken(why.to_string()));
         }
-        let path = self.dir.join(LOG);
         self.state
             .lock()
             .check(&recs)
             .map_err(LogError::OutOfOrder)?;
-        let (bufs, n) = encode_records(self.next_seq, &recs)?;
-        let parts: Vec<&[u8]> = bufs.iter().map(|b| &b[..]).collect();
-        let written = self.file.write_all_at(&parts, self.len).and_then(|_| {
-            if sync {
-                self.file.sync_data()
-            } else {
-                Ok(())
-            }
-        });
-        if let Err(e) = written {
-            self.cut_back(&e);
-            return Err(LogError::io("appending to", &path, e));
-        }
-        self.len += parts.iter().map(|p| p.len() as u64).sum::<u64>();
-        self.next_seq += n;
-        self.records += n;
+        self.file.append(&recs, sync)?;
         let mut state = self.state.lock();
         for rec in recs {
             state.apply(rec);
@@ -264,63 +202,24 @@ impl LogFile {
         Ok(())
     }
 
-    fn cut_back(&mut self, e: &std::io::Error) {
-        let undone = self
-            .file
-            .set_len(self.len)
-            .and_then(|_| self.file.sync_data());
-        if let Err(e2) = undone {
-            self.broken = Some(format!("appending: {e}; cutting it back: {e2}"));
-        }
-    }
-
     /// Rewrites the file when it holds many more records than live state.
     fn compact_if_due(&mut self) {
         let live = self.state.lock().entries.len() as u64;
-        if self.records <= 2 * live + COMPACT_SLACK {
+        if self.file.records() <= 2 * live + COMPACT_SLACK {
             return;
         }
-        let snapshot = {
-            let s = self.state.lock();
-            Durable {
-                vote: s.vote,
-                committed: s.committed,
-                purged: s.purged,
-                entries: s.entries.clone(),
-                next_index: s.next_index,
+        let recs = self.state.lock().as_records();
+        let before = self.file.records();
+        match self.file.rewrite(1, &recs) {
+            Ok(()) => {
+                tracing::debug!(dir = %self.dir.display(), before, after = self.file.records(), "Raft log rewritten");
             }
-        };
-        let before = self.records;
-        match Self::rewrite(self.vfs.clone(), &self.dir, snapshot) {
-            Ok(new) => {
-                self.file = new.file;
-                self.len = new.len;
-                self.next_seq = new.next_seq;
-                self.records = new.records;
-                tracing::debug!(dir = %self.dir.display(), before, after = self.records, "Raft log rewritten");
-            }
-            Err((e, false)) => {
-                // The old file is intact and goes on; the next write retries.
-                tracing::warn!(dir = %self.dir.display(), error = %e, "rewriting the Raft log failed; keeping the old one");
-            }
-            Err((e, true)) => {
-                // The open handle is the old, unlinked file, and the new
-                // one's name may not survive a crash: stop appending.
-                self.broken = Some(format!("rewriting the log: {e}"));
+            // The old file is intact and goes on; the next write retries.
+            // (If the new file took the name but the directory sync failed,
+            // the file refuses appends from now on.)
+            Err(e) => {
+                tracing::warn!(dir = %self.dir.display(), error = %e, "rewriting the Raft log failed");
             }
         }
     }
-}
-
-/// Frames `recs` as records numbered from `seq`; returns them and their count.
-fn encode_records(seq: u64, recs: &[LogRecord]) -> Result<(Vec<Vec<u8>>, u64), LogError> {
-    let mut out = Vec::with_capacity(recs.len());
-    for (i, rec) in recs.iter().enumerate() {
-        let payload = to_json(rec).map_err(LogError::Broken)?;
-        if payload.len() > MAX_RECORD {
-            return Err(LogError::TooLarge(payload.len()));
-        }
-        out.push(record::encode(seq + i as u64, &payload));
-    }
-    Ok((out, recs.len() as u64))
 }

@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use strom_net::Transports;
 use strom_proto::{ErrorCode, Request, Response};
@@ -533,12 +533,7 @@ async fn join_once(
     }
 }
 
-pub(crate) fn now_us() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_micros() as u64)
-        .unwrap_or(0)
-}
+pub(crate) use strom_storage::now_us;
 
 impl ServerHandle {
     /// The address the server actually bound (its primary one).

@@ -85,6 +85,20 @@ impl StorageError {
         }
     }
 
+    /// A [`crate::RecordFileError`] as a storage error (I/O keeps its
+    /// disk-full kind, damage is `Corrupt`, a stopped file is failed).
+    pub fn from_record_file(what: &str, e: crate::RecordFileError) -> Self {
+        use crate::RecordFileError as E;
+        match e {
+            E::Io { step, path, source } => {
+                StorageError::io(format!("{step} {}", path.display()), source)
+            }
+            E::Corrupt { .. } => StorageError::corrupt(format!("{what} {e}")),
+            E::TooLarge(_) | E::Encode(_) => StorageError::InvalidArgument(e.to_string()),
+            E::Broken(cause) => StorageError::PartitionFailed { cause },
+        }
+    }
+
     /// Wraps an I/O error; ENOSPC / EDQUOT become [`StorageError::DiskFull`].
     pub(crate) fn io(context: impl Into<String>, source: io::Error) -> Self {
         if is_disk_full(&source) {

@@ -37,6 +37,7 @@ mod memory;
 pub mod name;
 mod offsets;
 pub mod record;
+pub mod record_file;
 pub mod sim;
 mod sync_gate;
 pub mod tier;
@@ -51,6 +52,7 @@ pub use ledger::{DeadLetter, LedgerFile, LedgerRecord, LedgerSnapshot, ShareLedg
 pub use memory::MemoryLog;
 pub use name::{check_name, is_valid_name};
 pub use offsets::OffsetStore;
+pub use record_file::{Codec, Format, RecordFile, RecordFileError, Replayed};
 
 use bytes::Bytes;
 

@@ -2,7 +2,7 @@
 //! partitions are split among producer and consumer workers, pacing, and
 //! latency percentiles. Target-independent and allocation-free per event.
 
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -121,12 +121,7 @@ pub fn read_stamp(buf: &[u8]) -> Option<u64> {
     })
 }
 
-pub fn now_us() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_micros() as u64)
-        .unwrap_or(0)
-}
+pub use strom_storage::now_us;
 
 /// The `k`-th of `workers` equal shares of `n`.
 pub fn share(n: u64, k: u64, workers: u64) -> u64 {
