@@ -63,6 +63,7 @@ pub(crate) enum AckTarget {
     Share(Arc<ShareAcks>),
     /// Cumulative: offsets another backend commits (the Kafka group's
     /// committed offset of the partition).
+    #[cfg_attr(not(feature = "kafka"), allow(dead_code))]
     Committed(Arc<dyn CommitAcks>),
 }
 
