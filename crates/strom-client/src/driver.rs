@@ -12,9 +12,11 @@ use strom_net::Transports;
 use strom_proto::{ErrorCode, GroupFile, MemberInfo, Request, Response, TopicInfo, TopicSpec};
 use tokio::runtime::{Handle, Runtime};
 
+use crate::backend::Backend;
 use crate::conn::ClientConn;
 use crate::error::{unexpected, Error, Result};
 use crate::lease::Leases;
+use crate::native::Native;
 use crate::topic::Topic;
 
 /// The address scheme of the Kafka backend: `kafka://host:port`.
@@ -51,10 +53,9 @@ pub(crate) struct DriverInner {
     pub leases: Leases,
     #[cfg(feature = "embedded")]
     embedded: Mutex<Option<strom_server::ServerHandle>>,
-    /// The Kafka backend (`kafka://host:port`): topics, producers and
-    /// consumers go to a Kafka cluster instead of Strom servers.
-    #[cfg(feature = "kafka")]
-    pub kafka: Option<Arc<crate::kafka::KafkaDriver>>,
+    /// What topics, producers and consumers talk to: Strom servers
+    /// (`native.rs`), or a Kafka cluster (`kafka://host:port`, `kafka/`).
+    pub backend: Arc<dyn Backend>,
 }
 
 /// Runs `f` on `handle`'s runtime and waits for it on this thread, which
@@ -167,7 +168,7 @@ impl Driver {
             let inner = Arc::get_mut(&mut d.inner).ok_or_else(|| {
                 Error::coded(ErrorCode::INTERNAL, "a new driver is already shared")
             })?;
-            inner.kafka = Some(Arc::new(kafka));
+            inner.backend = Arc::new(kafka);
             Ok(d)
         }
         #[cfg(not(feature = "kafka"))]
@@ -176,26 +177,17 @@ impl Driver {
         )))
     }
 
-    /// The Kafka backend, if this driver talks to a Kafka cluster.
-    #[cfg(feature = "kafka")]
-    pub(crate) fn kafka(&self) -> Option<&Arc<crate::kafka::KafkaDriver>> {
-        self.inner.kafka.as_ref()
-    }
-
     /// Whether this driver talks to a Kafka cluster (`kafka://`).
     pub fn is_kafka(&self) -> bool {
-        #[cfg(feature = "kafka")]
-        return self.inner.kafka.is_some();
-        #[cfg(not(feature = "kafka"))]
-        false
+        self.inner.backend.name() == "kafka"
     }
 
     /// `Error::Unsupported` for `what` on a Kafka driver: only Strom
     /// servers have a registry master and native connections.
     fn native_only(&self, what: &str) -> Result<()> {
-        if self.is_kafka() {
+        if !self.inner.backend.is_native() {
             return Err(Error::Unsupported {
-                backend: "kafka",
+                backend: self.inner.backend.name(),
                 what: what.to_string(),
             });
         }
@@ -231,8 +223,7 @@ impl Driver {
                 leases: Leases::default(),
                 #[cfg(feature = "embedded")]
                 embedded: Mutex::new(None),
-                #[cfg(feature = "kafka")]
-                kafka: None,
+                backend: Arc::new(Native),
             }),
         }
     }
@@ -423,7 +414,7 @@ impl Driver {
     }
 
     pub(crate) async fn master_call(&self, req: Request) -> Result<Response> {
-        if self.is_kafka() {
+        if !self.inner.backend.is_native() {
             let what = format!("{req:?}");
             let kind = what.split([' ', '{', '(']).next().unwrap_or_default();
             self.native_only(&format!(
@@ -461,30 +452,10 @@ impl Driver {
     /// Creates a topic with every partition on one member (`Some(id)`), or
     /// spread round-robin (`None`).
     pub fn create_topic_on(&self, spec: TopicSpec, member: Option<u32>) -> Result<Topic> {
-        #[cfg(feature = "kafka")]
-        if let Some(k) = self.kafka() {
-            return Topic::new(self.clone(), k.create_topic(spec, member)?);
-        }
-        let req = Request::CreateTopic {
-            spec: spec.clone(),
-            member,
-        };
-        let d = self.clone();
-        let (answer, resent) =
-            self.block_on(async move { Ok(d.leader_call_resent(&req).await) })?;
-        match answer {
-            Ok(Response::Topic(info)) => Topic::new(self.clone(), info),
-            Ok(other) => Err(unexpected(other)),
-            // Sent again after the master died before answering: the
-            // first attempt may have created it.
-            Err(e) if resent && e.code() == ErrorCode::TOPIC_EXISTS => {
-                match self.describe(&spec.name) {
-                    Ok(info) if info.spec == spec => Topic::new(self.clone(), info),
-                    _ => Err(e),
-                }
-            }
-            Err(e) => Err(e),
-        }
+        Topic::new(
+            self.clone(),
+            self.inner.backend.create_topic(self, spec, member)?,
+        )
     }
 
     pub fn open_topic(&self, name: &str) -> Result<Topic> {
@@ -492,37 +463,15 @@ impl Driver {
     }
 
     pub fn describe(&self, name: &str) -> Result<TopicInfo> {
-        #[cfg(feature = "kafka")]
-        if let Some(k) = self.kafka() {
-            return k.describe(name);
-        }
-        match self.admin(Request::DescribeTopic {
-            name: name.into(),
-            offsets: true,
-        })? {
-            Response::Topic(info) => Ok(info),
-            other => Err(unexpected(other)),
-        }
+        self.inner.backend.describe(self, name)
     }
 
     pub fn list_topics(&self) -> Result<Vec<TopicInfo>> {
-        #[cfg(feature = "kafka")]
-        if let Some(k) = self.kafka() {
-            return k.list_topics();
-        }
-        match self.admin(Request::ListTopics)? {
-            Response::Topics(t) => Ok(t),
-            other => Err(unexpected(other)),
-        }
+        self.inner.backend.list_topics(self)
     }
 
     pub fn delete_topic(&self, name: &str) -> Result<()> {
-        #[cfg(feature = "kafka")]
-        if let Some(k) = self.kafka() {
-            return k.delete_topic(name);
-        }
-        self.admin(Request::DeleteTopic { name: name.into() })
-            .map(|_| ())
+        self.inner.backend.delete_topic(self, name)
     }
 
     /// Adds `count` partitions to a topic (on `member`, or round-robin).

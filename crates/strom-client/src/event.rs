@@ -49,8 +49,7 @@ impl LaterAck {
         match &self.acks {
             AckTarget::Offsets(a) => a.ack(self.offset + 1),
             AckTarget::Share(s) => s.ack(self.offset),
-            #[cfg(feature = "kafka")]
-            AckTarget::Kafka(k) => k.ack(self.offset + 1),
+            AckTarget::Committed(c) => c.clone().ack(self.offset + 1),
         }
     }
 }
@@ -62,9 +61,10 @@ pub(crate) enum AckTarget {
     Offsets(Arc<PartitionAcks>),
     /// One by one: a shared group's acks of the partition.
     Share(Arc<ShareAcks>),
-    /// Cumulative: the Kafka group's committed offset of the partition.
-    #[cfg(feature = "kafka")]
-    Kafka(Arc<crate::kafka::KafkaAcks>),
+    /// Cumulative: offsets another backend commits (the Kafka group's
+    /// committed offset of the partition).
+    #[cfg_attr(not(feature = "kafka"), allow(dead_code))]
+    Committed(Arc<dyn CommitAcks>),
 }
 
 impl Deref for Event {
@@ -155,9 +155,8 @@ impl Event {
                 a.clone(),
                 Error::InvalidArgument("nack applies to events of a shared consumer group".into()),
             ),
-            #[cfg(feature = "kafka")]
-            AckTarget::Kafka(k) => AckFuture::failed(
-                k.clone(),
+            AckTarget::Committed(c) => AckFuture::failed(
+                c.clone(),
                 Error::InvalidArgument("nack applies to events of a shared consumer group".into()),
             ),
         }
@@ -188,6 +187,13 @@ impl AckSource for PartitionAcks {
     fn wait_ticket(&self, t: u64, deadline: Option<Instant>) -> Option<Result<()>> {
         wait_settled(&self.state, &self.cond, deadline, |st| st.check(t))
     }
+}
+
+/// Cumulative acks of one partition kept by a backend other than the
+/// native consumer names (the Kafka group's committed offsets).
+pub(crate) trait CommitAcks: AckSource {
+    /// Asks for everything below `next` to be committed.
+    fn ack(self: Arc<Self>, next: u64) -> AckFuture;
 }
 
 /// Runs `check` under the lock; if nothing is settled yet, registers

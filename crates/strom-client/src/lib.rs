@@ -12,6 +12,7 @@
 //! `kafka` feature the same API runs on a Kafka cluster
 //! (`Driver::connect_addr("kafka://host:port")`, librdkafka inside).
 
+mod backend;
 mod batching;
 mod compress;
 mod conn;
@@ -25,6 +26,7 @@ mod group;
 mod kafka;
 mod leader;
 mod lease;
+mod native;
 mod partitioned;
 mod pool;
 mod producer;
@@ -34,16 +36,16 @@ mod slot;
 mod subscription;
 mod topic;
 pub mod transform;
+mod unpack;
 
 pub use batching::{Batching, Trigger};
-pub use compress::FrameError;
 pub use consumer::{
     default_spin, Consumer, ConsumerOptions, Next, PullFuture, DEFAULT_SPIN, LATENCY_SPIN,
     SPARE_CORES, SPIN_ENV,
 };
 pub use data::{DataBroker, DataBuffer, DataDescriptor, DataSelector, EventMeta, VecBroker};
 pub use driver::{Driver, ScrubReport, KAFKA_SCHEME};
-pub use error::{Error, Result};
+pub use error::{Error, FrameError, Result};
 pub use event::{AckFuture, Event};
 pub use group::{ConsumerGroupMode, GroupOptions, RebalanceListener};
 pub use pool::{PoolBroker, PooledBuffer};

@@ -15,13 +15,13 @@ use strom_proto::message::DataItem;
 use strom_proto::{BatchView, ErrorCode, EventEntry, Push, Request, Response, Run, StartPos};
 use tokio::sync::mpsc;
 
-use crate::compress::Unpacker;
 use crate::conn::ResponseWaiter;
 use crate::consumer::{Item, PartSub, Shared};
 use crate::data::{plan_fill, DataBuffer, DataDescriptor, EventMeta};
 use crate::error::unexpected;
 use crate::error::{Error, Result};
 use crate::event::Event;
+use crate::unpack::Unpacker;
 
 static NEXT_STREAM: AtomicU64 = AtomicU64::new(1);
 const RETRY: Duration = Duration::from_secs(1);
@@ -662,7 +662,7 @@ impl InFlight {
             ev.buffers = filled.by_ref().take(*n).collect();
         }
         match self.unpacker.clone() {
-            Some(u) => crate::compress::unpack_all(&self.shared, u, events).await,
+            Some(u) => crate::unpack::unpack_all(&self.shared, u, events).await,
             None => Ok(events.into_iter().map(Ok).collect()),
         }
     }
@@ -694,7 +694,7 @@ async fn start_fetch(
         let e = &i.entry;
         if e.data_len > 0 && shared.unpacker.is_some() {
             // Compressed: the whole stored frame, selected after decoding.
-            fetched = crate::compress::stored_frame(e.data_len, &mut buffers, &mut plan);
+            fetched = crate::unpack::stored_frame(e.data_len, &mut buffers, &mut plan);
             if fetched > 0 {
                 let ranges = std::iter::once((e.data_pos, e.data_len));
                 match wanted.last_mut() {

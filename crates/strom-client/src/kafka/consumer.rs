@@ -24,13 +24,17 @@ use strom_proto::{ErrorCode, StartPos};
 
 use super::mapping::{self, Marker, Record};
 use super::{kafka_error, unsupported};
+use crate::backend::Feed;
 use crate::consumer::{Consumer, ConsumerOptions, Item, PartSub, Shared};
 use crate::data::{plan_fill, DataDescriptor, EventMeta};
 use crate::error::{Error, Result};
 use crate::event::{
-    poll_settled, settle, wait_settled, AckFuture, AckSource, AckState, AckTarget, Event, Owner,
+    poll_settled, settle, wait_settled, AckFuture, AckSource, AckState, AckTarget, CommitAcks,
+    Event, Owner,
 };
 use crate::topic::Topic;
+
+use super::KafkaDriver;
 
 /// How long one poll of librdkafka waits (also how soon a seek or a drop
 /// takes over the reader).
@@ -40,10 +44,12 @@ const POLL: Duration = Duration::from_millis(50);
 const LOOKUP_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A consumer named `name` on Kafka topic `topic` (see the module doc).
-pub(crate) fn consumer(topic: Topic, name: &str, opts: ConsumerOptions) -> Result<Consumer> {
-    let Some(k) = topic.driver.kafka().cloned() else {
-        return Err(Error::InvalidArgument("not a Kafka topic".into()));
-    };
+pub(crate) fn consumer(
+    k: &KafkaDriver,
+    topic: Topic,
+    name: &str,
+    opts: ConsumerOptions,
+) -> Result<Consumer> {
     let info = topic.describe()?;
     let partitions = match &opts.partitions {
         Some(p) => p.clone(),
@@ -97,7 +103,7 @@ pub(crate) fn consumer(topic: Topic, name: &str, opts: ConsumerOptions) -> Resul
                 addr: pi.addr.clone(),
             })),
             conn: Mutex::new(None),
-            acks: AckTarget::Kafka(a),
+            acks: AckTarget::Committed(a),
             stream: AtomicU64::new(0),
             fence: None,
             end: AtomicU64::new(u64::MAX),
@@ -130,7 +136,7 @@ pub(crate) fn consumer(topic: Topic, name: &str, opts: ConsumerOptions) -> Resul
         inner,
         thread: Some(thread),
     };
-    Ok(Consumer::from_kafka(shared, reader))
+    Ok(Consumer::fed(shared, Box::new(reader)))
 }
 
 /// End-of-stream bookkeeping of one partition: the producers seen open
@@ -167,10 +173,16 @@ impl KafkaReader {
     /// Moves every partition to `pos`; `reset` empties the queue and
     /// starts a new epoch while no record is being queued (the reader
     /// never waits for room while it holds the position).
-    pub fn seek(&self, pos: StartPos, reset: impl FnOnce() -> u64) -> Result<()> {
+    fn seek(&self, pos: StartPos, reset: &dyn Fn() -> u64) -> Result<()> {
         let mut position = self.inner.position.lock();
         reset();
         self.inner.assign(pos, &mut position)
+    }
+}
+
+impl Feed for KafkaReader {
+    fn reposition(&self, pos: StartPos, reset: &dyn Fn() -> u64) -> Result<()> {
+        self.seek(pos, reset)
     }
 }
 
@@ -395,14 +407,6 @@ pub(crate) struct KafkaAcks {
 }
 
 impl KafkaAcks {
-    pub fn ack(self: &Arc<Self>, next: u64) -> AckFuture {
-        if self.state.lock().want(next) {
-            let me = self.clone();
-            self.handle.spawn_blocking(move || me.commit_loop());
-        }
-        AckFuture::new(self.clone(), next)
-    }
-
     fn commit_loop(&self) {
         loop {
             let Some(target) = self.state.lock().next_target() else {
@@ -429,6 +433,16 @@ impl KafkaAcks {
                 &e,
             )
         })
+    }
+}
+
+impl CommitAcks for KafkaAcks {
+    fn ack(self: Arc<Self>, next: u64) -> AckFuture {
+        if self.state.lock().want(next) {
+            let me = Arc::clone(&self);
+            self.handle.spawn_blocking(move || me.commit_loop());
+        }
+        AckFuture::new(self, next)
     }
 }
 

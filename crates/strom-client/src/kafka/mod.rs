@@ -27,8 +27,13 @@ use tokio::runtime::Handle;
 
 use crate::error::{Error, Result};
 
-pub(crate) use consumer::{consumer, KafkaAcks, KafkaReader};
-pub(crate) use producer::KafkaProducer;
+use crate::backend::{Backend, ProducerBackend};
+use crate::consumer::{Consumer, ConsumerOptions};
+use crate::driver::Driver;
+use crate::group::Membership;
+use crate::producer::ProducerOptions;
+use crate::topic::Topic;
+use producer::KafkaProducer;
 
 /// Longest wait for the cluster's answer to an administrative request.
 const ADMIN_TIMEOUT: Duration = Duration::from_secs(10);
@@ -258,6 +263,49 @@ impl KafkaDriver {
             partitions,
             state: Default::default(),
         })
+    }
+}
+
+impl Backend for KafkaDriver {
+    fn name(&self) -> &'static str {
+        BACKEND
+    }
+
+    fn is_native(&self) -> bool {
+        false
+    }
+
+    fn create_topic(&self, _: &Driver, spec: TopicSpec, member: Option<u32>) -> Result<TopicInfo> {
+        KafkaDriver::create_topic(self, spec, member)
+    }
+
+    fn describe(&self, _: &Driver, name: &str) -> Result<TopicInfo> {
+        KafkaDriver::describe(self, name)
+    }
+
+    fn list_topics(&self, _: &Driver) -> Result<Vec<TopicInfo>> {
+        KafkaDriver::list_topics(self)
+    }
+
+    fn delete_topic(&self, _: &Driver, name: &str) -> Result<()> {
+        KafkaDriver::delete_topic(self, name)
+    }
+
+    fn producer(&self, topic: Topic, opts: ProducerOptions) -> Result<Box<dyn ProducerBackend>> {
+        Ok(Box::new(KafkaProducer::new(self, topic, opts)?))
+    }
+
+    /// A Kafka consumer reads as its name's Kafka group; Strom consumer
+    /// groups (`group`) are refused earlier, at their registration with
+    /// the registry master, which a Kafka driver has not.
+    fn consumer(
+        &self,
+        topic: Topic,
+        name: &str,
+        opts: ConsumerOptions,
+        _group: Option<Arc<Membership>>,
+    ) -> Result<Consumer> {
+        consumer::consumer(self, topic, name, opts)
     }
 }
 

@@ -24,10 +24,13 @@ use strom_policy::{MetadataInput, TopicPolicy};
 
 use super::mapping::{Marker, EOS_HEADER, META_HEADER};
 use super::{kafka_error, unsupported};
+use crate::backend::ProducerBackend;
 use crate::error::{Error, Result};
 use crate::producer::{BatchAck, Data, ProducerOptions, PushFuture};
 use crate::slot::Slot;
 use crate::topic::Topic;
+
+use super::KafkaDriver;
 
 /// How long a full librdkafka queue is given to drain before `push` tries
 /// again (backpressure: `push` blocks, memory does not grow).
@@ -79,10 +82,7 @@ pub(crate) struct KafkaProducer {
 }
 
 impl KafkaProducer {
-    pub fn new(topic: Topic, opts: ProducerOptions) -> Result<KafkaProducer> {
-        let Some(k) = topic.driver.kafka().cloned() else {
-            return Err(Error::InvalidArgument("not a Kafka topic".into()));
-        };
+    pub fn new(k: &KafkaDriver, topic: Topic, opts: ProducerOptions) -> Result<KafkaProducer> {
         let info = topic.describe()?;
         let partitions = info.partitions.len() as u32;
         let mut config = k.config();
@@ -239,6 +239,34 @@ impl KafkaProducer {
 
     pub fn id(&self) -> u64 {
         self.id
+    }
+}
+
+impl ProducerBackend for KafkaProducer {
+    fn push_with(
+        &self,
+        metadata: MetadataInput,
+        data: Data,
+        partition: Option<u32>,
+        descriptor: &[u8],
+    ) -> Result<PushFuture> {
+        KafkaProducer::push_with(self, metadata, data, partition, descriptor)
+    }
+
+    fn flush(&self) -> Result<()> {
+        KafkaProducer::flush(self)
+    }
+
+    fn close(&self) -> Result<()> {
+        KafkaProducer::close(self)
+    }
+
+    fn topic(&self) -> &Topic {
+        KafkaProducer::topic(self)
+    }
+
+    fn id(&self) -> u64 {
+        KafkaProducer::id(self)
     }
 }
 

@@ -1,17 +1,13 @@
-//! The producer: validates, routes and serializes each event on the caller's
-//! thread, accumulates per-partition batches, and sends them from the
-//! background runtime with at most `max_batches` in flight per partition.
-//! Past that, `push` blocks (backpressure) instead of growing memory.
-//!
-//! Batching and size limits are one type, [`Batching`] (see `batching.rs`):
-//! `Count(n)` and `Full` send a batch when it is full (or after `linger`);
-//! `Adaptive` sends whatever is ready as soon as an in-flight slot frees
-//! up, so batches grow with load and latency stays low when idle.
+//! The native producer: per-partition queues of batches sent to Strom
+//! servers from the driver's runtime, with leases, idempotent resends
+//! and refreshes of the topic's partitions (`refresh.rs`, `retry.rs`).
+//! Those two work on this file's queues (`Inner`, `PartQueue`, `Sealed`)
+//! and this file calls them: the three are one unit split by
+//! responsibility, so they import each other (a small circle by design).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -20,7 +16,8 @@ use strom_policy::{MetadataInput, TopicPolicy};
 use strom_proto::{BatchBuilder, Compression, PartitionInfo, ProducerStamp, Request, Response};
 use tokio::sync::mpsc;
 
-use crate::batching::{event_limit, Batching, EventLimit, Trigger};
+use crate::backend::ProducerBackend;
+use crate::batching::{event_limit, EventLimit, Trigger};
 use crate::conn::{Callback, ClientConn, ServerLimits};
 use crate::error::unexpected;
 use crate::error::{Error, Result};
@@ -28,255 +25,81 @@ use crate::lease::Lease;
 use crate::slot::Slot;
 use crate::topic::Topic;
 
-#[path = "producer_refresh.rs"]
-mod refresh;
-use refresh::{learn_limits, refresh_loop};
-#[path = "producer_retry.rs"]
-pub(crate) mod retry;
+use super::refresh::{learn_limits, refresh_loop};
+use super::retry;
+use super::{Acks, BatchAck, Data, ProducerOptions, PushFuture};
 
-#[derive(Clone, Debug)]
-pub struct ProducerOptions {
-    /// When batches are sent and how large batches and events may be.
-    pub batch: Batching,
-    /// Batches per partition sent and not yet acknowledged (at least 1; at
-    /// most 64 for an idempotent producer).
-    pub max_batches: usize,
-    /// Longest a partial `Count`/`Full` batch waits before it is sent.
-    pub linger: Duration,
-    /// The producer's lease: the driver renews it in the background, and if
-    /// the process dies the registry master closes this producer's part of
-    /// the stream once the lease runs out (reported as expired). The
-    /// default, `Some(Duration::ZERO)`, takes the server's
-    /// `producer_lease_ms`; other durations are clamped to 1 s ..= 300 s.
-    /// `None` takes no lease: the producer stays open until closed, even
-    /// after its process exits (to hand a stream over to others).
-    pub lease: Option<Duration>,
-    /// When a push to a replicated partition is acknowledged: after every
-    /// in-sync replica has it (`All`, the default), or after the leader's
-    /// append (`Leader`: faster, and lost if the leader dies before its
-    /// followers copied it). Unreplicated partitions ignore it.
-    pub acks: Acks,
-    /// Idempotence: each batch carries this producer's id and its sequence
-    /// number in the partition, so the producer resends batches whose
-    /// answer was lost (a dead or deposed leader, a dropped connection) to
-    /// the partition's current leader, in order, for up to
-    /// [`retry_for`](Self::retry_for), and the partition appends each
-    /// batch once. `None` (the default) turns it on for replicated topics.
-    pub idempotent: Option<bool>,
-    /// How long an idempotent producer keeps resending a batch before its
-    /// push fails.
-    pub retry_for: Duration,
-}
-
-/// See [`ProducerOptions::acks`].
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Acks {
-    Leader,
-    #[default]
-    All,
-}
-
-impl Default for ProducerOptions {
-    fn default() -> Self {
-        ProducerOptions {
-            batch: Batching::adaptive(),
-            max_batches: 2,
-            linger: Duration::from_millis(5),
-            lease: Some(Duration::ZERO),
-            acks: Acks::All,
-            idempotent: None,
-            retry_for: Duration::from_secs(30),
-        }
-    }
-}
-
-/// An event's data part: zero or more segments sent back to back without
-/// being copied into one buffer.
-#[derive(Clone, Debug, Default)]
-pub struct Data(pub Vec<Bytes>);
-
-impl Data {
-    pub fn none() -> Self {
-        Data(Vec::new())
-    }
-    pub fn len(&self) -> u64 {
-        self.0.iter().map(|b| b.len() as u64).sum()
-    }
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
-
-impl From<Bytes> for Data {
-    fn from(b: Bytes) -> Self {
-        Data(vec![b])
-    }
-}
-impl From<Vec<u8>> for Data {
-    fn from(b: Vec<u8>) -> Self {
-        Data(vec![Bytes::from(b)])
-    }
-}
-impl From<&'static [u8]> for Data {
-    fn from(b: &'static [u8]) -> Self {
-        Data(vec![Bytes::from_static(b)])
-    }
-}
-impl From<Vec<Bytes>> for Data {
-    fn from(b: Vec<Bytes>) -> Self {
-        Data(b)
-    }
-}
-impl From<()> for Data {
-    fn from(_: ()) -> Self {
-        Data::none()
-    }
-}
-
-/// Where an acknowledged event was stored.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct EventId {
-    pub partition: u32,
-    pub offset: u64,
-}
-
-#[derive(Clone, Copy)]
-pub(crate) struct BatchAck {
-    pub base_offset: u64,
-}
-
-/// Resolves to the event's [`EventId`] once its batch is acknowledged.
-/// Wait for it with [`wait`](Self::wait), or `.await` it in any executor.
-pub struct PushFuture {
-    slot: Arc<Slot<BatchAck>>,
-    partition: u32,
-    index: u32,
-}
-
-impl PushFuture {
-    /// The future of one event stored alone at the slot's `base_offset`
-    /// (the Kafka backend: one delivery report per record).
-    #[cfg(feature = "kafka")]
-    pub(crate) fn single(slot: Arc<Slot<BatchAck>>, partition: u32) -> Self {
-        PushFuture {
-            slot,
-            partition,
-            index: 0,
-        }
-    }
-
-    pub fn wait(self) -> Result<EventId> {
-        self.wait_timeout(None)
-    }
-
-    pub fn wait_timeout(&self, timeout: Option<Duration>) -> Result<EventId> {
-        match self.slot.wait(timeout) {
-            Some(r) => self.id(r),
-            None => Err(Error::Timeout(timeout.unwrap_or_default())),
-        }
-    }
-
-    pub fn is_done(&self) -> bool {
-        self.slot.is_done()
-    }
-
-    /// The partition the event was routed to (known before it is stored).
-    pub fn partition(&self) -> u32 {
-        self.partition
-    }
-
-    /// Polls through a shared reference (for bindings that both wait on and
-    /// await the same future).
-    pub fn poll_ref(&self, cx: &mut Context<'_>) -> Poll<Result<EventId>> {
-        self.slot.poll(cx).map(|r| self.id(r))
-    }
-
-    fn id(&self, r: Result<BatchAck>) -> Result<EventId> {
-        r.map(|a| EventId {
-            partition: self.partition,
-            offset: a.base_offset + self.index as u64,
-        })
-    }
-}
-
-impl std::future::Future for PushFuture {
-    type Output = Result<EventId>;
-    fn poll(self: std::pin::Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        self.poll_ref(cx)
-    }
-}
-
-struct Sealed {
-    meta: Bytes,
-    count: u32,
-    data: Vec<Bytes>,
-    slot: Arc<Slot<BatchAck>>,
+pub(super) struct Sealed {
+    pub(super) meta: Bytes,
+    pub(super) count: u32,
+    pub(super) data: Vec<Bytes>,
+    pub(super) slot: Arc<Slot<BatchAck>>,
     /// An idempotent producer's sequence number for the batch.
-    seq: Option<u32>,
+    pub(super) seq: Option<u32>,
     /// When its first attempt failed (resent batches).
-    failed_at: Option<std::time::Instant>,
+    pub(super) failed_at: Option<std::time::Instant>,
     /// Its data parts are framed already (compressed topics).
-    packed: bool,
+    pub(super) packed: bool,
 }
 
-struct QueueState {
+pub(super) struct QueueState {
     /// The largest event this partition takes.
-    limit: EventLimit,
-    builder: BatchBuilder,
-    data: Vec<Bytes>,
-    bytes: u64,
-    slot: Arc<Slot<BatchAck>>,
-    sealed: VecDeque<Sealed>,
-    in_flight: usize,
-    error: Option<Error>,
+    pub(super) limit: EventLimit,
+    pub(super) builder: BatchBuilder,
+    pub(super) data: Vec<Bytes>,
+    pub(super) bytes: u64,
+    pub(super) slot: Arc<Slot<BatchAck>>,
+    pub(super) sealed: VecDeque<Sealed>,
+    pub(super) in_flight: usize,
+    pub(super) error: Option<Error>,
     /// Idempotence: the producer id the batches are stamped with.
-    stamp: Option<u64>,
-    next_seq: u32,
+    pub(super) stamp: Option<u64>,
+    pub(super) next_seq: u32,
     /// Batches whose attempt failed, by sequence number, to resend in order.
-    resend: std::collections::BTreeMap<u32, Sealed>,
+    pub(super) resend: std::collections::BTreeMap<u32, Sealed>,
     /// A resend is being prepared: nothing new is sent before it.
-    resending: bool,
+    pub(super) resending: bool,
     /// A batch was given up: later ones cannot follow it in order.
-    gave_up: bool,
+    pub(super) gave_up: bool,
 }
 
-struct PartQueue {
-    partition: u32,
+pub(super) struct PartQueue {
+    pub(super) partition: u32,
     /// The member owning the partition and its address (refreshed).
-    owner: Mutex<(u32, String)>,
+    pub(super) owner: Mutex<(u32, String)>,
     /// The owner's connection once the sender task opened it.
-    conn: Mutex<Option<Arc<ClientConn>>>,
+    pub(super) conn: Mutex<Option<Arc<ClientConn>>>,
     /// Batches handed to the sender task and not yet written: while any
     /// are, later batches queue behind them to keep their order.
-    queued: AtomicUsize,
-    state: Mutex<QueueState>,
-    cond: Condvar,
+    pub(super) queued: AtomicUsize,
+    pub(super) state: Mutex<QueueState>,
+    pub(super) cond: Condvar,
     /// Batches to send, in seal order, to this partition's sender task.
-    outbox: mpsc::UnboundedSender<Sealed>,
+    pub(super) outbox: mpsc::UnboundedSender<Sealed>,
 }
 
-struct Inner {
-    topic: Topic,
-    id: u64,
-    policy: TopicPolicy,
-    opts: ProducerOptions,
+pub(super) struct Inner {
+    pub(super) topic: Topic,
+    pub(super) id: u64,
+    pub(super) policy: TopicPolicy,
+    pub(super) opts: ProducerOptions,
     /// Grows when partitions are added to the topic.
-    parts: RwLock<Vec<Arc<PartQueue>>>,
-    closed: AtomicBool,
+    pub(super) parts: RwLock<Vec<Arc<PartQueue>>>,
+    pub(super) closed: AtomicBool,
     /// Bytes at which a batch is sent even if the mode would keep filling it.
-    batch_target: u64,
+    pub(super) batch_target: u64,
     /// The producer's lease, renewed by the driver while this is alive.
-    lease: Option<Arc<Lease>>,
+    pub(super) lease: Option<Arc<Lease>>,
     /// Batches are stamped and resent (see [`ProducerOptions::idempotent`]).
-    idempotent: bool,
+    pub(super) idempotent: bool,
     /// The topic's data-part compression: batches are then framed on the
     /// partition's sender task, never on the pushing thread.
-    compression: Compression,
+    pub(super) compression: Compression,
 }
 
 impl Inner {
     /// `PRODUCER_EXPIRED` once the master reported the lease lost.
-    fn check_lease(&self) -> Result<()> {
+    pub(super) fn check_lease(&self) -> Result<()> {
         match &self.lease {
             Some(l) if l.is_expired() => Err(l.error()),
             _ => Ok(()),
@@ -288,87 +111,13 @@ impl Inner {
 /// close its part of the stream; call [`close`](Self::close) for that.
 /// A leased producer that is dropped stops being renewed, so its part
 /// ends when the lease runs out ([`ProducerOptions::lease`]).
-pub struct Producer(Backend);
-
-/// What a producer writes to: Strom servers, or a Kafka cluster.
-enum Backend {
-    Native(NativeProducer),
-    /// Boxed: the native variant stays one pointer wide.
-    #[cfg(feature = "kafka")]
-    Kafka(Box<crate::kafka::KafkaProducer>),
-}
-
-/// Calls the same method on whichever backend the producer has.
-macro_rules! backend {
-    ($self:ident, $p:ident => $e:expr) => {
-        match &$self.0 {
-            Backend::Native($p) => $e,
-            #[cfg(feature = "kafka")]
-            Backend::Kafka($p) => $e,
-        }
-    };
-}
-
-impl Producer {
-    pub(crate) fn new(topic: Topic, opts: ProducerOptions) -> Result<Producer> {
-        #[cfg(feature = "kafka")]
-        if topic.driver.kafka().is_some() {
-            let p = crate::kafka::KafkaProducer::new(topic, opts)?;
-            return Ok(Producer(Backend::Kafka(Box::new(p))));
-        }
-        Ok(Producer(Backend::Native(NativeProducer::new(topic, opts)?)))
-    }
-
-    /// Queues an event; returns at once unless the partition's in-flight
-    /// limit is reached (backpressure).
-    pub fn push(
-        &self,
-        metadata: impl Into<MetadataInput>,
-        data: impl Into<Data>,
-    ) -> Result<PushFuture> {
-        self.push_with(metadata, data, None, &[])
-    }
-
-    /// [`push`](Self::push) with an explicit partition and a data descriptor.
-    pub fn push_with(
-        &self,
-        metadata: impl Into<MetadataInput>,
-        data: impl Into<Data>,
-        partition: Option<u32>,
-        descriptor: &[u8],
-    ) -> Result<PushFuture> {
-        backend!(self, p => p.push_with(metadata, data, partition, descriptor))
-    }
-
-    /// Sends every pending event and waits until all are acknowledged.
-    /// Returns the first error any batch met since the last flush.
-    pub fn flush(&self) -> Result<()> {
-        backend!(self, p => p.flush())
-    }
-
-    /// Flushes, then ends this producer's contribution to the stream. When
-    /// every producer of the topic has closed, consumers see end-of-stream.
-    pub fn close(&self) -> Result<()> {
-        backend!(self, p => p.close())
-    }
-
-    pub fn topic(&self) -> &Topic {
-        backend!(self, p => p.topic())
-    }
-
-    /// This producer's id in the topic's registry (see [`Topic::close_producer`]).
-    pub fn id(&self) -> u64 {
-        backend!(self, p => p.id())
-    }
-}
-
 /// A producer writing to Strom servers.
-struct NativeProducer {
-    inner: Arc<Inner>,
+pub(crate) struct NativeProducer {
+    pub(super) inner: Arc<Inner>,
 }
 
 impl NativeProducer {
-    fn new(topic: Topic, opts: ProducerOptions) -> Result<NativeProducer> {
+    pub(crate) fn new(topic: Topic, opts: ProducerOptions) -> Result<NativeProducer> {
         if opts.max_batches == 0 {
             return Err(Error::InvalidArgument(
                 "max_batches must be at least 1".into(),
@@ -420,7 +169,7 @@ impl NativeProducer {
         Ok(NativeProducer { inner })
     }
 
-    fn push_with(
+    pub(super) fn push_with(
         &self,
         metadata: impl Into<MetadataInput>,
         data: impl Into<Data>,
@@ -489,7 +238,7 @@ impl NativeProducer {
         Ok(fut)
     }
 
-    fn flush(&self) -> Result<()> {
+    pub(super) fn flush(&self) -> Result<()> {
         self.inner.check_lease()?;
         let mut first = None;
         let parts = self.inner.parts.read().clone();
@@ -515,7 +264,7 @@ impl NativeProducer {
         first.map_or(Ok(()), Err)
     }
 
-    fn close(&self) -> Result<()> {
+    pub(super) fn close(&self) -> Result<()> {
         let flushed = self.flush();
         if self.inner.closed.swap(true, Ordering::AcqRel) {
             return flushed;
@@ -536,12 +285,40 @@ impl NativeProducer {
         flushed
     }
 
-    fn topic(&self) -> &Topic {
+    pub(super) fn topic(&self) -> &Topic {
         &self.inner.topic
     }
 
-    fn id(&self) -> u64 {
+    pub(super) fn id(&self) -> u64 {
         self.inner.id
+    }
+}
+
+impl ProducerBackend for NativeProducer {
+    fn push_with(
+        &self,
+        metadata: MetadataInput,
+        data: Data,
+        partition: Option<u32>,
+        descriptor: &[u8],
+    ) -> Result<PushFuture> {
+        NativeProducer::push_with(self, metadata, data, partition, descriptor)
+    }
+
+    fn flush(&self) -> Result<()> {
+        NativeProducer::flush(self)
+    }
+
+    fn close(&self) -> Result<()> {
+        NativeProducer::close(self)
+    }
+
+    fn topic(&self) -> &Topic {
+        NativeProducer::topic(self)
+    }
+
+    fn id(&self) -> u64 {
+        NativeProducer::id(self)
     }
 }
 
@@ -556,7 +333,7 @@ impl Drop for NativeProducer {
     }
 }
 
-fn seal(st: &mut QueueState) {
+pub(super) fn seal(st: &mut QueueState) {
     if st.builder.is_empty() {
         return;
     }
@@ -585,7 +362,7 @@ fn seal(st: &mut QueueState) {
 impl Inner {
     /// Adds queues (and sender tasks) for the partitions not known yet;
     /// `limits` are the known servers' limits by address.
-    fn add_partitions(
+    pub(super) fn add_partitions(
         self: &Arc<Self>,
         infos: &[PartitionInfo],
         limits: &HashMap<String, ServerLimits>,
@@ -624,7 +401,7 @@ impl Inner {
 
     /// Sends sealed batches (and, in adaptive mode, the open one) while
     /// in-flight slots are free.
-    fn dispatch(self: &Arc<Self>, q: &Arc<PartQueue>, st: &mut QueueState) {
+    pub(super) fn dispatch(self: &Arc<Self>, q: &Arc<PartQueue>, st: &mut QueueState) {
         while st.in_flight < self.opts.max_batches && !st.resending {
             if st.sealed.is_empty() && self.opts.batch.trigger == Trigger::Adaptive {
                 seal(st);
@@ -641,7 +418,7 @@ impl Inner {
         }
     }
 
-    fn event_limit(&self, addr: &str, server: Option<ServerLimits>) -> EventLimit {
+    pub(super) fn event_limit(&self, addr: &str, server: Option<ServerLimits>) -> EventLimit {
         event_limit(
             self.opts.batch.max_event_bytes,
             server,
@@ -650,7 +427,7 @@ impl Inner {
         )
     }
 
-    fn produce_request(&self, q: &PartQueue, b: &Sealed) -> Request {
+    pub(super) fn produce_request(&self, q: &PartQueue, b: &Sealed) -> Request {
         Request::Produce {
             topic: self.topic.name().to_string(),
             partition: q.partition,
@@ -664,7 +441,11 @@ impl Inner {
     /// queued ahead of it; otherwise hands it to the partition's sender task.
     /// Called with the partition's state locked; returns the batch if it
     /// could not be sent at all.
-    fn send_batch(self: &Arc<Self>, q: &Arc<PartQueue>, mut b: Sealed) -> Option<Sealed> {
+    pub(super) fn send_batch(
+        self: &Arc<Self>,
+        q: &Arc<PartQueue>,
+        mut b: Sealed,
+    ) -> Option<Sealed> {
         // Batches to compress go through the sender task, which frames them.
         let direct = b.packed || self.compression.is_none();
         if direct && q.queued.load(Ordering::Acquire) == 0 {
@@ -690,7 +471,7 @@ impl Inner {
 
     /// What runs when a batch's response (or failure) arrives: settle its
     /// futures, free the in-flight slot and send what waits.
-    fn completion(self: &Arc<Self>, q: &Arc<PartQueue>, b: &Sealed) -> Callback {
+    pub(super) fn completion(self: &Arc<Self>, q: &Arc<PartQueue>, b: &Sealed) -> Callback {
         let (inner, q, slot, count) = (self.clone(), q.clone(), b.slot.clone(), b.count);
         let again = b.seq.map(|_| b.copy());
         Box::new(move |r| {

@@ -13,93 +13,27 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex, RwLock};
 use strom_policy::TopicPolicy;
-use strom_proto::{Compression, Request, Selection, StartPos};
+use strom_proto::{Compression, Request, StartPos};
 use tokio::task::JoinHandle;
 
-use crate::compress::Unpacker;
+use crate::backend::Feed;
 use crate::conn::ClientConn;
-use crate::data::{DataBroker, DataBudget, DataSelector, VecBroker};
+use crate::data::DataBudget;
 use crate::error::{Error, Result};
 use crate::event::{AckTarget, Event, Owner, PartitionAcks};
 use crate::group::Membership;
 use crate::share::ShareAcks;
 use crate::subscription::{refresh_loop, run_partition};
 use crate::topic::Topic;
+use crate::unpack::Unpacker;
+
+mod options;
+
+pub use options::{
+    default_spin, ConsumerOptions, DEFAULT_SPIN, LATENCY_SPIN, SPARE_CORES, SPIN_ENV,
+};
 
 const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(30);
-
-#[derive(Clone)]
-pub struct ConsumerOptions {
-    /// Partitions to read; `None` means all, including ones added later.
-    pub partitions: Option<Vec<u32>>,
-    /// Events per partition the server may push ahead of demand.
-    pub prefetch: u32,
-    /// Bytes of fetched data (all partitions) held for events not pulled
-    /// yet; past it, data fetches wait for `pull`. A single event larger
-    /// than this is still fetched, alone.
-    pub prefetch_bytes: u64,
-    /// Where to start; `Committed` resumes after the name's last ack.
-    pub start: StartPos,
-    pub selector: Arc<dyn DataSelector>,
-    pub broker: Arc<dyn DataBroker>,
-    /// How long a blocked `pull` keeps checking for an event before it
-    /// sleeps. Waking a sleeping thread costs tens of microseconds (more on
-    /// a virtual machine, whose idle CPU halts), and a spin as long as the
-    /// gap between events keeps the delivery path awake while traffic
-    /// flows. It spins only while a pull waits, so a consumer with no
-    /// traffic costs one spin per pull and then sleeps; zero never spins.
-    /// A long spin takes a core from the threads that bring the data, so
-    /// the default ([`default_spin`]) is long only where cores are spare.
-    pub spin: Duration,
-}
-
-/// The default [`ConsumerOptions::spin`] on a machine with few cores
-/// (fewer than [`SPARE_CORES`]): a spin that catches a burst but never
-/// competes for long with the threads that bring the data.
-pub const DEFAULT_SPIN: Duration = Duration::from_micros(50);
-
-/// The default [`ConsumerOptions::spin`] where cores are spare: it covers
-/// the gaps of a stream of 500 events/s or more, so the delivery path
-/// stays awake while traffic flows.
-pub const LATENCY_SPIN: Duration = Duration::from_millis(2);
-
-/// Cores from which the default spin is [`LATENCY_SPIN`].
-pub const SPARE_CORES: usize = 8;
-
-/// Environment variable overriding the default spin, in microseconds.
-pub const SPIN_ENV: &str = "STROM_SPIN_US";
-
-/// The default [`ConsumerOptions::spin`]: `STROM_SPIN_US` if set, else
-/// [`LATENCY_SPIN`] on a machine with [`SPARE_CORES`] or more, else
-/// [`DEFAULT_SPIN`].
-pub fn default_spin() -> Duration {
-    if let Some(us) = std::env::var(SPIN_ENV)
-        .ok()
-        .and_then(|v| v.trim().parse::<u64>().ok())
-    {
-        return Duration::from_micros(us.min(1_000_000));
-    }
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    if cores >= SPARE_CORES {
-        LATENCY_SPIN
-    } else {
-        DEFAULT_SPIN
-    }
-}
-
-impl Default for ConsumerOptions {
-    fn default() -> Self {
-        ConsumerOptions {
-            partitions: None,
-            prefetch: 4096,
-            prefetch_bytes: 256 << 20,
-            start: StartPos::Committed,
-            selector: Arc::new(Selection::All),
-            broker: Arc::new(VecBroker),
-            spin: default_spin(),
-        }
-    }
-}
 
 /// What `pull` yields: an event, or the end of the stream.
 pub enum Next {
@@ -417,9 +351,9 @@ impl Shared {
 pub struct Consumer {
     shared: Arc<Shared>,
     refresher: Mutex<Option<JoinHandle<()>>>,
-    /// The Kafka backend's reader, which fills the same queue.
-    #[cfg(feature = "kafka")]
-    kafka: Option<crate::kafka::KafkaReader>,
+    /// A backend's reader that fills the same queue instead of the
+    /// native partition subscriptions (the Kafka backend's).
+    feed: Option<Box<dyn Feed>>,
 }
 
 impl Consumer {
@@ -440,10 +374,17 @@ impl Consumer {
                 "a consumer needs a non-empty name".into(),
             ));
         }
-        #[cfg(feature = "kafka")]
-        if topic.driver.kafka().is_some() {
-            return crate::kafka::consumer(topic, name, opts);
-        }
+        let backend = topic.driver.inner.backend.clone();
+        backend.consumer(topic, name, opts, group)
+    }
+
+    /// A consumer of Strom servers' partitions (the native backend's).
+    pub(crate) fn native(
+        topic: Topic,
+        name: &str,
+        opts: ConsumerOptions,
+        group: Option<Arc<Membership>>,
+    ) -> Result<Consumer> {
         let info = topic.refresh_blocking()?;
         let partitioned = group.as_ref().is_some_and(|g| !g.is_shared());
         let follow_new = opts.partitions.is_none() && !partitioned;
@@ -476,8 +417,7 @@ impl Consumer {
         let c = Consumer {
             shared,
             refresher: Mutex::new(None),
-            #[cfg(feature = "kafka")]
-            kafka: None,
+            feed: None,
         };
         c.start(c.shared.opts.start, 0)?;
         if follow_new {
@@ -491,13 +431,14 @@ impl Consumer {
         Ok(c)
     }
 
-    /// A consumer whose queue a Kafka reader fills.
-    #[cfg(feature = "kafka")]
-    pub(crate) fn from_kafka(shared: Arc<Shared>, reader: crate::kafka::KafkaReader) -> Consumer {
+    /// A consumer whose queue `feed` fills (only the Kafka backend feeds
+    /// one today).
+    #[cfg_attr(not(feature = "kafka"), allow(dead_code))]
+    pub(crate) fn fed(shared: Arc<Shared>, feed: Box<dyn Feed>) -> Consumer {
         Consumer {
             shared,
             refresher: Mutex::new(None),
-            kafka: Some(reader),
+            feed: Some(feed),
         }
     }
 
@@ -719,9 +660,8 @@ impl Consumer {
                 "seek is not available to members of a partitioned consumer group yet".into(),
             ));
         }
-        #[cfg(feature = "kafka")]
-        if let Some(k) = &self.kafka {
-            return k.seek(pos, || self.shared.reset_queue());
+        if let Some(f) = &self.feed {
+            return f.reposition(pos, &|| self.shared.reset_queue());
         }
         self.stop_partitions();
         let epoch = self.shared.reset_queue();
