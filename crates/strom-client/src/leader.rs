@@ -178,10 +178,8 @@ impl Driver {
             candidates.push(tried.to_string());
         }
         let mut electing = false;
-        // The master last reached, named under another address, is a move
-        // only if that address answers: a master restarted on a new port
-        // is, a client cut off from the master it knows is not (it would
-        // keep being cut off).
+        // The master last reached, under another address, is not a move
+        // (a client cut off from it keeps being cut off).
         let last = *self.inner.master_id.lock();
         for addr in candidates {
             let connect = ClientConn::connect(&self.inner.transports, &addr);
@@ -199,12 +197,7 @@ impl Driver {
             }
             let named = g.members.iter().find(|m| m.id == g.master);
             if last == Some(g.master) && addr != tried {
-                match named {
-                    Some(m) if m.addr != tried && self.answers(&m.addr).await => {
-                        return Probe::Master(m.addr.clone())
-                    }
-                    _ => continue,
-                }
+                continue;
             }
             match named {
                 Some(m) if m.addr != tried => return Probe::Master(m.addr.clone()),
@@ -217,17 +210,6 @@ impl Driver {
         } else {
             Probe::Nothing
         }
-    }
-}
-
-impl Driver {
-    /// Whether a server answers a `Hello` at `addr` within [`PROBE_TIMEOUT`].
-    async fn answers(&self, addr: &str) -> bool {
-        let connect = ClientConn::connect(&self.inner.transports, addr);
-        matches!(
-            tokio::time::timeout(PROBE_TIMEOUT, connect).await,
-            Ok(Ok(_))
-        )
     }
 }
 
