@@ -8,7 +8,6 @@
 //! partition is led by its owner; one whose owner serves no Kafka (or is
 //! down) is listed with `LEADER_NOT_AVAILABLE` (docs/kafka.md).
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -327,19 +326,25 @@ pub fn delete_topics(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Repl
     }))
 }
 
-/// Hands out a fresh producer id (epoch 0). Ids start from the server's
-/// start time in seconds shifted left by 20, so a restarted server does not
-/// reuse an id a client still holds. Transactional ids are refused.
+/// Hands out a fresh producer id (epoch 0), unique across the group and
+/// restarts (`producer_ids.rs`). Transactional ids are refused.
 pub fn init_producer_id(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply, FrameError> {
     let req: InitProducerIdRequest =
         decode("InitProducerId", guard::INIT_PRODUCER_ID, v, false, body)?;
     let resp = if req.transactional_id.is_some() {
         InitProducerIdResponse::default().with_error_code(kcode::UNSUPPORTED_VERSION)
     } else {
-        let id = ctx.next_producer_id.fetch_add(1, Ordering::Relaxed);
-        InitProducerIdResponse::default()
-            .with_producer_id(ProducerId(id))
-            .with_producer_epoch(0)
+        match ctx.producer_ids.next(ctx.services.control.member()) {
+            Ok(id) => InitProducerIdResponse::default()
+                .with_producer_id(ProducerId(id))
+                .with_producer_epoch(0),
+            Err(e) => {
+                tracing::error!(error = %e, "Kafka InitProducerId: no producer id");
+                InitProducerIdResponse::default()
+                    .with_producer_id(ProducerId(-1))
+                    .with_error_code(kcode::UNKNOWN_SERVER_ERROR)
+            }
+        }
     };
     Ok(ready(respond(ApiKey::InitProducerId, v, c, &resp)))
 }

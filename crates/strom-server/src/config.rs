@@ -152,8 +152,8 @@ pub struct ServerConfig {
     /// Most members of one Kafka group (Kafka's `group.max.size`); one
     /// more is refused with `GROUP_MAX_SIZE_REACHED`.
     pub kafka_group_max_size: u32,
-    /// Idempotent producer states (producer, partition) kept by the Kafka
-    /// front end; past it, the least recently used one is forgotten.
+    /// No longer used (Kafka idempotent producers share the partitions'
+    /// durable producer table); still accepted so config files load.
     pub kafka_max_producer_states: u32,
 }
 

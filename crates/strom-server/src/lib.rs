@@ -45,5 +45,6 @@ pub use service::Services;
 // manager the data service hands out, and the sinks a long poll parks.
 pub use batch::ValidBatch;
 pub use partition::{AppendReply, PartitionManager};
+pub use producers::{kafka_stamp, KAFKA_MAX_PRODUCER_ID};
 pub use sink::{BatchSink, Waiters};
 pub use strom_net::Transports;

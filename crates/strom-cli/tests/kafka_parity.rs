@@ -1,0 +1,79 @@
+//! Kafka clients get the guarantees native clients get, against a real
+//! `strom server --kafka-listen`: an idempotent Kafka producer's retry is
+//! recognised after a server restart (the partition's durable producer
+//! table, rebuilt from the stored batch stamps), and producer ids are never
+//! handed out twice across restarts.
+
+mod common;
+
+use std::time::Duration;
+
+use common::kafka_raw::{connect, init_producer_id, produce, record_batch};
+use strom_client::TopicSpec;
+
+const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
+const INVALID_PRODUCER_EPOCH: i16 = 47;
+
+fn end_offset(server: &common::ServerProcess, topic: &str) -> u64 {
+    server
+        .connect()
+        .open_topic(topic)
+        .expect("topic")
+        .describe()
+        .expect("describe")
+        .partitions[0]
+        .next_offset
+}
+
+#[test]
+fn an_idempotent_kafka_producers_retry_after_a_restart_is_not_stored_twice() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (server, broker) = common::kafka::start(dir.path());
+    server
+        .connect()
+        .create_topic(TopicSpec::new("t", 1))
+        .expect("topic");
+    let mut s = connect(&broker);
+    let (code, pid, epoch) = init_producer_id(&mut s, 1);
+    assert_eq!((code, epoch), (0, 0), "InitProducerId");
+    let first = record_batch(pid, 0, 0, &[b"a", b"b", b"c"]);
+    let second = record_batch(pid, 0, 3, &[b"d", b"e"]);
+    assert_eq!(produce(&mut s, 2, "t", &first), (0, 0));
+    assert_eq!(produce(&mut s, 3, "t", &second), (0, 3));
+    drop(s);
+    let (status, _) = server.terminate(Duration::from_secs(10));
+    assert!(status.success(), "server stopped cleanly: {status}");
+
+    // The answers were lost; the producer retries both after the restart.
+    let (server, broker) = common::kafka::start(dir.path());
+    let mut s = connect(&broker);
+    assert_eq!(
+        produce(&mut s, 1, "t", &second),
+        (0, 3),
+        "a retry answers with its first offset"
+    );
+    assert_eq!(produce(&mut s, 2, "t", &first), (0, 0));
+    assert_eq!(end_offset(&server, "t"), 5, "nothing stored twice");
+    // A gap is refused as Kafka refuses it; the next batch is taken.
+    let gap = record_batch(pid, 0, 9, &[b"x"]);
+    assert_eq!(
+        produce(&mut s, 3, "t", &gap).0,
+        OUT_OF_ORDER_SEQUENCE_NUMBER
+    );
+    assert_eq!(
+        produce(&mut s, 4, "t", &record_batch(pid, 0, 5, &[b"f"])),
+        (0, 5)
+    );
+    // A bumped epoch starts from 0; a late batch of the old one is refused.
+    assert_eq!(
+        produce(&mut s, 5, "t", &record_batch(pid, 1, 0, &[b"g"])),
+        (0, 6)
+    );
+    let late = record_batch(pid, 0, 6, &[b"h"]);
+    assert_eq!(produce(&mut s, 6, "t", &late).0, INVALID_PRODUCER_EPOCH);
+    assert_eq!(end_offset(&server, "t"), 7);
+    // The restarted server never hands out the id again.
+    let (code, again, _) = init_producer_id(&mut s, 7);
+    assert_eq!(code, 0);
+    assert_ne!(again, pid, "producer ids are unique across restarts");
+}
