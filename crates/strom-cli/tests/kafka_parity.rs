@@ -77,3 +77,76 @@ fn an_idempotent_kafka_producers_retry_after_a_restart_is_not_stored_twice() {
     assert_eq!(code, 0);
     assert_ne!(again, pid, "producer ids are unique across restarts");
 }
+
+/// kcat producing `line` with the header `strom.meta: meta` to `topic`:
+/// (success, stderr).
+fn kcat_produce_with_meta(broker: &str, topic: &str, meta: &str, line: &str) -> (bool, String) {
+    use std::io::Write;
+    let mut child = std::process::Command::new("kcat")
+        .args(["-b", broker, "-P", "-t", topic, "-p", "0"])
+        .args(["-H", &format!("strom.meta={meta}")])
+        .args(["-X", "message.timeout.ms=10000"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawning kcat");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(format!("{line}\n").as_bytes())
+        .expect("writing to kcat");
+    let status = common::wait_bounded(&mut child, Duration::from_secs(60)).expect("kcat finished");
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut err)
+        .expect("kcat stderr");
+    (status.success(), err)
+}
+
+#[test]
+fn kafka_records_the_topics_validator_refuses_get_invalid_record() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (server, broker) = common::kafka::start(dir.path());
+    let mut spec = TopicSpec::new("v", 1);
+    spec.validator = "json-schema".into();
+    spec.schema = Some(r#"{"type":"object","required":["run"]}"#.into());
+    server.connect().create_topic(spec).expect("topic");
+    let (ok, err) = kcat_produce_with_meta(&broker, "v", r#"{"run":7}"#, "good");
+    assert!(ok, "a valid record is taken: {err}");
+    let (ok, err) = kcat_produce_with_meta(&broker, "v", r#"{"shot":8}"#, "bad");
+    assert!(!ok, "kcat reports the refused record");
+    assert!(
+        err.contains("validate record") || err.contains("INVALID_RECORD"),
+        "kcat names Kafka's INVALID_RECORD: {err}"
+    );
+    // A plain Kafka record's metadata (its key, headers and timestamp) is
+    // not what the schema asks for either.
+    let mut s = connect(&broker);
+    let (code, _) = produce(&mut s, 1, "v", &record_batch(-1, -1, -1, &[b"plain"]));
+    assert_eq!(code, 87, "INVALID_RECORD");
+    assert_eq!(end_offset(&server, "v"), 1, "only the valid record is stored");
+}
+
+#[test]
+fn a_raw_native_producer_is_refused_what_the_validator_refuses() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let server = common::ServerProcess::start(dir.path());
+    let mut spec = TopicSpec::new("v", 1);
+    spec.validator = "json-schema".into();
+    spec.schema = Some(r#"{"type":"object","required":["run"]}"#.into());
+    server.connect().create_topic(spec).expect("topic");
+    let good = common::raw::produce_stamped(&server.addr, "v", 0, 5, 0, r#"{"run":1}"#);
+    assert!(
+        matches!(good, strom_proto::Response::Produced { base_offset: 0, .. }),
+        "{good:?}"
+    );
+    match common::raw::produce_stamped(&server.addr, "v", 0, 5, 1, r#"{"shot":2}"#) {
+        strom_proto::Response::Error { code, message, .. } => {
+            assert_eq!(code, strom_proto::ErrorCode::INVALID_METADATA);
+            assert!(message.contains("event 0"), "names the event: {message}");
+        }
+        other => panic!("expected INVALID_METADATA, got {other:?}"),
+    }
+    assert_eq!(end_offset(&server, "v"), 1);
+}

@@ -71,6 +71,7 @@ pub mod kcode {
     pub const POLICY_VIOLATION: i16 = 44;
     pub const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
     pub const INVALID_PRODUCER_EPOCH: i16 = 47;
+    pub const INVALID_RECORD: i16 = 87;
 }
 
 /// The Kafka error code closest to a Strom error.

@@ -16,11 +16,13 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::produce_response::{
+    BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
+};
 use kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use strom_proto::BatchBuilder;
-use strom_server::{kafka_stamp, ValidBatch};
+use strom_server::{kafka_stamp, CheckError, ValidBatch};
 use tokio::sync::oneshot;
 
 use crate::api::{decode, Ctx};
@@ -33,6 +35,8 @@ use crate::records;
 /// How one partition's part of a request ends: an offset, or an error.
 enum Outcome {
     Now(i16),
+    /// Refused by the topic's validator.
+    Invalid(strom_server::Invalid),
     Pending(oneshot::Receiver<Result<u64, i16>>),
 }
 
@@ -90,22 +94,32 @@ pub fn produce(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply, Fra
                     Ok(p) => match batch(records, max) {
                         Err(code) => Outcome::Now(code),
                         Ok(None) => Outcome::Now(kcode::NONE),
-                        Ok(Some(b)) => {
-                            let (tx, rx) = oneshot::channel();
-                            let t = topic.clone();
-                            let reply: strom_server::AppendReply = Box::new(move |r| {
-                                let r = r.map(|a| a.base_offset).map_err(|e| {
+                        Ok(Some(b)) => match svc.validate(&topic, &b) {
+                            Err(CheckError::Invalid(i)) => {
+                                tracing::info!(topic = %topic, partition = index, error = %i, "Kafka produce: refused by the topic's validator");
+                                Outcome::Invalid(i)
+                            }
+                            Err(CheckError::Server(e)) => {
+                                tracing::warn!(topic = %topic, partition = index, error = %e, "Kafka produce: could not validate");
+                                Outcome::Now(kafka_code(&e))
+                            }
+                            Ok(()) => {
+                                let (tx, rx) = oneshot::channel();
+                                let t = topic.clone();
+                                let reply: strom_server::AppendReply = Box::new(move |r| {
+                                    let r = r.map(|a| a.base_offset).map_err(|e| {
                                     tracing::info!(topic = %t, partition = index, error = %e, "Kafka produce: append refused or failed");
                                     kafka_code(&e)
                                 });
-                                let _ = tx.send(r);
-                            });
-                            match p.admit(acks_all, reply) {
-                                Ok(reply) => svc.data.produce(&p, b, reply),
-                                Err((reply, e)) => reply(Err(e)),
+                                    let _ = tx.send(r);
+                                });
+                                match p.admit(acks_all, reply) {
+                                    Ok(reply) => svc.data.produce(&p, b, reply),
+                                    Err((reply, e)) => reply(Err(e)),
+                                }
+                                Outcome::Pending(rx)
                             }
-                            Outcome::Pending(rx)
-                        }
+                        },
                     },
                 },
             };
@@ -122,8 +136,13 @@ pub fn produce(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply, Fra
         for (topic, parts) in topics {
             let mut prs = Vec::with_capacity(parts.len());
             for (index, outcome) in parts {
+                let mut refused = None;
                 let r = match outcome {
                     Outcome::Now(code) => Err(code),
+                    Outcome::Invalid(i) => {
+                        refused = Some(i);
+                        Err(kcode::INVALID_RECORD)
+                    }
                     Outcome::Pending(rx) => rx.await.unwrap_or(Err(kcode::UNKNOWN_SERVER_ERROR)),
                 };
                 let mut pr = PartitionProduceResponse::default().with_index(index);
@@ -140,6 +159,16 @@ pub fn produce(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply, Fra
                         }
                     }
                     Err(code) => pr = pr.with_error_code(code).with_base_offset(-1),
+                }
+                if let Some(i) = refused {
+                    let message = format!("record {}: {}", i.index, i.reason);
+                    pr = pr
+                        .with_record_errors(vec![BatchIndexAndErrorMessage::default()
+                            .with_batch_index(i.index as i32)
+                            .with_batch_index_error_message(Some(StrBytes::from_string(
+                                message.clone(),
+                            )))])
+                        .with_error_message(Some(StrBytes::from_string(message)));
                 }
                 prs.push(pr);
             }
