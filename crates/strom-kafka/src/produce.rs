@@ -31,6 +31,7 @@ use crate::error::{kafka_code, kcode, FrameError};
 use crate::guard;
 use crate::mapping::record_meta;
 use crate::records;
+use strom_policy::frame::FrameCodec;
 
 /// How one partition's part of a request ends: an offset, or an error.
 enum Outcome {
@@ -42,7 +43,11 @@ enum Outcome {
 
 /// Builds the Strom batch for one partition's record set, stamped when it
 /// comes from an idempotent producer.
-fn batch(records: Bytes, max_bytes: u64) -> Result<Option<ValidBatch>, i16> {
+fn batch(
+    records: Bytes,
+    max_bytes: u64,
+    codec: Option<FrameCodec>,
+) -> Result<Option<ValidBatch>, i16> {
     let batches = records::parse(records, max_bytes).map_err(|e| {
         tracing::info!(error = %e, "Kafka produce: refused record set");
         match e {
@@ -53,7 +58,10 @@ fn batch(records: Bytes, max_bytes: u64) -> Result<Option<ValidBatch>, i16> {
     let mut b = BatchBuilder::new();
     let mut data = Vec::new();
     for r in batches.iter().flat_map(|b| b.records.iter()) {
-        let value = r.value.clone().unwrap_or_default();
+        let mut value = r.value.clone().unwrap_or_default();
+        if let Some(c) = codec {
+            value = Bytes::from(strom_policy::frame::pack(c, &value));
+        }
         b.push(&record_meta(r), &[], value.len() as u64);
         if !value.is_empty() {
             data.push(value);
@@ -91,7 +99,7 @@ pub fn produce(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply, Fra
                         tracing::info!(topic = %topic, partition = index, error = %e, "Kafka produce: partition not served here");
                         Outcome::Now(kafka_code(&e))
                     }
-                    Ok(p) => match batch(records, max) {
+                    Ok(p) => match batch(records, max, crate::mapping::topic_codec(svc, &topic)) {
                         Err(code) => Outcome::Now(code),
                         Ok(None) => Outcome::Now(kcode::NONE),
                         Ok(Some(b)) => match svc.validate(&topic, &b) {
