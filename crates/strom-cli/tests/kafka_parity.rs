@@ -125,7 +125,11 @@ fn kafka_records_the_topics_validator_refuses_get_invalid_record() {
     let mut s = connect(&broker);
     let (code, _) = produce(&mut s, 1, "v", &record_batch(-1, -1, -1, &[b"plain"]));
     assert_eq!(code, 87, "INVALID_RECORD");
-    assert_eq!(end_offset(&server, "v"), 1, "only the valid record is stored");
+    assert_eq!(
+        end_offset(&server, "v"),
+        1,
+        "only the valid record is stored"
+    );
 }
 
 #[test]
@@ -173,7 +177,20 @@ fn a_compressed_topic_reads_and_writes_plain_values_through_the_kafka_port() {
         format!("{from_kcat}\n").as_bytes(),
     );
     let out = common::kafka::kcat(
-        &["-b", &broker, "-C", "-t", "z", "-p", "0", "-o", "beginning", "-e", "-f", "%s\n"],
+        &[
+            "-b",
+            &broker,
+            "-C",
+            "-t",
+            "z",
+            "-p",
+            "0",
+            "-o",
+            "beginning",
+            "-e",
+            "-f",
+            "%s\n",
+        ],
         b"",
     );
     let values: Vec<&str> = std::str::from_utf8(&out).expect("UTF-8").lines().collect();
@@ -184,4 +201,74 @@ fn a_compressed_topic_reads_and_writes_plain_values_through_the_kafka_port() {
     let read = common::read_all(&driver, "z", "reader", Duration::from_secs(10));
     let data: Vec<&[u8]> = read.events.values().map(|e| e.data.as_slice()).collect();
     assert_eq!(data, vec![event.as_bytes(), from_kcat.as_bytes()]);
+}
+
+/// kcat producing one line to `topic` with `extra` options: (success,
+/// seconds it took, stderr).
+fn kcat_produce(broker: &str, topic: &str, extra: &[&str]) -> (bool, f64, String) {
+    use std::io::Write;
+    let started = std::time::Instant::now();
+    let mut child = std::process::Command::new("kcat")
+        .args(["-b", broker, "-P", "-t", topic])
+        .args(extra)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawning kcat");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(b"first\n")
+        .expect("writing to kcat");
+    let status = common::wait_bounded(&mut child, Duration::from_secs(90)).expect("kcat finished");
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut err)
+        .expect("kcat stderr");
+    (status.success(), started.elapsed().as_secs_f64(), err)
+}
+
+#[test]
+fn a_topic_is_created_on_first_use_when_the_setting_is_on() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (server, broker) = common::kafka::start_with_config(
+        dir.path(),
+        "kafka_auto_create_topics = true\nkafka_auto_create_partitions = 3\n",
+    );
+    let (ok, _, err) = kcat_produce(&broker, "fresh", &[]);
+    assert!(ok, "kcat produced to a topic created on first use: {err}");
+    let info = server
+        .connect()
+        .open_topic("fresh")
+        .expect("the topic exists")
+        .describe()
+        .expect("describe");
+    assert_eq!(info.partitions.len(), 3, "kafka_auto_create_partitions");
+    let events: u64 = info.partitions.iter().map(|p| p.next_offset).sum();
+    assert_eq!(events, 1);
+}
+
+#[test]
+fn without_auto_creation_a_produce_to_a_missing_topic_fails_fast() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (server, broker) = common::kafka::start(dir.path());
+    // librdkafka waits topic.metadata.propagation.max.ms (30 s) for a topic
+    // the broker calls unknown, as with Apache Kafka; cut that short to see
+    // that the server answers at once.
+    let (ok, secs, err) = kcat_produce(
+        &broker,
+        "missing",
+        &["-X", "topic.metadata.propagation.max.ms=1000"],
+    );
+    assert!(!ok, "kcat reports the failure");
+    assert!(
+        err.contains("Unknown topic or partition"),
+        "kcat names UNKNOWN_TOPIC_OR_PARTITION: {err}"
+    );
+    assert!(secs < 10.0, "fails fast, not at a client timeout: {secs} s");
+    assert!(
+        server.connect().open_topic("missing").is_err(),
+        "no topic made"
+    );
 }

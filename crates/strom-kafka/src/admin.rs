@@ -175,13 +175,26 @@ pub fn metadata(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply, Fr
         ),
         _ => None,
     };
+    // Before version 4 a Metadata request always allowed creation.
+    let auto_create =
+        ctx.services.config.kafka_auto_create_topics && (v < 4 || req.allow_auto_topic_creation);
     let ctx = ctx.clone();
     Ok(Box::pin(async move {
         let me = ctx.node_id();
         let brokers = brokers(&ctx).await;
         let serves = |member: u32| brokers.iter().any(|b| b.0 == member);
         let mut out = Vec::new();
-        for t in topics(&ctx, &wanted).await {
+        let mut found = topics(&ctx, &wanted).await;
+        if auto_create {
+            for t in found.iter_mut() {
+                if let Err((n, kcode::UNKNOWN_TOPIC_OR_PARTITION)) = t {
+                    if let Some(info) = create_on_first_use(&ctx, n).await {
+                        *t = Ok(info);
+                    }
+                }
+            }
+        }
+        for t in found {
             let topic = match t {
                 Err((n, code)) => MetadataResponseTopic::default()
                     .with_name(Some(name(&n)))
@@ -241,6 +254,25 @@ pub fn metadata(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply, Fr
         }
         Some(respond(ApiKey::Metadata, v, c, &resp))
     }))
+}
+
+/// Creates `name` with `kafka_auto_create_partitions` partitions (on the
+/// registry master; elsewhere `None`: the client is told the topic is
+/// unknown, and asks again); its description, or `None` if it could not.
+async fn create_on_first_use(ctx: &Ctx, name: &str) -> Option<TopicInfo> {
+    let reg = ctx.services.control.registry().ok()?;
+    let partitions = ctx.services.config.kafka_auto_create_partitions;
+    match reg.create(TopicSpec::new(name, partitions), None).await {
+        Ok(_) => {
+            tracing::info!(topic = %name, partitions, "Kafka: topic created on first use (kafka_auto_create_topics)")
+        }
+        Err(e) if e.code() == strom_proto::ErrorCode::TOPIC_EXISTS => {}
+        Err(e) => {
+            tracing::info!(topic = %name, error = %e, "Kafka: could not create a topic on first use");
+            return None;
+        }
+    }
+    reg.describe(name, false).await.ok()
 }
 
 pub fn create_topics(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply, FrameError> {

@@ -35,10 +35,13 @@ impl From<Invalid> for ServerError {
     }
 }
 
+/// A topic's spec and its compiled policy (`None`: it accepts anything).
+type Cached = (TopicSpec, Option<Arc<TopicPolicy>>);
+
 /// The compiled policies of the topics batches were checked for.
 #[derive(Default)]
 pub struct Validation {
-    cache: Mutex<HashMap<String, (TopicSpec, Option<Arc<TopicPolicy>>)>>,
+    cache: Mutex<HashMap<String, Cached>>,
 }
 
 impl Validation {
