@@ -5,7 +5,7 @@
 //! permanent groups behind (`kafka_group_retention_ms`), groups have a
 //! member cap (`kafka_group_max_size`), and a flood of new idempotent
 //! producers does not wipe an active producer's duplicate protection
-//! (`kafka_max_producer_states`).
+//! (the partition's producer table forgets the idlest first).
 
 mod common;
 

@@ -8,7 +8,6 @@
 //! partition is led by its owner; one whose owner serves no Kafka (or is
 //! down) is listed with `LEADER_NOT_AVAILABLE` (docs/kafka.md).
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -119,13 +118,26 @@ pub fn metadata(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply, Fr
         ),
         _ => None,
     };
+    // Before version 4 a Metadata request always allowed creation.
+    let auto_create =
+        ctx.services.config.kafka_auto_create_topics && (v < 4 || req.allow_auto_topic_creation);
     let ctx = ctx.clone();
     Ok(Box::pin(async move {
         let me = ctx.node_id();
         let brokers = brokers(&ctx).await;
         let serves = |member: u32| brokers.iter().any(|b| b.0 == member);
         let mut out = Vec::new();
-        for t in topics(&ctx, &wanted).await {
+        let mut found = topics(&ctx, &wanted).await;
+        if auto_create {
+            for t in found.iter_mut() {
+                if let Err((n, kcode::UNKNOWN_TOPIC_OR_PARTITION)) = t {
+                    if let Some(info) = create_on_first_use(&ctx, n).await {
+                        *t = Ok(info);
+                    }
+                }
+            }
+        }
+        for t in found {
             let topic = match t {
                 Err((n, code)) => MetadataResponseTopic::default()
                     .with_name(Some(name(&n)))
@@ -185,6 +197,25 @@ pub fn metadata(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply, Fr
         }
         Some(respond(ApiKey::Metadata, v, c, &resp))
     }))
+}
+
+/// Creates `name` with `kafka_auto_create_partitions` partitions (on the
+/// registry master; elsewhere `None`: the client is told the topic is
+/// unknown, and asks again); its description, or `None` if it could not.
+async fn create_on_first_use(ctx: &Ctx, name: &str) -> Option<TopicInfo> {
+    let reg = ctx.services.control.registry().ok()?;
+    let partitions = ctx.services.config.kafka_auto_create_partitions;
+    match reg.create(TopicSpec::new(name, partitions), None).await {
+        Ok(_) => {
+            tracing::info!(topic = %name, partitions, "Kafka: topic created on first use (kafka_auto_create_topics)")
+        }
+        Err(e) if e.code() == strom_proto::ErrorCode::TOPIC_EXISTS => {}
+        Err(e) => {
+            tracing::info!(topic = %name, error = %e, "Kafka: could not create a topic on first use");
+            return None;
+        }
+    }
+    reg.describe(name, false).await.ok()
 }
 
 pub fn create_topics(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply, FrameError> {
@@ -270,19 +301,25 @@ pub fn delete_topics(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Repl
     }))
 }
 
-/// Hands out a fresh producer id (epoch 0). Ids start from the server's
-/// start time in seconds shifted left by 20, so a restarted server does not
-/// reuse an id a client still holds. Transactional ids are refused.
+/// Hands out a fresh producer id (epoch 0), unique across the group and
+/// restarts (`producer_ids.rs`). Transactional ids are refused.
 pub fn init_producer_id(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply, FrameError> {
     let req: InitProducerIdRequest =
         decode("InitProducerId", guard::INIT_PRODUCER_ID, v, false, body)?;
     let resp = if req.transactional_id.is_some() {
         InitProducerIdResponse::default().with_error_code(kcode::UNSUPPORTED_VERSION)
     } else {
-        let id = ctx.next_producer_id.fetch_add(1, Ordering::Relaxed);
-        InitProducerIdResponse::default()
-            .with_producer_id(ProducerId(id))
-            .with_producer_epoch(0)
+        match ctx.producer_ids.next(ctx.services.control.member()) {
+            Ok(id) => InitProducerIdResponse::default()
+                .with_producer_id(ProducerId(id))
+                .with_producer_epoch(0),
+            Err(e) => {
+                tracing::error!(error = %e, "Kafka InitProducerId: no producer id");
+                InitProducerIdResponse::default()
+                    .with_producer_id(ProducerId(-1))
+                    .with_error_code(kcode::UNKNOWN_SERVER_ERROR)
+            }
+        }
     };
     Ok(ready(respond(ApiKey::InitProducerId, v, c, &resp)))
 }

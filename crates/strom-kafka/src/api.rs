@@ -2,7 +2,6 @@
 //! anything unsupported. Every body is checked by [`crate::guard`] before
 //! `kafka-protocol` decodes it.
 
-use std::sync::atomic::AtomicI64;
 use std::sync::Arc;
 
 use bytes::{BufMut, Bytes, BytesMut};
@@ -21,12 +20,10 @@ pub struct Ctx {
     /// The Kafka listener's address, advertised in `Metadata`.
     pub host: String,
     pub port: i32,
-    /// The next producer id `InitProducerId` hands out.
-    pub next_producer_id: AtomicI64,
+    /// The producer ids `InitProducerId` hands out.
+    pub producer_ids: crate::producer_ids::ProducerIds,
     /// The Kafka groups this server coordinates.
     pub groups: crate::groups::Coordinator,
-    /// Idempotent producers' sequence numbers.
-    pub sequences: crate::idempotence::Sequences,
     /// Request bytes read but not yet answered, over all connections
     /// (`kafka_queued_max_request_bytes`).
     pub inflight: Arc<tokio::sync::Semaphore>,

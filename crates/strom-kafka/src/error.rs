@@ -69,6 +69,9 @@ pub mod kcode {
     pub const TOPIC_DELETION_DISABLED: i16 = 73;
     pub const INVALID_TOPIC_EXCEPTION: i16 = 17;
     pub const POLICY_VIOLATION: i16 = 44;
+    pub const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
+    pub const INVALID_PRODUCER_EPOCH: i16 = 47;
+    pub const INVALID_RECORD: i16 = 87;
 }
 
 /// The Kafka error code closest to a Strom error.
@@ -83,7 +86,8 @@ pub fn kafka_code(e: &ServerError) -> i16 {
         }
         ErrorCode::NOT_ENOUGH_REPLICAS => kcode::NOT_ENOUGH_REPLICAS,
         ErrorCode::NOT_ENOUGH_REPLICAS_AFTER_APPEND => kcode::NOT_ENOUGH_REPLICAS_AFTER_APPEND,
-        ErrorCode::OUT_OF_ORDER_SEQUENCE => crate::idempotence::OUT_OF_ORDER_SEQUENCE_NUMBER,
+        ErrorCode::OUT_OF_ORDER_SEQUENCE => kcode::OUT_OF_ORDER_SEQUENCE_NUMBER,
+        ErrorCode::STALE_PRODUCER_EPOCH => kcode::INVALID_PRODUCER_EPOCH,
         ErrorCode::TOPIC_EXISTS => kcode::TOPIC_ALREADY_EXISTS,
         ErrorCode::NOT_MASTER => kcode::NOT_CONTROLLER,
         ErrorCode::BATCH_TOO_LARGE | ErrorCode::FRAME_TOO_LARGE => kcode::MESSAGE_TOO_LARGE,

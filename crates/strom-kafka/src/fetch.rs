@@ -80,7 +80,7 @@ fn storage_code(e: &ServerError) -> i16 {
 /// Reads whole batches of `p` from `offset` up to its visible offset,
 /// within `budget` bytes (at least one batch), as Kafka record batches.
 /// Blocking file reads: run on the blocking pool.
-fn read_part(p: &PartitionManager, offset: i64, budget: u64) -> Part {
+fn read_part(p: &PartitionManager, offset: i64, budget: u64, unframe: Option<u64>) -> Part {
     let visible = *p.watch_visible().borrow();
     let first = p.first_offset();
     let mut part = Part {
@@ -118,7 +118,7 @@ fn read_part(p: &PartitionManager, offset: i64, budget: u64) -> Part {
             if used > 0 && used + size > budget {
                 break 'read;
             }
-            match encode_batch(p, &b, &mut out) {
+            match encode_batch(p, &b, &mut out, unframe) {
                 Ok(()) => {}
                 Err(code) => {
                     if out.is_empty() {
@@ -127,7 +127,9 @@ fn read_part(p: &PartitionManager, offset: i64, budget: u64) -> Part {
                     break 'read;
                 }
             }
-            used += size;
+            // What was encoded (decoded values of a compressed topic are
+            // larger than the stored frames).
+            used = used.max(out.len() as u64);
             pos = b.base_offset + u64::from(b.count);
         }
     }
@@ -135,8 +137,14 @@ fn read_part(p: &PartitionManager, offset: i64, budget: u64) -> Part {
     part
 }
 
-/// Appends one stored batch to `out` as a Kafka record batch.
-fn encode_batch(p: &PartitionManager, b: &StoredBatch, out: &mut BytesMut) -> Result<(), i16> {
+/// Appends one stored batch to `out` as a Kafka record batch; with
+/// `unframe`, each record's value is what its compression frame holds.
+fn encode_batch(
+    p: &PartitionManager,
+    b: &StoredBatch,
+    out: &mut BytesMut,
+    unframe: Option<u64>,
+) -> Result<(), i16> {
     let view = BatchView::parse(b.meta.clone()).map_err(|_| kcode::CORRUPT_MESSAGE)?;
     let whole = p.read_all_data(b).map_err(|e| {
         tracing::warn!(topic = %p.topic, partition = p.id, offset = b.base_offset, error = %e, "Kafka fetch: data read failed");
@@ -150,7 +158,18 @@ fn encode_batch(p: &PartitionManager, b: &StoredBatch, out: &mut BytesMut) -> Re
         if end > whole.len() {
             return Err(kcode::CORRUPT_MESSAGE);
         }
-        records.push(event_record(&e.metadata, whole.slice(start..end)));
+        let mut value = whole.slice(start..end);
+        if let Some(cap) = unframe {
+            match strom_policy::frame::unpack(&value, cap) {
+                Ok(v) => value = Bytes::from(v),
+                Err(err) => {
+                    // Not written by a producer of this compressed topic:
+                    // handed over as stored, as a native consumer is told.
+                    tracing::warn!(topic = %p.topic, partition = p.id, offset = b.base_offset, error = %err, "Kafka fetch: a data part of a compressed topic is not a frame; sent as stored");
+                }
+            }
+        }
+        records.push(event_record(&e.metadata, value));
     }
     out.reserve(crate::encode::batch_len_bound(&records));
     crate::encode::batch(out, b.base_offset, ts_ms, &records);
@@ -164,6 +183,9 @@ struct Want {
     offset: i64,
     max_bytes: i32,
     pm: Result<Arc<PartitionManager>, i16>,
+    /// The topic is compressed: data parts are frames, and record values
+    /// are what they hold (at most this many bytes).
+    unframe: Option<u64>,
 }
 
 /// Reads every wanted partition once: the answers and the bytes read.
@@ -178,7 +200,7 @@ async fn gather(wants: &Arc<Vec<Want>>, max_bytes: u64) -> (Vec<Part>, u64) {
                 Err(code) => Part::error(*code),
                 Ok(p) => {
                     let budget = (w.max_bytes.max(0) as u64).min(left);
-                    let part = read_part(p, w.offset, budget);
+                    let part = read_part(p, w.offset, budget, w.unframe);
                     let n = part.records.len() as u64;
                     left = left.saturating_sub(n);
                     total += n;
@@ -209,6 +231,8 @@ pub fn fetch(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply, Frame
                 offset: fp.fetch_offset,
                 max_bytes: fp.partition_max_bytes,
                 pm,
+                unframe: crate::mapping::topic_codec(svc, &name)
+                    .map(|_| svc.config.max_batch_bytes),
             });
         }
         names.push(name);

@@ -12,7 +12,9 @@
 //! - `api`: dispatch, `ApiVersions`, unsupported keys and versions.
 //! - `admin`: `Metadata`, `CreateTopics`, `DeleteTopics`, `InitProducerId`.
 //! - `produce`, `records`, `mapping`: record batches in, events out;
-//!   `idempotence`: retried batches of idempotent producers.
+//!   `producer_ids`: `InitProducerId`'s ids, unique across the group and
+//!   restarts (retried batches are recognised by the partitions' durable
+//!   producer table, as native producers' are).
 //! - `fetch`, `encode`: `Fetch` with long polling, `ListOffsets`; stored
 //!   batches out as record batches.
 //! - `groups`, `group_api`: the classic group protocol (coordinator in
@@ -34,16 +36,14 @@ mod fetch;
 mod group_api;
 mod groups;
 pub mod guard;
-mod idempotence;
 pub mod mapping;
 mod produce;
+mod producer_ids;
 pub mod records;
 mod report;
 
 use std::net::SocketAddr;
-use std::sync::atomic::AtomicI64;
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use strom_server::Services;
 use tokio::net::TcpListener;
@@ -136,16 +136,12 @@ pub async fn serve(services: Arc<Services>, addr: &str) -> Result<KafkaHandle, K
     let local = listener.local_addr().map_err(bind_err)?;
     let host = advertised_host(addr, local, services.control.addr());
     let url = format!("{SCHEME}://{}", join_host_port(&host, local.port()));
-    let start_s = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0);
     let cfg = &services.config;
     let groups = groups::Coordinator::new(
         std::time::Duration::from_millis(cfg.kafka_group_retention_ms),
         cfg.kafka_group_max_size as usize,
     );
-    let sequences = idempotence::Sequences::new(cfg.kafka_max_producer_states as usize);
+    let producer_ids = producer_ids::ProducerIds::new(&cfg.data_dir);
     let inflight = Arc::new(tokio::sync::Semaphore::new(
         cfg.kafka_queued_max_request_bytes
             .min(tokio::sync::Semaphore::MAX_PERMITS as u64) as usize,
@@ -155,9 +151,8 @@ pub async fn serve(services: Arc<Services>, addr: &str) -> Result<KafkaHandle, K
         services,
         host,
         port: i32::from(local.port()),
-        next_producer_id: AtomicI64::new(start_s << 20),
+        producer_ids,
         groups,
-        sequences,
         inflight,
     });
     let slots = Arc::new(tokio::sync::Semaphore::new(limit as usize));

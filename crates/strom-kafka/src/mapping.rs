@@ -9,6 +9,9 @@
 //!   A record with no key whose only header is `strom.meta` (what a
 //!   native event reads back as, and what strom-client's Kafka backend
 //!   writes) is the inverse: that header's bytes are the metadata.
+//! - A compressed topic's data parts are compression frames: a record's
+//!   value is framed with the topic's codec on produce, and a frame is
+//!   decoded into the record's value on fetch (`strom_policy::frame`).
 //! - Strom → Kafka: an event whose metadata has that shape comes back as
 //!   the record it was; any other event comes out with its metadata as the
 //!   header `strom.meta` (bytes as stored), no key, its data as the value
@@ -17,6 +20,7 @@
 use base64::Engine as _;
 use bytes::Bytes;
 use serde_json::{json, Map, Value};
+use strom_policy::frame::FrameCodec;
 
 use crate::records::InRecord;
 
@@ -43,6 +47,17 @@ fn from_json(v: &Value) -> Option<Option<Bytes>> {
             Some(Some(Bytes::from(b)))
         }
         _ => None,
+    }
+}
+
+/// How a topic's data parts are framed (docs/compression.md): `None` for
+/// a topic not compressed (or not hosted here).
+pub fn topic_codec(svc: &strom_server::Services, topic: &str) -> Option<FrameCodec> {
+    let spec = svc.data.host().spec(topic)?;
+    match strom_proto::Compression::parse(&spec.compression).ok()? {
+        strom_proto::Compression::None => None,
+        strom_proto::Compression::Zstd(l) => Some(FrameCodec::Zstd(l)),
+        strom_proto::Compression::Lz4(l) => Some(FrameCodec::Lz4(l)),
     }
 }
 

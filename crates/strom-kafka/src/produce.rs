@@ -2,51 +2,52 @@
 //! event per record, see `mapping.rs`), appended through `DataService` in
 //! the order the requests arrived. The answer waits for every append's
 //! reply, which comes once the batch is durable as the topic promises
-//! (`acks` 1 and -1 alike); `acks = 0` gets no answer, as in Kafka. A
-//! retried batch of an idempotent producer is not appended twice
-//! (`idempotence.rs`).
+//! (`acks` 1 and -1 alike); `acks = 0` gets no answer, as in Kafka.
+//!
+//! An idempotent producer's batch is stamped with its producer id, epoch
+//! and base sequence (`strom_server::kafka_stamp`) and stored with that
+//! stamp, so the partition's durable producer table (the one native
+//! idempotent producers use, rebuilt from the log on restart and copied to
+//! followers) recognises a retry across restarts and failovers: it is
+//! answered with the first append's offset, a gap with
+//! `OUT_OF_ORDER_SEQUENCE_NUMBER`, an older epoch with
+//! `INVALID_PRODUCER_EPOCH`.
 
 use std::sync::Arc;
 
 use bytes::Bytes;
-use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::produce_response::{
+    BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
+};
 use kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use strom_proto::BatchBuilder;
-use strom_server::ValidBatch;
+use strom_server::{kafka_stamp, CheckError, ValidBatch};
 use tokio::sync::oneshot;
 
 use crate::api::{decode, Ctx};
 use crate::conn::{respond, Reply};
 use crate::error::{kafka_code, kcode, FrameError};
 use crate::guard;
-use crate::idempotence::{
-    Check, DUPLICATE_SEQUENCE_NUMBER, INVALID_PRODUCER_EPOCH, OUT_OF_ORDER_SEQUENCE_NUMBER,
-};
 use crate::mapping::record_meta;
 use crate::records;
+use strom_policy::frame::FrameCodec;
 
 /// How one partition's part of a request ends: an offset, or an error.
 enum Outcome {
     Now(i16),
-    /// Already appended at this offset (a retried idempotent batch).
-    Done(u64),
+    /// Refused by the topic's validator.
+    Invalid(strom_server::Invalid),
     Pending(oneshot::Receiver<Result<u64, i16>>),
 }
 
-/// An idempotent producer's batch.
-#[derive(Clone, Copy)]
-struct Idem {
-    pid: i64,
-    epoch: i16,
-    seq: i32,
-    count: i32,
-}
-
-/// Builds the Strom batch for one partition's record set, with the
-/// producer id, epoch, base sequence and record count of an idempotent
-/// producer.
-fn batch(records: Bytes, max_bytes: u64) -> Result<Option<(ValidBatch, Option<Idem>)>, i16> {
+/// Builds the Strom batch for one partition's record set, stamped when it
+/// comes from an idempotent producer.
+fn batch(
+    records: Bytes,
+    max_bytes: u64,
+    codec: Option<FrameCodec>,
+) -> Result<Option<ValidBatch>, i16> {
     let batches = records::parse(records, max_bytes).map_err(|e| {
         tracing::info!(error = %e, "Kafka produce: refused record set");
         match e {
@@ -57,7 +58,10 @@ fn batch(records: Bytes, max_bytes: u64) -> Result<Option<(ValidBatch, Option<Id
     let mut b = BatchBuilder::new();
     let mut data = Vec::new();
     for r in batches.iter().flat_map(|b| b.records.iter()) {
-        let value = r.value.clone().unwrap_or_default();
+        let mut value = r.value.clone().unwrap_or_default();
+        if let Some(c) = codec {
+            value = Bytes::from(strom_policy::frame::pack(c, &value));
+        }
         b.push(&record_meta(r), &[], value.len() as u64);
         if !value.is_empty() {
             data.push(value);
@@ -67,17 +71,12 @@ fn batch(records: Bytes, max_bytes: u64) -> Result<Option<(ValidBatch, Option<Id
         return Ok(None);
     }
     let count = b.count();
-    let idem = batches
+    let stamp = batches
         .first()
-        .filter(|f| f.producer_id >= 0 && f.base_sequence >= 0)
-        .map(|f| Idem {
-            pid: f.producer_id,
-            epoch: f.producer_epoch,
-            seq: f.base_sequence,
-            count: count as i32,
-        });
-    ValidBatch::check(count, b.finish(), data)
-        .map(|v| Some((v, idem)))
+        .filter(|f| f.producer_id >= 0)
+        .and_then(|f| kafka_stamp(f.producer_id, f.producer_epoch, f.base_sequence));
+    ValidBatch::check(count, b.finish_stamped(stamp), data)
+        .map(Some)
         .map_err(|_| kcode::CORRUPT_MESSAGE)
 }
 
@@ -100,53 +99,32 @@ pub fn produce(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply, Fra
                         tracing::info!(topic = %topic, partition = index, error = %e, "Kafka produce: partition not served here");
                         Outcome::Now(kafka_code(&e))
                     }
-                    Ok(p) => match batch(records, max) {
+                    Ok(p) => match batch(records, max, crate::mapping::topic_codec(svc, &topic)) {
                         Err(code) => Outcome::Now(code),
                         Ok(None) => Outcome::Now(kcode::NONE),
-                        Ok(Some((b, idem))) => {
-                            let check = idem.map(|i| {
-                                ctx.sequences
-                                    .check(i.pid, i.epoch, &topic, index, i.seq, i.count)
-                            });
-                            match check {
-                                Some(Check::Duplicate(Some(o))) => Outcome::Done(o),
-                                Some(Check::Duplicate(None)) => {
-                                    Outcome::Now(DUPLICATE_SEQUENCE_NUMBER)
-                                }
-                                Some(Check::StaleEpoch { current }) => {
-                                    tracing::info!(topic = %topic, partition = index, current, "Kafka produce: batch of an older producer epoch");
-                                    Outcome::Now(INVALID_PRODUCER_EPOCH)
-                                }
-                                Some(Check::OutOfOrder { expected }) => {
-                                    tracing::info!(topic = %topic, partition = index, expected, "Kafka produce: sequence gap");
-                                    Outcome::Now(OUT_OF_ORDER_SEQUENCE_NUMBER)
-                                }
-                                Some(Check::Fresh) | None => {
-                                    let (tx, rx) = oneshot::channel();
-                                    let t = topic.clone();
-                                    let ctx2 = ctx.clone();
-                                    let reply: strom_server::AppendReply = Box::new(move |r| {
-                                        let r = r.map(|a| a.base_offset).map_err(|e| {
-                                            tracing::warn!(topic = %t, partition = index, error = %e, "Kafka produce: append failed");
-                                            kafka_code(&e)
-                                        });
-                                        if let Some(i) = idem {
-                                            ctx2.sequences.appended(
-                                                i.pid,
-                                                i.epoch,
-                                                &t,
-                                                index,
-                                                i.seq,
-                                                r.as_ref().ok().copied(),
-                                            );
-                                        }
-                                        let _ = tx.send(r);
-                                    });
-                                    svc.data.produce(&p, b, acks_all, reply);
-                                    Outcome::Pending(rx)
-                                }
+                        Ok(Some(b)) => match svc.validate(&topic, &b) {
+                            Err(CheckError::Invalid(i)) => {
+                                tracing::info!(topic = %topic, partition = index, error = %i, "Kafka produce: refused by the topic's validator");
+                                Outcome::Invalid(i)
                             }
-                        }
+                            Err(CheckError::Server(e)) => {
+                                tracing::warn!(topic = %topic, partition = index, error = %e, "Kafka produce: could not validate");
+                                Outcome::Now(kafka_code(&e))
+                            }
+                            Ok(()) => {
+                                let (tx, rx) = oneshot::channel();
+                                let t = topic.clone();
+                                let reply: strom_server::AppendReply = Box::new(move |r| {
+                                    let r = r.map(|a| a.base_offset).map_err(|e| {
+                                    tracing::info!(topic = %t, partition = index, error = %e, "Kafka produce: append refused or failed");
+                                    kafka_code(&e)
+                                });
+                                    let _ = tx.send(r);
+                                });
+                                svc.data.produce(&p, b, acks_all, reply);
+                                Outcome::Pending(rx)
+                            }
+                        },
                     },
                 },
             };
@@ -163,9 +141,13 @@ pub fn produce(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply, Fra
         for (topic, parts) in topics {
             let mut prs = Vec::with_capacity(parts.len());
             for (index, outcome) in parts {
+                let mut refused = None;
                 let r = match outcome {
                     Outcome::Now(code) => Err(code),
-                    Outcome::Done(o) => Ok(o),
+                    Outcome::Invalid(i) => {
+                        refused = Some(i);
+                        Err(kcode::INVALID_RECORD)
+                    }
                     Outcome::Pending(rx) => rx.await.unwrap_or(Err(kcode::UNKNOWN_SERVER_ERROR)),
                 };
                 let mut pr = PartitionProduceResponse::default().with_index(index);
@@ -182,6 +164,16 @@ pub fn produce(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply, Fra
                         }
                     }
                     Err(code) => pr = pr.with_error_code(code).with_base_offset(-1),
+                }
+                if let Some(i) = refused {
+                    let message = format!("record {}: {}", i.index, i.reason);
+                    pr = pr
+                        .with_record_errors(vec![BatchIndexAndErrorMessage::default()
+                            .with_batch_index(i.index as i32)
+                            .with_batch_index_error_message(Some(StrBytes::from_string(
+                                message.clone(),
+                            )))])
+                        .with_error_message(Some(StrBytes::from_string(message)));
                 }
                 prs.push(pr);
             }

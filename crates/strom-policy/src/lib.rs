@@ -19,6 +19,7 @@
 //! runtimes, the network or storage crates.
 
 pub mod binary;
+pub mod frame;
 pub mod select;
 pub mod validate;
 

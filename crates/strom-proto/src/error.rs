@@ -57,6 +57,7 @@ codes! {
     OUT_OF_ORDER_SEQUENCE = 217, "an idempotent producer's batch does not follow its previous one in the partition (an earlier batch is missing, or this one is too old to be answered)";
     MEMBER_REMOVED = 218, "the member left the group (drained or removed) and may not rejoin under its id";
     NOT_ENOUGH_REPLICAS_AFTER_APPEND = 219, "the leader stored an acks=all append, but the in-sync replicas fell below min_in_sync before it was acknowledged; it may or may not be kept (an idempotent producer resends it)";
+    STALE_PRODUCER_EPOCH = 220, "a Kafka idempotent producer's batch is of an epoch older than the producer's current one";
     STORAGE_IO = 300, "storage I/O error";
     CORRUPT = 301, "corrupt data detected in storage";
     OFFSET_OUT_OF_RANGE = 302, "offset is outside the partition's range";

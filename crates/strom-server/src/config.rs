@@ -154,9 +154,16 @@ pub struct ServerConfig {
     /// Most members of one Kafka group (Kafka's `group.max.size`); one
     /// more is refused with `GROUP_MAX_SIZE_REACHED`.
     pub kafka_group_max_size: u32,
-    /// Idempotent producer states (producer, partition) kept by the Kafka
-    /// front end; past it, the least recently used one is forgotten.
+    /// No longer used (Kafka idempotent producers share the partitions'
+    /// durable producer table); still accepted so config files load.
     pub kafka_max_producer_states: u32,
+    /// A Kafka `Metadata` request naming a topic that does not exist
+    /// creates it (Kafka's `auto.create.topics.enable`), with
+    /// `kafka_auto_create_partitions` partitions and the defaults of
+    /// `TopicSpec`. Off by default: a typo must not become a topic.
+    pub kafka_auto_create_topics: bool,
+    /// Partitions of a topic created on first use (Kafka's `num.partitions`).
+    pub kafka_auto_create_partitions: u32,
 }
 
 impl Default for ServerConfig {
@@ -206,6 +213,8 @@ impl Default for ServerConfig {
             kafka_group_retention_ms: 7 * 24 * 3_600_000,
             kafka_group_max_size: 10_000,
             kafka_max_producer_states: 100_000,
+            kafka_auto_create_topics: false,
+            kafka_auto_create_partitions: 1,
         }
     }
 }
@@ -328,8 +337,9 @@ impl ServerConfig {
         if self.kafka_group_retention_ms == 0
             || self.kafka_group_max_size == 0
             || self.kafka_max_producer_states == 0
+            || self.kafka_auto_create_partitions == 0
         {
-            return Err("kafka_group_retention_ms, kafka_group_max_size and kafka_max_producer_states must be positive".into());
+            return Err("kafka_group_retention_ms, kafka_group_max_size, kafka_max_producer_states and kafka_auto_create_partitions must be positive".into());
         }
         Ok(())
     }

@@ -275,6 +275,11 @@ impl Host {
         })
     }
 
+    /// The spec of a hosted topic.
+    pub fn spec(&self, topic: &str) -> Option<TopicSpec> {
+        self.topics.lock().get(topic).map(|h| h.record.spec.clone())
+    }
+
     /// The in-sync replicas an `acks=all` append to `topic` needs.
     pub fn min_in_sync(&self, topic: &str) -> u32 {
         self.topics

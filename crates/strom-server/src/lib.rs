@@ -41,12 +41,13 @@ pub use group::{read_group_file, write_group_file};
 pub use launch::{rank_from_env, rendezvous_file};
 pub use meta_net::{MetaEndpoint, PeerMetaNet};
 pub use server::{Server, ServerHandle};
-pub use service::Services;
+pub use service::{CheckError, Invalid, Services, Validation};
 // What other front ends (strom-kafka) need to produce into and read from
 // hosted partitions through `Services`: the checked batch, the partition
 // manager the data service hands out, and the sinks a long poll parks.
 pub use batch::ValidBatch;
 pub use partition::{AppendReply, PartitionManager};
+pub use producers::{kafka_stamp, KAFKA_MAX_PRODUCER_ID};
 pub use sink::{BatchSink, Waiters};
 // The stored batches a front end reads, and what an append reports.
 pub use strom_net::Transports;

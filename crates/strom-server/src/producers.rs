@@ -30,6 +30,37 @@ pub const MAX_PRODUCERS: usize = 10_000;
 /// stamps: the batches a producer may still resend are at its tail.
 pub const TAIL_WINDOW: u64 = 1 << 16;
 
+/// Bit 63 of a stamp's producer word: the batch came from a Kafka
+/// idempotent producer (see [`kafka_stamp`]).
+pub const KAFKA_PRODUCER: u64 = 1 << 63;
+/// Kafka producer ids are below this: they fill bits 16..62.
+pub const KAFKA_MAX_PRODUCER_ID: i64 = 1 << 47;
+/// Kafka sequences run from 0 to `i32::MAX` and wrap to 0.
+const KAFKA_SEQ_MOD: u64 = 1 << 31;
+
+/// The stamp of a Kafka idempotent producer's batch: producer id `pid`
+/// (`0..KAFKA_MAX_PRODUCER_ID`), epoch and base sequence (non-negative);
+/// `None` when they are out of range (the batch is then not idempotent).
+pub fn kafka_stamp(pid: i64, epoch: i16, base_sequence: i32) -> Option<ProducerStamp> {
+    if !(0..KAFKA_MAX_PRODUCER_ID).contains(&pid) || epoch < 0 || base_sequence < 0 {
+        return None;
+    }
+    Some(ProducerStamp {
+        producer: KAFKA_PRODUCER | (pid as u64) << 16 | epoch as u64,
+        sequence: base_sequence as u32,
+        restart: false,
+    })
+}
+
+/// The table key and, for a Kafka stamp, the epoch.
+fn key_of(s: &ProducerStamp) -> (u64, Option<u16>) {
+    if s.producer & KAFKA_PRODUCER != 0 {
+        (s.producer & !0xFFFF, Some(s.producer as u16))
+    } else {
+        (s.producer, None)
+    }
+}
+
 /// What to do with a stamped batch.
 #[derive(Debug)]
 pub enum Check {
@@ -39,10 +70,15 @@ pub enum Check {
     Duplicate(Appended),
     /// Out of order: refuse it with this reason.
     OutOfOrder(String),
+    /// A Kafka batch of an epoch older than its producer's current one:
+    /// refuse it with this reason.
+    StaleEpoch(String),
 }
 
 #[derive(Default)]
 struct Seqs {
+    /// The Kafka producer epoch the sequences below belong to.
+    epoch: u16,
     next: u32,
     /// (sequence, where it went), oldest first.
     recent: VecDeque<(u32, Appended)>,
@@ -57,11 +93,24 @@ pub struct Producers {
 impl Producers {
     /// Decides what a batch stamped `s` is.
     pub fn check(&self, s: ProducerStamp) -> Check {
-        let Some(p) = self.map.get(&s.producer) else {
+        let (key, epoch) = key_of(&s);
+        let Some(p) = self.map.get(&key) else {
             // Unknown producer (new, or its batches are older than the
             // window): any sequence starts it.
             return Check::Fresh;
         };
+        if let Some(epoch) = epoch {
+            if epoch < p.epoch {
+                return Check::StaleEpoch(format!(
+                    "Kafka producer {} sent a batch of epoch {epoch}, older than its epoch {}",
+                    key >> 16 & (KAFKA_MAX_PRODUCER_ID as u64 - 1),
+                    p.epoch
+                ));
+            }
+            if epoch > p.epoch {
+                return Check::Fresh;
+            }
+        }
         if s.sequence == p.next {
             return Check::Fresh;
         }
@@ -89,11 +138,21 @@ impl Producers {
 
     /// Records that the batch stamped `s` was appended as `a`.
     pub fn appended(&mut self, s: ProducerStamp, a: &Appended) {
-        if !self.map.contains_key(&s.producer) && self.map.len() >= MAX_PRODUCERS {
+        let (key, epoch) = key_of(&s);
+        if !self.map.contains_key(&key) && self.map.len() >= MAX_PRODUCERS {
             self.forget_idlest();
         }
-        let p = self.map.entry(s.producer).or_default();
-        p.next = s.sequence.wrapping_add(1);
+        let p = self.map.entry(key).or_default();
+        match epoch {
+            None => p.next = s.sequence.wrapping_add(1),
+            Some(epoch) => {
+                if epoch != p.epoch {
+                    p.recent.clear();
+                    p.epoch = epoch;
+                }
+                p.next = ((u64::from(s.sequence) + u64::from(a.count)) % KAFKA_SEQ_MOD) as u32;
+            }
+        }
         p.recent.push_back((s.sequence, a.clone()));
         if p.recent.len() > RECENT {
             p.recent.pop_front();
@@ -213,9 +272,73 @@ mod tests {
         for p in 0..MAX_PRODUCERS as u64 {
             t.appended(stamp(p, 0), &at(1000 + p));
         }
-        t.appended(stamp(u64::MAX, 0), &at(1));
+        t.appended(stamp(1 << 40, 0), &at(1));
         assert_eq!(t.map.len(), MAX_PRODUCERS);
         assert!(!t.map.contains_key(&0), "producer 0 was idle longest");
-        assert!(t.map.contains_key(&u64::MAX));
+        assert!(t.map.contains_key(&(1 << 40)));
+    }
+
+    fn kafka_at(base_offset: u64, count: u32) -> Appended {
+        Appended {
+            count,
+            ..at(base_offset)
+        }
+    }
+
+    #[test]
+    fn kafka_sequences_count_records_and_a_retry_gets_its_first_offset() {
+        let mut t = Producers::default();
+        let s = |seq| kafka_stamp(7, 0, seq).unwrap();
+        assert!(matches!(t.check(s(0)), Check::Fresh));
+        t.appended(s(0), &kafka_at(100, 10));
+        assert!(matches!(t.check(s(10)), Check::Fresh));
+        t.appended(s(10), &kafka_at(110, 5));
+        assert!(matches!(t.check(s(0)), Check::Duplicate(a) if a.base_offset == 100));
+        assert!(matches!(t.check(s(10)), Check::Duplicate(a) if a.base_offset == 110));
+        assert!(matches!(t.check(s(20)), Check::OutOfOrder(w) if w.contains("missing")));
+        assert!(matches!(t.check(s(15)), Check::Fresh));
+        // A native producer with the same number is another producer.
+        assert!(matches!(t.check(stamp(7, 3)), Check::Fresh));
+        t.appended(stamp(7, 3), &at(200));
+        assert!(matches!(t.check(s(15)), Check::Fresh));
+    }
+
+    #[test]
+    fn a_newer_kafka_epoch_starts_afresh_and_an_older_one_is_refused() {
+        let mut t = Producers::default();
+        t.appended(kafka_stamp(7, 0, 0).unwrap(), &kafka_at(0, 5));
+        t.appended(kafka_stamp(7, 0, 5).unwrap(), &kafka_at(5, 5));
+        assert!(matches!(
+            t.check(kafka_stamp(7, 1, 0).unwrap()),
+            Check::Fresh
+        ));
+        t.appended(kafka_stamp(7, 1, 0).unwrap(), &kafka_at(10, 3));
+        assert!(
+            matches!(t.check(kafka_stamp(7, 1, 0).unwrap()), Check::Duplicate(a) if a.base_offset == 10)
+        );
+        assert!(matches!(
+            t.check(kafka_stamp(7, 1, 3).unwrap()),
+            Check::Fresh
+        ));
+        assert!(matches!(
+            t.check(kafka_stamp(7, 0, 10).unwrap()),
+            Check::StaleEpoch(w) if w.contains("epoch 0")
+        ));
+    }
+
+    #[test]
+    fn kafka_stamps_out_of_range_are_not_idempotent() {
+        assert!(kafka_stamp(-1, 0, 0).is_none());
+        assert!(kafka_stamp(KAFKA_MAX_PRODUCER_ID, 0, 0).is_none());
+        assert!(kafka_stamp(1, -1, 0).is_none());
+        assert!(kafka_stamp(1, 0, -1).is_none());
+        let s = kafka_stamp(KAFKA_MAX_PRODUCER_ID - 1, i16::MAX, i32::MAX).unwrap();
+        assert_eq!(key_of(&s).1, Some(i16::MAX as u16));
+        // The last sequence wraps to 0, as Kafka's do.
+        let mut t = Producers::default();
+        t.appended(s, &kafka_at(0, 1));
+        let next = kafka_stamp(KAFKA_MAX_PRODUCER_ID - 1, i16::MAX, 0).unwrap();
+        assert!(matches!(t.check(next), Check::Fresh));
+        assert_eq!(t.map.values().next().unwrap().next, 0);
     }
 }

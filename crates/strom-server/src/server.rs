@@ -232,6 +232,7 @@ impl Server {
             control,
             config,
             stats: Default::default(),
+            validation: Default::default(),
             left: watch::Sender::new(false),
             _lock: lock,
         });

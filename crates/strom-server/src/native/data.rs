@@ -34,6 +34,9 @@ impl Session {
             }
         };
         let (p, batch) = p;
+        if let Err(e) = self.svc.validate(topic, &batch) {
+            return self.respond(id, Err(e.into()));
+        }
         let writer = self.writer.clone();
         let version = self.version;
         let svc = self.svc.clone();

@@ -88,6 +88,10 @@ impl PartitionManager {
                     let e = ServerError::coded(ErrorCode::OUT_OF_ORDER_SEQUENCE, why);
                     return Some((h.reply, Err(e)));
                 }
+                Check::StaleEpoch(why) => {
+                    let e = ServerError::coded(ErrorCode::STALE_PRODUCER_EPOCH, why);
+                    return Some((h.reply, Err(e)));
+                }
             }
         }
         let appended = match self.append_now(&h.batch) {

@@ -9,6 +9,8 @@
 //! - [`ControlService`]: the server's limits and identity, the registry's
 //!   operations (topics, producers, the group) on the master, and the
 //!   requests the master sends to members about their partitions.
+//! - [`Validation`]: produced batches checked against their topic's
+//!   validator, for clients that did not validate.
 //!
 //! Both depend only downward: on the registry, the member link, the host
 //! and its partition managers. `server.rs` builds them.
@@ -20,10 +22,12 @@ mod offsets;
 mod peer;
 mod registry_ops;
 mod tap;
+mod validate;
 
 pub use control::{ControlService, QuorumPlace};
 pub use data::DataService;
 pub use peer::ReplicaFetch;
+pub use validate::{CheckError, Invalid, Validation};
 
 use crate::config::ServerConfig;
 use crate::ownership::DataDirLock;
@@ -35,6 +39,8 @@ pub struct Services {
     pub control: ControlService,
     /// Server-wide counters the front ends update (the metrics tap).
     pub stats: crate::stats::ServerStats,
+    /// Topics' validators, checked on every produced batch (`validate.rs`).
+    pub validation: Validation,
     /// Set once the registry says this member left the group (it was
     /// drained or removed): the process should stop.
     pub left: tokio::sync::watch::Sender<bool>,
