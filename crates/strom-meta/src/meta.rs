@@ -31,6 +31,8 @@ pub struct Meta<M: Machine> {
     machine: Arc<Mutex<M>>,
     max_command: usize,
     gate: SnapshotGate,
+    /// Stops snapshot writes at shutdown.
+    snapshots: crate::state_machine::SnapshotCloser,
 }
 
 impl<M: Machine> Meta<M> {
@@ -62,6 +64,7 @@ impl<M: Machine> Meta<M> {
         let snapshot = store.durable_snapshot();
         check_purge_covered(&log, *snapshot.borrow(), dir)?;
         let machine = store.machine();
+        let snapshots = store.closer();
         let raft = Raft::new(
             id,
             raft_config,
@@ -78,6 +81,7 @@ impl<M: Machine> Meta<M> {
             machine,
             max_command: config.max_command,
             gate: SnapshotGate::default(),
+            snapshots,
         })
     }
 
@@ -264,10 +268,14 @@ impl<M: Machine> Meta<M> {
     /// Stops Raft on this member; its directory can be started again.
     pub async fn shutdown(&self) -> Result<(), MetaError> {
         tracing::info!(member = self.id, "metadata quorum member stopping");
-        self.raft
+        let stopped = self
+            .raft
             .shutdown()
             .await
-            .map_err(|e| MetaError::Stopped(e.to_string()))
+            .map_err(|e| MetaError::Stopped(e.to_string()));
+        // A snapshot openraft was still building is not written after this.
+        self.snapshots.close();
+        stopped
     }
 }
 

@@ -54,6 +54,19 @@ struct StoredSnapshot {
     data: Blob,
 }
 
+/// Stops a store's snapshot writes: no save that starts after
+/// [`SnapshotCloser::close`] writes anything (one already writing ends its
+/// write; it is not waited for, since a failed disk may never finish it).
+pub struct SnapshotCloser(Arc<SnapshotSlot>);
+
+impl SnapshotCloser {
+    pub fn close(&self) {
+        self.0
+            .closed
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+}
+
 /// The latest snapshot, in memory and on disk.
 struct SnapshotSlot {
     vfs: Arc<dyn Vfs>,
@@ -61,12 +74,18 @@ struct SnapshotSlot {
     current: Mutex<Option<StoredSnapshot>>,
     /// The last log id the snapshot on disk covers.
     durable: watch::Sender<Option<LogId>>,
+    /// The member stopped: no snapshot is written any more (openraft does
+    /// not wait for a snapshot it is building when it shuts down).
+    closed: std::sync::atomic::AtomicBool,
 }
 
 impl SnapshotSlot {
     /// Makes `snap` the current snapshot, durably, unless a newer one is.
     fn save(&self, snap: StoredSnapshot) -> Result<(), LogError> {
         let mut current = self.current.lock();
+        if self.closed.load(std::sync::atomic::Ordering::Acquire) {
+            return Ok(());
+        }
         if current
             .as_ref()
             .is_some_and(|c| c.meta.last_log_id > snap.meta.last_log_id)
@@ -131,6 +150,7 @@ impl<M: Machine> MachineStore<M> {
                 vfs,
                 dir: dir.to_path_buf(),
                 current: Mutex::new(None),
+                closed: std::sync::atomic::AtomicBool::new(false),
                 durable: watch::Sender::new(on_disk),
             }),
             builds: 0,
@@ -155,6 +175,11 @@ impl<M: Machine> MachineStore<M> {
     /// there is none); it only grows.
     pub fn durable_snapshot(&self) -> watch::Receiver<Option<LogId>> {
         self.slot.durable.subscribe()
+    }
+
+    /// What stops this store's snapshot writes once the member stops.
+    pub fn closer(&self) -> SnapshotCloser {
+        SnapshotCloser(self.slot.clone())
     }
 
     /// The machine, shared with readers.
