@@ -6,25 +6,29 @@
 //! connects (`kafka://` picks Kafka); `Driver`, `Producer`, `Consumer` and
 //! `Event` call through these traits and never ask which backend they have.
 //!
-//! This file names the client's public types (`Driver`, `Topic`,
-//! `Consumer`, the option types) because the traits take and return them,
-//! and those types hold the traits: they share one import circle. It is
-//! the circle of the client's handles themselves (a `Topic` holds its
-//! `Driver`, which makes topics; producers and consumers hold their
-//! `Topic`), and the backends sit inside it because they build those
-//! handles. The layers under it (errors, data buffers, connections,
-//! batching, the frame codec) are outside it.
+//! These traits name only the handles (`Driver`, `Topic`, a group's
+//! `Membership`) and value types (options, `Data`, `PushFuture`, `Event`,
+//! `Next`), so the handles and this seam form the client's one small
+//! import circle: a `Topic` holds its `Driver`, the `Driver` holds its
+//! backend (and the leases it renews, `lease.rs`), and the backend's
+//! factories take a `Topic` and a `Membership` (which holds its `Topic`).
+//! Everything a backend builds (producers, consumers, their queues and
+//! subscriptions) sits above that circle and is reached through these
+//! traits only.
 
 use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
 
 use strom_policy::MetadataInput;
 use strom_proto::{StartPos, TopicInfo, TopicSpec};
 
-use crate::consumer::{Consumer, ConsumerOptions};
+use crate::consumer::options::ConsumerOptions;
 use crate::driver::Driver;
 use crate::error::Result;
-use crate::group::Membership;
-use crate::producer::{Data, ProducerOptions, PushFuture};
+use crate::event::{Event, Next};
+use crate::membership::Membership;
+use crate::producer::push::{Data, ProducerOptions, PushFuture};
 use crate::topic::Topic;
 
 /// A driver's backend: topic administration, and the producers and
@@ -60,7 +64,7 @@ pub(crate) trait Backend: Send + Sync {
         name: &str,
         opts: ConsumerOptions,
         group: Option<Arc<Membership>>,
-    ) -> Result<Consumer>;
+    ) -> Result<Box<dyn ConsumerBackend>>;
 }
 
 /// What a [`crate::Producer`] does, per backend.
@@ -78,10 +82,19 @@ pub(crate) trait ProducerBackend: Send + Sync {
     fn id(&self) -> u64;
 }
 
-/// A reader that fills a consumer's queue from outside the native
-/// partition subscriptions (the Kafka backend's poll loop).
-pub(crate) trait Feed: Send + Sync {
-    /// Moves the reader to `pos`; `reset` empties the consumer's queue
-    /// and returns its new epoch.
-    fn reposition(&self, pos: StartPos, reset: &dyn Fn() -> u64) -> Result<()>;
+/// What a [`crate::Consumer`] does, per backend.
+pub(crate) trait ConsumerBackend: Send + Sync {
+    fn name(&self) -> &str;
+    fn group(&self) -> Option<&str>;
+    fn assignment(&self) -> Vec<u32>;
+    fn member_id(&self) -> Option<u64>;
+    fn topic(&self) -> &Topic;
+    /// The next event or the end, waiting until `deadline` (forever with
+    /// `None`); `None` if it passed first.
+    fn next_blocking(&self, deadline: Option<Instant>) -> Option<Result<Next>>;
+    /// The next event or the end if one is queued; registers the waker
+    /// otherwise.
+    fn poll_next(&self, cx: &mut Context<'_>) -> Poll<Result<Next>>;
+    fn pull_many(&self, max: usize, timeout: Duration) -> Result<Option<Vec<Event>>>;
+    fn seek(&self, pos: StartPos) -> Result<()>;
 }

@@ -4,20 +4,17 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::path::Path;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 use strom_net::Transports;
-use strom_proto::{ErrorCode, GroupFile, MemberInfo, Request, Response, TopicInfo, TopicSpec};
+use strom_proto::{ErrorCode, MemberInfo, Request, Response, TopicInfo};
 use tokio::runtime::{Handle, Runtime};
 
 use crate::backend::Backend;
 use crate::conn::ClientConn;
 use crate::error::{unexpected, Error, Result};
 use crate::lease::Leases;
-use crate::native::Native;
-use crate::topic::Topic;
 
 /// The address scheme of the Kafka backend: `kafka://host:port`.
 pub const KAFKA_SCHEME: &str = "kafka://";
@@ -52,7 +49,7 @@ pub(crate) struct DriverInner {
     /// Producer leases renewed by this driver's one renewal task.
     pub leases: Leases,
     #[cfg(feature = "embedded")]
-    embedded: Mutex<Option<strom_server::ServerHandle>>,
+    pub(crate) embedded: Mutex<Option<strom_server::ServerHandle>>,
     /// What topics, producers and consumers talk to: Strom servers
     /// (`native.rs`), or a Kafka cluster (`kafka://host:port`, `kafka/`).
     pub backend: Arc<dyn Backend>,
@@ -90,7 +87,7 @@ fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
         .unwrap_or_else(|| "(no message)".into())
 }
 
-fn runtime() -> Result<Runtime> {
+pub(crate) fn runtime() -> Result<Runtime> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("strom-client")
@@ -105,78 +102,6 @@ fn runtime() -> Result<Runtime> {
 }
 
 impl Driver {
-    /// Connects to the group described by a group file, over TCP.
-    pub fn connect(group_file: impl AsRef<Path>) -> Result<Driver> {
-        Self::connect_with(group_file, Transports::default())
-    }
-
-    /// Connects to the group described by a group file, reaching each
-    /// member through the transport its address's scheme names.
-    pub fn connect_with(group_file: impl AsRef<Path>, transports: Transports) -> Result<Driver> {
-        let path = group_file.as_ref();
-        let text = std::fs::read(path).map_err(|e| {
-            Error::GroupFile(format!("cannot read group file {}: {e}", path.display()))
-        })?;
-        let group: GroupFile = serde_json::from_slice(&text).map_err(|e| {
-            Error::GroupFile(format!("group file {} is not valid: {e}", path.display()))
-        })?;
-        let master = group
-            .members
-            .iter()
-            .find(|m| m.id == group.master)
-            .ok_or_else(|| {
-                Error::GroupFile(format!(
-                    "group file {} names no master member",
-                    path.display()
-                ))
-            })?;
-        let d = Self::start(master.addr.clone(), transports)?;
-        d.learn(group.members.iter().map(|m| (&m.addr, &m.addrs)));
-        d.know_members(group.members.iter().map(|m| m.addr.clone()));
-        d.connect_master()?;
-        Ok(d)
-    }
-
-    /// Connects to the server holding the registry at `host:port`, over TCP.
-    pub fn connect_addr(addr: &str) -> Result<Driver> {
-        Self::connect_addr_with(addr, Transports::default())
-    }
-
-    /// Connects to the server holding the registry at `addr` (`host:port`
-    /// or `scheme://…`) through `transports`.
-    pub fn connect_addr_with(addr: &str, transports: Transports) -> Result<Driver> {
-        if let Some(bootstrap) = addr.strip_prefix(KAFKA_SCHEME) {
-            return Self::connect_kafka(bootstrap);
-        }
-        let d = Self::start(addr.to_string(), transports)?;
-        d.connect_master()?;
-        Ok(d)
-    }
-
-    /// Connects to a Kafka cluster (`bootstrap`: `host:port[,host:port…]`)
-    /// through librdkafka: topics, producers and consumers keep their API,
-    /// with events mapped to records as docs/kafka.md describes ("Client
-    /// adapter"). Needs the `kafka` feature.
-    pub fn connect_kafka(bootstrap: &str) -> Result<Driver> {
-        #[cfg(feature = "kafka")]
-        {
-            let rt = runtime()?;
-            let kafka = crate::kafka::KafkaDriver::connect(bootstrap, rt.handle().clone())?;
-            let master = format!("{KAFKA_SCHEME}{bootstrap}");
-            let mut d = Self::with_runtime(rt, master, Transports::default());
-            // A driver just made has no other handle yet.
-            let inner = Arc::get_mut(&mut d.inner).ok_or_else(|| {
-                Error::coded(ErrorCode::INTERNAL, "a new driver is already shared")
-            })?;
-            inner.backend = Arc::new(kafka);
-            Ok(d)
-        }
-        #[cfg(not(feature = "kafka"))]
-        Err(Error::InvalidArgument(format!(
-            "cannot connect to Kafka at {bootstrap}: this build of the Strom client has no `kafka` feature (build strom with `--features kafka`; make test does)"
-        )))
-    }
-
     /// Whether this driver talks to a Kafka cluster (`kafka://`).
     pub fn is_kafka(&self) -> bool {
         self.inner.backend.name() == "kafka"
@@ -194,20 +119,22 @@ impl Driver {
         Ok(())
     }
 
-    /// A driver whose registry master is at `master`, not connected yet.
-    fn start(master: String, transports: Transports) -> Result<Driver> {
-        Ok(Self::with_runtime(runtime()?, master, transports))
-    }
-
     /// Opens the connection to the registry master.
-    fn connect_master(&self) -> Result<()> {
+    pub(crate) fn connect_master(&self) -> Result<()> {
         self.block_on({
             let d = self.clone();
             async move { d.reach_master().await }
         })
     }
 
-    fn with_runtime(rt: Runtime, master: String, transports: Transports) -> Driver {
+    /// A driver over runtime `rt` calling `backend` (chosen in
+    /// `connect.rs`).
+    pub(crate) fn with_runtime(
+        rt: Runtime,
+        master: String,
+        transports: Transports,
+        backend: Arc<dyn Backend>,
+    ) -> Driver {
         Driver {
             inner: Arc::new(DriverInner {
                 handle: rt.handle().clone(),
@@ -223,61 +150,9 @@ impl Driver {
                 leases: Leases::default(),
                 #[cfg(feature = "embedded")]
                 embedded: Mutex::new(None),
-                backend: Arc::new(Native),
+                backend,
             }),
         }
-    }
-
-    /// Starts a server inside this process, with its data in `dir`, and
-    /// connects to it. Nothing else needs to run. The server stands alone
-    /// also inside an MPI or Slurm job: the launcher's rank variables, which
-    /// make `strom server` processes form a group, are ignored here.
-    #[cfg(feature = "embedded")]
-    pub fn embedded(dir: impl AsRef<Path>) -> Result<Driver> {
-        Self::embedded_with(strom_server::ServerConfig {
-            data_dir: dir.as_ref().to_path_buf(),
-            rank: Some(0),
-            size: Some(1),
-            ..Default::default()
-        })
-    }
-
-    /// [`embedded`](Self::embedded) with a full server configuration.
-    #[cfg(feature = "embedded")]
-    pub fn embedded_with(config: strom_server::ServerConfig) -> Result<Driver> {
-        let rt = runtime()?;
-        let server = wait(rt.handle(), strom_server::Server::start(config))?
-            .map_err(|e| Error::coded(e.code(), format!("embedded server failed to start: {e}")))?;
-        let d = Self::with_runtime(rt, server.addr().to_string(), Transports::default());
-        *d.inner.embedded.lock() = Some(server);
-        d.block_on({
-            let d = d.clone();
-            async move { d.reach_master().await }
-        })?;
-        Ok(d)
-    }
-
-    /// [`embedded_with`](Self::embedded_with), with the transports the
-    /// server listens on (`config.listen` names one by its scheme) and the
-    /// driver connects through. With an in-process transport
-    /// ([`MemTransport`](strom_net::MemTransport), `listen = "mem://name"`)
-    /// no socket is opened at all.
-    #[cfg(feature = "embedded")]
-    pub fn embedded_over(
-        config: strom_server::ServerConfig,
-        transports: Transports,
-    ) -> Result<Driver> {
-        let rt = runtime()?;
-        let start = strom_server::Server::start_with(config, transports.clone());
-        let server = wait(rt.handle(), start)?
-            .map_err(|e| Error::coded(e.code(), format!("embedded server failed to start: {e}")))?;
-        let d = Self::with_runtime(rt, server.addr().to_string(), transports);
-        *d.inner.embedded.lock() = Some(server);
-        d.block_on({
-            let d = d.clone();
-            async move { d.reach_master().await }
-        })?;
-        Ok(d)
     }
 
     /// Address of the server holding the registry (with a metadata
@@ -305,7 +180,10 @@ impl Driver {
     }
 
     /// Remembers every address of `members` (primary address, all).
-    fn learn<'a>(&self, members: impl IntoIterator<Item = (&'a String, &'a Vec<String>)>) {
+    pub(crate) fn learn<'a>(
+        &self,
+        members: impl IntoIterator<Item = (&'a String, &'a Vec<String>)>,
+    ) {
         let mut routes = self.inner.routes.lock();
         for (addr, addrs) in members.into_iter().filter(|(_, a)| !a.is_empty()) {
             routes.insert(addr.clone(), addrs.clone());
@@ -442,24 +320,6 @@ impl Driver {
     pub(crate) fn admin(&self, req: Request) -> Result<Response> {
         let d = self.clone();
         self.block_on(async move { d.master_call(req).await })
-    }
-
-    /// Creates a topic; its partitions are spread over the group's live members.
-    pub fn create_topic(&self, spec: TopicSpec) -> Result<Topic> {
-        self.create_topic_on(spec, None)
-    }
-
-    /// Creates a topic with every partition on one member (`Some(id)`), or
-    /// spread round-robin (`None`).
-    pub fn create_topic_on(&self, spec: TopicSpec, member: Option<u32>) -> Result<Topic> {
-        Topic::new(
-            self.clone(),
-            self.inner.backend.create_topic(self, spec, member)?,
-        )
-    }
-
-    pub fn open_topic(&self, name: &str) -> Result<Topic> {
-        Topic::new(self.clone(), self.describe(name)?)
     }
 
     pub fn describe(&self, name: &str) -> Result<TopicInfo> {
@@ -620,6 +480,7 @@ impl Drop for DriverInner {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use strom_proto::TopicSpec;
 
     /// A driver with a runtime and no server (nothing here connects).
     fn offline() -> Driver {
@@ -627,6 +488,7 @@ mod tests {
             runtime().unwrap(),
             "127.0.0.1:9".into(),
             Transports::default(),
+            Arc::new(crate::native::Native),
         )
     }
 

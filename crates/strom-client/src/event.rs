@@ -1,11 +1,10 @@
-//! Events as a consumer receives them, and acknowledgements.
+//! Events as a consumer receives them, and what acking one returns.
 //!
-//! `ack()` records the offset and returns at once; a background task
-//! commits the highest acked offset of each partition to the server, one
-//! commit in flight at a time, so acks never cost one request per event.
-//! The returned [`AckFuture`] resolves once the commit covering it is
-//! persisted. Events of a shared consumer group are acked one by one
-//! instead (`share.rs`), with the same future.
+//! An event's ack goes where its consumer's backend sends it, through
+//! [`EventAcks`]: a consumer name's cumulative commits (`acks.rs`), a
+//! shared group's one-by-one acks (`share.rs`), or the Kafka group's
+//! commits. Each returns an [`AckFuture`] that resolves once the ack is
+//! persisted. This file depends on nothing above the data buffers.
 
 use std::ops::Deref;
 use std::sync::Arc;
@@ -13,12 +12,9 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
-use strom_proto::{ErrorCode, Request};
 
 use crate::data::{DataBuffer, EventMeta};
 use crate::error::{Error, Result};
-use crate::share::ShareAcks;
-use crate::topic::Topic;
 
 /// One consumed event: metadata, the fetched part of its data, and its ack.
 pub struct Event {
@@ -29,7 +25,7 @@ pub struct Event {
     pub(crate) fetched: u64,
     pub(crate) buffers: Vec<Box<dyn DataBuffer>>,
     pub(crate) descriptor: bytes::Bytes,
-    pub(crate) acks: AckTarget,
+    pub(crate) acks: Arc<dyn EventAcks>,
     /// Deliveries of this event so far, this one included (shared groups;
     /// 1 otherwise).
     pub(crate) deliveries: u32,
@@ -40,31 +36,21 @@ pub struct Event {
 
 /// An event's ack, without the event.
 pub(crate) struct LaterAck {
-    acks: AckTarget,
+    acks: Arc<dyn EventAcks>,
     offset: u64,
 }
 
 impl LaterAck {
     pub fn ack(&self) -> AckFuture {
-        match &self.acks {
-            AckTarget::Offsets(a) => a.ack(self.offset + 1),
-            AckTarget::Share(s) => s.ack(self.offset),
-            AckTarget::Committed(c) => c.clone().ack(self.offset + 1),
-        }
+        self.acks.clone().ack_event(self.offset)
     }
 }
 
-/// Where an event's ack goes.
-#[derive(Clone)]
-pub(crate) enum AckTarget {
-    /// Cumulative: the partition's committed offset of a consumer name.
-    Offsets(Arc<PartitionAcks>),
-    /// One by one: a shared group's acks of the partition.
-    Share(Arc<ShareAcks>),
-    /// Cumulative: offsets another backend commits (the Kafka group's
-    /// committed offset of the partition).
-    #[cfg_attr(not(feature = "kafka"), allow(dead_code))]
-    Committed(Arc<dyn CommitAcks>),
+/// What [`Consumer::pull`](crate::Consumer::pull) gives: an event, or the
+/// end of the stream.
+pub enum Next {
+    Event(Event),
+    EndOfStream,
 }
 
 impl Deref for Event {
@@ -149,17 +135,7 @@ impl Event {
     /// member) now rather than after its visibility timeout. It counts as
     /// a delivery. `INVALID_ARGUMENT` for other consumers.
     pub fn nack(&self) -> AckFuture {
-        match &self.acks {
-            AckTarget::Share(s) => s.nack(self.meta.offset),
-            AckTarget::Offsets(a) => AckFuture::failed(
-                a.clone(),
-                Error::InvalidArgument("nack applies to events of a shared consumer group".into()),
-            ),
-            AckTarget::Committed(c) => AckFuture::failed(
-                c.clone(),
-                Error::InvalidArgument("nack applies to events of a shared consumer group".into()),
-            ),
-        }
+        self.acks.clone().nack_event(self.meta.offset)
     }
 
     /// How many times this event was delivered, this time included: above
@@ -179,21 +155,22 @@ pub(crate) trait AckSource: Send + Sync {
     fn wait_ticket(&self, t: u64, deadline: Option<Instant>) -> Option<Result<()>>;
 }
 
-impl AckSource for PartitionAcks {
-    fn poll_ticket(&self, t: u64, waker: Option<&Waker>) -> Option<Result<()>> {
-        poll_settled(&self.state, waker, |st| st.check(t), AckState::wakers)
-    }
-
-    fn wait_ticket(&self, t: u64, deadline: Option<Instant>) -> Option<Result<()>> {
-        wait_settled(&self.state, &self.cond, deadline, |st| st.check(t))
-    }
+/// Where a consumed event's ack goes: a consumer name's cumulative acks
+/// of the partition (`acks.rs`), a shared group's one-by-one acks
+/// (`share.rs`), or another backend's commits (the Kafka group's).
+pub(crate) trait EventAcks: AckSource {
+    /// Acks the event at `offset`.
+    fn ack_event(self: Arc<Self>, offset: u64) -> AckFuture;
+    /// Gives the event at `offset` back (shared groups; the others refuse).
+    fn nack_event(self: Arc<Self>, offset: u64) -> AckFuture;
 }
 
-/// Cumulative acks of one partition kept by a backend other than the
-/// native consumer names (the Kafka group's committed offsets).
-pub(crate) trait CommitAcks: AckSource {
-    /// Asks for everything below `next` to be committed.
-    fn ack(self: Arc<Self>, next: u64) -> AckFuture;
+/// The refusal of a nack outside a shared group.
+pub(crate) fn nack_refused(src: Arc<dyn AckSource>) -> AckFuture {
+    AckFuture::failed(
+        src,
+        Error::InvalidArgument("nack applies to events of a shared consumer group".into()),
+    )
 }
 
 /// Runs `check` under the lock; if nothing is settled yet, registers
@@ -231,188 +208,6 @@ pub(crate) fn wait_settled<T>(
                     return None;
                 }
             }
-        }
-    }
-}
-
-/// Commit bookkeeping shared by every kind of partition acks: the highest
-/// offset asked for, the highest committed, one commit in flight at a
-/// time, the first failure, and who waits.
-#[derive(Default)]
-pub(crate) struct AckState {
-    wanted: u64,
-    committed: u64,
-    in_flight: bool,
-    error: Option<(ErrorCode, String)>,
-    wakers: Vec<Waker>,
-}
-
-impl AckState {
-    /// Asks for everything below `next` to be committed; true if the
-    /// caller must start the commit loop (none is running).
-    pub fn want(&mut self, next: u64) -> bool {
-        self.wanted = self.wanted.max(next);
-        if !self.in_flight && self.committed < self.wanted {
-            self.in_flight = true;
-            return true;
-        }
-        false
-    }
-
-    /// The offset the commit loop commits next, or `None` (the loop ends)
-    /// once everything wanted is committed.
-    pub fn next_target(&mut self) -> Option<u64> {
-        if self.committed >= self.wanted {
-            self.in_flight = false;
-            return None;
-        }
-        Some(self.wanted)
-    }
-
-    /// The outcome for a waiter on `offset`, once there is one.
-    pub fn check(&mut self, offset: u64) -> Option<Result<()>> {
-        if self.committed >= offset {
-            return Some(Ok(()));
-        }
-        self.error
-            .take()
-            .map(|(code, msg)| Err(Error::coded(code, format!("ack failed: {msg}"))))
-    }
-
-    pub fn wakers(&mut self) -> &mut Vec<Waker> {
-        &mut self.wakers
-    }
-}
-
-/// Records the outcome of committing `target` and wakes every waiter;
-/// false if it failed (the commit loop stops).
-pub(crate) fn settle(
-    state: &Mutex<AckState>,
-    cond: &Condvar,
-    target: u64,
-    outcome: std::result::Result<(), (ErrorCode, String)>,
-) -> bool {
-    let mut st = state.lock();
-    match outcome {
-        Ok(()) => st.committed = st.committed.max(target),
-        Err(e) => {
-            st.error = Some(e);
-            st.in_flight = false;
-        }
-    }
-    let wakers = std::mem::take(&mut st.wakers);
-    let ok = st.error.is_none();
-    drop(st);
-    cond.notify_all();
-    wakers.into_iter().for_each(Waker::wake);
-    ok
-}
-
-/// The member owning a partition and its address; follows restarts.
-pub(crate) struct Owner {
-    pub member: u32,
-    pub addr: String,
-}
-
-/// Commit bookkeeping of one partition for one consumer name.
-pub(crate) struct PartitionAcks {
-    topic: Topic,
-    partition: u32,
-    name: String,
-    /// A partitioned group's holder `(consumer, epoch)`: commits go as
-    /// `GroupCommit`, and the owner refuses them once another holds it.
-    fence: Option<(u64, u64)>,
-    owner: Arc<Mutex<Owner>>,
-    state: Mutex<AckState>,
-    cond: Condvar,
-}
-
-impl PartitionAcks {
-    pub fn new(topic: &Topic, partition: u32, name: String, owner: Arc<Mutex<Owner>>) -> Arc<Self> {
-        Self::fenced(topic, partition, name, owner, None)
-    }
-
-    /// Acks of a partition held in a partitioned group under `fence`.
-    pub fn fenced(
-        topic: &Topic,
-        partition: u32,
-        name: String,
-        owner: Arc<Mutex<Owner>>,
-        fence: Option<(u64, u64)>,
-    ) -> Arc<Self> {
-        Arc::new(PartitionAcks {
-            topic: topic.clone(),
-            partition,
-            name,
-            fence,
-            owner,
-            state: Mutex::new(AckState::default()),
-            cond: Condvar::new(),
-        })
-    }
-
-    fn ack(self: &Arc<Self>, next: u64) -> AckFuture {
-        if self.state.lock().want(next) {
-            self.topic
-                .driver
-                .inner
-                .handle
-                .spawn(self.clone().commit_loop());
-        }
-        AckFuture::new(self.clone(), next)
-    }
-
-    async fn commit_loop(self: Arc<Self>) {
-        loop {
-            let Some(target) = self.state.lock().next_target() else {
-                return;
-            };
-            let topic = self.topic.name().to_string();
-            let req = match self.fence {
-                Some((consumer, epoch)) => Request::GroupCommit {
-                    topic,
-                    partition: self.partition,
-                    group: self.name.clone(),
-                    consumer,
-                    epoch,
-                    offset: target,
-                },
-                None => Request::Commit {
-                    topic,
-                    partition: self.partition,
-                    consumer: self.name.clone(),
-                    offset: target,
-                },
-            };
-            let addr = self.owner.lock().addr.clone();
-            let r = match self.topic.driver.conn(&addr).await {
-                Ok(conn) => conn.call(&req, Vec::new()).await,
-                Err(e) => Err(e),
-            };
-            let outcome = r.map(|_| ()).map_err(|e| (e.code(), e.to_string()));
-            if !settle(&self.state, &self.cond, target, outcome) {
-                return;
-            }
-        }
-    }
-
-    /// Everything below `offset` is committed already (where a group's
-    /// subscription started: the group's committed offset).
-    pub fn committed_from(&self, offset: u64) {
-        let mut st = self.state.lock();
-        st.committed = st.committed.max(offset);
-    }
-
-    /// The highest offset known committed.
-    pub fn committed(&self) -> u64 {
-        self.state.lock().committed
-    }
-
-    /// Waits until no commit is in flight (or `limit` passed).
-    pub async fn settle(&self, limit: Duration) {
-        let deadline = Instant::now() + limit;
-        while self.state.lock().in_flight && Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(5)).await;
         }
     }
 }

@@ -12,10 +12,12 @@
 //! `kafka` feature the same API runs on a Kafka cluster
 //! (`Driver::connect_addr("kafka://host:port")`, librdkafka inside).
 
+mod acks;
 mod backend;
 mod batching;
 mod compress;
 mod conn;
+mod connect;
 mod consumer;
 mod data;
 mod driver;
@@ -26,6 +28,7 @@ mod group;
 mod kafka;
 mod leader;
 mod lease;
+mod membership;
 mod native;
 mod partitioned;
 mod pool;

@@ -1,18 +1,21 @@
 //! The native backend: a driver's topics, producers and consumers on Strom
 //! servers, over the Strom protocol. Administration goes to the registry
 //! master (`Driver::leader_call*`, `leader.rs`); producers and consumers
-//! are `producer/native.rs` and `consumer.rs`' partition subscriptions.
+//! are `producer/native.rs` and `consumer/queue.rs` over the partition
+//! subscriptions of `subscription.rs`.
 
 use std::sync::Arc;
 
 use strom_proto::{ErrorCode, Request, Response, TopicInfo, TopicSpec};
 
-use crate::backend::{Backend, ProducerBackend};
-use crate::consumer::{Consumer, ConsumerOptions};
+use crate::backend::{Backend, ConsumerBackend, ProducerBackend};
+use crate::consumer::options::ConsumerOptions;
+use crate::consumer::queue::QueueConsumer;
 use crate::driver::Driver;
 use crate::error::{unexpected, Result};
-use crate::group::Membership;
-use crate::producer::{NativeProducer, ProducerOptions};
+use crate::membership::Membership;
+use crate::producer::push::ProducerOptions;
+use crate::producer::NativeProducer;
 use crate::topic::Topic;
 
 /// Strom servers: the backend of every driver not connected to Kafka.
@@ -81,7 +84,7 @@ impl Backend for Native {
         name: &str,
         opts: ConsumerOptions,
         group: Option<Arc<Membership>>,
-    ) -> Result<Consumer> {
-        Consumer::native(topic, name, opts, group)
+    ) -> Result<Box<dyn ConsumerBackend>> {
+        Ok(Box::new(QueueConsumer::native(topic, name, opts, group)?))
     }
 }

@@ -20,9 +20,9 @@ use std::time::Duration;
 
 use strom_proto::{ErrorCode, Request, Response, StartPos};
 
-use crate::consumer::{Item, PartSub, Shared};
-use crate::event::Owner;
+use crate::consumer::state::{Item, PartSub, Shared};
 use crate::subscription::run_partition;
+use crate::topic::Owner;
 
 /// Pause after a failed heartbeat.
 const RETRY: Duration = Duration::from_millis(200);

@@ -18,8 +18,8 @@ use parking_lot::{Condvar, Mutex};
 use strom_proto::{ErrorCode, Request, Response};
 
 use crate::error::{Error, Result};
-use crate::event::{poll_settled, wait_settled, AckFuture, AckSource, Owner};
-use crate::topic::Topic;
+use crate::event::{poll_settled, wait_settled, AckFuture, AckSource, EventAcks};
+use crate::topic::{Owner, Topic};
 
 /// How long acks are retried while the owner is away.
 pub(crate) const RETRY_FOR: Duration = Duration::from_secs(120);
@@ -241,6 +241,16 @@ impl AckSource for ShareAcks {
 
     fn wait_ticket(&self, t: u64, deadline: Option<Instant>) -> Option<Result<()>> {
         wait_settled(&self.state, &self.cond, deadline, |st| Self::check(st, t))
+    }
+}
+
+impl EventAcks for ShareAcks {
+    fn ack_event(self: Arc<Self>, offset: u64) -> AckFuture {
+        self.ack(offset)
+    }
+
+    fn nack_event(self: Arc<Self>, offset: u64) -> AckFuture {
+        self.nack(offset)
     }
 }
 

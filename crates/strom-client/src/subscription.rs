@@ -16,12 +16,12 @@ use strom_proto::{BatchView, ErrorCode, EventEntry, Push, Request, Response, Run
 use tokio::sync::mpsc;
 
 use crate::conn::ResponseWaiter;
-use crate::consumer::{Item, PartSub, Shared};
+use crate::consumer::state::{Item, PartSub, Shared};
 use crate::data::{plan_fill, DataBuffer, DataDescriptor, EventMeta};
 use crate::error::unexpected;
 use crate::error::{Error, Result};
 use crate::event::Event;
-use crate::unpack::Unpacker;
+use crate::unpack::{Fetched, Unpacker};
 
 static NEXT_STREAM: AtomicU64 = AtomicU64::new(1);
 const RETRY: Duration = Duration::from_secs(1);
@@ -178,7 +178,7 @@ impl StreamCtx {
                 fetched: 0,
                 buffers: Vec::new(),
                 descriptor: e.descriptor,
-                acks: self.sub.acks.clone(),
+                acks: self.sub.acks.for_events(),
                 deliveries: 1,
                 batch_end: base_offset + *count as u64,
             })
@@ -287,7 +287,7 @@ impl Shared {
             fetched,
             buffers,
             descriptor: i.entry.descriptor,
-            acks: sub.acks.clone(),
+            acks: sub.acks.for_events(),
             deliveries: i.deliveries,
             batch_end: i.batch_end,
         }
@@ -350,7 +350,7 @@ async fn subscribe_and_stream(
         other => return Err(unexpected(other)),
     };
     ctx.pos.store(start_offset, Ordering::Release);
-    if let (Some(_), crate::event::AckTarget::Offsets(a)) = (sub.fence, &sub.acks) {
+    if let (Some(_), crate::consumer::state::AckTarget::Offsets(a)) = (sub.fence, &sub.acks) {
         // The group committed everything before where it resumes.
         a.committed_from(start_offset);
     }
@@ -618,10 +618,6 @@ async fn fetch_events(
     start_fetch(shared, sub, items).await?.finish().await
 }
 
-/// A batch's events in order, with an error in the place of each one whose
-/// data could not be decoded.
-pub(crate) type Fetched = Vec<Result<Event>>;
-
 /// A data request on the wire and the events its answer fills. Until
 /// [`finish`](InFlight::finish) hands the events out, dropping it gives
 /// back the bytes it reserved of the consumer's data budget.
@@ -662,7 +658,7 @@ impl InFlight {
             ev.buffers = filled.by_ref().take(*n).collect();
         }
         match self.unpacker.clone() {
-            Some(u) => crate::unpack::unpack_all(&self.shared, u, events).await,
+            Some(u) => crate::unpack::unpack_all(&self.shared.budget, u, events).await,
             None => Ok(events.into_iter().map(Ok).collect()),
         }
     }

@@ -1,5 +1,7 @@
 //! A topic handle: its description (partitions and where they live), its
-//! policies, and the factories for producers and consumers.
+//! policies, and the calls that end its stream. The factories for its
+//! producers and consumers are beside those types (`producer/mod.rs`,
+//! `consumer/mod.rs`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,10 +13,9 @@ use parking_lot::RwLock;
 use strom_policy::TopicPolicy;
 use strom_proto::{Request, TopicInfo};
 
-use crate::consumer::{Consumer, ConsumerOptions};
 use crate::driver::Driver;
 use crate::error::Result;
-use crate::producer::{Producer, ProducerOptions};
+use strom_proto::TopicSpec;
 
 #[derive(Clone)]
 pub struct Topic {
@@ -86,24 +87,6 @@ impl Topic {
         self.driver.block_on(async move { t.refresh().await })
     }
 
-    pub fn producer(&self) -> Result<Producer> {
-        Producer::new(self.clone(), ProducerOptions::default())
-    }
-
-    pub fn producer_with(&self, options: ProducerOptions) -> Result<Producer> {
-        Producer::new(self.clone(), options)
-    }
-
-    /// A consumer named `name` over every partition, resuming after the
-    /// name's last ack, fetching every event's whole data part.
-    pub fn consumer(&self, name: &str) -> Result<Consumer> {
-        Consumer::new(self.clone(), name, ConsumerOptions::default())
-    }
-
-    pub fn consumer_with(&self, name: &str, options: ConsumerOptions) -> Result<Consumer> {
-        Consumer::new(self.clone(), name, options)
-    }
-
     /// Closes producer `id`'s part of the stream on its behalf, for a
     /// producer that died without closing (its id is [`Producer::id`]).
     pub fn close_producer(&self, id: u64) -> Result<()> {
@@ -125,5 +108,31 @@ impl Topic {
         self.driver
             .block_on(async move { d.master_call(Request::CompleteTopic { name }).await })
             .map(|_| ())
+    }
+}
+
+/// The member owning a partition and its address; follows restarts.
+pub(crate) struct Owner {
+    pub member: u32,
+    pub addr: String,
+}
+
+impl Driver {
+    /// Creates a topic; its partitions are spread over the group's live members.
+    pub fn create_topic(&self, spec: TopicSpec) -> Result<Topic> {
+        self.create_topic_on(spec, None)
+    }
+
+    /// Creates a topic with every partition on one member (`Some(id)`), or
+    /// spread round-robin (`None`).
+    pub fn create_topic_on(&self, spec: TopicSpec, member: Option<u32>) -> Result<Topic> {
+        Topic::new(
+            self.clone(),
+            self.inner.backend.create_topic(self, spec, member)?,
+        )
+    }
+
+    pub fn open_topic(&self, name: &str) -> Result<Topic> {
+        Topic::new(self.clone(), self.describe(name)?)
     }
 }

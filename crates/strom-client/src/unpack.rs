@@ -10,11 +10,9 @@ use std::sync::Arc;
 use strom_proto::ErrorCode;
 
 use crate::compress::{Frame, HEADER_LEN, MAX_UNCOMPRESSED};
-use crate::consumer::Shared;
-use crate::data::{plan_fill, DataBroker, DataBuffer, DataDescriptor, DataSelector};
+use crate::data::{plan_fill, DataBroker, DataBudget, DataBuffer, DataDescriptor, DataSelector};
 use crate::error::{Error, FrameError, Result};
 use crate::event::Event;
-use crate::subscription::Fetched;
 
 /// What a consumer of a compressed topic runs on each event once its
 /// stored frame was fetched (alone, into the event's one buffer).
@@ -117,11 +115,15 @@ fn scatter(
     }
 }
 
+/// A batch's events in order, with an error in the place of each one whose
+/// data could not be decoded.
+pub(crate) type Fetched = Vec<Result<Event>>;
+
 /// Decodes a compressed topic's fetched events on the blocking pool (the
 /// selectors and brokers run there too), and moves the data budget from
 /// the stored frames to the selected bytes handed out.
 pub(crate) async fn unpack_all(
-    shared: &Shared,
+    budget: &DataBudget,
     u: Arc<Unpacker>,
     events: VecDeque<Event>,
 ) -> Result<Fetched> {
@@ -142,14 +144,14 @@ pub(crate) async fn unpack_all(
     let decoded = match decoded.and_then(|d| d) {
         Ok(d) => d,
         Err(e) => {
-            shared.budget.release(stored);
+            budget.release(stored);
             return Err(e);
         }
     };
     let held: u64 = decoded.iter().flatten().map(|e| e.fetched_len()).sum();
     match held.cmp(&stored) {
-        std::cmp::Ordering::Greater => shared.budget.take(held - stored),
-        _ => shared.budget.release(stored - held),
+        std::cmp::Ordering::Greater => budget.take(held - stored),
+        _ => budget.release(stored - held),
     }
     Ok(decoded)
 }

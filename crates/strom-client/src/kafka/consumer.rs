@@ -24,15 +24,17 @@ use strom_proto::{ErrorCode, StartPos};
 
 use super::mapping::{self, Marker, Record};
 use super::{kafka_error, unsupported};
-use crate::backend::Feed;
-use crate::consumer::{Consumer, ConsumerOptions, Item, PartSub, Shared};
+use crate::acks::{settle, AckState};
+use crate::backend::ConsumerBackend;
+use crate::consumer::options::ConsumerOptions;
+use crate::consumer::queue::{Feed, QueueConsumer};
+use crate::consumer::state::{AckTarget, Item, PartSub, Shared};
 use crate::data::{plan_fill, DataDescriptor, EventMeta};
 use crate::error::{Error, Result};
 use crate::event::{
-    poll_settled, settle, wait_settled, AckFuture, AckSource, AckState, AckTarget, CommitAcks,
-    Event, Owner,
+    nack_refused, poll_settled, wait_settled, AckFuture, AckSource, Event, EventAcks,
 };
-use crate::topic::Topic;
+use crate::topic::{Owner, Topic};
 
 use super::KafkaDriver;
 
@@ -49,7 +51,7 @@ pub(crate) fn consumer(
     topic: Topic,
     name: &str,
     opts: ConsumerOptions,
-) -> Result<Consumer> {
+) -> Result<Box<dyn ConsumerBackend>> {
     let info = topic.describe()?;
     let partitions = match &opts.partitions {
         Some(p) => p.clone(),
@@ -136,7 +138,7 @@ pub(crate) fn consumer(
         inner,
         thread: Some(thread),
     };
-    Ok(Consumer::fed(shared, Box::new(reader)))
+    Ok(Box::new(QueueConsumer::fed(shared, Box::new(reader))))
 }
 
 /// End-of-stream bookkeeping of one partition: the producers seen open
@@ -356,7 +358,7 @@ impl ReaderInner {
             fetched,
             buffers,
             descriptor: Bytes::new(),
-            acks: sub.acks.clone(),
+            acks: sub.acks.for_events(),
             deliveries: 1,
             batch_end: em_offset + 1,
         })
@@ -436,13 +438,20 @@ impl KafkaAcks {
     }
 }
 
-impl CommitAcks for KafkaAcks {
-    fn ack(self: Arc<Self>, next: u64) -> AckFuture {
+impl EventAcks for KafkaAcks {
+    /// Commits everything up to the event (Kafka's committed offset is
+    /// the next one to read).
+    fn ack_event(self: Arc<Self>, offset: u64) -> AckFuture {
+        let next = offset + 1;
         if self.state.lock().want(next) {
             let me = Arc::clone(&self);
             self.handle.spawn_blocking(move || me.commit_loop());
         }
         AckFuture::new(self, next)
+    }
+
+    fn nack_event(self: Arc<Self>, _offset: u64) -> AckFuture {
+        nack_refused(self)
     }
 }
 

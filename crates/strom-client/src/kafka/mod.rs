@@ -27,11 +27,11 @@ use tokio::runtime::Handle;
 
 use crate::error::{Error, Result};
 
-use crate::backend::{Backend, ProducerBackend};
-use crate::consumer::{Consumer, ConsumerOptions};
+use crate::backend::{Backend, ConsumerBackend, ProducerBackend};
+use crate::consumer::options::ConsumerOptions;
 use crate::driver::Driver;
-use crate::group::Membership;
-use crate::producer::ProducerOptions;
+use crate::membership::Membership;
+use crate::producer::push::ProducerOptions;
 use crate::topic::Topic;
 use producer::KafkaProducer;
 
@@ -304,7 +304,7 @@ impl Backend for KafkaDriver {
         name: &str,
         opts: ConsumerOptions,
         _group: Option<Arc<Membership>>,
-    ) -> Result<Consumer> {
+    ) -> Result<Box<dyn ConsumerBackend>> {
         consumer::consumer(self, topic, name, opts)
     }
 }

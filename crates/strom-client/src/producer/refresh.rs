@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use strom_proto::PartitionInfo;
 
-use super::native::Inner;
+use super::state::Inner;
 use crate::conn::ServerLimits;
 use crate::topic::Topic;
 

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use strom_proto::ErrorCode;
 
-use super::native::{Inner, PartQueue, Sealed};
+use super::state::{Inner, PartQueue, Sealed};
 use crate::error::Error;
 
 /// Most batches an idempotent producer keeps in flight per partition: as
