@@ -26,6 +26,7 @@ use super::snapshot;
 
 const FORMAT: Format = Format {
     magic: LOG_MAGIC,
+    version: strom_storage::record::VERSION,
     what: "registry log",
 };
 

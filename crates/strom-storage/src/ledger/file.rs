@@ -21,6 +21,7 @@ use crate::{Result, StorageError};
 
 const FORMAT: Format = Format {
     magic: *b"STRC",
+    version: crate::record::VERSION,
     what: "shared-group ledger",
 };
 /// Compact once the file holds this many records...
