@@ -1,35 +1,43 @@
 //! The consumer offset store of one partition: consumer name -> committed
-//! offset, in memory or in an append-only file of CRC-protected records that
-//! is compacted (rewrite to a temporary file, fsync, rename) when it grows.
+//! offset, in memory or in a [`RecordFile`] (magic `"STRO"`, version 2)
+//! whose records are commits ([`codec`]). `RecordFile` owns the file's
+//! I/O: open and replay (a torn tail cut with a warning, damage followed by
+//! a valid record refused as corrupt), append + fdatasync (a commit is
+//! durable when it returns) and compaction (the live map rewritten
+//! atomically: temp file, fdatasync, rename, directory fsync).
 //!
-//! File layout: an 8-byte header (`"STRO"`, u32 LE version 1), then records
-//! `u32 crc32c | u16 name_len | u64 offset | name bytes` (little endian; the
-//! CRC covers everything after it). A torn or corrupt tail is truncated on
-//! open. A commit is fdatasync'ed before it returns.
+//! A file of version 1 (this store's own format before it moved onto
+//! `RecordFile`, read by [`legacy`]) is upgraded once, when it is opened:
+//! its commits are written as a version 2 file that replaces it atomically,
+//! so a crash at any point leaves one file or the other, whole, and no
+//! commit is lost.
+
+mod codec;
+mod legacy;
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
 
-use crate::vfs::{RealFs, Vfs, VfsFile};
+use crate::record::FILE_HEADER;
+use crate::record_file::{Format, RecordFile, RecordFileError};
+use crate::vfs::{RealFs, Vfs};
 use crate::{Result, StorageError};
+use codec::{Commit, OffsetCodec, MAX_NAME};
 
-const MAGIC: [u8; 4] = *b"STRO";
-const VERSION: u32 = 1;
-const FILE_HEADER: usize = 8;
-const RECORD_HEADER: usize = 14;
+const FORMAT: Format = Format {
+    magic: *b"STRO",
+    version: 2,
+    what: "consumer offset file",
+};
 /// Compact once the file holds this many records (and twice the live names).
-const COMPACT_RECORDS: usize = 4096;
+const COMPACT_RECORDS: u64 = 4096;
 
 struct OffsetFile {
-    vfs: Arc<dyn Vfs>,
-    path: PathBuf,
-    file: Box<dyn VfsFile>,
-    len: u64,
-    records: usize,
-    compact_after: usize,
+    file: RecordFile<OffsetCodec>,
+    compact_after: u64,
 }
 
 /// Persistent consumer-name -> committed-offset map of one partition.
@@ -38,53 +46,39 @@ pub struct OffsetStore {
     file: Option<Mutex<OffsetFile>>,
 }
 
-fn encode_record(out: &mut Vec<u8>, name: &str, offset: u64) {
-    let start = out.len();
-    out.extend_from_slice(&[0u8; 4]);
-    out.extend_from_slice(&(name.len() as u16).to_le_bytes());
-    out.extend_from_slice(&offset.to_le_bytes());
-    out.extend_from_slice(name.as_bytes());
-    let crc = crc32c::crc32c(&out[start + 4..]);
-    out[start..start + 4].copy_from_slice(&crc.to_le_bytes());
+fn storage(e: RecordFileError) -> StorageError {
+    StorageError::from_record_file(FORMAT.what, e)
 }
 
-fn file_header() -> Vec<u8> {
-    let mut b = MAGIC.to_vec();
-    b.extend_from_slice(&VERSION.to_le_bytes());
-    b
+/// Every (name, offset) of `map`, sorted by name.
+fn sorted(map: &HashMap<String, u64>) -> Vec<(String, u64)> {
+    let mut v: Vec<(String, u64)> = map.iter().map(|(k, v)| (k.clone(), *v)).collect();
+    v.sort();
+    v
 }
 
-/// Parses the valid prefix of an offset file: (map, records, valid length).
-fn parse(bytes: &[u8]) -> (HashMap<String, u64>, usize, usize) {
-    let mut map = HashMap::new();
-    if bytes.len() < FILE_HEADER || bytes[..FILE_HEADER] != file_header()[..] {
-        return (map, 0, 0);
+fn commits(entries: Vec<(String, u64)>) -> Vec<Commit> {
+    entries
+        .into_iter()
+        .map(|(name, offset)| Commit { name, offset })
+        .collect()
+}
+
+/// The first bytes (at most a file header) of `path`, or `None` if it does
+/// not exist.
+fn read_head(vfs: &dyn Vfs, path: &Path) -> Result<Option<Vec<u8>>> {
+    let io = |step: &str| {
+        let context = format!("{step} {}", path.display());
+        move |e| StorageError::io(context, e)
+    };
+    if !vfs.exists(path).map_err(io("looking for"))? {
+        return Ok(None);
     }
-    let mut pos = FILE_HEADER;
-    let mut records = 0;
-    while bytes.len() - pos >= RECORD_HEADER {
-        let r = &bytes[pos..];
-        let crc = u32::from_le_bytes([r[0], r[1], r[2], r[3]]);
-        let name_len = usize::from(u16::from_le_bytes([r[4], r[5]]));
-        let total = RECORD_HEADER + name_len;
-        if r.len() < total || crc32c::crc32c(&r[4..total]) != crc {
-            break;
-        }
-        let mut off = [0u8; 8];
-        off.copy_from_slice(&r[6..14]);
-        let Ok(name) = std::str::from_utf8(&r[RECORD_HEADER..total]) else {
-            break;
-        };
-        map.insert(name.to_string(), u64::from_le_bytes(off));
-        records += 1;
-        pos += total;
-    }
-    (map, records, pos)
-}
-
-fn io_err(context: &str, path: &Path) -> impl FnOnce(std::io::Error) -> StorageError {
-    let context = format!("{context} {}", path.display());
-    move |e| StorageError::io(context, e)
+    let f = vfs.open(path, false).map_err(io("opening"))?;
+    let len = f.len().map_err(io("reading"))?;
+    let mut head = vec![0u8; len.min(FILE_HEADER as u64) as usize];
+    f.read_exact_at(&mut head, 0).map_err(io("reading"))?;
+    Ok(Some(head))
 }
 
 impl OffsetStore {
@@ -96,63 +90,81 @@ impl OffsetStore {
         }
     }
 
-    /// Opens (creating if missing) the offset file at `path`, dropping a torn
-    /// or corrupt tail.
+    /// Opens (creating if missing) the offset file at `path`: a torn tail
+    /// is cut, damage followed by a valid record is
+    /// [`StorageError::Corrupt`], and a version 1 file is upgraded.
     pub fn open(path: &Path) -> Result<Self> {
         Self::open_with(Arc::new(RealFs), path)
     }
 
     /// [`OffsetStore::open`] over the file system `vfs`.
+    ///
+    /// A version 1 file is read whole (its valid prefix, as version 1 read
+    /// it), then replaced by a version 2 file holding every consumer's
+    /// last commit with [`RecordFile::create`] (`<path>.tmp` written and
+    /// fdatasync'ed, renamed over `path`, directory fsync'ed). Until that
+    /// rename the version 1 file is the one on disk, intact, and the next
+    /// open upgrades it again; a leftover `<path>.tmp` is removed.
     pub fn open_with(vfs: Arc<dyn Vfs>, path: &Path) -> Result<Self> {
-        Self::open_inner(vfs, path, COMPACT_RECORDS)
-    }
-
-    fn open_inner(vfs: Arc<dyn Vfs>, path: &Path, compact_after: usize) -> Result<Self> {
-        let file = vfs.open(path, true).map_err(io_err("opening", path))?;
-        let size = file.len().map_err(io_err("reading the size of", path))?;
-        let mut bytes = vec![0u8; size as usize];
-        file.read_exact_at(&mut bytes, 0)
-            .map_err(io_err("reading", path))?;
-        let (map, records, valid) = parse(&bytes);
-        let mut len = valid as u64;
-        if valid < FILE_HEADER {
-            if !bytes.is_empty() {
-                tracing::warn!(path = %path.display(), "offset file has a bad header; starting empty");
+        let dir = path
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        let name = path.file_name().and_then(|n| n.to_str()).ok_or_else(|| {
+            StorageError::InvalidArgument(format!(
+                "an offset file path without a file name: {}",
+                path.display()
+            ))
+        })?;
+        let head = read_head(&*vfs, path)?;
+        let (file, records) = if head.as_deref().is_some_and(legacy::is_v1) {
+            let bytes = crate::whole_file::read_all(&*vfs, path)
+                .map_err(|e| storage(e.into()))?
+                .unwrap_or_default();
+            let (map, valid) = legacy::parse(&bytes);
+            if valid < bytes.len() {
+                tracing::warn!(path = %path.display(), valid, size = bytes.len(),
+                    "dropping a torn or damaged tail of a version 1 offset file");
             }
-            file.set_len(0).map_err(io_err("truncating", path))?;
-            file.write_all_at(&[&file_header()], 0)
-                .map_err(io_err("writing", path))?;
-            file.sync_data().map_err(io_err("syncing", path))?;
-            if let Some(dir) = path.parent() {
-                vfs.sync_dir(dir)
-                    .map_err(io_err("syncing the directory of", path))?;
-            }
-            len = FILE_HEADER as u64;
-        } else if valid < bytes.len() {
-            tracing::warn!(path = %path.display(), valid, size = bytes.len(),
-                "truncating a torn or corrupt tail of the offset file");
-            file.set_len(len).map_err(io_err("truncating", path))?;
-            file.sync_data().map_err(io_err("syncing", path))?;
+            let consumers = map.len();
+            let opened = RecordFile::create(vfs, dir, name, FORMAT, OffsetCodec, 1, {
+                commits(sorted(&map))
+            })
+            .map_err(storage)?;
+            tracing::info!(path = %path.display(), consumers,
+                "upgraded the consumer offset file from version 1 to version 2");
+            opened
+        } else {
+            RecordFile::open(vfs, dir, name, FORMAT, OffsetCodec, 1, Vec::new).map_err(storage)?
+        };
+        let mut map = HashMap::new();
+        for r in records {
+            map.insert(r.record.name, r.record.offset);
         }
         Ok(OffsetStore {
             map: RwLock::new(map),
             file: Some(Mutex::new(OffsetFile {
-                vfs,
-                path: path.to_path_buf(),
                 file,
-                len,
-                records,
-                compact_after,
+                compact_after: COMPACT_RECORDS,
             })),
         })
+    }
+
+    /// Compacts once the file holds `records` records (default 4096) and
+    /// at least twice as many as there are consumers. Tests use a small
+    /// value to compact often; the in-memory store ignores it.
+    pub fn set_compaction_threshold(&self, records: u64) {
+        if let Some(file) = &self.file {
+            file.lock().compact_after = records;
+        }
     }
 
     /// Records `offset` for consumer `name`; for the file kind it is durable
     /// when this returns.
     pub fn commit(&self, name: &str, offset: u64) -> Result<()> {
-        if name.len() > usize::from(u16::MAX) {
+        if name.len() > MAX_NAME {
             return Err(StorageError::InvalidArgument(format!(
-                "consumer name of {} bytes is longer than 65535 bytes",
+                "consumer name of {} bytes is longer than {MAX_NAME} bytes",
                 name.len()
             )));
         }
@@ -161,55 +173,31 @@ impl OffsetStore {
             return Ok(());
         };
         let mut f = file.lock();
-        let mut rec = Vec::with_capacity(RECORD_HEADER + name.len());
-        encode_record(&mut rec, name, offset);
-        if let Err(e) = f.file.write_all_at(&[&rec], f.len) {
-            let _ = f.file.set_len(f.len);
-            return Err(io_err("writing", &f.path)(e));
-        }
-        f.file.sync_data().map_err(io_err("syncing", &f.path))?;
-        f.len += rec.len() as u64;
-        f.records += 1;
+        let c = Commit {
+            name: name.to_string(),
+            offset,
+        };
+        f.file
+            .append(std::slice::from_ref(&c), true)
+            .map_err(storage)?;
         let live = {
             let mut map = self.map.write();
-            map.insert(name.to_string(), offset);
-            map.len()
+            map.insert(c.name, offset);
+            map.len() as u64
         };
-        if f.records >= f.compact_after && f.records >= 2 * live {
-            if let Err(e) = self.compact(&mut f) {
-                tracing::warn!(path = %f.path.display(), error = %e, "offset file compaction failed");
+        let records = f.file.records();
+        if records >= f.compact_after && records >= 2 * live {
+            let entries = commits(self.all());
+            match f.file.rewrite(1, &entries) {
+                Ok(()) => tracing::debug!(path = %f.file.path().display(), records,
+                    live, "compacted the consumer offset file"),
+                // The commit is durable either way; a failure before the
+                // rename leaves the old file in use, one after it stops
+                // later commits (RecordFile refuses them) until a reopen.
+                Err(e) => tracing::warn!(path = %f.file.path().display(), error = %e,
+                    "consumer offset file compaction failed"),
             }
         }
-        Ok(())
-    }
-
-    fn compact(&self, f: &mut OffsetFile) -> Result<()> {
-        let mut bytes = file_header();
-        let entries = self.all();
-        for (name, offset) in &entries {
-            encode_record(&mut bytes, name, *offset);
-        }
-        let mut tmp_name = f.path.as_os_str().to_owned();
-        tmp_name.push(".tmp");
-        let tmp = PathBuf::from(tmp_name);
-        let file = f.vfs.open(&tmp, true).map_err(io_err("creating", &tmp))?;
-        file.set_len(0).map_err(io_err("truncating", &tmp))?;
-        file.write_all_at(&[&bytes], 0)
-            .map_err(io_err("writing", &tmp))?;
-        file.sync_data().map_err(io_err("syncing", &tmp))?;
-        f.vfs
-            .rename(&tmp, &f.path)
-            .map_err(io_err("renaming", &tmp))?;
-        if let Some(dir) = f.path.parent() {
-            f.vfs
-                .sync_dir(dir)
-                .map_err(io_err("syncing the directory of", &f.path))?;
-        }
-        tracing::debug!(path = %f.path.display(), records = f.records, live = entries.len(),
-            "compacted the offset file");
-        f.file = file;
-        f.len = bytes.len() as u64;
-        f.records = entries.len();
         Ok(())
     }
 
@@ -220,44 +208,6 @@ impl OffsetStore {
 
     /// Every (consumer name, committed offset), sorted by name.
     pub fn all(&self) -> Vec<(String, u64)> {
-        let mut v: Vec<(String, u64)> = self
-            .map
-            .read()
-            .iter()
-            .map(|(k, v)| (k.clone(), *v))
-            .collect();
-        v.sort();
-        v
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn offset_file_is_compacted_when_it_grows() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("offsets");
-        {
-            let store = OffsetStore::open_inner(Arc::new(RealFs), &path, 32).unwrap();
-            for i in 0..300u64 {
-                store.commit(["a", "b", "c"][(i % 3) as usize], i).unwrap();
-            }
-        }
-        let len = std::fs::metadata(&path).unwrap().len();
-        assert!(
-            len < 32 * 20,
-            "offset file was never compacted: {len} bytes"
-        );
-        let store = OffsetStore::open(&path).unwrap();
-        let expected = vec![
-            ("a".to_string(), 297),
-            ("b".to_string(), 298),
-            ("c".to_string(), 299),
-        ];
-        assert_eq!(store.all(), expected);
-        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
-        assert_eq!(left.len(), 1, "no temporary file left behind");
+        sorted(&self.map.read())
     }
 }
