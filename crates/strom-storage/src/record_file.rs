@@ -362,6 +362,23 @@ impl<C: Codec> RecordFile<C> {
     }
 }
 
+/// Splits `path` into the directory (`.` for a bare name) and the file
+/// name that [`RecordFile::open`] takes; a path without a UTF-8 file name
+/// is an invalid argument (`what` names the file kind).
+pub fn split_path<'a>(path: &'a Path, what: &str) -> crate::Result<(&'a Path, &'a str)> {
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let name = path.file_name().and_then(|n| n.to_str()).ok_or_else(|| {
+        crate::StorageError::InvalidArgument(format!(
+            "a {what} path without a file name: {}",
+            path.display()
+        ))
+    })?;
+    Ok((dir, name))
+}
+
 /// Writes `dir/name` as a snapshot: a header (`format`'s magic and version)
 /// and one record (`index`, `payload`), atomically and durably (temp,
 /// fdatasync, rename, directory fsync). A payload over 4 GiB does not fit

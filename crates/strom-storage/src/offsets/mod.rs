@@ -22,7 +22,7 @@ use std::sync::Arc;
 use parking_lot::{Mutex, RwLock};
 
 use crate::record::FILE_HEADER;
-use crate::record_file::{Format, RecordFile, RecordFileError};
+use crate::record_file::{self, Format, RecordFile, RecordFileError};
 use crate::vfs::{RealFs, Vfs};
 use crate::{Result, StorageError};
 use codec::{Commit, OffsetCodec, MAX_NAME};
@@ -106,16 +106,7 @@ impl OffsetStore {
     /// rename the version 1 file is the one on disk, intact, and the next
     /// open upgrades it again; a leftover `<path>.tmp` is removed.
     pub fn open_with(vfs: Arc<dyn Vfs>, path: &Path) -> Result<Self> {
-        let dir = path
-            .parent()
-            .filter(|d| !d.as_os_str().is_empty())
-            .unwrap_or(Path::new("."));
-        let name = path.file_name().and_then(|n| n.to_str()).ok_or_else(|| {
-            StorageError::InvalidArgument(format!(
-                "an offset file path without a file name: {}",
-                path.display()
-            ))
-        })?;
+        let (dir, name) = record_file::split_path(path, FORMAT.what)?;
         let head = read_head(&*vfs, path)?;
         let (file, records) = if head.as_deref().is_some_and(legacy::is_v1) {
             let bytes = crate::whole_file::read_all(&*vfs, path)
