@@ -39,6 +39,7 @@ pub const LOG: &str = "raft.log";
 pub const LOG_MAGIC: [u8; 4] = *b"STRR";
 const FORMAT: Format = Format {
     magic: LOG_MAGIC,
+    version: strom_storage::record::VERSION,
     what: "Raft log",
 };
 /// Records beyond twice the live entries before the file is rewritten.

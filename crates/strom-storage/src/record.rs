@@ -19,7 +19,9 @@ pub const HEADER: usize = 16;
 pub const FILE_HEADER: usize = 8;
 /// The largest record the log accepts (a snapshot is bounded by `u32` only).
 pub const MAX_RECORD: usize = 16 << 20;
-/// The format version written in every file header.
+/// The format version written in a file header unless the file kind says
+/// otherwise (the consumer offset store is at version 2: its version 1 was
+/// not this framing).
 pub const VERSION: u32 = 1;
 
 /// Damage found at byte `at` of a file.
@@ -44,14 +46,29 @@ fn crc(head: &[u8], payload: &[u8]) -> u32 {
 }
 
 pub fn file_header(magic: [u8; 4]) -> [u8; FILE_HEADER] {
+    versioned_header(magic, VERSION)
+}
+
+/// A file header with `magic` and `version`.
+pub fn versioned_header(magic: [u8; 4], version: u32) -> [u8; FILE_HEADER] {
     let mut h = [0u8; FILE_HEADER];
     h[..4].copy_from_slice(&magic);
-    h[4..].copy_from_slice(&VERSION.to_le_bytes());
+    h[4..].copy_from_slice(&version.to_le_bytes());
     h
 }
 
 /// Checks the file header; `what` names the file kind in the reason.
 pub fn check_file_header(buf: &[u8], magic: [u8; 4], what: &str) -> Result<(), Damage> {
+    check_versioned_header(buf, magic, VERSION, what)
+}
+
+/// Checks the file header against `magic` and `expected` version.
+pub fn check_versioned_header(
+    buf: &[u8],
+    magic: [u8; 4],
+    expected: u32,
+    what: &str,
+) -> Result<(), Damage> {
     let bad = |reason: String| Err(Damage { at: 0, reason });
     if buf.len() < FILE_HEADER {
         return bad(format!(
@@ -63,9 +80,9 @@ pub fn check_file_header(buf: &[u8], magic: [u8; 4], what: &str) -> Result<(), D
         return bad(format!("this is not a {what} (bad magic)"));
     }
     let version = u32::from_le_bytes([buf[4], buf[5], buf[6], buf[7]]);
-    if version != VERSION {
+    if version != expected {
         return bad(format!(
-            "{what} version {version}; this server reads version {VERSION} (was it written by a newer one?)"
+            "{what} version {version}; this server reads version {expected} (was it written by a newer one?)"
         ));
     }
     Ok(())
@@ -134,7 +151,17 @@ pub struct LogScan<'a> {
 /// followed by a valid record, or a valid record out of sequence, is
 /// corruption and is returned as the error.
 pub fn scan_log<'a>(buf: &'a [u8], magic: [u8; 4], what: &str) -> Result<LogScan<'a>, Damage> {
-    check_file_header(buf, magic, what)?;
+    scan_versioned_log(buf, magic, VERSION, what)
+}
+
+/// [`scan_log`] of a file kind whose header carries `version`.
+pub fn scan_versioned_log<'a>(
+    buf: &'a [u8],
+    magic: [u8; 4],
+    version: u32,
+    what: &str,
+) -> Result<LogScan<'a>, Damage> {
+    check_versioned_header(buf, magic, version, what)?;
     let mut records: Vec<Record<'_>> = Vec::new();
     let mut at = FILE_HEADER;
     while at < buf.len() {
@@ -212,7 +239,17 @@ pub fn decode_snapshot<'a>(
     magic: [u8; 4],
     what: &str,
 ) -> Result<Record<'a>, Damage> {
-    check_file_header(buf, magic, what)?;
+    decode_versioned_snapshot(buf, magic, VERSION, what)
+}
+
+/// [`decode_snapshot`] of a file kind whose header carries `version`.
+pub fn decode_versioned_snapshot<'a>(
+    buf: &'a [u8],
+    magic: [u8; 4],
+    version: u32,
+    what: &str,
+) -> Result<Record<'a>, Damage> {
+    check_versioned_header(buf, magic, version, what)?;
     let (rec, end) = decode_at(buf, FILE_HEADER, u32::MAX as usize).map_err(|reason| Damage {
         at: FILE_HEADER,
         reason,

@@ -26,10 +26,13 @@ pub trait Codec {
     fn decode(&self, payload: &[u8]) -> Result<Self::Record, String>;
 }
 
-/// Which kind of file: its magic and its name in messages.
+/// Which kind of file: its magic, the version in its header
+/// ([`record::VERSION`] unless the kind had an earlier format of its own),
+/// and its name in messages.
 #[derive(Clone, Copy, Debug)]
 pub struct Format {
     pub magic: [u8; 4],
+    pub version: u32,
     pub what: &'static str,
 }
 
@@ -122,7 +125,7 @@ impl<C: Codec> RecordFile<C> {
     ) -> Result<(RecordFile<C>, Vec<Replayed<C::Record>>), RecordFileError> {
         let path = dir.join(name);
         whole_file::remove_if_exists(&*vfs, &dir.join(format!("{name}.tmp")))?;
-        let header = record::file_header(format.magic);
+        let header = record::versioned_header(format.magic, format.version);
         let buf = match whole_file::read_all(&*vfs, &path)? {
             Some(buf) if buf.len() >= FILE_HEADER || !header.starts_with(&buf) => buf,
             Some(buf) => {
@@ -132,13 +135,12 @@ impl<C: Codec> RecordFile<C> {
             }
             None => return Self::create(vfs, dir, name, format, codec, first_index, init()),
         };
-        let scan = record::scan_log(&buf, format.magic, format.what).map_err(|d| {
-            RecordFileError::Corrupt {
+        let scan = record::scan_versioned_log(&buf, format.magic, format.version, format.what)
+            .map_err(|d| RecordFileError::Corrupt {
                 path: path.clone(),
                 at: d.at,
                 reason: d.reason,
-            }
-        })?;
+            })?;
         let mut out = Vec::with_capacity(scan.records.len());
         for r in &scan.records {
             let record = codec
@@ -190,9 +192,14 @@ impl<C: Codec> RecordFile<C> {
         Ok((f, out))
     }
 
-    /// Starts the file with a header and `recs` numbered from `first`.
+    /// Starts the file with a header and `recs` numbered from `first`,
+    /// replacing whatever `dir/name` held atomically and durably (temp
+    /// file, fdatasync, rename, directory fsync): a crash at any point
+    /// leaves the old file or the new one, whole. The owner of a file kind
+    /// upgrades a file in an older format of its own this way, once it has
+    /// read it. Returns the file and `recs` as replayed.
     #[allow(clippy::type_complexity)]
-    fn create(
+    pub fn create(
         vfs: Arc<dyn Vfs>,
         dir: &Path,
         name: &str,
@@ -331,7 +338,7 @@ impl<C: Codec> RecordFile<C> {
         recs: &[C::Record],
     ) -> Result<Vec<usize>, (RecordFileError, bool)> {
         let bufs = self.frame(first, recs).map_err(|e| (e, false))?;
-        let header = record::file_header(self.format.magic);
+        let header = record::versioned_header(self.format.magic, self.format.version);
         let mut parts: Vec<&[u8]> = vec![&header];
         parts.extend(bufs.iter().map(|b| &b[..]));
         let len = parts.iter().map(|p| p.len() as u64).sum();
@@ -355,18 +362,43 @@ impl<C: Codec> RecordFile<C> {
     }
 }
 
-/// Writes `dir/name` as a snapshot: a header with `magic` and one record
-/// (`index`, `payload`), atomically and durably (temp, fdatasync, rename,
-/// directory fsync).
+/// Splits `path` into the directory (`.` for a bare name) and the file
+/// name that [`RecordFile::open`] takes; a path without a UTF-8 file name
+/// is an invalid argument (`what` names the file kind).
+pub fn split_path<'a>(path: &'a Path, what: &str) -> crate::Result<(&'a Path, &'a str)> {
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let name = path.file_name().and_then(|n| n.to_str()).ok_or_else(|| {
+        crate::StorageError::InvalidArgument(format!(
+            "a {what} path without a file name: {}",
+            path.display()
+        ))
+    })?;
+    Ok((dir, name))
+}
+
+/// Writes `dir/name` as a snapshot: a header (`format`'s magic and version)
+/// and one record (`index`, `payload`), atomically and durably (temp,
+/// fdatasync, rename, directory fsync). A payload over 4 GiB does not fit
+/// the record's length field and is refused before anything is written.
 pub fn write_snapshot(
     vfs: &dyn Vfs,
     dir: &Path,
     name: &str,
-    magic: [u8; 4],
+    format: Format,
     index: u64,
     payload: &[u8],
 ) -> Result<(), RecordFileError> {
-    let header = record::file_header(magic);
+    if u32::try_from(payload.len()).is_err() {
+        return Err(RecordFileError::Encode(format!(
+            "a {} of {} bytes is over the 4 GiB a record can hold",
+            format.what,
+            payload.len()
+        )));
+    }
+    let header = record::versioned_header(format.magic, format.version);
     let rec = record::encode(index, payload);
     whole_file::replace(vfs, dir, name, &[&header, &rec]).map_err(|(e, _)| e)?;
     Ok(())
@@ -384,13 +416,12 @@ pub fn read_snapshot(
     let Some(buf) = whole_file::read_all(vfs, &path)? else {
         return Ok(None);
     };
-    let rec = record::decode_snapshot(&buf, format.magic, format.what).map_err(|d| {
-        RecordFileError::Corrupt {
+    let rec = record::decode_versioned_snapshot(&buf, format.magic, format.version, format.what)
+        .map_err(|d| RecordFileError::Corrupt {
             path: path.clone(),
             at: d.at,
             reason: d.reason,
-        }
-    })?;
+        })?;
     Ok(Some((rec.index, rec.payload.to_vec())))
 }
 

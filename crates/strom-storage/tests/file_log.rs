@@ -1,7 +1,7 @@
 //! File-backend behaviour that the memory backend has no equivalent for:
 //! persistence across reopen, recovery from torn tails and flipped bytes,
-//! segment rolling, index rebuilding, hostile lengths on disk, and the
-//! persistent offset store.
+//! segment rolling, index rebuilding and hostile lengths on disk (the
+//! persistent offset store: `offsets.rs`).
 
 mod common;
 
@@ -12,7 +12,7 @@ use common::disk::{
     copy_dir, files, flip_byte, record_positions, same_batches, set_len, size, small_segments,
 };
 use common::{read_all, TestBatch};
-use strom_storage::{FileLog, LogConfig, OffsetStore, PartitionLog, StorageError};
+use strom_storage::{FileLog, LogConfig, PartitionLog, StorageError};
 
 #[test]
 fn reopen_after_drop_keeps_offsets_timestamps_and_data() {
@@ -312,45 +312,6 @@ fn empty_leftover_segment_from_an_interrupted_roll_is_handled() {
     drop(log);
     let log = FileLog::open(dir.path(), LogConfig::default()).unwrap();
     assert_eq!(read_all(&log, 0).len(), 11);
-}
-
-#[test]
-fn offset_store_survives_reopen_and_a_torn_last_record() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("offsets");
-    {
-        let store = OffsetStore::open(&path).unwrap();
-        store.commit("alpha", 10).unwrap();
-        store.commit("beta", 20).unwrap();
-        store.commit("alpha", 11).unwrap();
-    }
-    let full = size(&path);
-    let store = OffsetStore::open(&path).unwrap();
-    assert_eq!(store.all(), vec![("alpha".into(), 11), ("beta".into(), 20)]);
-    drop(store);
-    let last_record = 14 + "alpha".len() as u64;
-    for cut in full - last_record..full {
-        let work = tempfile::tempdir().unwrap();
-        let p = work.path().join("offsets");
-        fs::copy(&path, &p).unwrap();
-        set_len(&p, cut);
-        let store = OffsetStore::open(&p).unwrap();
-        assert_eq!(store.get("alpha"), Some(10), "cut at {cut}");
-        assert_eq!(store.get("beta"), Some(20));
-        store.commit("gamma", 1).unwrap();
-        drop(store);
-        let store = OffsetStore::open(&p).unwrap();
-        assert_eq!(
-            store.all(),
-            vec![
-                ("alpha".into(), 10),
-                ("beta".into(), 20),
-                ("gamma".into(), 1)
-            ]
-        );
-    }
-    flip_byte(&path, full - 1);
-    assert_eq!(OffsetStore::open(&path).unwrap().get("alpha"), Some(10));
 }
 
 #[test]

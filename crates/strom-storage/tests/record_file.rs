@@ -13,10 +13,12 @@ use strom_storage::{Codec, Format, RecordFile, RecordFileError};
 
 const FORMAT: Format = Format {
     magic: *b"TSTR",
+    version: record::VERSION,
     what: "test log",
 };
 const SNAP: Format = Format {
     magic: *b"TSTS",
+    version: record::VERSION,
     what: "test snapshot",
 };
 
@@ -192,7 +194,7 @@ fn a_compaction_that_crashes_between_the_snapshot_and_the_log_restart_recovers()
     f.append(&strings(&["a", "b", "c"]), true).unwrap();
     // Compaction, step one: the snapshot of the state as of index 3 is
     // renamed into place. The crash comes before the log is restarted.
-    write_snapshot(&RealFs, dir.path(), "t.snap", SNAP.magic, 3, b"abc").unwrap();
+    write_snapshot(&RealFs, dir.path(), "t.snap", SNAP, 3, b"abc").unwrap();
     drop(f);
     let (snap_index, snap) = read_snapshot(&RealFs, dir.path(), "t.snap", SNAP)
         .unwrap()

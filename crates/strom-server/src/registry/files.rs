@@ -1,15 +1,16 @@
 //! The registry's file names, its typed storage error, and the file
 //! primitives it is built from (`strom_storage::whole_file`: read a whole
-//! file, replace one atomically and durably), with their errors as
-//! [`StoreError`]. All I/O goes through `strom_storage::vfs`, so tests can
+//! file, remove one, sync a directory), with their errors, and those of
+//! `strom_storage::RecordFile`, as [`StoreError`]. All I/O goes through `strom_storage::vfs`, so tests can
 //! run it over a simulated disk that loses unsynced writes.
 
 use std::io;
 use std::path::{Path, PathBuf};
 
 use strom_proto::ErrorCode;
-use strom_storage::vfs::{Vfs, VfsFile};
+use strom_storage::vfs::Vfs;
 use strom_storage::whole_file::{self, StepError};
+use strom_storage::RecordFileError;
 
 use crate::error::ServerError;
 
@@ -88,6 +89,17 @@ impl From<StepError> for StoreError {
     }
 }
 
+impl From<RecordFileError> for StoreError {
+    fn from(e: RecordFileError) -> Self {
+        match e {
+            RecordFileError::Io { step, path, source } => StoreError::io(step, &path, source),
+            RecordFileError::Corrupt { path, at, reason } => StoreError::corrupt(&path, at, reason),
+            RecordFileError::TooLarge(n) => StoreError::TooLarge(n),
+            RecordFileError::Encode(why) | RecordFileError::Broken(why) => StoreError::Broken(why),
+        }
+    }
+}
+
 /// Whether `path` exists.
 pub fn exists(vfs: &dyn Vfs, path: &Path) -> Result<bool, StoreError> {
     Ok(whole_file::exists(vfs, path)?)
@@ -101,19 +113,6 @@ pub fn read_all(vfs: &dyn Vfs, path: &Path) -> Result<Option<Vec<u8>>, StoreErro
 /// Removes `path` if it exists.
 pub fn remove_if_exists(vfs: &dyn Vfs, path: &Path) -> Result<(), StoreError> {
     Ok(whole_file::remove_if_exists(vfs, path)?)
-}
-
-/// Replaces `dir/name` with `bytes` atomically and durably, and returns the
-/// new file, open (a log goes on appending to it). On failure, the flag
-/// says whether the new file already took the name (only the directory
-/// sync failed, so a crash may still bring the old file back).
-pub fn replace(
-    vfs: &dyn Vfs,
-    dir: &Path,
-    name: &str,
-    bytes: &[u8],
-) -> Result<Box<dyn VfsFile>, (StoreError, bool)> {
-    whole_file::replace(vfs, dir, name, &[bytes]).map_err(|(e, named)| (e.into(), named))
 }
 
 pub fn sync_dir(vfs: &dyn Vfs, dir: &Path) -> Result<(), StoreError> {

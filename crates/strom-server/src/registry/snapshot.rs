@@ -5,15 +5,24 @@
 use std::path::Path;
 
 use strom_storage::record::{self, FILE_HEADER};
+use strom_storage::record_file::{read_snapshot, write_snapshot};
 use strom_storage::vfs::Vfs;
+use strom_storage::{Format, RecordFileError};
 
 use super::files::{self, StoreError, OLD_JSON, OLD_JSON_MIGRATED, SNAPSHOT, SNAPSHOT_MAGIC};
 use super::machine::{Persisted, RegistryState};
 
+const FORMAT: Format = Format {
+    magic: SNAPSHOT_MAGIC,
+    version: record::VERSION,
+    what: "registry snapshot",
+};
+
 /// Writes the state as of log index `index` (temp file, fdatasync, rename,
-/// fsync of the directory). On failure the previous snapshot, if any, may
-/// still be the one on disk; either is consistent with the log, which is
-/// only reset after this succeeds.
+/// fsync of the directory: `strom_storage::record_file::write_snapshot`).
+/// On failure the previous snapshot, if any, may still be the one on disk;
+/// either is consistent with the log, which is only reset after this
+/// succeeds.
 pub fn write(
     vfs: &dyn Vfs,
     dir: &Path,
@@ -23,34 +32,28 @@ pub fn write(
     let path = dir.join(SNAPSHOT);
     let body = serde_json::to_vec(&state.to_persisted())
         .map_err(|e| StoreError::io("encoding", &path, std::io::Error::other(e)))?;
-    if u32::try_from(body.len()).is_err() {
-        return Err(StoreError::io(
-            "writing",
-            &path,
-            std::io::Error::other("the registry state is over 4 GiB"),
-        ));
-    }
-    let mut bytes = record::file_header(SNAPSHOT_MAGIC).to_vec();
-    bytes.extend_from_slice(&record::encode(index, &body));
-    files::replace(vfs, dir, SNAPSHOT, &bytes).map_err(|(e, _)| e)?;
-    Ok(())
+    write_snapshot(vfs, dir, SNAPSHOT, FORMAT, index, &body).map_err(|e| match e {
+        // The state is over the 4 GiB a record can hold.
+        RecordFileError::Encode(why) => {
+            StoreError::io("writing", &path, std::io::Error::other(why))
+        }
+        e => e.into(),
+    })
 }
 
 /// Reads the snapshot: the log index it covers and the state, or `None`
 /// when there is none. Anything unreadable is corruption.
 pub fn load(vfs: &dyn Vfs, dir: &Path) -> Result<Option<(u64, RegistryState)>, StoreError> {
     let path = dir.join(SNAPSHOT);
-    let Some(buf) = files::read_all(vfs, &path)? else {
+    let Some((index, payload)) = read_snapshot(vfs, dir, SNAPSHOT, FORMAT)? else {
         return Ok(None);
     };
-    let rec = record::decode_snapshot(&buf, SNAPSHOT_MAGIC, "registry snapshot")
-        .map_err(|d| StoreError::corrupt(&path, d.at, d.reason))?;
     let at = FILE_HEADER + record::HEADER;
-    let p: Persisted = serde_json::from_slice(rec.payload)
+    let p: Persisted = serde_json::from_slice(&payload)
         .map_err(|e| StoreError::corrupt(&path, at, format!("the state does not decode: {e}")))?;
     let state = RegistryState::from_persisted(p)
         .map_err(|e| StoreError::corrupt(&path, at, format!("an inconsistent state: {e}")))?;
-    Ok(Some((rec.index, state)))
+    Ok(Some((index, state)))
 }
 
 /// Turns an old `registry.json` into the first snapshot (index 0), then

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use strom_storage::vfs::Vfs;
-use strom_storage::{Codec, Format, RecordFile, RecordFileError};
+use strom_storage::{Codec, Format, RecordFile};
 
 use super::files::{self, StoreError, LOG, LOG_MAGIC, OLD_JSON, SNAPSHOT};
 use super::machine::{RegistryCommand, RegistryState};
@@ -26,6 +26,7 @@ use super::snapshot;
 
 const FORMAT: Format = Format {
     magic: LOG_MAGIC,
+    version: strom_storage::record::VERSION,
     what: "registry log",
 };
 
@@ -40,15 +41,6 @@ impl Codec for Raw {
     }
     fn decode(&self, payload: &[u8]) -> Result<Vec<u8>, String> {
         Ok(payload.to_vec())
-    }
-}
-
-fn store_err(e: RecordFileError) -> StoreError {
-    match e {
-        RecordFileError::Io { step, path, source } => StoreError::io(step, &path, source),
-        RecordFileError::Corrupt { path, at, reason } => StoreError::corrupt(&path, at, reason),
-        RecordFileError::TooLarge(n) => StoreError::TooLarge(n),
-        RecordFileError::Encode(why) | RecordFileError::Broken(why) => StoreError::Broken(why),
     }
 }
 
@@ -106,7 +98,7 @@ impl Store {
         let (snap_index, mut state) = loaded.unwrap_or_default();
         let (log, recs) =
             RecordFile::open(vfs.clone(), dir, LOG, FORMAT, Raw, snap_index + 1, Vec::new)
-                .map_err(store_err)?;
+                .map_err(StoreError::from)?;
         let path = dir.join(LOG);
         let mut last = snap_index;
         let mut stale = 0u64;
@@ -142,7 +134,10 @@ impl Store {
         let records = recs.len() as u64;
         if records > 0 && stale == records {
             tracing::info!(file = %path.display(), records, "the snapshot covers the whole registry log; starting a new one");
-            store.log.rewrite(snap_index + 1, &[]).map_err(store_err)?;
+            store
+                .log
+                .rewrite(snap_index + 1, &[])
+                .map_err(StoreError::from)?;
         }
         Ok((store, state))
     }
@@ -169,7 +164,10 @@ impl Store {
         let path = self.dir.join(LOG);
         let payload = serde_json::to_vec(cmd)
             .map_err(|e| StoreError::io("encoding a record of", &path, std::io::Error::other(e)))?;
-        let index = self.log.append(&[payload], true).map_err(store_err)?;
+        let index = self
+            .log
+            .append(&[payload], true)
+            .map_err(StoreError::from)?;
         self.last_index = index;
         Ok(index)
     }
@@ -190,7 +188,7 @@ impl Store {
         snapshot::write(&*self.vfs, &self.dir, self.last_index, state)?;
         self.log
             .rewrite(self.last_index + 1, &[])
-            .map_err(store_err)?;
+            .map_err(StoreError::from)?;
         tracing::debug!(index = self.last_index, "registry log compacted");
         Ok(())
     }

@@ -15,12 +15,13 @@ use std::sync::Arc;
 
 use super::codec;
 use super::{LedgerRecord, ShareLedger, MAX_SPEC};
-use crate::record_file::{Codec, Format, RecordFile, RecordFileError};
+use crate::record_file::{self, Codec, Format, RecordFile, RecordFileError};
 use crate::vfs::{RealFs, Vfs};
 use crate::{Result, StorageError};
 
 const FORMAT: Format = Format {
     magic: *b"STRC",
+    version: crate::record::VERSION,
     what: "shared-group ledger",
 };
 /// Compact once the file holds this many records...
@@ -86,16 +87,7 @@ impl LedgerFile {
         path: &Path,
         init: impl FnOnce() -> (u64, Vec<u8>),
     ) -> Result<(LedgerFile, ShareLedger)> {
-        let dir = path
-            .parent()
-            .filter(|d| !d.as_os_str().is_empty())
-            .unwrap_or(Path::new("."));
-        let name = path.file_name().and_then(|n| n.to_str()).ok_or_else(|| {
-            StorageError::InvalidArgument(format!(
-                "a ledger path without a file name: {}",
-                path.display()
-            ))
-        })?;
+        let (dir, name) = record_file::split_path(path, FORMAT.what)?;
         let mut refused = None;
         let opened = RecordFile::open(vfs, dir, name, FORMAT, LedgerCodec, 1, || {
             tracing::debug!(path = %path.display(), "starting a shared-group ledger");
