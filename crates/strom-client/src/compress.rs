@@ -1,198 +1,22 @@
 //! Data-part compression, per topic (`TopicSpec::compression`, see
 //! docs/compression.md). Producers frame every non-empty data part of a
-//! compressed topic on their background threads; consumers check and
-//! decode the frame before selectors, brokers and the application see the
-//! data. Servers store frames as opaque bytes.
-//!
-//! ```text
-//! u8[2] magic "SZ"
-//! u8    codec      0 stored (not compressed), 1 zstd, 2 lz4 (block)
-//! u8    flags      0 (anything else is refused)
-//! u64   length     uncompressed length, little-endian
-//! ...   payload    the compressed bytes, or the data itself (stored)
-//! ```
-//!
-//! An event whose data does not shrink is stored (codec 0), so the frame
-//! costs 12 bytes at most. An empty data part stays empty (no frame).
-//! Decoding trusts no length: the header's is checked against a cap and
-//! against what the payload can hold before anything is allocated.
-
-use std::cell::RefCell;
+//! compressed topic on their background threads, a whole batch into one
+//! buffer (`Packer`); consumers check and decode the frame before
+//! selectors, brokers and the application see the data (`unpack.rs`).
+//! Servers store frames as opaque bytes. The frame itself (layout, checks,
+//! decoding) is `strom_policy::frame`, shared with the Kafka port.
 
 use bytes::{BufMut, Bytes, BytesMut};
 use strom_proto::Compression;
 
-use crate::error::{Error, FrameError, Result};
+use strom_policy::frame::{header, zstd_encode, LZ4, STORED, ZSTD};
+pub(crate) use strom_policy::frame::{Frame, HEADER_LEN};
 
-/// Bytes of the frame header (its errors name it, so `error.rs` holds it).
-pub(crate) use crate::error::FRAME_HEADER_LEN as HEADER_LEN;
-const MAGIC: [u8; 2] = *b"SZ";
-const STORED: u8 = 0;
-const ZSTD: u8 = 1;
-const LZ4: u8 = 2;
-/// The most an LZ4 block expands: one byte of input ends up as at most
-/// 255 bytes of output, plus a short literal tail.
-const LZ4_MAX_RATIO: u64 = 255;
+use crate::error::{Error, Result};
 
 /// The largest uncompressed data part a consumer decodes: what a producer
 /// can push at all (its frame limit), so larger claims are lies.
 pub(crate) const MAX_UNCOMPRESSED: u64 = strom_proto::DEFAULT_MAX_FRAME as u64;
-
-thread_local! {
-    /// zstd contexts of the threads that compress and decompress (the
-    /// runtime's blocking pool), kept between batches: making one costs
-    /// more than compressing a small batch. The level is the last one set.
-    static COMPRESSOR: RefCell<Option<(i32, zstd::bulk::Compressor<'static>)>> =
-        const { RefCell::new(None) };
-    static DECOMPRESSOR: RefCell<Option<zstd::bulk::Decompressor<'static>>> =
-        const { RefCell::new(None) };
-}
-
-/// Compresses `src` into `dst` with this thread's zstd context at `level`.
-fn zstd_encode(level: i32, src: &[u8], dst: &mut [u8]) -> std::io::Result<usize> {
-    COMPRESSOR.with(|c| {
-        let mut c = c.borrow_mut();
-        match c.as_mut() {
-            Some((l, _)) if *l == level => {}
-            Some((l, z)) => {
-                z.set_compression_level(level)?;
-                *l = level;
-            }
-            None => *c = Some((level, zstd::bulk::Compressor::new(level)?)),
-        }
-        match c.as_mut() {
-            Some((_, z)) => z.compress_to_buffer(src, dst),
-            None => Err(std::io::Error::other("no zstd compressor")),
-        }
-    })
-}
-
-/// Decodes one zstd payload into `out` with this thread's context.
-fn zstd_decode(payload: &[u8], out: &mut [u8]) -> std::io::Result<usize> {
-    DECOMPRESSOR.with(|d| {
-        let mut d = d.borrow_mut();
-        if d.is_none() {
-            *d = Some(zstd::bulk::Decompressor::new()?);
-        }
-        match d.as_mut() {
-            Some(d) => d.decompress_to_buffer(payload, out),
-            None => Err(std::io::Error::other("no zstd decompressor")),
-        }
-    })
-}
-
-/// A checked frame: its codec, uncompressed length and payload.
-#[derive(Debug)]
-pub(crate) struct Frame<'a> {
-    codec: u8,
-    len: u64,
-    payload: &'a [u8],
-}
-
-impl<'a> Frame<'a> {
-    /// Checks the header of `bytes` and that the payload can hold `len`
-    /// bytes (stored: exactly; lz4: within its largest ratio; zstd: the
-    /// length zstd's own frame header records), with `len <= cap`.
-    pub fn parse(bytes: &'a [u8], cap: u64) -> Result<Frame<'a>, FrameError> {
-        let Some((head, payload)) = bytes.split_first_chunk::<HEADER_LEN>() else {
-            return Err(FrameError::Truncated { len: bytes.len() });
-        };
-        let found = [head[0], head[1]];
-        if found != MAGIC {
-            return Err(FrameError::BadMagic { found });
-        }
-        if head[3] != 0 {
-            return Err(FrameError::Flags(head[3]));
-        }
-        let mut len8 = [0u8; 8];
-        len8.copy_from_slice(&head[4..12]);
-        let len = u64::from_le_bytes(len8);
-        if len > cap {
-            return Err(FrameError::TooLarge { claimed: len, cap });
-        }
-        let frame = Frame {
-            codec: head[2],
-            len,
-            payload,
-        };
-        frame.check_len()?;
-        Ok(frame)
-    }
-
-    fn mismatch(&self, found: String) -> FrameError {
-        FrameError::LengthMismatch {
-            claimed: self.len,
-            found,
-        }
-    }
-
-    fn check_len(&self) -> Result<(), FrameError> {
-        let n = self.payload.len() as u64;
-        match self.codec {
-            STORED if n != self.len => Err(self.mismatch(format!("{n} are stored"))),
-            LZ4 if self.len > n.saturating_mul(LZ4_MAX_RATIO).saturating_add(16) => {
-                Err(self.mismatch(format!("{n} lz4 bytes cannot expand to that many")))
-            }
-            ZSTD => match zstd::zstd_safe::get_frame_content_size(self.payload) {
-                Ok(Some(m)) if m == self.len => Ok(()),
-                Ok(Some(m)) => Err(self.mismatch(format!("the zstd frame holds {m}"))),
-                Ok(None) => Err(self.mismatch("the zstd frame records no length".into())),
-                Err(_) => Err(FrameError::Corrupt {
-                    codec: "zstd",
-                    reason: "no valid zstd frame header".into(),
-                }),
-            },
-            STORED | LZ4 => Ok(()),
-            c => Err(FrameError::UnknownCodec(c)),
-        }
-    }
-
-    /// The uncompressed length.
-    pub fn len(&self) -> u64 {
-        self.len
-    }
-
-    /// Decodes into `out`, which must be exactly [`len`](Self::len) bytes.
-    pub fn decode_into(&self, out: &mut [u8]) -> Result<(), FrameError> {
-        debug_assert_eq!(out.len() as u64, self.len);
-        let corrupt = |codec, e: std::io::Error| FrameError::Corrupt {
-            codec,
-            reason: e.to_string(),
-        };
-        let n = match self.codec {
-            STORED => {
-                out.copy_from_slice(self.payload);
-                out.len()
-            }
-            ZSTD => zstd_decode(self.payload, out).map_err(|e| corrupt("zstd", e))?,
-            _ => {
-                let size = i32::try_from(out.len())
-                    .map_err(|_| self.mismatch("lz4 blocks hold less than 2 GiB".into()))?;
-                lz4::block::decompress_to_buffer(self.payload, Some(size), out)
-                    .map_err(|e| corrupt("lz4", e))?
-            }
-        };
-        if n != out.len() {
-            return Err(self.mismatch(format!("it decodes to {n}")));
-        }
-        Ok(())
-    }
-
-    /// Decodes into a new buffer.
-    pub fn decode(&self) -> Result<Vec<u8>, FrameError> {
-        let mut out = vec![0u8; self.len as usize];
-        self.decode_into(&mut out)?;
-        Ok(out)
-    }
-}
-
-fn header(codec: u8, len: u64) -> [u8; HEADER_LEN] {
-    let mut h = [0u8; HEADER_LEN];
-    h[..2].copy_from_slice(&MAGIC);
-    h[2] = codec;
-    h[4..].copy_from_slice(&len.to_le_bytes());
-    h
-}
 
 /// One event's framed data: a slice of the batch's new buffer, or one of
 /// the event's own segments (stored events keep their buffers).
@@ -400,6 +224,7 @@ pub(crate) async fn pack(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::FrameError;
     use strom_proto::{BatchBuilder, BatchView, ProducerStamp};
 
     /// Compressible: a slowly varying array of little-endian f64s.

@@ -1,7 +1,7 @@
 //! Client errors. Every error has a stable [`ErrorCode`] shared with the
 //! server, the C and the Python interfaces. A leaf: it names no other
-//! module of the client (a compressed frame's [`FrameError`] lives here,
-//! not in `compress.rs`, for that reason).
+//! module of the client (a compressed frame's [`FrameError`] is the
+//! shared codec's, `strom_policy::frame`).
 
 use std::time::Duration;
 
@@ -75,29 +75,7 @@ pub enum Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// Bytes of a compression frame's header (`compress.rs` has the format).
-pub(crate) const FRAME_HEADER_LEN: usize = 12;
-
-/// Why a stored data part is not a frame this client can decode.
-#[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
-pub enum FrameError {
-    #[error(
-        "the data part has {len} bytes, fewer than a compression frame header ({FRAME_HEADER_LEN})"
-    )]
-    Truncated { len: usize },
-    #[error("the data part does not start with a compression frame (magic {found:02x?}); it was not written by a Strom producer of this compressed topic")]
-    BadMagic { found: [u8; 2] },
-    #[error("unknown codec {0} in the compression frame")]
-    UnknownCodec(u8),
-    #[error("reserved compression frame flags {0:#04x} are set")]
-    Flags(u8),
-    #[error("the compression frame claims {claimed} uncompressed bytes, above the cap of {cap}")]
-    TooLarge { claimed: u64, cap: u64 },
-    #[error("the compression frame claims {claimed} uncompressed bytes, but {found}")]
-    LengthMismatch { claimed: u64, found: String },
-    #[error("{codec} decompression failed: {reason}")]
-    Corrupt { codec: &'static str, reason: String },
-}
+pub use strom_policy::frame::FrameError;
 
 impl Error {
     pub fn code(&self) -> ErrorCode {
