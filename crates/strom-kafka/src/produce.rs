@@ -102,29 +102,28 @@ pub fn produce(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply, Fra
                     Ok(p) => match batch(records, max, crate::mapping::topic_codec(svc, &topic)) {
                         Err(code) => Outcome::Now(code),
                         Ok(None) => Outcome::Now(kcode::NONE),
-                        Ok(Some(b)) => match svc.validate(&topic, &b) {
-                            Err(CheckError::Invalid(i)) => {
-                                tracing::info!(topic = %topic, partition = index, error = %i, "Kafka produce: refused by the topic's validator");
-                                Outcome::Invalid(i)
-                            }
-                            Err(CheckError::Server(e)) => {
-                                tracing::warn!(topic = %topic, partition = index, error = %e, "Kafka produce: could not validate");
-                                Outcome::Now(kafka_code(&e))
-                            }
-                            Ok(()) => {
-                                let (tx, rx) = oneshot::channel();
-                                let t = topic.clone();
-                                let reply: strom_server::AppendReply = Box::new(move |r| {
-                                    let r = r.map(|a| a.base_offset).map_err(|e| {
+                        Ok(Some(b)) => {
+                            let (tx, rx) = oneshot::channel();
+                            let t = topic.clone();
+                            let reply: strom_server::AppendReply = Box::new(move |r| {
+                                let r = r.map(|a| a.base_offset).map_err(|e| {
                                     tracing::info!(topic = %t, partition = index, error = %e, "Kafka produce: append refused or failed");
                                     kafka_code(&e)
                                 });
-                                    let _ = tx.send(r);
-                                });
-                                svc.data.produce(&p, b, acks_all, reply);
-                                Outcome::Pending(rx)
+                                let _ = tx.send(r);
+                            });
+                            match svc.data.produce(&p, b, acks_all, reply) {
+                                Ok(()) => Outcome::Pending(rx),
+                                Err(CheckError::Invalid(i)) => {
+                                    tracing::info!(topic = %topic, partition = index, error = %i, "Kafka produce: refused by the topic's validator");
+                                    Outcome::Invalid(i)
+                                }
+                                Err(CheckError::Server(e)) => {
+                                    tracing::warn!(topic = %topic, partition = index, error = %e, "Kafka produce: could not validate");
+                                    Outcome::Now(kafka_code(&e))
+                                }
                             }
-                        },
+                        }
                     },
                 },
             };

@@ -232,7 +232,6 @@ impl Server {
             control,
             config,
             stats: Default::default(),
-            validation: Default::default(),
             left: watch::Sender::new(false),
             _lock: lock,
         });

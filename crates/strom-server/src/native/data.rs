@@ -34,9 +34,6 @@ impl Session {
             }
         };
         let (p, batch) = p;
-        if let Err(e) = self.svc.validate(topic, &batch) {
-            return self.respond(id, Err(e.into()));
-        }
         let writer = self.writer.clone();
         let version = self.version;
         let svc = self.svc.clone();
@@ -59,7 +56,10 @@ impl Session {
         });
         // A large batch is written while the loop reads the next request
         // (see `appending`).
-        self.appending = self.svc.data.produce_pipelined(p, batch, acks_all, reply);
+        match self.svc.data.produce_pipelined(p, batch, acks_all, reply) {
+            Ok(appending) => self.appending = appending,
+            Err(e) => self.respond(id, Err(e.into())),
+        }
     }
 
     pub(super) fn subscribe(

@@ -14,6 +14,7 @@ use strom_proto::message::DataItem;
 use strom_proto::{ErrorCode, StartPos};
 use strom_storage::VerifyReport;
 
+use super::validate::{CheckError, Validation};
 use crate::batch::ValidBatch;
 use crate::config::ServerConfig;
 use crate::error::ServerError;
@@ -30,6 +31,8 @@ pub struct DataService {
     host: Arc<Host>,
     max_frame_bytes: u32,
     max_prefetch_events: u32,
+    /// Topics' validators, checked on every produced batch (`validate.rs`).
+    validation: Validation,
 }
 
 fn internal(e: impl std::fmt::Display) -> ServerError {
@@ -60,6 +63,7 @@ impl DataService {
             host,
             max_frame_bytes: config.max_frame_bytes,
             max_prefetch_events: config.max_prefetch_events,
+            validation: Validation::default(),
         }
     }
 
@@ -81,8 +85,10 @@ impl DataService {
         p.partition_type() == "file" && batch.size() > BLOCKING_APPEND
     }
 
-    /// Produces a checked batch into `p`, for every front end: admission
-    /// first (a replicated partition takes appends only on its leader, and
+    /// Produces a checked batch into `p`, for every front end: the topic's
+    /// validator first (every batch, whichever client sent it: a refusal is
+    /// returned and `done` never runs), then admission
+    /// (a replicated partition takes appends only on its leader, and
     /// `acks_all` ones only with enough copies in sync, answered once every
     /// in-sync copy has them), then the append; `done` runs once the batch
     /// is stored as the partition and `acks_all` promise, or refused. Calls
@@ -94,15 +100,17 @@ impl DataService {
         batch: ValidBatch,
         acks_all: bool,
         done: AppendReply,
-    ) {
+    ) -> Result<(), CheckError> {
+        self.validate(p, &batch)?;
         let Some(done) = admit(p, acks_all, done) else {
-            return;
+            return Ok(());
         };
         if Self::is_large(p, &batch) {
             tokio::task::block_in_place(|| p.append(batch, done));
         } else {
             p.append(batch, done);
         }
+        Ok(())
     }
 
     /// [`DataService::produce`], but a large batch to a file partition is
@@ -116,13 +124,26 @@ impl DataService {
         batch: ValidBatch,
         acks_all: bool,
         done: AppendReply,
-    ) -> Option<tokio::task::JoinHandle<()>> {
-        let done = admit(&p, acks_all, done)?;
+    ) -> Result<Option<tokio::task::JoinHandle<()>>, CheckError> {
+        self.validate(&p, &batch)?;
+        let Some(done) = admit(&p, acks_all, done) else {
+            return Ok(None);
+        };
         if Self::is_large(&p, &batch) {
-            return Some(tokio::task::spawn_blocking(move || p.append(batch, done)));
+            return Ok(Some(tokio::task::spawn_blocking(move || {
+                p.append(batch, done)
+            })));
         }
         p.append(batch, done);
-        None
+        Ok(None)
+    }
+
+    /// Checks `batch` against the validator of `p`'s topic.
+    fn validate(&self, p: &PartitionManager, batch: &ValidBatch) -> Result<(), CheckError> {
+        match self.host.spec(&p.topic) {
+            Some(spec) => self.validation.check(&spec, batch),
+            None => Ok(()),
+        }
     }
 
     /// Where a subscription of `consumer` starting at `start` begins. Not

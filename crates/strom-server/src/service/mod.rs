@@ -39,8 +39,6 @@ pub struct Services {
     pub control: ControlService,
     /// Server-wide counters the front ends update (the metrics tap).
     pub stats: crate::stats::ServerStats,
-    /// Topics' validators, checked on every produced batch (`validate.rs`).
-    pub validation: Validation,
     /// Set once the registry says this member left the group (it was
     /// drained or removed): the process should stop.
     pub left: tokio::sync::watch::Sender<bool>,

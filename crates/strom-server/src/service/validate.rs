@@ -1,8 +1,9 @@
 //! Server-side validation of produced batches with their topic's policy
 //! (`strom-policy`): the metadata of every event must pass the topic's
-//! validator, as Strom's own clients check before sending. Front ends call
-//! [`Validation::check`] for batches from clients that did not validate
-//! (every Kafka batch; docs/kafka.md, *Validation*).
+//! validator, as Strom's own clients check before sending.
+//! `DataService::produce` checks every batch, whichever front end and
+//! client it came from, so no client gets around its topic's validator
+//! (docs/kafka.md, *Validation*).
 //!
 //! Compiled policies are cached per topic and rebuilt when the topic's
 //! spec changes (a topic deleted and created again under its name).
@@ -95,18 +96,6 @@ impl Validation {
             })?;
         }
         Ok(())
-    }
-}
-
-impl super::Services {
-    /// Checks `batch`, produced to `topic` on this server, against the
-    /// topic's validator; a topic not hosted here passes (the append that
-    /// follows refuses it).
-    pub fn validate(&self, topic: &str, batch: &ValidBatch) -> Result<(), CheckError> {
-        match self.data.host().spec(topic) {
-            Some(spec) => self.validation.check(&spec, batch),
-            None => Ok(()),
-        }
     }
 }
 
