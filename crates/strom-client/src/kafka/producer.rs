@@ -124,47 +124,6 @@ impl KafkaProducer {
         Ok(p)
     }
 
-    pub fn push_with(
-        &self,
-        metadata: impl Into<MetadataInput>,
-        data: impl Into<Data>,
-        partition: Option<u32>,
-        descriptor: &[u8],
-    ) -> Result<PushFuture> {
-        if self.closed.load(Ordering::Acquire) {
-            return Err(Error::Closed("producer"));
-        }
-        if !descriptor.is_empty() {
-            return Err(unsupported(
-                "a data descriptor (a Kafka record has no place for it)",
-            ));
-        }
-        let (p, meta) = self
-            .policy
-            .prepare(metadata.into(), partition, self.partitions)?;
-        let data = data.into();
-        let joined;
-        let value: &[u8] = match data.0.as_slice() {
-            [] => &[],
-            [one] => one,
-            many => {
-                joined = many.concat();
-                &joined
-            }
-        };
-        let slot = Arc::new(Slot::new());
-        let headers = OwnedHeaders::new_with_capacity(1).insert(Header {
-            key: META_HEADER,
-            value: Some(&meta[..]),
-        });
-        let record = BaseRecord::<(), [u8], _>::with_opaque_to(self.topic.name(), slot.clone())
-            .partition(p as i32)
-            .payload(value)
-            .headers(headers);
-        self.send(record)?;
-        Ok(PushFuture::single(slot, p))
-    }
-
     /// Hands a record to librdkafka, waiting while its queue is full.
     fn send(&self, mut record: BaseRecord<'_, (), [u8], Arc<Slot<BatchAck>>>) -> Result<()> {
         loop {
@@ -209,8 +168,48 @@ impl KafkaProducer {
         }
         Ok(())
     }
+}
 
-    pub fn flush(&self) -> Result<()> {
+impl ProducerBackend for KafkaProducer {
+    fn push_with(
+        &self,
+        metadata: MetadataInput,
+        data: Data,
+        partition: Option<u32>,
+        descriptor: &[u8],
+    ) -> Result<PushFuture> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(Error::Closed("producer"));
+        }
+        if !descriptor.is_empty() {
+            return Err(unsupported(
+                "a data descriptor (a Kafka record has no place for it)",
+            ));
+        }
+        let (p, meta) = self.policy.prepare(metadata, partition, self.partitions)?;
+        let joined;
+        let value: &[u8] = match data.0.as_slice() {
+            [] => &[],
+            [one] => one,
+            many => {
+                joined = many.concat();
+                &joined
+            }
+        };
+        let slot = Arc::new(Slot::new());
+        let headers = OwnedHeaders::new_with_capacity(1).insert(Header {
+            key: META_HEADER,
+            value: Some(&meta[..]),
+        });
+        let record = BaseRecord::<(), [u8], _>::with_opaque_to(self.topic.name(), slot.clone())
+            .partition(p as i32)
+            .payload(value)
+            .headers(headers);
+        self.send(record)?;
+        Ok(PushFuture::single(slot, p))
+    }
+
+    fn flush(&self) -> Result<()> {
         self.producer.flush(Timeout::Never).map_err(|e| {
             kafka_error(
                 format!("flushing the producer of '{}'", self.topic.name()),
@@ -223,7 +222,7 @@ impl KafkaProducer {
         }
     }
 
-    pub fn close(&self) -> Result<()> {
+    fn close(&self) -> Result<()> {
         let flushed = self.flush();
         if self.closed.swap(true, Ordering::AcqRel) {
             return flushed;
@@ -233,40 +232,12 @@ impl KafkaProducer {
         flushed
     }
 
-    pub fn topic(&self) -> &Topic {
+    fn topic(&self) -> &Topic {
         &self.topic
     }
 
-    pub fn id(&self) -> u64 {
-        self.id
-    }
-}
-
-impl ProducerBackend for KafkaProducer {
-    fn push_with(
-        &self,
-        metadata: MetadataInput,
-        data: Data,
-        partition: Option<u32>,
-        descriptor: &[u8],
-    ) -> Result<PushFuture> {
-        KafkaProducer::push_with(self, metadata, data, partition, descriptor)
-    }
-
-    fn flush(&self) -> Result<()> {
-        KafkaProducer::flush(self)
-    }
-
-    fn close(&self) -> Result<()> {
-        KafkaProducer::close(self)
-    }
-
-    fn topic(&self) -> &Topic {
-        KafkaProducer::topic(self)
-    }
-
     fn id(&self) -> u64 {
-        KafkaProducer::id(self)
+        self.id
     }
 }
 

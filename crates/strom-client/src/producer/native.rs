@@ -87,11 +87,13 @@ impl NativeProducer {
         }
         Ok(NativeProducer { inner })
     }
+}
 
-    pub(super) fn push_with(
+impl ProducerBackend for NativeProducer {
+    fn push_with(
         &self,
-        metadata: impl Into<MetadataInput>,
-        data: impl Into<Data>,
+        metadata: MetadataInput,
+        data: Data,
         partition: Option<u32>,
         descriptor: &[u8],
     ) -> Result<PushFuture> {
@@ -101,8 +103,7 @@ impl NativeProducer {
         self.inner.check_lease()?;
         let parts = self.inner.parts.read();
         let n = parts.len() as u32;
-        let (p, meta) = self.inner.policy.prepare(metadata.into(), partition, n)?;
-        let data = data.into();
+        let (p, meta) = self.inner.policy.prepare(metadata, partition, n)?;
         // A compressed topic's data part may be stored with a frame header.
         let frame = match data.is_empty() || self.inner.compression.is_none() {
             true => 0,
@@ -157,7 +158,7 @@ impl NativeProducer {
         Ok(fut)
     }
 
-    pub(super) fn flush(&self) -> Result<()> {
+    fn flush(&self) -> Result<()> {
         self.inner.check_lease()?;
         let mut first = None;
         let parts = self.inner.parts.read().clone();
@@ -183,7 +184,7 @@ impl NativeProducer {
         first.map_or(Ok(()), Err)
     }
 
-    pub(super) fn close(&self) -> Result<()> {
+    fn close(&self) -> Result<()> {
         let flushed = self.flush();
         if self.inner.closed.swap(true, Ordering::AcqRel) {
             return flushed;
@@ -204,40 +205,12 @@ impl NativeProducer {
         flushed
     }
 
-    pub(super) fn topic(&self) -> &Topic {
+    fn topic(&self) -> &Topic {
         &self.inner.topic
     }
 
-    pub(super) fn id(&self) -> u64 {
-        self.inner.id
-    }
-}
-
-impl ProducerBackend for NativeProducer {
-    fn push_with(
-        &self,
-        metadata: MetadataInput,
-        data: Data,
-        partition: Option<u32>,
-        descriptor: &[u8],
-    ) -> Result<PushFuture> {
-        NativeProducer::push_with(self, metadata, data, partition, descriptor)
-    }
-
-    fn flush(&self) -> Result<()> {
-        NativeProducer::flush(self)
-    }
-
-    fn close(&self) -> Result<()> {
-        NativeProducer::close(self)
-    }
-
-    fn topic(&self) -> &Topic {
-        NativeProducer::topic(self)
-    }
-
     fn id(&self) -> u64 {
-        NativeProducer::id(self)
+        self.inner.id
     }
 }
 
