@@ -24,10 +24,9 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use strom_proto::{PartitionStatus, Request, Response, TopicInfo, TopicSpec};
 
-use crate::api::{decode, ready, Ctx};
-use crate::conn::{respond, Reply};
 use crate::error::{kafka_code, kcode, FrameError};
 use crate::guard;
+use crate::request::{decode, ready, respond, Ctx, Reply};
 
 fn name(s: &str) -> TopicName {
     TopicName(StrBytes::from_string(s.to_string()))

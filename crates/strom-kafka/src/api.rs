@@ -7,97 +7,10 @@ use std::sync::Arc;
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::api_versions_response::ApiVersion;
 use kafka_protocol::messages::{ApiKey, ApiVersionsResponse};
-use kafka_protocol::protocol::Decodable;
-use strom_server::Services;
 
-use crate::conn::{respond, Header, Reply};
 use crate::error::{kcode, FrameError};
-use crate::guard::{self, F};
-
-/// What every handler needs: the services, and who this broker is.
-pub struct Ctx {
-    pub services: Arc<Services>,
-    /// The Kafka listener's address, advertised in `Metadata`.
-    pub host: String,
-    pub port: i32,
-    /// The producer ids `InitProducerId` hands out.
-    pub producer_ids: crate::producer_ids::ProducerIds,
-    /// The Kafka groups this server coordinates.
-    pub groups: crate::groups::Coordinator,
-    /// Request bytes read but not yet answered, over all connections
-    /// (`kafka_queued_max_request_bytes`).
-    pub inflight: Arc<tokio::sync::Semaphore>,
-}
-
-impl Ctx {
-    /// This broker's node id: the Strom member id (0 until a joining
-    /// member has its id).
-    pub fn node_id(&self) -> i32 {
-        let m = self.services.control.member();
-        if m == u32::MAX {
-            0
-        } else {
-            m as i32
-        }
-    }
-}
-
-/// The API keys and versions served; exactly what `ApiVersions` advertises.
-/// Only non-flexible versions, except `ApiVersions` v3 itself.
-pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
-    (ApiKey::Produce, 3, 8),
-    (ApiKey::Fetch, 4, 11),
-    (ApiKey::ListOffsets, 1, 5),
-    (ApiKey::Metadata, 0, 8),
-    (ApiKey::ApiVersions, 0, 3),
-    (ApiKey::CreateTopics, 2, 4),
-    (ApiKey::DeleteTopics, 1, 3),
-    (ApiKey::InitProducerId, 0, 1),
-    (ApiKey::FindCoordinator, 0, 2),
-    (ApiKey::JoinGroup, 0, 5),
-    (ApiKey::SyncGroup, 0, 3),
-    (ApiKey::Heartbeat, 0, 3),
-    (ApiKey::LeaveGroup, 0, 2),
-    (ApiKey::OffsetCommit, 2, 7),
-    (ApiKey::OffsetFetch, 1, 5),
-    (ApiKey::ListGroups, 0, 2),
-    (ApiKey::DescribeGroups, 0, 4),
-];
-
-pub(crate) fn supported(key: ApiKey, version: i16) -> bool {
-    SUPPORTED
-        .iter()
-        .any(|(k, lo, hi)| *k == key && (*lo..=*hi).contains(&version))
-}
-
-/// Checks `body` against `layout`, then decodes it; a panic inside the
-/// decoder (which the guard should make impossible) is caught and treated
-/// as a malformed body.
-pub fn decode<R: Decodable>(
-    api: &'static str,
-    layout: &[F],
-    version: i16,
-    flexible: bool,
-    body: Bytes,
-) -> Result<R, FrameError> {
-    let err = |detail: String| FrameError::Body {
-        api,
-        version,
-        detail,
-    };
-    guard::check(&body, layout, version, flexible).map_err(|e| err(e.to_string()))?;
-    let mut b = body;
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
-        R::decode(&mut b, version)
-    }))
-    .map_err(|_| err("decoder panicked".into()))?
-    .map_err(|e| err(e.to_string()))
-}
-
-/// A response that is ready now.
-pub fn ready(b: Bytes) -> Reply {
-    Box::pin(std::future::ready(Some(b)))
-}
+use crate::guard;
+use crate::request::{decode, ready, respond, supported, Ctx, Header, Reply, SUPPORTED};
 
 /// Handles one request: decode, act, and a future of the answer.
 pub fn handle(ctx: &Arc<Ctx>, h: Header, body: Bytes) -> Result<Reply, FrameError> {
@@ -153,7 +66,7 @@ pub fn handle(ctx: &Arc<Ctx>, h: Header, body: Bytes) -> Result<Reply, FrameErro
 /// the decoder of a supported key and version. For fuzzing the decoders.
 pub fn check_request(mut frame: Bytes) -> Result<(), FrameError> {
     use kafka_protocol::messages as m;
-    let h = crate::conn::header(&mut frame)?;
+    let h = crate::request::header(&mut frame)?;
     let Ok(key) = ApiKey::try_from(h.key) else {
         return Ok(());
     };

@@ -11,89 +11,21 @@
 //! that breaks the protocol closes this connection with a logged error; an
 //! unsupported API key or version gets an `UNSUPPORTED_VERSION` answer.
 
-use std::future::Future;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
-use kafka_protocol::messages::ApiKey;
-use kafka_protocol::protocol::Encodable;
+use bytes::{BufMut, Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 
-use crate::api::{self, Ctx};
+use crate::api;
 use crate::error::FrameError;
-
-/// A response to come: its bytes (header and body), or `None` when the
-/// request gets no answer (`acks = 0`).
-pub type Reply = Pin<Box<dyn Future<Output = Option<Bytes>> + Send>>;
+use crate::request::{header, Ctx, Reply};
 
 /// Responses queued but not yet written, per connection.
 const PIPELINE: usize = 64;
-
-/// A decoded request header.
-pub struct Header {
-    pub key: i16,
-    pub version: i16,
-    pub correlation: i32,
-    pub client_id: Option<String>,
-}
-
-/// A response's bytes: the header for `key` at `version`, then `body`.
-pub fn respond<R: Encodable>(key: ApiKey, version: i16, correlation: i32, body: &R) -> Bytes {
-    // Sized up front: a fetch response of many record batches would
-    // otherwise grow (and be copied) a dozen times.
-    let size = body.compute_size(version).unwrap_or(0);
-    let mut out = BytesMut::with_capacity(8 + size);
-    out.put_i32(correlation);
-    if key.response_header_version(version) >= 1 {
-        out.put_u8(0); // no tagged fields
-    }
-    if let Err(e) = body.encode(&mut out, version) {
-        // Our own responses at versions we advertise: a bug if it happens.
-        tracing::error!(api = ?key, version, error = %e, "encoding a Kafka response failed");
-        out.truncate(4);
-        out.put_i16(crate::error::kcode::UNKNOWN_SERVER_ERROR);
-    }
-    out.freeze()
-}
-
-/// Parses the request header; the rest of `frame` is the body.
-pub(crate) fn header(frame: &mut Bytes) -> Result<Header, FrameError> {
-    let bad = |m: &str| FrameError::Header(m.to_string());
-    if frame.len() < 10 {
-        return Err(bad(
-            "shorter than api key, version, correlation id and client id",
-        ));
-    }
-    let key = frame.get_i16();
-    let version = frame.get_i16();
-    let correlation = frame.get_i32();
-    let client_id = match frame.get_i16() {
-        -1 => None,
-        n if n < 0 => return Err(bad("negative client id length")),
-        n if n as usize > frame.len() => return Err(bad("client id longer than the frame")),
-        n => Some(String::from_utf8_lossy(&frame.split_to(n as usize)).into_owned()),
-    };
-    // Tagged header fields matter only to a request that will be decoded;
-    // anything else is answered from the fixed part of the header.
-    let flexible = ApiKey::try_from(key)
-        .map(|k| crate::api::supported(k, version) && k.request_header_version(version) >= 2)
-        .unwrap_or(false);
-    if flexible {
-        let n = crate::guard::header_tags(frame).map_err(|e| FrameError::Header(e.to_string()))?;
-        frame.advance(n);
-    }
-    Ok(Header {
-        key,
-        version,
-        correlation,
-        client_id,
-    })
-}
 
 /// Bytes of a frame's body read per step at first; later steps double
 /// with the bytes already read, so the buffer grows with what arrives,

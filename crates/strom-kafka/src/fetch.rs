@@ -26,11 +26,10 @@ use strom_proto::BatchView;
 use strom_server::{Appended, BatchSink, PartitionManager, ServerError, StoredBatch};
 use tokio::sync::Notify;
 
-use crate::api::{decode, Ctx};
-use crate::conn::{respond, Reply};
 use crate::error::{kafka_code, kcode, FrameError};
 use crate::guard;
 use crate::mapping::event_record;
+use crate::request::{decode, respond, Ctx, Reply};
 
 /// Most metadata bytes read from a log per step.
 const READ_META: usize = 1 << 20;

@@ -31,11 +31,10 @@ use kafka_protocol::protocol::StrBytes;
 use strom_proto::{Request, Response};
 use strom_server::ServerError;
 
-use crate::api::{decode, ready, Ctx};
-use crate::conn::{respond, Reply};
 use crate::error::{kafka_code, kcode, FrameError};
 use crate::groups::JoinRequest;
 use crate::guard;
+use crate::request::{decode, ready, respond, Ctx, Reply};
 
 fn s(x: &StrBytes) -> String {
     x.as_str().to_string()

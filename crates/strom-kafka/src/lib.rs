@@ -41,6 +41,7 @@ mod produce;
 mod producer_ids;
 pub mod records;
 mod report;
+mod request;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -50,8 +51,9 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-pub use api::{check_request, SUPPORTED};
+pub use api::check_request;
 pub use error::KafkaError;
+pub use request::SUPPORTED;
 
 /// How often group sessions and rebalance deadlines are checked.
 const GROUP_TICK: std::time::Duration = std::time::Duration::from_millis(250);
@@ -147,7 +149,7 @@ pub async fn serve(services: Arc<Services>, addr: &str) -> Result<KafkaHandle, K
             .min(tokio::sync::Semaphore::MAX_PERMITS as u64) as usize,
     ));
     let limit = cfg.kafka_max_connections;
-    let ctx = Arc::new(api::Ctx {
+    let ctx = Arc::new(request::Ctx {
         services,
         host,
         port: i32::from(local.port()),

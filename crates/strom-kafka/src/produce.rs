@@ -25,12 +25,11 @@ use strom_proto::BatchBuilder;
 use strom_server::{kafka_stamp, CheckError, ValidBatch};
 use tokio::sync::oneshot;
 
-use crate::api::{decode, Ctx};
-use crate::conn::{respond, Reply};
 use crate::error::{kafka_code, kcode, FrameError};
 use crate::guard;
 use crate::mapping::record_meta;
 use crate::records;
+use crate::request::{decode, respond, Ctx, Reply};
 use strom_policy::frame::FrameCodec;
 
 /// How one partition's part of a request ends: an offset, or an error.

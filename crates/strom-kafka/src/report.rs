@@ -23,9 +23,9 @@ use strom_proto::{ConsumerGroupMode, ConsumerGroupSpec, GroupConsumerInfo, Reque
 use strom_server::ServerError;
 use tokio::sync::watch;
 
-use crate::api::Ctx;
 use crate::consumer_protocol::{assigned_partitions, subscribed_topics};
 use crate::groups::Described;
+use crate::request::Ctx;
 
 /// How often the groups are reported.
 pub const REPORT_EVERY: Duration = Duration::from_secs(2);
