@@ -13,7 +13,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use common::kafka_raw::{bytes, connect, i16_at, i32_at, i64_at, request, response, string};
+use common::kafka_raw::{self, bytes, connect, i16_at, i32_at, request, response, string};
 use common::ServerProcess;
 use strom_client::TopicSpec;
 
@@ -280,91 +280,22 @@ fn members(s: &mut TcpStream, group: &str) -> i32 {
     i32_at(&r, at)
 }
 
-/// CRC-32C (Castagnoli), as record batches carry it.
-fn crc32c(data: &[u8]) -> u32 {
-    let mut crc = !0u32;
-    for &b in data {
-        crc ^= u32::from(b);
-        for _ in 0..8 {
-            crc = if crc & 1 == 1 {
-                (crc >> 1) ^ 0x82f6_3b78
-            } else {
-                crc >> 1
-            };
-        }
-    }
-    !crc
-}
-
-fn varint(b: &mut Vec<u8>, v: i64) {
-    let mut z = ((v << 1) ^ (v >> 63)) as u64;
-    while z >= 0x80 {
-        b.push((z as u8) | 0x80);
-        z >>= 7;
-    }
-    b.push(z as u8);
-}
-
-/// A v2 record batch of `count` records of an idempotent producer.
-fn batch(pid: i64, seq: i32, count: i32) -> Vec<u8> {
-    let mut records = Vec::new();
-    for i in 0..count {
-        let mut r = vec![0u8]; // attributes
-        varint(&mut r, 0); // timestamp delta
-        varint(&mut r, i64::from(i)); // offset delta
-        varint(&mut r, -1); // no key
-        varint(&mut r, 3);
-        r.extend_from_slice(b"val");
-        varint(&mut r, 0); // headers
-        varint(&mut records, r.len() as i64);
-        records.extend(r);
-    }
-    let mut tail = Vec::new(); // what the CRC covers
-    tail.extend_from_slice(&0i16.to_be_bytes()); // attributes
-    tail.extend_from_slice(&(count - 1).to_be_bytes());
-    tail.extend_from_slice(&1000i64.to_be_bytes());
-    tail.extend_from_slice(&1000i64.to_be_bytes());
-    tail.extend_from_slice(&pid.to_be_bytes());
-    tail.extend_from_slice(&0i16.to_be_bytes()); // epoch
-    tail.extend_from_slice(&seq.to_be_bytes());
-    tail.extend_from_slice(&count.to_be_bytes());
-    tail.extend(records);
-    let mut after_len = 0i32.to_be_bytes().to_vec(); // leader epoch
-    after_len.push(2); // magic
-    after_len.extend_from_slice(&crc32c(&tail).to_be_bytes());
-    after_len.extend(tail);
-    let mut b = 0i64.to_be_bytes().to_vec();
-    b.extend_from_slice(&(after_len.len() as i32).to_be_bytes());
-    b.extend(after_len);
-    b
+/// A v2 record batch of `count` records ("val") of idempotent producer
+/// `pid` at epoch 0, first sequence `seq`.
+fn batch(pid: i64, seq: i32, count: usize) -> Vec<u8> {
+    kafka_raw::record_batch(pid, 0, seq, &vec![&b"val"[..]; count])
 }
 
 /// InitProducerId v0: the producer id handed out.
 fn init_producer_id(s: &mut TcpStream, corr: i32) -> i64 {
-    let mut b = (-1i16).to_be_bytes().to_vec(); // no transactional id
-    b.extend_from_slice(&60_000i32.to_be_bytes());
-    s.write_all(&request(22, 0, corr, &b)).unwrap();
-    let r = response(s).expect("an InitProducerId answer");
-    // corr, throttle, error, producer id, epoch
-    assert_eq!(i16_at(&r, 8), 0, "InitProducerId error");
-    i64_at(&r, 10)
+    let (error, pid, _) = kafka_raw::init_producer_id(s, corr);
+    assert_eq!(error, 0, "InitProducerId error");
+    pid
 }
 
 /// Produce v3 (acks all) of `records` to t/0: (error, base offset).
 fn produce(s: &mut TcpStream, corr: i32, records: &[u8]) -> (i16, i64) {
-    let mut b = (-1i16).to_be_bytes().to_vec(); // transactional id
-    b.extend_from_slice(&(-1i16).to_be_bytes()); // acks all
-    b.extend_from_slice(&5000i32.to_be_bytes());
-    b.extend_from_slice(&1i32.to_be_bytes());
-    string(&mut b, "t");
-    b.extend_from_slice(&1i32.to_be_bytes());
-    b.extend_from_slice(&0i32.to_be_bytes());
-    bytes(&mut b, records);
-    s.write_all(&request(0, 3, corr, &b)).unwrap();
-    let r = response(s).expect("a Produce answer");
-    // corr, topics(1), "t", partitions(1), index, error, base offset
-    let at = 4 + 4 + 3 + 4 + 4;
-    (i16_at(&r, at), i64_at(&r, at + 2))
+    kafka_raw::produce(s, corr, "t", records)
 }
 
 #[test]
