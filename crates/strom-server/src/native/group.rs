@@ -81,11 +81,11 @@ impl Session {
         }
         let cursor = self.svc.shared_group(spec, partition).await?;
         self.unsubscribe(stream);
-        let out = MemberOut {
+        let out = Arc::new(MemberPushes {
             writer: self.writer.clone(),
             version: self.version,
             stream,
-        };
+        });
         let guard = cursor.join(consumer, self.svc.data.prefetch(prefetch), out);
         let credit = Credit::new(0);
         let task = tokio::spawn(member_stream(guard, credit.clone()));
@@ -162,5 +162,27 @@ impl Session {
                 .await?;
             Ok(Response::Acked { floor })
         });
+    }
+}
+
+/// A shared group member's stream on this connection: the cursor's pushes
+/// as native `Push` frames.
+struct MemberPushes {
+    writer: WriterHandle,
+    version: u8,
+    stream: u64,
+}
+
+impl MemberOut for MemberPushes {
+    /// Queues the frame without waiting; a full queue hands it to a task
+    /// (credit bounds what a member can have queued).
+    fn push(&self, p: &Push) {
+        let frame = OutFrame::push(self.version, self.stream, p);
+        if let Err(frame) = self.writer.try_send_frame(frame) {
+            let w = self.writer.clone();
+            tokio::spawn(async move {
+                let _ = w.send(frame).await;
+            });
+        }
     }
 }

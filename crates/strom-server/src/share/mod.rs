@@ -32,7 +32,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
-use strom_net::WriterHandle;
 use strom_proto::{
     ConsumerGroupMode, ConsumerGroupSpec, ErrorCode, GroupPartitionInfo, PartitionStatus, StartPos,
 };
@@ -46,12 +45,12 @@ use dispatch::{Dispatch, Member};
 
 pub use acks::AckQueue;
 
-/// Where a member stream's pushes go.
-#[derive(Clone)]
-pub struct MemberOut {
-    pub writer: WriterHandle,
-    pub version: u8,
-    pub stream: u64,
+/// Where a member stream's pushes go: the front end that serves the
+/// member encodes and sends them (the native one as `Push` frames on the
+/// member's connection). A push must not wait: credit bounds what a member
+/// can have queued.
+pub trait MemberOut: Send + Sync {
+    fn push(&self, p: &strom_proto::Push);
 }
 
 /// Unique keys of member streams (across connections).
@@ -69,7 +68,7 @@ pub struct ShareCursor {
     /// `None` for memory partitions (state in memory only).
     file: Mutex<Option<LedgerFile>>,
     acks: Mutex<AckQueue>,
-    outs: Mutex<HashMap<u64, MemberOut>>,
+    outs: Mutex<HashMap<u64, Arc<dyn MemberOut>>>,
     /// Offsets below this were dispatched before the cursor was opened
     /// (ledger `Dispatched`): each counts as delivered at least once.
     opened_dispatched: u64,
@@ -164,7 +163,12 @@ impl ShareCursor {
     }
 
     /// Adds a member stream with `credit` events of prefetch.
-    pub fn join(self: &Arc<Self>, consumer: u64, credit: u32, out: MemberOut) -> MemberGuard {
+    pub fn join(
+        self: &Arc<Self>,
+        consumer: u64,
+        credit: u32,
+        out: Arc<dyn MemberOut>,
+    ) -> MemberGuard {
         let key = NEXT_MEMBER.fetch_add(1, Ordering::Relaxed);
         self.outs.lock().insert(key, out);
         self.state.lock().members.insert(

@@ -14,12 +14,11 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use strom_net::OutFrame;
 use strom_proto::{BatchBuilder, BatchView, ErrorCode, Push, Run};
 use strom_storage::{StorageError, StoredBatch};
 
 use super::dispatch::Planned;
-use super::{MemberOut, ShareCursor};
+use super::ShareCursor;
 use crate::partition::PartitionManager;
 
 /// Most metadata bytes read from the log per step.
@@ -301,14 +300,11 @@ impl ShareCursor {
                     self.note_redelivered(o, r.deliveries);
                 }
             }
-            push(
-                &out,
-                &Push::Deliver {
-                    partition: pm.id,
-                    runs,
-                    meta,
-                },
-            );
+            out.push(&Push::Deliver {
+                partition: pm.id,
+                runs,
+                meta,
+            });
         }
     }
 
@@ -337,38 +333,20 @@ impl ShareCursor {
         for (key, m) in st.members.iter_mut().filter(|(_, m)| !m.ended) {
             m.ended = true;
             if let Some(out) = outs.get(key) {
-                push(
-                    out,
-                    &Push::EndOfStream {
-                        partition: pm.id,
-                        end_offset: floor,
-                    },
-                );
+                out.push(&Push::EndOfStream {
+                    partition: pm.id,
+                    end_offset: floor,
+                });
             }
         }
     }
 
     fn fail_all(&self, code: ErrorCode, message: String) {
         for out in self.outs.lock().values() {
-            push(
-                out,
-                &Push::StreamError {
-                    code,
-                    message: message.clone(),
-                },
-            );
+            out.push(&Push::StreamError {
+                code,
+                message: message.clone(),
+            });
         }
-    }
-}
-
-/// Queues a push on a member's connection without waiting; a full queue
-/// hands it to a task (credit bounds what a member can have queued).
-fn push(out: &MemberOut, p: &Push) {
-    let frame = OutFrame::push(out.version, out.stream, p);
-    if let Err(frame) = out.writer.try_send_frame(frame) {
-        let w = out.writer.clone();
-        tokio::spawn(async move {
-            let _ = w.send(frame).await;
-        });
     }
 }
