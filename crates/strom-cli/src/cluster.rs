@@ -3,6 +3,11 @@
 //! mpirun/srun, through STROM_RANK/STROM_SIZE), waits for the group file,
 //! and records the processes in `DIR/cluster.json` for `down`. The ranks
 //! share the group's cluster secret through `<group file>.secret` (0600).
+//!
+//! With three servers or more, `up` starts a metadata quorum of three
+//! voters by default (`--meta-voters`), so the group keeps its registry
+//! when any one member dies, member 0 included; options after `--` go to
+//! every `strom server`.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -24,6 +29,15 @@ pub enum ClusterCmd {
         /// Address each member binds (port 0 picks free ports).
         #[arg(long, default_value = "127.0.0.1:0")]
         listen: String,
+        /// Members that keep the topic registry with Raft: 1, 3 or 5.
+        /// Default: 3 with three servers or more (the group then survives
+        /// the death of any one member, member 0 included), else 1.
+        #[arg(long, value_name = "N")]
+        meta_voters: Option<u32>,
+        /// Options passed to every `strom server`, after `--` (for example
+        /// `-- --http-listen 127.0.0.1:0`).
+        #[arg(last = true, value_name = "SERVER OPTIONS")]
+        server_args: Vec<String>,
     },
     /// Stop the group started by `up` on this data directory.
     Down {
@@ -78,7 +92,17 @@ pub fn run(cmd: ClusterCmd, group_file: Option<PathBuf>) -> anyhow::Result<()> {
             servers,
             data_dir,
             listen,
-        } => up(servers, &data_dir, &listen, group_file),
+            meta_voters,
+            server_args,
+        } => {
+            let launch = Launch {
+                servers,
+                meta_voters: voters(servers, meta_voters)?,
+                listen,
+                server_args,
+            };
+            up(&launch, &data_dir, group_file)
+        }
         ClusterCmd::Down { data_dir, timeout } => down(&data_dir, Duration::from_secs_f64(timeout)),
     }
 }
@@ -100,8 +124,32 @@ fn cluster_secret(dir: &Path, group: &Path) -> anyhow::Result<PathBuf> {
     Ok(file)
 }
 
-fn up(servers: u32, dir: &Path, listen: &str, group_file: Option<PathBuf>) -> anyhow::Result<()> {
+/// What `up` starts.
+struct Launch {
+    servers: u32,
+    meta_voters: u32,
+    listen: String,
+    server_args: Vec<String>,
+}
+
+/// The metadata voters of a group of `servers`: `asked`, checked, or the
+/// default (3 from three servers on, else 1).
+fn voters(servers: u32, asked: Option<u32>) -> anyhow::Result<u32> {
     anyhow::ensure!(servers >= 1, "--servers must be at least 1");
+    let n = asked.unwrap_or(if servers >= 3 { 3 } else { 1 });
+    anyhow::ensure!(
+        [1, 3, 5].contains(&n),
+        "--meta-voters must be 1, 3 or 5, not {n}"
+    );
+    anyhow::ensure!(
+        n <= servers,
+        "--meta-voters {n} needs at least {n} servers; --servers is {servers}"
+    );
+    Ok(n)
+}
+
+fn up(launch: &Launch, dir: &Path, group_file: Option<PathBuf>) -> anyhow::Result<()> {
+    let servers = launch.servers;
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let dir = dir.canonicalize()?;
     let record = dir.join("cluster.json");
@@ -122,7 +170,10 @@ fn up(servers: u32, dir: &Path, listen: &str, group_file: Option<PathBuf>) -> an
     for rank in 0..servers {
         let log = std::fs::File::create(dir.join(format!("server-{rank}.log")))?;
         let mut cmd = std::process::Command::new(&exe);
-        cmd.args(["server", "--listen", listen])
+        cmd.args(["server", "--listen", &launch.listen])
+            .arg("--meta-voters")
+            .arg(launch.meta_voters.to_string())
+            .args(&launch.server_args)
             .arg("--data-dir")
             .arg(&dir)
             .arg("--group-file")
@@ -155,7 +206,16 @@ fn up(servers: u32, dir: &Path, listen: &str, group_file: Option<PathBuf>) -> an
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-    eprintln!("cluster of {servers} servers is up; group file:");
+    match launch.meta_voters {
+        1 if servers >= 2 => eprintln!(
+            "cluster of {servers} servers is up, the registry on member 0 alone (no metadata quorum: losing member 0 stops topic changes); group file:"
+        ),
+        1 => eprintln!("cluster of {servers} server is up; group file:"),
+        v => eprintln!(
+            "cluster of {servers} servers is up, the registry on a quorum of {v} voters (survives {} of them dying); group file:",
+            (v - 1) / 2
+        ),
+    }
     println!("{}", group.display());
     Ok(())
 }

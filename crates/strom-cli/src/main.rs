@@ -15,6 +15,7 @@ mod server;
 mod sink;
 mod stage_out;
 mod status;
+mod survive;
 mod top;
 mod topic;
 mod transform;

@@ -1,4 +1,5 @@
-//! `strom status`: members (address, alive, partitions), topics, each
+//! `strom status`: members (address, alive, partitions), how many member
+//! failures the group survives now (`survive.rs`), topics, each
 //! partition's first and next offset, each consumer name's lag, and the
 //! transforms with their lag.
 
@@ -77,9 +78,11 @@ pub fn run(a: StatusArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> {
         })
         .collect();
     let transforms = crate::transform::rows(&d);
+    let survival = crate::survive::Survival::of(&members, &topics);
     if a.json {
         let v = serde_json::json!({
-            "members": members_json, "topics": topics_json, "transforms": transforms,
+            "members": members_json, "survives": survival.to_json(),
+            "topics": topics_json, "transforms": transforms,
         });
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
@@ -101,6 +104,10 @@ pub fn run(a: StatusArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> {
             }
             .trim()
         );
+    }
+    println!();
+    for line in survival.lines() {
+        println!("{line}");
     }
     for t in &topics_json {
         println!();

@@ -9,102 +9,13 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use common::cluster::{cluster_up, running, Cluster};
 use common::procs::*;
-use common::{ok, run_cli, CliOutput, ServerProcess};
+use common::{ok, run_cli, ServerProcess};
 use serde_json::Value;
 use strom_client::{Driver, TopicSpec};
-
-/// `strom cluster up` in `dir`: the group file, and the pid and address of
-/// each rank (from its log).
-struct Cluster {
-    dir: std::path::PathBuf,
-    group_file: String,
-    pids: Vec<i32>,
-}
-
-fn cluster_up(dir: &Path, servers: u32) -> Cluster {
-    let d = dir.to_str().expect("utf-8");
-    let n = servers.to_string();
-    let out = ok(
-        run_cli(
-            &["cluster", "up", "--servers", &n, "--data-dir", d],
-            "",
-            &[],
-            CLI_TIMEOUT,
-        ),
-        "cluster up",
-    );
-    let group_file = out.stdout.trim().to_string();
-    let rec: Value =
-        serde_json::from_slice(&std::fs::read(dir.join("cluster.json")).expect("cluster.json"))
-            .expect("cluster.json is JSON");
-    let pids = rec["pids"]
-        .as_array()
-        .expect("pids")
-        .iter()
-        .map(|p| p.as_i64().expect("pid") as i32)
-        .collect();
-    Cluster {
-        dir: dir.to_path_buf(),
-        group_file,
-        pids,
-    }
-}
-
-impl Cluster {
-    /// The pid of the member listening on `addr` (from the members' logs).
-    fn pid_of(&self, addr: &str) -> i32 {
-        let deadline = Instant::now() + CLI_TIMEOUT;
-        loop {
-            for (rank, pid) in self.pids.iter().enumerate() {
-                let log = std::fs::read_to_string(self.dir.join(format!("server-{rank}.log")))
-                    .unwrap_or_default();
-                if log.contains(&format!("listening on {addr}")) {
-                    return *pid;
-                }
-            }
-            assert!(Instant::now() < deadline, "no member log names {addr}");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    fn down(&self) -> CliOutput {
-        run_cli(
-            &[
-                "cluster",
-                "down",
-                "--data-dir",
-                self.dir.to_str().expect("utf-8"),
-            ],
-            "",
-            &[],
-            CLI_TIMEOUT,
-        )
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        for &pid in &self.pids {
-            // SAFETY: kill(2) on a pid this test started; no memory involved.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
-        }
-    }
-}
-
-/// A live process, not a zombie waiting for its parent.
-fn running(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => stat
-            .rsplit(')')
-            .next()
-            .and_then(|s| s.split_whitespace().next())
-            .is_some_and(|state| state != "Z" && state != "X"),
-        Err(_) => false,
-    }
-}
 
 /// A 3-member group with a 3-partition topic holding 30 events (10 per
 /// partition), and the member owning partition 1 killed with -9. Returns
