@@ -206,6 +206,10 @@ fn up(launch: &Launch, dir: &Path, group_file: Option<PathBuf>) -> anyhow::Resul
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+    if launch.meta_voters > 1 {
+        wait_for_voters(&group, launch.meta_voters, deadline)
+            .with_context(|| format!("see {}/server-*.log", dir.display()))?;
+    }
     match launch.meta_voters {
         1 if servers >= 2 => eprintln!(
             "cluster of {servers} servers is up, the registry on member 0 alone (no metadata quorum: losing member 0 stops topic changes); group file:"
@@ -218,6 +222,31 @@ fn up(launch: &Launch, dir: &Path, group_file: Option<PathBuf>) -> anyhow::Resul
     }
     println!("{}", group.display());
     Ok(())
+}
+
+/// Waits until the metadata quorum has its `voters` (the leader adds them
+/// as members join, just after the group file appears), so that the group
+/// survives a member's death once `up` returns.
+fn voters_in(d: &strom_client::Driver) -> anyhow::Result<usize> {
+    Ok(d.members()?
+        .iter()
+        .filter(|m| m.role == "leader" || m.role == "voter")
+        .count())
+}
+
+fn wait_for_voters(group: &Path, voters: u32, deadline: Instant) -> anyhow::Result<()> {
+    let d = strom_client::Driver::connect(group)?;
+    loop {
+        let have = voters_in(&d)?;
+        if have >= voters as usize {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "the metadata quorum has {have} of its {voters} voters after 30 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// The fields of `/proc/PID/stat` that `down` needs.

@@ -42,6 +42,7 @@ impl Driver {
         let d = Self::start(master.addr.clone(), transports)?;
         d.learn(group.members.iter().map(|m| (&m.addr, &m.addrs)));
         d.know_members(group.members.iter().map(|m| m.addr.clone()));
+        *d.inner.group_file.lock() = Some(path.to_path_buf());
         d.connect_master()?;
         Ok(d)
     }

@@ -35,6 +35,9 @@ pub(crate) struct DriverInner {
     /// Every member's primary address known (the group file, `Hello`s):
     /// where to look for a new leader.
     pub members: Mutex<Vec<String>>,
+    /// The group file this driver connected with, read again when no
+    /// member it knows answers (every one of them restarted elsewhere).
+    pub group_file: Mutex<Option<std::path::PathBuf>>,
     /// The member id of the master last reached.
     pub master_id: Mutex<Option<u32>>,
     /// Voters of the metadata quorum, as the master last reached said (1:
@@ -142,6 +145,7 @@ impl Driver {
                 transports,
                 master: Mutex::new(master),
                 members: Mutex::new(Vec::new()),
+                group_file: Mutex::new(None),
                 master_id: Mutex::new(None),
                 meta_voters: std::sync::atomic::AtomicU32::new(0),
                 conns: Mutex::new(HashMap::new()),

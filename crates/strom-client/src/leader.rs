@@ -171,15 +171,33 @@ impl Driver {
         }
     }
 
+    /// Learns the members the group file names now (a group whose
+    /// members all restarted on other addresses is found again there);
+    /// returns each member's address in it.
+    fn reread_group_file(&self) -> Vec<(u32, String)> {
+        let Some(path) = self.inner.group_file.lock().clone() else {
+            return Vec::new();
+        };
+        let Ok(text) = std::fs::read(&path) else {
+            return Vec::new();
+        };
+        let Ok(group) = serde_json::from_slice::<strom_proto::GroupFile>(&text) else {
+            return Vec::new();
+        };
+        self.know_members(group.members.iter().map(|m| m.addr.clone()));
+        group.members.into_iter().map(|m| (m.id, m.addr)).collect()
+    }
+
     /// Asks every known member which master it knows of.
     async fn find_master(&self, tried: &str) -> Probe {
+        let in_file = self.reread_group_file();
         let mut candidates = self.inner.members.lock().clone();
         if !candidates.iter().any(|a| a == tried) {
             candidates.push(tried.to_string());
         }
         let mut electing = false;
         // The master last reached, under another address, is not a move
-        // (a client cut off from it keeps being cut off).
+        // (a client cut off from it keeps being cut off)...
         let last = *self.inner.master_id.lock();
         for addr in candidates {
             let connect = ClientConn::connect(&self.inner.transports, &addr);
@@ -196,7 +214,10 @@ impl Driver {
                 continue;
             }
             let named = g.members.iter().find(|m| m.id == g.master);
-            if last == Some(g.master) && addr != tried {
+            // Unless the group's own file names it there: then it was
+            // restarted on that address.
+            let restarted = named.is_some_and(|m| in_file.contains(&(m.id, m.addr.clone())));
+            if last == Some(g.master) && addr != tried && !restarted {
                 continue;
             }
             match named {

@@ -17,6 +17,7 @@ mod host;
 mod hosted_groups;
 mod launch;
 pub mod member_auth;
+mod member_id;
 mod members;
 mod meta_net;
 mod names;

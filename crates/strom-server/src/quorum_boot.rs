@@ -76,10 +76,7 @@ pub(crate) async fn boot(state: &Services, first: bool) -> Result<(), ServerErro
     if fresh {
         return Ok(());
     }
-    let id = std::fs::read_to_string(data_dir.join("member-id"))
-        .ok()
-        .and_then(|s| s.trim().parse::<u32>().ok());
-    match id {
+    match crate::member_id::read(data_dir) {
         Some(id) => {
             state.control.link().set_member(id);
             state.control.start_quorum().await?;

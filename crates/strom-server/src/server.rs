@@ -73,21 +73,10 @@ pub struct ServerHandle {
 fn role(config: &ServerConfig) -> Result<(Role, Option<u32>), ServerError> {
     let bad = |m: String| ServerError::coded(ErrorCode::INVALID_ARGUMENT, m);
     if let Some(join) = &config.join {
-        let kept = std::fs::read_to_string(config.data_dir.join("member-id"))
-            .ok()
-            .and_then(|s| s.trim().parse::<u32>().ok());
-        if let (Some(asked), Some(kept)) = (config.member_id, kept) {
-            if asked != kept {
-                return Err(bad(format!(
-                    "--member-id {asked}, but the data dir {} belongs to member {kept}; \
-                     a replacement starts on an empty data dir",
-                    config.data_dir.display()
-                )));
-            }
-        }
+        let want = crate::member_id::check_join(&config.data_dir, config.member_id)?;
         return Ok((
             Role::Member {
-                want: config.member_id,
+                want,
                 master: MasterSource::GroupFile(join.clone()),
             },
             None,
@@ -151,6 +140,9 @@ impl Server {
             )
         })?;
         let lock = DataDirLock::acquire(&config.data_dir)?;
+        if matches!(role, Role::Master { .. }) {
+            crate::member_id::record_master(&config.data_dir)?;
+        }
         let mut listeners = vec![transports.listen(&config.listen).await?];
         for url in &config.also_listen {
             listeners.push(transports.listen(url).await?);
@@ -385,8 +377,8 @@ async fn membership(
     source: Option<MasterSource>,
     mut stopped: watch::Receiver<bool>,
 ) {
-    let id_file = state.config.data_dir.join("member-id");
-    let mut want = want.or_else(|| std::fs::read_to_string(&id_file).ok()?.trim().parse().ok());
+    let id_file = state.config.data_dir.join(crate::member_id::FILE);
+    let mut want = want.or_else(|| crate::member_id::read(&state.config.data_dir));
     let every = Duration::from_millis(state.config.heartbeat_ms);
     let mut joined: Option<(u32, String)> = None;
     // Until its first join, this process is a restarted member to the

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use super::procs::CLI_TIMEOUT;
-use super::{ok, run_cli, CliOutput};
+use super::{ok, run_cli, strom_bin, CliOutput, JoinedMember};
 
 /// `strom cluster up` in `dir`: the group file, and the pid and address of
 /// each rank (from its log).
@@ -61,6 +61,61 @@ impl Cluster {
             assert!(Instant::now() < deadline, "no member log names {addr}");
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    /// Kills rank `rank` with SIGKILL (its pid from `up`, or `pid`) and
+    /// waits until it is gone.
+    pub fn kill(&self, pid: i32) {
+        // SAFETY: kill(2) on a server this test started.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+        while running(pid) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Starts rank `rank` again as docs/operations.md says: `strom server
+    /// --join GROUP_FILE --data-dir DIR/rank-N`, on a free port; its log
+    /// is `DIR/restart-N.log`.
+    pub fn restart(&self, rank: usize) -> JoinedMember {
+        let log = std::fs::File::create(self.dir.join(format!("restart-{rank}.log")))
+            .expect("creating the restart log");
+        let child = std::process::Command::new(strom_bin())
+            .args([
+                "server",
+                "--listen",
+                "127.0.0.1:0",
+                "--join",
+                &self.group_file,
+            ])
+            .arg("--data-dir")
+            .arg(self.dir.join(format!("rank-{rank}")))
+            .env_remove("STROM_GROUP_FILE")
+            .env_remove("STROM_RANK")
+            .env_remove("STROM_SIZE")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawning the member");
+        JoinedMember(child)
+    }
+
+    /// The last lines of every member's log (`server-N.log`,
+    /// `restart-N.log`), for a failure's message.
+    pub fn logs(&self) -> String {
+        let mut names: Vec<_> = std::fs::read_dir(&self.dir)
+            .map(|d| d.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default();
+        names.retain(|p: &std::path::PathBuf| p.extension().is_some_and(|e| e == "log"));
+        names.sort();
+        let mut out = String::new();
+        for p in names {
+            let text = std::fs::read_to_string(&p).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            let tail = &lines[lines.len().saturating_sub(40)..];
+            out += &format!("==> {} <==\n{}\n", p.display(), tail.join("\n"));
+        }
+        out
     }
 
     pub fn down(&self) -> CliOutput {
