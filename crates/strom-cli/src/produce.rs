@@ -15,12 +15,15 @@
 //!   the others go on; stderr sums up the failures per partition, exit 1;
 //! - a line that cannot be produced: its error record, stop there, exit 1.
 //!
-//! In the last two cases the producer is not closed. By default it holds
-//! a lease (the server's `producer_lease_ms`, or `--lease SECS`) that this
-//! process renews: once the process exits (or is killed), the lease runs
-//! out and the producer counts as finished, expired. `--keep-open` opens
-//! the producer without a lease, so the stream stays open after the
-//! process exits until `strom topic complete` or another close ends it.
+//! In the last two cases the stream is held open so the failed lines can
+//! be sent again: a producer without a lease takes over (its id is on
+//! stderr; `strom topic close-producer` ends the hold), and the leased one
+//! closes. By default the producer holds a lease (the server's
+//! `producer_lease_ms`, or `--lease SECS`) that this process renews: once
+//! the process exits (or is killed), the lease runs out and the producer
+//! counts as finished, expired. `--keep-open` opens the producer without a
+//! lease, so the stream stays open after the process exits until `strom
+//! topic complete` or another close ends it.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::io::{Read, Write};
@@ -222,6 +225,27 @@ impl<W: Write> Results<W> {
     }
 }
 
+/// After events failed: a producer without a lease that keeps the stream
+/// open once this process exits, so the failed lines can be sent again;
+/// returns its id. A leased producer hands over to a new one (and closes:
+/// its lease would run out soon after this process exits, and that would
+/// end the stream); a `--keep-open` one is such a producer already.
+fn hold_open(
+    topic: &strom_client::Topic,
+    producer: &strom_client::Producer,
+    keep_open: bool,
+) -> anyhow::Result<u64> {
+    if keep_open {
+        return Ok(producer.id());
+    }
+    let holder = topic.producer_with(ProducerOptions {
+        lease: None,
+        ..Default::default()
+    })?;
+    producer.close().context("closing the producer")?;
+    Ok(holder.id())
+}
+
 pub fn run(a: ProduceArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> {
     let d = crate::connect(group_file)?;
     let topic = d.open_topic(&a.topic)?;
@@ -330,10 +354,22 @@ pub fn run(a: ProduceArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> {
     if signal.is_none() && (bad_line.is_some() || !results.failed.is_empty()) {
         let failed: u64 = results.failed.values().map(|f| f.0).sum();
         eprintln!(
-            "strom: {} events stored, {failed} failed (one record per line on stdout); the \
-             producer was left open, so the stream has not ended (`strom topic complete {}` ends it)",
-            results.stored, a.topic
+            "strom: {} events stored, {failed} failed (one record per line on stdout)",
+            results.stored
         );
+        let t = &a.topic;
+        match hold_open(&topic, &producer, a.keep_open) {
+            Ok(held) => eprintln!(
+                "strom: producer {held} holds the stream open, so the failed lines can be sent \
+                 again with `strom produce {t}`; then `strom topic close-producer {t} {held}` \
+                 ends the hold (or `strom topic complete {t}` ends the stream)"
+            ),
+            Err(e) => eprintln!(
+                "strom: could not hold the stream open ({e:#}): this producer's lease runs out \
+                 soon after this process exits, and that ends the stream unless another producer \
+                 of '{t}' is open by then"
+            ),
+        }
         return Err(crate::Exit(1).into());
     }
     if !a.keep_open || signal.is_some() {

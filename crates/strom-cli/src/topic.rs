@@ -23,6 +23,11 @@ pub enum TopicCmd {
     },
     /// End a topic's stream: consumers see end of stream after what was written.
     Complete { name: String },
+    /// Close one producer's part of a topic's stream on its behalf: a
+    /// producer that died without closing, or the producer `strom produce`
+    /// left holding the stream open after events failed (its id is on
+    /// stderr). The stream ends once every producer closed.
+    CloseProducer { name: String, producer: u64 },
     /// Delete a topic and its data.
     Delete { name: String },
     /// Add partitions to a topic; running producers and consumers pick them up.
@@ -212,6 +217,19 @@ pub fn run(cmd: TopicCmd, group_file: Option<PathBuf>) -> anyhow::Result<()> {
         TopicCmd::Complete { name } => {
             d.open_topic(&name)?.complete()?;
             eprintln!("topic '{name}' completed");
+        }
+        TopicCmd::CloseProducer { name, producer } => {
+            let t = d.open_topic(&name)?;
+            t.close_producer(producer)?;
+            let state = t.describe()?.state;
+            eprintln!(
+                "closed producer {producer} of topic '{name}'; {}",
+                if state.ended {
+                    "every producer has closed: the stream has ended".to_string()
+                } else {
+                    format!("{} producers still open", state.open_producers)
+                }
+            );
         }
         TopicCmd::AddPartitions {
             name,

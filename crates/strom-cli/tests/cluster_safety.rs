@@ -102,6 +102,8 @@ fn consume_reads_live_partitions_when_a_member_is_dead() {
 fn produce_prints_stored_offsets_and_reports_failures_when_a_member_is_dead() {
     let base = tempfile::tempdir().expect("tempdir");
     let (c, dead) = cluster_with_dead_member(base.path());
+    let d = Driver::connect(&c.group_file).expect("connect");
+    let before = d.describe("t").expect("describe").state;
     let input: String = (0..30).map(|i| format!("{{\"i\":{i}}}\n")).collect();
     let out = run_cli(
         &["--group-file", &c.group_file, "produce", "t"],
@@ -143,6 +145,128 @@ fn produce_prints_stored_offsets_and_reports_failures_when_a_member_is_dead() {
             .any(|l| l.contains("10 events failed") && l.contains(&format!("member {dead}"))),
         "stderr summarizes the failures by partition:\n{}",
         out.stderr
+    );
+    // The stream is held open for the failed lines (README's promise): a
+    // producer without a lease took over and the leased one closed, so
+    // nothing ends when a lease runs out.
+    let held: u64 = out
+        .stderr
+        .lines()
+        .find_map(|l| {
+            l.split("strom: producer ")
+                .nth(1)?
+                .split(' ')
+                .next()?
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "stderr names the producer holding the stream:\n{}",
+                out.stderr
+            )
+        });
+    let state = d.describe("t").expect("describe").state;
+    assert!(!state.ended, "the stream is held open");
+    assert_eq!(
+        (state.open_producers, state.closed_producers),
+        (before.open_producers + 1, before.closed_producers + 1),
+        "the holder opened and the leased producer closed: {before:?} -> {state:?}"
+    );
+    // The member comes back; the failed lines are sent again, as stderr
+    // said, and the hold ends.
+    let _back = c.restart(dead as usize);
+    // Back once the registry has its new address (until its member
+    // timeout passes, the dead one still counts as alive).
+    let old_addr = d.describe("t").expect("describe").partitions[1]
+        .addr
+        .clone();
+    let deadline = std::time::Instant::now() + CLI_TIMEOUT;
+    while d.describe("t").expect("describe").partitions[1].addr == old_addr {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "member {dead} did not come back:\n{}",
+            c.logs()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let again: String = failed
+        .iter()
+        .map(|r| {
+            let line = r["line"].as_u64().expect("line") as usize;
+            input
+                .lines()
+                .nth(line - 1)
+                .expect("the input line")
+                .to_string()
+                + "\n"
+        })
+        .collect();
+    let resent = ok(
+        run_cli(
+            &["--group-file", &c.group_file, "produce", "t"],
+            &again,
+            &[],
+            CLI_TIMEOUT,
+        ),
+        "sending the failed lines again",
+    );
+    assert_eq!(positions(&resent).len(), 10);
+    assert!(!d.describe("t").expect("describe").state.ended);
+    let closed = ok(
+        run_cli(
+            &[
+                "--group-file",
+                &c.group_file,
+                "topic",
+                "close-producer",
+                "t",
+                &held.to_string(),
+            ],
+            "",
+            &[],
+            CLI_TIMEOUT,
+        ),
+        "close-producer",
+    );
+    // What stays open is the setup's own producer (still leased), not
+    // one of the CLI's; ending the stream is left to its owner.
+    assert!(
+        closed
+            .stderr
+            .contains(&format!("{} producers still open", before.open_producers)),
+        "{}",
+        closed.stderr
+    );
+    ok(
+        run_cli(
+            &["--group-file", &c.group_file, "topic", "complete", "t"],
+            "",
+            &[],
+            CLI_TIMEOUT,
+        ),
+        "topic complete",
+    );
+    let all = ok(
+        run_cli(
+            &[
+                "--group-file",
+                &c.group_file,
+                "consume",
+                "t",
+                "--name",
+                "all",
+            ],
+            "",
+            &[],
+            CLI_TIMEOUT,
+        ),
+        "reading the whole stream",
+    );
+    assert_eq!(
+        positions(&all).len(),
+        30 + 30,
+        "every event once, to the end"
     );
 }
 
