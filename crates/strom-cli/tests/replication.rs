@@ -230,6 +230,21 @@ fn a_leader_restarted_before_its_failover_hands_over_at_once() {
 }
 
 #[test]
+fn a_replicated_memory_topic_without_a_metadata_quorum_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let g = start(tmp.path());
+    let spec = TopicSpec {
+        replication_factor: 3,
+        partition_type: PartitionType::Memory,
+        ..TopicSpec::new("mem", 1)
+    };
+    let e = g.d.create_topic(spec).err().expect("refused");
+    assert_eq!(e.code(), ErrorCode::INVALID_TOPIC_SPEC, "{e}");
+    assert!(e.to_string().contains("--meta-voters 3"), "{e}");
+    assert!(g.d.describe("mem").is_err(), "nothing was created");
+}
+
+#[test]
 fn a_memory_leader_restarted_empty_loses_nothing_acknowledged() {
     restarted_leader_hands_over(PartitionType::Memory);
 }

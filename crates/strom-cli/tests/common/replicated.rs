@@ -42,8 +42,15 @@ pub fn member_stderr(base: &Path, i: u32) -> Stdio {
     }
 }
 
+/// A memory topic's group keeps its registry on a metadata quorum: without
+/// one the registry refuses a replicated memory topic.
 pub fn start_with(base: &Path, kind: PartitionType) -> Group {
-    let zero = ServerProcess::start(&base.join("m0"));
+    let zero = match kind {
+        PartitionType::Memory => {
+            ServerProcess::start_with(&base.join("m0"), &["--meta-voters", "3"])
+        }
+        _ => ServerProcess::start(&base.join("m0")),
+    };
     let mut joined = BTreeMap::new();
     for i in 1..=2 {
         let dir = base.join(format!("m{i}"));

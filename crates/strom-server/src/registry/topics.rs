@@ -5,7 +5,7 @@
 //! and then commits one command; the member calls that follow a change
 //! (seal at end of stream, drop on delete) come after the commit.
 
-use strom_proto::{ErrorCode, Request, TopicInfo, TopicSpec};
+use strom_proto::{ErrorCode, PartitionType, Request, TopicInfo, TopicSpec};
 
 use super::describe::Described;
 use super::machine::{RegistryCommand, TopicMeta, MAX_PARTITIONS};
@@ -173,6 +173,22 @@ impl Registry {
             return Err(ServerError::coded(
                 ErrorCode::INVALID_TOPIC_SPEC,
                 "a replicated topic's copies go on distinct members; it cannot be placed on one",
+            ));
+        }
+        if spec.replicas() > 1
+            && spec.partition_type == PartitionType::Memory
+            && self.quorum.is_none()
+        {
+            return Err(ServerError::coded(
+                ErrorCode::INVALID_TOPIC_SPEC,
+                format!(
+                    "topic '{}': a replicated memory topic needs a metadata quorum (start the \
+                     group with --meta-voters 3; strom cluster up does from three servers): \
+                     without one, member 0 keeps the registry itself, and when it restarts it \
+                     leads its partitions again with an empty log, losing what they held; use a \
+                     file topic here",
+                    spec.name
+                ),
             ));
         }
         let placement = match like {
