@@ -199,6 +199,15 @@ fn up(launch: &Launch, dir: &Path, group_file: Option<PathBuf>) -> anyhow::Resul
     std::fs::write(&record, serde_json::to_vec_pretty(&file.to_json())?)?;
     let deadline = Instant::now() + Duration::from_secs(30);
     while !group.exists() {
+        if let Some(rank) = file.pids.iter().position(|p| !running(*p)) {
+            let log = dir.join(format!("server-{rank}.log"));
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            anyhow::bail!(
+                "rank {rank} exited before the group formed: {} (see {})",
+                text.lines().last().unwrap_or("no output"),
+                log.display()
+            );
+        }
         anyhow::ensure!(
             Instant::now() < deadline,
             "the group did not form within 30 s; see {}/server-*.log",

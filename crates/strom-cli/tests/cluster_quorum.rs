@@ -161,6 +161,31 @@ fn cluster_up_checks_its_voters_and_passes_server_options_through() {
         "{}",
         out.stderr
     );
+    // A server refusing its options stops `up` at once, with its reason.
+    let bad = base.path().join("bad");
+    let out = run_cli(
+        &[
+            "cluster",
+            "up",
+            "--servers",
+            "1",
+            "--data-dir",
+            bad.to_str().expect("utf-8"),
+            "--",
+            "--member-timeout-ms",
+            "1",
+        ],
+        "",
+        &[],
+        CLI_TIMEOUT,
+    );
+    assert!(!out.status.success());
+    assert!(
+        out.stderr.contains("rank 0 exited before the group formed")
+            && out.stderr.contains("member_timeout_ms"),
+        "{}",
+        out.stderr
+    );
     // A server option after `--` reaches every member: here the HTTP
     // listener each member logs.
     let c = cluster_up_with(base.path(), 1, &["--", "--http-listen", "127.0.0.1:0"]);
@@ -281,4 +306,103 @@ fn every_member_restarted_in_turn_with_join_comes_back_as_itself_and_loses_nothi
             .expect("every data dir records its member");
         assert_eq!(id.trim(), rank.to_string());
     }
+}
+
+/// The members `strom status` lists with their role in the registry.
+fn roles(group_file: &str) -> Vec<(u64, String, bool)> {
+    status(group_file)["members"]
+        .as_array()
+        .expect("members")
+        .iter()
+        .map(|m| {
+            (
+                m["id"].as_u64().expect("id"),
+                m["role"].as_str().unwrap_or("").to_string(),
+                m["alive"].as_bool().unwrap_or(false),
+            )
+        })
+        .collect()
+}
+
+/// Waits (bounded) until `cond` holds of the members' roles.
+fn wait_roles(c: &Cluster, what: &str, cond: impl Fn(&[(u64, String, bool)]) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let r = roles(&c.group_file);
+        if cond(&r) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{what}: {r:?}\n{}", c.logs());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_removed_voter_is_replaced_and_the_group_survives_a_second_death() {
+    let base = tempfile::tempdir().expect("tempdir");
+    let c = cluster_up_with(base.path(), 4, &["--", "--member-timeout-ms", "2000"]);
+    let gf = c.group_file.clone();
+    let voting = |r: &[(u64, String, bool)], id: u64| {
+        r.iter()
+            .any(|(m, role, _)| *m == id && (role == "leader" || role == "voter"))
+    };
+    assert!(!voting(&roles(&gf), 3), "member 3 starts as a spare");
+    ok(
+        run_cli(
+            &[
+                "--group-file",
+                &gf,
+                "topic",
+                "create",
+                "r",
+                "--partitions",
+                "2",
+                "--replication-factor",
+                "3",
+            ],
+            "",
+            &[],
+            CLI_TIMEOUT,
+        ),
+        "topic create",
+    );
+    let mut acked: BTreeSet<(u32, u64)> = produce(&gf, 0, 100).into_iter().collect();
+
+    // Voter 1 dies for good and is removed: member 3 votes in its place.
+    c.kill(c.pids[1]);
+    wait_roles(&c, "member 1 counted dead", |r| {
+        r.iter().any(|(m, _, alive)| *m == 1 && !alive)
+    });
+    ok(
+        run_cli(
+            &["--group-file", &gf, "member", "remove", "1"],
+            "",
+            &[],
+            CLI_TIMEOUT,
+        ),
+        "member remove",
+    );
+    wait_roles(&c, "member 3 votes instead of member 1", |r| {
+        voting(r, 3) && !voting(r, 1)
+    });
+
+    // A second voter dies: two of three voters are left, and the group
+    // keeps working.
+    c.kill(c.pids[2]);
+    acked.extend(produce(&gf, 100, 100));
+    let out = ok(
+        run_cli(
+            &["--group-file", &gf, "consume", "r", "--name", "after"],
+            "",
+            &[],
+            CLI_TIMEOUT,
+        ),
+        "consume after the second death",
+    );
+    let read: BTreeSet<(u32, u64)> = positions(&out).into_iter().collect();
+    let lost: Vec<_> = acked.difference(&read).collect();
+    assert!(
+        lost.is_empty(),
+        "acknowledged events not read back: {lost:?}"
+    );
 }

@@ -350,10 +350,26 @@ impl Registry {
             )));
         }
         let keeps_registry = |r: &&str| matches!(*r, "master" | "leader" | "voter");
-        if member == inner.me || roles.get(&member).is_some_and(keeps_registry) {
+        let role = roles.get(&member).copied();
+        // A dead voter is replaced in the quorum by a live member that does
+        // not vote yet (`quorum.rs`); without one it must stay.
+        let spare = inner.state.members.keys().any(|id| {
+            *id != member
+                && !roles.get(id).is_some_and(keeps_registry)
+                && inner.alive(*id)
+                && !inner.state.draining.contains_key(id)
+        });
+        let replaceable = dead && role == Some("voter") && spare;
+        if member == inner.me || (role.is_some_and(|r| keeps_registry(&r)) && !replaceable) {
+            let why = if dead && role == Some("voter") {
+                "; no live member outside the quorum can take its place: add one \
+                 (`strom server --join`) and remove it again"
+            } else {
+                ""
+            };
             return Err(invalid(format!(
-                "member {member} keeps the registry ({}); it cannot leave the group",
-                roles.get(&member).copied().unwrap_or("master")
+                "member {member} keeps the registry ({}); it cannot leave the group{why}",
+                role.unwrap_or("master")
             )));
         }
         match (dead, inner.alive(member)) {

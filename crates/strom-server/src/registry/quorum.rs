@@ -247,6 +247,7 @@ impl Registry {
             if last_grow.elapsed() >= Duration::from_secs(1) {
                 last_grow = Instant::now();
                 self.follow_addresses(&lead).await;
+                self.replace_removed_voters(&lead).await;
                 self.grow_voters(&lead, voters).await;
             }
         }
@@ -316,6 +317,66 @@ impl Registry {
             Ok(()) => tracing::info!(moved = ?moved, "metadata quorum members' addresses updated"),
             Err(e) => {
                 tracing::warn!(error = %e, "could not update the metadata quorum's addresses")
+            }
+        }
+    }
+
+    /// Takes voters that are leaving the group for good (`strom member
+    /// remove`, dead)
+    /// out of the voting set, each in one membership change with a live
+    /// member that does not vote yet in its place (added as a learner
+    /// first), so the set keeps its size. Without such a member it waits:
+    /// a set of two would stop at the next death as one of three does.
+    async fn replace_removed_voters(&self, lead: &Leadership) {
+        let (voting, learners) = lead.meta.members();
+        let (gone, spare): (Vec<u64>, Option<(u32, String)>) = {
+            let inner = self.inner.lock().await;
+            let gone = voting
+                .keys()
+                .copied()
+                .filter(|id| {
+                    u32::try_from(*id).is_ok_and(|m| {
+                        inner.state.removed.contains(&m)
+                            || inner.state.draining.get(&m) == Some(&true)
+                    })
+                })
+                .collect();
+            let spare = inner
+                .state
+                .members
+                .iter()
+                .find(|(id, _)| {
+                    inner.alive(**id)
+                        && !voting.contains_key(&u64::from(**id))
+                        && !inner.state.removed.contains(id)
+                        && !inner.state.draining.contains_key(id)
+                })
+                .map(|(id, addr)| (*id, addr.clone()));
+            (gone, spare)
+        };
+        let (Some(&out), Some((id, addr))) = (gone.first(), spare) else {
+            return;
+        };
+        if !learners.contains_key(&u64::from(id)) {
+            let added = tokio::time::timeout(
+                Duration::from_secs(10),
+                lead.meta.add_learner(u64::from(id), addr.clone()),
+            )
+            .await;
+            if !matches!(added, Ok(Ok(()))) {
+                tracing::warn!(member = id, addr = %addr, "could not add a member to the metadata quorum as a learner; retrying later");
+                return;
+            }
+        }
+        let mut set: BTreeSet<u64> = voting.keys().copied().collect();
+        set.remove(&out);
+        set.insert(u64::from(id));
+        match lead.meta.change_membership(set.clone()).await {
+            Ok(()) => {
+                tracing::warn!(removed = out, replacement = id, voters = ?set, "a voter that left the group was replaced in the metadata quorum")
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, removed = out, "could not replace a removed voter; retrying")
             }
         }
     }
