@@ -411,6 +411,7 @@ impl Registry {
         inner.set_addrs(id, addrs);
         self.publish_group(&inner);
         tracing::info!(member = id, addr = %addr, restarted, "member joined");
+        self.quorum_follows(id, &addr).await;
         let moved = if restarted && known {
             Self::after_restart(&mut inner, id).await?
         } else {

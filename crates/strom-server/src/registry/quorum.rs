@@ -279,9 +279,13 @@ impl Registry {
         let addr = self.link.addr().to_string();
         if inner.state.members.get(&me) != Some(&addr) {
             inner
-                .commit(RegistryCommand::MemberJoined { id: me, addr })
+                .commit(RegistryCommand::MemberJoined {
+                    id: me,
+                    addr: addr.clone(),
+                })
                 .await?;
         }
+        self.quorum_follows(me, &addr).await;
         self.group_id.store(inner.state.group_id, Ordering::Release);
         lead.ready.store(term, Ordering::Release);
         self.publish_group(&inner);
@@ -317,6 +321,30 @@ impl Registry {
             Ok(()) => tracing::info!(moved = ?moved, "metadata quorum members' addresses updated"),
             Err(e) => {
                 tracing::warn!(error = %e, "could not update the metadata quorum's addresses")
+            }
+        }
+    }
+
+    /// A member of the metadata quorum that joined on another address
+    /// (restarted on another port): the quorum calls it there from now on,
+    /// before its join is answered. Left to the periodic
+    /// [`Self::follow_addresses`], the next restart in a rolling restart
+    /// could take the quorum's majority down to members it calls at dead
+    /// addresses, and then no change, this one included, could commit.
+    pub(super) async fn quorum_follows(&self, id: u32, addr: &str) {
+        let Some(meta) = self.meta() else {
+            return;
+        };
+        let (voting, learners) = meta.members();
+        let known = voting.get(&u64::from(id)).or(learners.get(&u64::from(id)));
+        if known.is_none_or(|a| a == addr) {
+            return;
+        }
+        let moved = BTreeMap::from([(u64::from(id), addr.to_string())]);
+        match meta.set_addresses(moved.clone()).await {
+            Ok(()) => tracing::info!(moved = ?moved, "metadata quorum members' addresses updated"),
+            Err(e) => {
+                tracing::warn!(error = %e, member = id, "could not update the member's address in the metadata quorum; retrying later")
             }
         }
     }
