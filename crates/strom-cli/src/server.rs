@@ -49,6 +49,11 @@ pub struct ServerArgs {
     /// this HOST:PORT; port 0 picks a free port (docs/kafka.md).
     #[arg(long)]
     kafka_listen: Option<String>,
+    /// How long the first rebalance of an empty Kafka group waits for more
+    /// members to join (config key `kafka_group_initial_rebalance_delay_ms`;
+    /// default 3000, as Kafka's `group.initial.rebalance.delay.ms`; 0 = none).
+    #[arg(long, value_name = "MS")]
+    kafka_group_initial_rebalance_delay_ms: Option<u64>,
     /// Replicate the topic registry with Raft over this many members (1, 3
     /// or 5; config key `meta_voters`). With 3 or 5, the group keeps its
     /// registry when any minority of them dies, member 0 included.
@@ -106,6 +111,9 @@ pub fn run(args: ServerArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> 
     }
     if args.kafka_listen.is_some() {
         config.kafka_listen = args.kafka_listen;
+    }
+    if let Some(ms) = args.kafka_group_initial_rebalance_delay_ms {
+        config.kafka_group_initial_rebalance_delay_ms = ms;
     }
     if let Some(n) = args.meta_voters {
         config.meta_voters = n;

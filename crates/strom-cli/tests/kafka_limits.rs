@@ -19,9 +19,14 @@ use strom_client::TopicSpec;
 
 const MIB: u64 = 1 << 20;
 
-/// A server with a Kafka listener and `extra` config, and the broker.
+/// A server with a Kafka listener and `extra` config, and the broker. The
+/// groups here are joined one member at a time over the raw protocol: no
+/// initial rebalance wait (3 s per new group by default).
 fn start(base: &std::path::Path, extra: &str) -> (ServerProcess, String) {
-    common::kafka::start_with_config(base, &format!("transforms = false\n{extra}"))
+    common::kafka::start_with_config(
+        base,
+        &format!("transforms = false\nkafka_group_initial_rebalance_delay_ms = 0\n{extra}"),
+    )
 }
 
 /// Waits until the server has read every byte sent on `s`: the client's

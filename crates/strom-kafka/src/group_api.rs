@@ -124,6 +124,7 @@ pub fn join_group(
     let rx = ctx.groups.join(JoinRequest {
         group: s(&req.group_id.0),
         member_id: s(&req.member_id),
+        instance: req.group_instance_id.as_ref().map(s),
         client_id: client_id.unwrap_or_else(|| "kafka".into()),
         session,
         rebalance,

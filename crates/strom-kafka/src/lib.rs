@@ -142,6 +142,7 @@ pub async fn serve(services: Arc<Services>, addr: &str) -> Result<KafkaHandle, K
     let groups = groups::Coordinator::new(
         std::time::Duration::from_millis(cfg.kafka_group_retention_ms),
         cfg.kafka_group_max_size as usize,
+        std::time::Duration::from_millis(cfg.kafka_group_initial_rebalance_delay_ms),
     );
     let producer_ids = producer_ids::ProducerIds::new(&cfg.data_dir);
     let inflight = Arc::new(tokio::sync::Semaphore::new(

@@ -154,6 +154,13 @@ pub struct ServerConfig {
     /// Most members of one Kafka group (Kafka's `group.max.size`); one
     /// more is refused with `GROUP_MAX_SIZE_REACHED`.
     pub kafka_group_max_size: u32,
+    /// How long the first rebalance of an empty Kafka group waits for more
+    /// members, in milliseconds (Kafka's
+    /// `group.initial.rebalance.delay.ms`); a new member joining during
+    /// the wait of a new group extends it by as much again, up to the
+    /// members' rebalance timeout. So consumers started together share the
+    /// partitions instead of the first taking them all. 0: no wait.
+    pub kafka_group_initial_rebalance_delay_ms: u64,
     /// No longer used (Kafka idempotent producers share the partitions'
     /// durable producer table); still accepted so config files load.
     pub kafka_max_producer_states: u32,
@@ -212,6 +219,7 @@ impl Default for ServerConfig {
             kafka_queued_max_request_bytes: 512 << 20,
             kafka_group_retention_ms: 7 * 24 * 3_600_000,
             kafka_group_max_size: 10_000,
+            kafka_group_initial_rebalance_delay_ms: 3_000,
             kafka_max_producer_states: 100_000,
             kafka_auto_create_topics: false,
             kafka_auto_create_partitions: 1,

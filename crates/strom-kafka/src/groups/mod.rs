@@ -9,6 +9,20 @@
 //! goes up, the leader gets every member's subscription and computes the
 //! assignment on the client side (range, round-robin, sticky: whatever the
 //! clients agree on), and `SyncGroup` hands each member its part.
+//!
+//! The first rebalance of an empty group waits
+//! `kafka_group_initial_rebalance_delay_ms` first (Kafka's
+//! `InitialDelayedJoin`), so that consumers started together share the
+//! partitions rather than the first taking them all and handing them over
+//! a moment later; in a group that never had a generation, a new member
+//! joining during the wait extends it by as much again, up to the first
+//! member's rebalance timeout.
+//!
+//! A static member (`group.instance.id`, JoinGroup v5) that restarts takes
+//! the place of its old incarnation, which is fenced
+//! (`FENCED_INSTANCE_ID`): static members do not leave the group when they
+//! close, so without that the group would wait for the old one's session
+//! to run out before it rebalanced.
 //! Committed offsets are not kept here: they are Strom consumer offsets
 //! under the group's name (`group_api.rs`).
 //!
@@ -35,6 +49,7 @@ pub mod gcode {
     pub const INVALID_SESSION_TIMEOUT: i16 = 26;
     pub const REBALANCE_IN_PROGRESS: i16 = 27;
     pub const GROUP_MAX_SIZE_REACHED: i16 = 81;
+    pub const FENCED_INSTANCE_ID: i16 = 82;
 }
 
 /// Session timeouts accepted (Kafka's broker defaults: 6 s to 30 min).
@@ -55,6 +70,9 @@ pub struct Joined {
 
 struct Member {
     client_id: String,
+    /// A static member's `group.instance.id`: a restart of it takes this
+    /// member's place instead of joining as another member.
+    instance: Option<String>,
     session: Duration,
     rebalance: Duration,
     protocols: Vec<(String, Bytes)>,
@@ -62,6 +80,20 @@ struct Member {
     join: Option<oneshot::Sender<Joined>>,
     sync: Option<oneshot::Sender<(i16, Bytes)>>,
     assignment: Bytes,
+}
+
+/// The wait before the first rebalance of an empty group completes.
+#[derive(Debug, Clone, Copy)]
+struct InitialDelay {
+    /// When this round of the wait ends.
+    until: Instant,
+    /// The length of one round (`kafka_group_initial_rebalance_delay_ms`).
+    step: Duration,
+    /// How much longer it may still be extended: the rebalance timeout
+    /// less the rounds so far.
+    remaining: Duration,
+    /// A new member joined during this round: wait one more.
+    new_member: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,6 +108,8 @@ struct Group {
     /// Since when the group has had no members.
     empty_since: Option<Instant>,
     state: State,
+    /// Set while the first rebalance out of `Empty` waits for more members.
+    initial: Option<InitialDelay>,
     generation: i32,
     protocol_type: String,
     protocol: String,
@@ -88,12 +122,39 @@ impl Group {
         Group {
             empty_since: Some(Instant::now()),
             state: State::Empty,
+            initial: None,
             generation: 0,
             protocol_type,
             protocol: String::new(),
             leader: String::new(),
             members: BTreeMap::new(),
         }
+    }
+
+    /// The member id of static member `instance`, taken out of the group
+    /// for its restart: its pending calls are answered
+    /// `FENCED_INSTANCE_ID`, and its old id is no longer a member.
+    fn take_static(&mut self, instance: &str, group: &str) -> Option<String> {
+        let old = self
+            .members
+            .iter()
+            .find(|(_, m)| m.instance.as_deref() == Some(instance))
+            .map(|(id, _)| id.clone())?;
+        let m = self.members.remove(&old)?;
+        if let Some(tx) = m.join {
+            let _ = tx.send(Joined::error(gcode::FENCED_INSTANCE_ID, &old));
+        }
+        if let Some(tx) = m.sync {
+            let _ = tx.send((gcode::FENCED_INSTANCE_ID, Bytes::new()));
+        }
+        tracing::debug!(group, instance, old = %old, "Kafka group: static member fenced");
+        Some(old)
+    }
+
+    /// No members left: nothing to rebalance, no initial wait.
+    fn emptied(&mut self) {
+        self.state = State::Empty;
+        self.initial = None;
     }
 
     /// Starts a rebalance (if none is under way), then completes it if
@@ -120,11 +181,24 @@ impl Group {
     }
 
     /// Completes a rebalance once every member has joined, or at the
-    /// deadline without those that did not.
+    /// deadline without those that did not; never during the initial wait.
     fn try_complete(&mut self, now: Instant) {
         let State::Preparing { deadline } = self.state else {
             return;
         };
+        if let Some(d) = &mut self.initial {
+            if now < d.until {
+                return;
+            }
+            if d.new_member && !d.remaining.is_zero() {
+                let step = d.step.min(d.remaining);
+                d.until = now + step;
+                d.remaining -= step;
+                d.new_member = false;
+                return;
+            }
+            self.initial = None;
+        }
         // A member whose JoinGroup connection closed has not joined.
         let joined = |m: &Member| m.join.as_ref().is_some_and(|tx| !tx.is_closed());
         let all_joined = self.members.values().all(joined);
@@ -133,7 +207,7 @@ impl Group {
         }
         self.members.retain(|_, m| joined(m));
         if self.members.is_empty() {
-            self.state = State::Empty;
+            self.emptied();
             return;
         }
         self.generation += 1;
@@ -156,7 +230,7 @@ impl Group {
                     let _ = tx.send(Joined::error(gcode::INCONSISTENT_GROUP_PROTOCOL, &id));
                 }
             }
-            self.state = State::Empty;
+            self.emptied();
             return;
         };
         self.protocol = protocol;
@@ -274,6 +348,8 @@ impl Joined {
 pub struct JoinRequest {
     pub group: String,
     pub member_id: String,
+    /// `group.instance.id` (JoinGroup v5): a static member.
+    pub instance: Option<String>,
     pub client_id: String,
     pub session: Duration,
     pub rebalance: Duration,
@@ -289,27 +365,37 @@ pub struct Coordinator {
     retention: Duration,
     /// Most members of one group.
     max_size: usize,
+    /// How long the first rebalance of an empty group waits for more
+    /// members (zero: not at all).
+    initial_delay: Duration,
     /// Groups forgotten since the last [`Coordinator::take_expired`].
     expired: Mutex<Vec<String>>,
 }
 
 impl Default for Coordinator {
     /// Kafka's defaults: a week of retention (`offsets.retention.minutes`);
-    /// at most 10,000 members.
+    /// at most 10,000 members (`group.max.size`); a first rebalance that
+    /// waits 3 s (`group.initial.rebalance.delay.ms`).
     fn default() -> Self {
-        Self::new(Duration::from_secs(7 * 24 * 3600), 10_000)
+        Self::new(
+            Duration::from_secs(7 * 24 * 3600),
+            10_000,
+            Duration::from_secs(3),
+        )
     }
 }
 
 impl Coordinator {
     /// Forgets groups empty for `retention`; refuses members past
-    /// `max_size` in one group.
-    pub fn new(retention: Duration, max_size: usize) -> Self {
+    /// `max_size` in one group; the first rebalance of an empty group waits
+    /// `initial_delay` for more members.
+    pub fn new(retention: Duration, max_size: usize, initial_delay: Duration) -> Self {
         Coordinator {
             groups: Mutex::new(HashMap::new()),
             next_member: AtomicU64::new(0),
             retention,
             max_size: max_size.max(1),
+            initial_delay,
             expired: Mutex::new(Vec::new()),
         }
     }
@@ -353,7 +439,15 @@ impl Coordinator {
             ));
             return rx;
         }
-        let id = if r.member_id.is_empty() {
+        let restarted = match (&r.instance, r.member_id.is_empty()) {
+            (Some(i), true) => g.take_static(i, &r.group),
+            _ => None,
+        };
+        let id = if let Some(old) = restarted {
+            let n = self.next_member.fetch_add(1, Ordering::Relaxed);
+            tracing::info!(group = %r.group, instance = ?r.instance, old = %old, "Kafka group: a static member restarted; it takes its old place");
+            format!("{}-{n}", r.client_id)
+        } else if r.member_id.is_empty() {
             if g.members.len() >= self.max_size {
                 tracing::info!(group = %r.group, max = self.max_size, "Kafka group full; refusing a new member (kafka_group_max_size)");
                 let _ = tx.send(Joined::error(gcode::GROUP_MAX_SIZE_REACHED, ""));
@@ -369,6 +463,7 @@ impl Coordinator {
         };
         let m = g.members.entry(id.clone()).or_insert_with(|| Member {
             client_id: r.client_id.clone(),
+            instance: r.instance.clone(),
             session: r.session,
             rebalance: r.rebalance,
             protocols: Vec::new(),
@@ -382,6 +477,19 @@ impl Coordinator {
         m.protocols = r.protocols;
         m.last_seen = now;
         g.empty_since = None;
+        if g.state == State::Empty && !self.initial_delay.is_zero() {
+            tracing::debug!(group = %r.group, delay_ms = self.initial_delay.as_millis() as u64, "Kafka group: the first rebalance waits for more members (kafka_group_initial_rebalance_delay_ms)");
+            g.initial = Some(InitialDelay {
+                until: now + self.initial_delay,
+                step: self.initial_delay,
+                remaining: r.rebalance.saturating_sub(self.initial_delay),
+                new_member: false,
+            });
+        } else if let Some(d) = g.initial.as_mut() {
+            // As Kafka: only a group that never had a generation waits
+            // longer for newcomers.
+            d.new_member |= r.member_id.is_empty() && g.generation == 0;
+        }
         if let Some(old) = m.join.replace(tx) {
             let _ = old.send(Joined::error(gcode::UNKNOWN_MEMBER_ID, &id));
         }
@@ -470,7 +578,7 @@ impl Coordinator {
         }
         tracing::info!(group = %group, member = %member, "Kafka group member left");
         if g.members.is_empty() {
-            g.state = State::Empty;
+            g.emptied();
             g.empty_since = Some(Instant::now());
         } else {
             g.rebalance(Instant::now());
@@ -532,7 +640,10 @@ impl Coordinator {
     /// their deadline, and forgets groups empty for the retention. Run
     /// periodically.
     pub fn tick(&self) {
-        let now = Instant::now();
+        self.tick_at(Instant::now());
+    }
+
+    fn tick_at(&self, now: Instant) {
         let mut groups = self.groups.lock();
         let retention = self.retention;
         let mut expired = Vec::new();
@@ -559,7 +670,7 @@ impl Coordinator {
             });
             if g.members.len() != before {
                 if g.members.is_empty() {
-                    g.state = State::Empty;
+                    g.emptied();
                 } else {
                     g.rebalance(now);
                 }
@@ -573,104 +684,4 @@ impl Coordinator {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn req(member: &str) -> JoinRequest {
-        JoinRequest {
-            group: "g".into(),
-            member_id: member.into(),
-            client_id: "c".into(),
-            session: Duration::from_secs(10),
-            rebalance: Duration::from_secs(10),
-            protocol_type: "consumer".into(),
-            protocols: vec![("range".into(), Bytes::from_static(b"sub"))],
-        }
-    }
-
-    #[test]
-    fn two_members_join_sync_and_rebalance_when_one_leaves() {
-        let c = Coordinator::default();
-        let a = c
-            .join(req(""))
-            .try_recv()
-            .expect("alone: completes at once");
-        assert_eq!((a.error, a.generation), (kcode::NONE, 1));
-        assert_eq!(a.leader, a.member_id);
-        // A second member: a rebalance; the first learns it by heartbeat.
-        let mut b_rx = c.join(req(""));
-        assert!(b_rx.try_recv().is_err(), "waits for the first to rejoin");
-        assert_eq!(
-            c.heartbeat("g", 1, &a.member_id),
-            gcode::REBALANCE_IN_PROGRESS
-        );
-        // Before it rejoins, it may still commit what it read.
-        assert_eq!(c.check_commit("g", 1, &a.member_id), kcode::NONE);
-        let a2 = c.join(req(&a.member_id)).try_recv().expect("completes");
-        let b = b_rx.try_recv().expect("completes");
-        assert_eq!((a2.generation, b.generation), (2, 2));
-        assert_eq!(a2.members.len(), 2, "the leader gets the subscriptions");
-        assert!(b.members.is_empty());
-        // No commits while the new assignment is handed out.
-        assert_eq!(
-            c.check_commit("g", 2, &a.member_id),
-            gcode::REBALANCE_IN_PROGRESS
-        );
-        // The follower waits for the leader's assignment.
-        let mut fb = c.sync("g", 2, &b.member_id, vec![]);
-        assert!(fb.try_recv().is_err());
-        let la = c.sync(
-            "g",
-            2,
-            &a.member_id,
-            vec![
-                (a.member_id.clone(), Bytes::from_static(b"A")),
-                (b.member_id.clone(), Bytes::from_static(b"B")),
-            ],
-        );
-        assert_eq!(
-            la.blocking_recv().expect("answer").1,
-            Bytes::from_static(b"A")
-        );
-        assert_eq!(fb.try_recv().expect("answer").1, Bytes::from_static(b"B"));
-        assert_eq!(c.heartbeat("g", 2, &b.member_id), kcode::NONE);
-        assert_eq!(c.check_commit("g", 2, &b.member_id), kcode::NONE);
-        // One leaves: the other is told to rejoin and is alone at gen 3.
-        assert_eq!(c.leave("g", &a.member_id), kcode::NONE);
-        assert_eq!(
-            c.heartbeat("g", 2, &b.member_id),
-            gcode::REBALANCE_IN_PROGRESS
-        );
-        let b3 = c.join(req(&b.member_id)).try_recv().expect("completes");
-        assert_eq!((b3.generation, b3.leader.clone()), (3, b.member_id.clone()));
-        assert_eq!(
-            c.check_commit("g", 2, &b.member_id),
-            gcode::ILLEGAL_GENERATION
-        );
-    }
-
-    #[test]
-    fn a_full_group_refuses_a_new_member() {
-        let c = Coordinator::new(Duration::from_secs(60), 2);
-        let a = c.join(req("")).try_recv().expect("alone: at once");
-        let _b = c.join(req(""));
-        let refused = c.join(req("")).try_recv().expect("refused at once");
-        assert_eq!(refused.error, gcode::GROUP_MAX_SIZE_REACHED);
-        // A known member rejoining is not a new one.
-        let mut again = c.join(req(&a.member_id));
-        assert!(!matches!(again.try_recv(), Ok(j) if j.error == gcode::GROUP_MAX_SIZE_REACHED));
-    }
-
-    #[test]
-    fn an_empty_group_is_forgotten_after_the_retention() {
-        let c = Coordinator::new(Duration::ZERO, 10);
-        let a = c.join(req("")).try_recv().expect("alone: at once");
-        c.tick();
-        assert!(c.take_expired().is_empty(), "a group with a member stays");
-        assert_eq!(c.leave("g", &a.member_id), kcode::NONE);
-        c.tick();
-        assert_eq!(c.take_expired(), vec!["g".to_string()]);
-        assert!(c.list().is_empty());
-        assert!(c.take_expired().is_empty(), "handed out once");
-    }
-}
+mod tests;
