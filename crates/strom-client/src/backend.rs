@@ -23,12 +23,12 @@ use std::time::{Duration, Instant};
 use strom_policy::MetadataInput;
 use strom_proto::{StartPos, TopicInfo, TopicSpec};
 
-use crate::consumer::options::ConsumerOptions;
+use crate::consumer_options::ConsumerOptions;
 use crate::driver::Driver;
 use crate::error::Result;
 use crate::event::{Event, Next};
 use crate::membership::Membership;
-use crate::producer::push::{Data, ProducerOptions, PushFuture};
+use crate::push::{Data, ProducerOptions, PushFuture};
 use crate::topic::Topic;
 
 /// A driver's backend: topic administration, and the producers and

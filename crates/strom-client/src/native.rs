@@ -9,13 +9,13 @@ use std::sync::Arc;
 use strom_proto::{ErrorCode, Request, Response, TopicInfo, TopicSpec};
 
 use crate::backend::{Backend, ConsumerBackend, ProducerBackend};
-use crate::consumer::options::ConsumerOptions;
 use crate::consumer::queue::QueueConsumer;
+use crate::consumer_options::ConsumerOptions;
 use crate::driver::Driver;
 use crate::error::{unexpected, Result};
 use crate::membership::Membership;
-use crate::producer::push::ProducerOptions;
 use crate::producer::NativeProducer;
+use crate::push::ProducerOptions;
 use crate::topic::Topic;
 
 /// Strom servers: the backend of every driver not connected to Kafka.

@@ -3,7 +3,8 @@
 //! which calls its backend's consumer through `ConsumerBackend`, the
 //! topic's factories for it, and `PullFuture`. The consumer every backend
 //! builds is `queue.rs` over the state in `state.rs`; its options are
-//! `options.rs`.
+//! `consumer_options.rs` (a leaf outside this folder, which the backend
+//! seam names too).
 //!
 //! Events are queued once their selected data landed in the broker's
 //! buffers. A partition whose server is unreachable reports one error and
@@ -22,11 +23,10 @@ pub use crate::event::Next;
 use crate::membership::Membership;
 use crate::topic::Topic;
 
-pub(crate) mod options;
 pub(crate) mod queue;
 pub(crate) mod state;
 
-pub use options::{
+pub use crate::consumer_options::{
     default_spin, ConsumerOptions, DEFAULT_SPIN, LATENCY_SPIN, SPARE_CORES, SPIN_ENV,
 };
 

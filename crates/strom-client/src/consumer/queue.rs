@@ -15,9 +15,9 @@ use parking_lot::Mutex;
 use strom_proto::{Request, StartPos};
 use tokio::task::JoinHandle;
 
-use super::options::ConsumerOptions;
 use super::state::{Item, PartSub, Queue, Shared};
 use crate::backend::ConsumerBackend;
+use crate::consumer_options::ConsumerOptions;
 use crate::error::{Error, Result};
 use crate::event::{Event, Next};
 use crate::membership::Membership;

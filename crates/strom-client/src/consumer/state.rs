@@ -16,9 +16,9 @@ use strom_policy::TopicPolicy;
 use strom_proto::{Compression, Request};
 use tokio::task::JoinHandle;
 
-use super::options::ConsumerOptions;
 use crate::acks::PartitionAcks;
 use crate::conn::ClientConn;
+use crate::consumer_options::ConsumerOptions;
 use crate::data::DataBudget;
 use crate::error::{Error, Result};
 use crate::event::{Event, EventAcks};

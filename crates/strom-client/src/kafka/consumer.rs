@@ -26,9 +26,9 @@ use super::mapping::{self, Marker, Record};
 use super::{kafka_error, unsupported};
 use crate::acks::{settle, AckState};
 use crate::backend::ConsumerBackend;
-use crate::consumer::options::ConsumerOptions;
 use crate::consumer::queue::{Feed, QueueConsumer};
 use crate::consumer::state::{AckTarget, Item, PartSub, Shared};
+use crate::consumer_options::ConsumerOptions;
 use crate::data::{plan_fill, DataDescriptor, EventMeta};
 use crate::error::{Error, Result};
 use crate::event::{

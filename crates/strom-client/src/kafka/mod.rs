@@ -28,10 +28,10 @@ use tokio::runtime::Handle;
 use crate::error::{Error, Result};
 
 use crate::backend::{Backend, ConsumerBackend, ProducerBackend};
-use crate::consumer::options::ConsumerOptions;
+use crate::consumer_options::ConsumerOptions;
 use crate::driver::Driver;
 use crate::membership::Membership;
-use crate::producer::push::ProducerOptions;
+use crate::push::ProducerOptions;
 use crate::topic::Topic;
 use producer::KafkaProducer;
 

@@ -26,7 +26,7 @@ use super::mapping::{Marker, EOS_HEADER, META_HEADER};
 use super::{kafka_error, unsupported};
 use crate::backend::ProducerBackend;
 use crate::error::{Error, Result};
-use crate::producer::push::{BatchAck, Data, ProducerOptions, PushFuture};
+use crate::push::{BatchAck, Data, ProducerOptions, PushFuture};
 use crate::slot::Slot;
 use crate::topic::Topic;
 

@@ -10,7 +10,8 @@
 //!
 //! This file holds the public face: `Producer`, which calls its backend
 //! through `ProducerBackend`, and the topic's factories for it; the value
-//! types it hands out are `push.rs`. The native producer is `native.rs`
+//! types it hands out are `crate::push` (a leaf outside this folder, which
+//! the backend seam names too). The native producer is `native.rs`
 //! over its queues (`state.rs`), its partition refreshes `refresh.rs` and
 //! its idempotent resends `retry.rs`.
 
@@ -21,13 +22,13 @@ use crate::error::Result;
 use crate::topic::Topic;
 
 mod native;
-pub(crate) mod push;
+
 mod refresh;
 pub(crate) mod retry;
 mod state;
 
+pub use crate::push::{Acks, Data, EventId, ProducerOptions, PushFuture};
 pub(crate) use native::NativeProducer;
-pub use push::{Acks, Data, EventId, ProducerOptions, PushFuture};
 
 pub struct Producer(Box<dyn ProducerBackend>);
 

@@ -21,10 +21,10 @@ use crate::error::{Error, Result};
 use crate::slot::Slot;
 use crate::topic::Topic;
 
-use super::push::{Acks, BatchAck, Data, ProducerOptions, PushFuture};
 use super::refresh::{learn_limits, refresh_loop};
 use super::retry;
 use super::state::{Inner, PartQueue, QueueState, Sealed};
+use crate::push::{Acks, BatchAck, Data, ProducerOptions, PushFuture};
 
 /// Pushes events to a topic. Dropping a producer flushes it but does not
 /// close its part of the stream; call [`close`](Self::close) for that.

@@ -20,7 +20,7 @@ use crate::lease::Lease;
 use crate::slot::Slot;
 use crate::topic::Topic;
 
-use super::push::{BatchAck, ProducerOptions};
+use crate::push::{BatchAck, ProducerOptions};
 
 pub(super) struct Sealed {
     pub(super) meta: Bytes,
