@@ -35,6 +35,29 @@ fn status(group_file: &str) -> Value {
     serde_json::from_str(&out.stdout).expect("status --json is JSON")
 }
 
+/// Creates topic `r`, 2 partitions with 3 copies each, with the CLI.
+fn create_rf3(group_file: &str) {
+    ok(
+        run_cli(
+            &[
+                "--group-file",
+                group_file,
+                "topic",
+                "create",
+                "r",
+                "--partitions",
+                "2",
+                "--replication-factor",
+                "3",
+            ],
+            "",
+            &[],
+            CLI_TIMEOUT,
+        ),
+        "topic create",
+    );
+}
+
 /// Produces `n` events numbered from `from` with the CLI, its producer left
 /// open (the stream goes on for the next one); every one must
 /// be acknowledged. Returns their positions.
@@ -79,25 +102,7 @@ fn a_default_cluster_up_of_three_survives_the_death_of_member_0() {
         "{roles:?}"
     );
 
-    ok(
-        run_cli(
-            &[
-                "--group-file",
-                &gf,
-                "topic",
-                "create",
-                "r",
-                "--partitions",
-                "2",
-                "--replication-factor",
-                "3",
-            ],
-            "",
-            &[],
-            CLI_TIMEOUT,
-        ),
-        "topic create",
-    );
+    create_rf3(&gf);
     let mut acked: BTreeSet<(u32, u64)> = produce(&gf, 0, 200).into_iter().collect();
     let s = status(&gf);
     assert_eq!(s["survives"]["member_failures"], 1, "{s:#}");
@@ -347,25 +352,7 @@ fn a_removed_voter_is_replaced_and_the_group_survives_a_second_death() {
             .any(|(m, role, _)| *m == id && (role == "leader" || role == "voter"))
     };
     assert!(!voting(&roles(&gf), 3), "member 3 starts as a spare");
-    ok(
-        run_cli(
-            &[
-                "--group-file",
-                &gf,
-                "topic",
-                "create",
-                "r",
-                "--partitions",
-                "2",
-                "--replication-factor",
-                "3",
-            ],
-            "",
-            &[],
-            CLI_TIMEOUT,
-        ),
-        "topic create",
-    );
+    create_rf3(&gf);
     let mut acked: BTreeSet<(u32, u64)> = produce(&gf, 0, 100).into_iter().collect();
 
     // Voter 1 dies for good and is removed: member 3 votes in its place.
