@@ -269,6 +269,11 @@ pub enum Decision {
 pub const MAX_ENTRIES: usize = 100_000;
 
 impl SecurityTable {
+    /// Whether nothing was ever recorded (such a table is not written).
+    pub fn is_empty(&self) -> bool {
+        *self == SecurityTable::default()
+    }
+
     /// Whether `p` may do `op` to `res` at `now` (seconds since the epoch).
     pub fn decide(
         &self,

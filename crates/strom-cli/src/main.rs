@@ -11,6 +11,7 @@ mod group;
 mod interrupt;
 mod produce;
 mod scrub;
+mod security;
 mod server;
 mod sink;
 mod stage_out;
@@ -42,6 +43,10 @@ struct Cli {
     /// server started without a group file. Wins over --group-file.
     #[arg(long, global = true, env = "STROM_ADDRESS")]
     address: Option<String>,
+    /// A file holding the Strom token to present (docs/security.md); the
+    /// token itself may come from STROM_TOKEN instead.
+    #[arg(long, global = true, value_name = "FILE", env = "STROM_TOKEN_FILE")]
+    token_file: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -95,6 +100,13 @@ enum Command {
     /// that lead the source partitions.
     #[command(subcommand)]
     Transform(transform::TransformCmd),
+    /// Create (offline, with the cluster secret) or revoke Strom tokens.
+    #[command(subcommand)]
+    Token(security::TokenCmd),
+    /// Add, remove or list ACLs (who may do what to which topics, groups,
+    /// transforms and the cluster).
+    #[command(subcommand)]
+    Acl(security::AclCmd),
 }
 
 fn init_logging(default: &str) {
@@ -168,6 +180,11 @@ fn main() {
     if let Some(a) = cli.address {
         let _ = ADDRESS.set(a);
     }
+    if let Some(f) = &cli.token_file {
+        // Read by the client library when it connects (before any thread
+        // of this process reads the environment).
+        std::env::set_var(strom_client::credentials::TOKEN_FILE_ENV, f);
+    }
     let result = match cli.command {
         Command::Server(a) => {
             init_logging("info,openraft=off");
@@ -197,6 +214,8 @@ fn main() {
                 Command::Partition(c) => elastic::run_partition(c, cli.group_file),
                 Command::Rebalance(a) => elastic::rebalance::run(a, cli.group_file),
                 Command::Transform(c) => transform::run(c, cli.group_file),
+                Command::Token(c) => security::run_token(c, cli.group_file),
+                Command::Acl(c) => security::run_acl(c, cli.group_file),
                 Command::Server(_) | Command::Consume(_) => unreachable!("handled above"),
             }
         }

@@ -77,6 +77,19 @@ pub struct ServerArgs {
     /// `tier_url`).
     #[arg(long, value_name = "URL")]
     tier_url: Option<String>,
+    /// Authenticate every connection (tokens, same-node uids, members) and
+    /// check every request against the ACLs (config key `auth`;
+    /// docs/security.md). Needed to serve a non-loopback address.
+    #[arg(long)]
+    auth: bool,
+    /// Serve non-loopback addresses without --auth: anyone who reaches a
+    /// port may read, write and delete everything (config key `insecure`).
+    #[arg(long)]
+    insecure: bool,
+    /// A principal allowed everything (User:NAME or uid:N; repeatable;
+    /// config key `super_users`). The server's own uid always is one.
+    #[arg(long = "super-user", value_name = "PRINCIPAL")]
+    super_users: Vec<String>,
 }
 
 pub fn run(args: ServerArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> {
@@ -130,6 +143,9 @@ pub fn run(args: ServerArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> 
     if args.no_transforms {
         config.transforms = false;
     }
+    config.auth |= args.auth;
+    config.insecure |= args.insecure;
+    config.super_users.extend(args.super_users);
     config.validate()?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .thread_name("strom-server")

@@ -140,7 +140,11 @@ pub(crate) struct ClientConn {
 impl ClientConn {
     /// Connects to `addr` (through the transport its scheme names) and
     /// learns the server's limits.
-    pub async fn connect(transports: &Transports, addr: &str) -> Result<Arc<Self>> {
+    pub async fn connect(
+        transports: &Transports,
+        addr: &str,
+        token: Option<&str>,
+    ) -> Result<Arc<Self>> {
         let conn = transports.connect(addr).await?;
         let c = Arc::new(ClientConn {
             limits: OnceLock::new(),
@@ -192,7 +196,34 @@ impl ClientConn {
             other => return Err(crate::error::unexpected(other)),
         }
         let _ = c.greeting.set(greeting);
+        if let Some(token) = token {
+            c.authenticate(addr, token).await?;
+        }
         Ok(c)
+    }
+
+    /// Presents `token` (`crate::credentials`); the server answers with
+    /// the principal this connection is from now on.
+    async fn authenticate(&self, addr: &str, token: &str) -> Result<()> {
+        if self.version() < 9 {
+            return Err(Error::coded(
+                ErrorCode::UNAUTHENTICATED,
+                format!(
+                    "server {addr} is too old to take a token (protocol version {})",
+                    self.version()
+                ),
+            ));
+        }
+        let req = Request::Authenticate {
+            token: token.to_string(),
+        };
+        match self.call(&req, Vec::new()).await? {
+            Response::Authenticated { principal } => {
+                tracing::debug!(addr, principal, "authenticated");
+                Ok(())
+            }
+            other => Err(crate::error::unexpected(other)),
+        }
     }
 
     /// The protocol version of this connection.

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use strom_net::Transports;
 use strom_proto::GroupFile;
 
+use crate::credentials::token_from_env;
 use crate::driver::{runtime, wait, Driver, KAFKA_SCHEME};
 use crate::error::{Error, Result};
 use crate::native::Native;
@@ -22,6 +23,17 @@ impl Driver {
     /// Connects to the group described by a group file, reaching each
     /// member through the transport its address's scheme names.
     pub fn connect_with(group_file: impl AsRef<Path>, transports: Transports) -> Result<Driver> {
+        Self::connect_as(group_file, transports, token_from_env()?)
+    }
+
+    /// [`connect_with`](Self::connect_with), presenting `token` (a Strom
+    /// token, docs/security.md) on every connection instead of the one
+    /// `STROM_TOKEN` or `STROM_TOKEN_FILE` gives; `None`: none.
+    pub fn connect_as(
+        group_file: impl AsRef<Path>,
+        transports: Transports,
+        token: Option<String>,
+    ) -> Result<Driver> {
         let path = group_file.as_ref();
         let text = std::fs::read(path).map_err(|e| {
             Error::GroupFile(format!("cannot read group file {}: {e}", path.display()))
@@ -39,7 +51,7 @@ impl Driver {
                     path.display()
                 ))
             })?;
-        let d = Self::start(master.addr.clone(), transports)?;
+        let d = Self::start(master.addr.clone(), transports, token)?;
         d.learn(group.members.iter().map(|m| (&m.addr, &m.addrs)));
         d.know_members(group.members.iter().map(|m| m.addr.clone()));
         *d.inner.group_file.lock() = Some(path.to_path_buf());
@@ -58,7 +70,7 @@ impl Driver {
         if let Some(bootstrap) = addr.strip_prefix(KAFKA_SCHEME) {
             return Self::connect_kafka(bootstrap);
         }
-        let d = Self::start(addr.to_string(), transports)?;
+        let d = Self::start(addr.to_string(), transports, token_from_env()?)?;
         d.connect_master()?;
         Ok(d)
     }
@@ -78,6 +90,7 @@ impl Driver {
                 master,
                 Transports::default(),
                 Arc::new(kafka),
+                None,
             ))
         }
         #[cfg(not(feature = "kafka"))]
@@ -111,6 +124,7 @@ impl Driver {
             server.addr().to_string(),
             Transports::default(),
             Arc::new(Native),
+            token_from_env()?,
         );
         *d.inner.embedded.lock() = Some(server);
         d.block_on({
@@ -134,7 +148,13 @@ impl Driver {
         let start = strom_server::Server::start_with(config, transports.clone());
         let server = wait(rt.handle(), start)?
             .map_err(|e| Error::coded(e.code(), format!("embedded server failed to start: {e}")))?;
-        let d = Self::with_runtime(rt, server.addr().to_string(), transports, Arc::new(Native));
+        let d = Self::with_runtime(
+            rt,
+            server.addr().to_string(),
+            transports,
+            Arc::new(Native),
+            token_from_env()?,
+        );
         *d.inner.embedded.lock() = Some(server);
         d.block_on({
             let d = d.clone();
@@ -144,12 +164,13 @@ impl Driver {
     }
 
     /// A driver whose registry master is at `master`, not connected yet.
-    fn start(master: String, transports: Transports) -> Result<Driver> {
+    fn start(master: String, transports: Transports, token: Option<String>) -> Result<Driver> {
         Ok(Self::with_runtime(
             runtime()?,
             master,
             transports,
             Arc::new(Native),
+            token,
         ))
     }
 }

@@ -56,6 +56,8 @@ pub(crate) struct DriverInner {
     /// What topics, producers and consumers talk to: Strom servers
     /// (`native.rs`), or a Kafka cluster (`kafka://host:port`, `kafka/`).
     pub backend: Arc<dyn Backend>,
+    /// The token every connection presents (`credentials.rs`).
+    pub token: Option<String>,
 }
 
 /// Runs `f` on `handle`'s runtime and waits for it on this thread, which
@@ -137,6 +139,7 @@ impl Driver {
         master: String,
         transports: Transports,
         backend: Arc<dyn Backend>,
+        token: Option<String>,
     ) -> Driver {
         Driver {
             inner: Arc::new(DriverInner {
@@ -155,6 +158,7 @@ impl Driver {
                 #[cfg(feature = "embedded")]
                 embedded: Mutex::new(None),
                 backend,
+                token,
             }),
         }
     }
@@ -254,7 +258,9 @@ impl Driver {
                 ));
             };
             tried.push(url.clone());
-            match ClientConn::connect(&self.inner.transports, &url).await {
+            match ClientConn::connect(&self.inner.transports, &url, self.inner.token.as_deref())
+                .await
+            {
                 Ok(c) => {
                     self.ask_routes(addr, &c).await;
                     let better = self
@@ -263,7 +269,13 @@ impl Driver {
                         .take_while(|u| *u != url)
                         .find(|u| !tried.contains(u));
                     if let Some(better) = better {
-                        if let Ok(b) = ClientConn::connect(&self.inner.transports, &better).await {
+                        if let Ok(b) = ClientConn::connect(
+                            &self.inner.transports,
+                            &better,
+                            self.inner.token.as_deref(),
+                        )
+                        .await
+                        {
                             self.inner.via.lock().insert(addr.to_string(), better);
                             return Ok(b);
                         }
@@ -271,6 +283,9 @@ impl Driver {
                     self.inner.via.lock().insert(addr.to_string(), url);
                     return Ok(c);
                 }
+                // The server refused this client's credentials: every
+                // address of it would.
+                Err(e) if e.code() == ErrorCode::UNAUTHENTICATED => return Err(e),
                 Err(e) => {
                     tracing::debug!(addr, url = %url, error = %e, "cannot connect over this address; trying the next");
                     failed.push(format!("{url}: {e}"));
@@ -493,6 +508,7 @@ mod tests {
             "127.0.0.1:9".into(),
             Transports::default(),
             Arc::new(crate::native::Native),
+            None,
         )
     }
 

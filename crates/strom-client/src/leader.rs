@@ -129,6 +129,8 @@ impl Driver {
                     e
                 }
                 Err((e, true)) => return Err(e),
+                // Refused credentials are no sign of a missing master.
+                Err((e, false)) if e.code() == ErrorCode::UNAUTHENTICATED => return Err(e),
                 Err((e, false)) => e,
             };
             // A group with a metadata quorum elects another master: wait for it.
@@ -200,7 +202,8 @@ impl Driver {
         // (a client cut off from it keeps being cut off)...
         let last = *self.inner.master_id.lock();
         for addr in candidates {
-            let connect = ClientConn::connect(&self.inner.transports, &addr);
+            let connect =
+                ClientConn::connect(&self.inner.transports, &addr, self.inner.token.as_deref());
             let Ok(Ok(c)) = tokio::time::timeout(PROBE_TIMEOUT, connect).await else {
                 continue;
             };

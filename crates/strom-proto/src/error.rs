@@ -37,6 +37,8 @@ codes! {
     UNSUPPORTED_VERSION = 102, "the peer speaks an unsupported protocol version";
     UNKNOWN_OPCODE = 103, "the request type is not known to this server";
     NOT_A_MEMBER = 104, "a member-to-member request on a connection that has not proven membership of the group (cluster secret), or for another member's id";
+    UNAUTHENTICATED = 105, "the connection's identity could not be established (a missing, malformed, expired, revoked or foreign token, certificate or password)";
+    NOT_AUTHORIZED = 106, "the connection's principal may not do this operation on this resource (ACLs, a token's scope)";
     TOPIC_NOT_FOUND = 200, "no topic with that name";
     TOPIC_EXISTS = 201, "a topic with that name already exists";
     PARTITION_NOT_FOUND = 202, "no such partition in the topic";

@@ -35,7 +35,7 @@ pub use topic::{
 /// header carries the version its body is encoded in; a connection starts
 /// at [`MIN_PROTOCOL_VERSION`] and `Hello` settles the newest version both
 /// sides speak (docs/protocol.md, "Versions").
-pub const PROTOCOL_VERSION: u8 = 8;
+pub const PROTOCOL_VERSION: u8 = 9;
 /// The oldest version this build still reads and writes.
 pub const MIN_PROTOCOL_VERSION: u8 = 1;
 /// Default cap on one frame (header excluded): 256 MiB.

@@ -171,6 +171,23 @@ pub struct ServerConfig {
     pub kafka_auto_create_topics: bool,
     /// Partitions of a topic created on first use (Kafka's `num.partitions`).
     pub kafka_auto_create_partitions: u32,
+    /// Authentication and authorization (docs/security.md): every
+    /// connection proves who it is (a Strom token, a same-node peer's uid,
+    /// membership) and every request is checked against the registry's
+    /// ACLs. Off (the default): every client may do everything, so the
+    /// server serves only loopback and same-node addresses unless
+    /// `insecure` is set (protected mode).
+    pub auth: bool,
+    /// Serve non-loopback addresses without `auth` (everyone who reaches a
+    /// port may read, write and delete everything). Says so in the first
+    /// log line and in `strom status`.
+    pub insecure: bool,
+    /// Principals allowed everything (`User:NAME`, `uid:N`). The uid that
+    /// runs the server is always one (it can read the data dir anyway).
+    pub super_users: Vec<String>,
+    /// How often a member reads the registry's ACLs and revoked tokens
+    /// when they changed (ms): a change takes effect everywhere within it.
+    pub acl_refresh_ms: u64,
 }
 
 impl Default for ServerConfig {
@@ -223,6 +240,10 @@ impl Default for ServerConfig {
             kafka_max_producer_states: 100_000,
             kafka_auto_create_topics: false,
             kafka_auto_create_partitions: 1,
+            auth: false,
+            insecure: false,
+            super_users: vec![],
+            acl_refresh_ms: 1_000,
         }
     }
 }
@@ -324,7 +345,50 @@ impl ServerConfig {
             return Err("segment_bytes must be at least 4096".into());
         }
         self.check_tier()?;
+        self.check_security()?;
         self.check_front_end_limits()
+    }
+
+    /// The super users' names, and protected mode: without `auth`, only
+    /// loopback and same-node addresses unless `insecure`.
+    fn check_security(&self) -> Result<(), String> {
+        if let Some(bad) = self
+            .super_users
+            .iter()
+            .find(|s| !strom_auth::principal::valid_pattern(s))
+        {
+            return Err(format!(
+                "super_users entry '{bad}' is not User:NAME, uid:N or *"
+            ));
+        }
+        if self.acl_refresh_ms == 0 {
+            return Err("acl_refresh_ms must be positive".into());
+        }
+        if self.auth || self.insecure {
+            return Ok(());
+        }
+        let exposed = std::iter::once(&self.listen)
+            .chain(&self.also_listen)
+            .chain(&self.http_listen)
+            .chain(&self.kafka_listen)
+            .find(|a| !local_only(a));
+        match exposed {
+            Some(a) => Err(format!(
+                "refusing to serve {a} without authentication: anyone who reaches it could read, write and delete every topic. Turn on auth (--auth, docs/security.md), listen on a loopback or shm:// address, or pass --insecure to accept the risk"
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether this server serves anyone beyond loopback without `auth`.
+    pub fn exposed_without_auth(&self) -> bool {
+        !self.auth
+            && self.insecure
+            && std::iter::once(&self.listen)
+                .chain(&self.also_listen)
+                .chain(&self.http_listen)
+                .chain(&self.kafka_listen)
+                .any(|a| !local_only(a))
     }
 
     /// The HTTP and Kafka front ends' limits.
@@ -369,6 +433,21 @@ impl ServerConfig {
 }
 
 /// `HOST:PORT` with a port, or the error naming the setting.
+/// Whether `addr` is reachable only from this node: a loopback host, or a
+/// same-node transport (`shm://`, the in-process `mem://`).
+pub fn local_only(addr: &str) -> bool {
+    let (scheme, rest) = addr.split_once("://").unwrap_or(("tcp", addr));
+    if matches!(scheme, "shm" | "mem") {
+        return true;
+    }
+    let host = rest.rsplit_once(':').map_or(rest, |(h, _)| h);
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host == "localhost"
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
 fn check_socket_addr(setting: &str, addr: &str) -> Result<(), String> {
     match addr.rsplit_once(':') {
         Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => Ok(()),
@@ -381,6 +460,45 @@ fn check_socket_addr(setting: &str, addr: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn without_auth_only_local_addresses_are_served_unless_insecure() {
+        let parse = |t: &str| {
+            toml::from_str::<ServerConfig>(t)
+                .unwrap()
+                .validate()
+                .map_err(|e| e.to_string())
+        };
+        for local in [
+            "127.0.0.1:0",
+            "localhost:9",
+            "[::1]:5",
+            "shm://auto",
+            "127.0.0.2:1",
+        ] {
+            assert!(local_only(local), "{local}");
+        }
+        for open in [
+            "0.0.0.0:0",
+            "10.1.2.3:9",
+            "[::]:1",
+            "node7:9092",
+            "tcp://0.0.0.0:1",
+        ] {
+            assert!(!local_only(open), "{open}");
+        }
+        let e = parse("listen = \"0.0.0.0:0\"").unwrap_err();
+        assert!(
+            e.contains("refusing to serve 0.0.0.0:0") && e.contains("--insecure"),
+            "{e}"
+        );
+        let e = parse("kafka_listen = \"0.0.0.0:0\"").unwrap_err();
+        assert!(e.contains("0.0.0.0:0"), "{e}");
+        assert!(parse("listen = \"0.0.0.0:0\"\ninsecure = true").is_ok());
+        assert!(parse("listen = \"0.0.0.0:0\"\nauth = true").is_ok());
+        let e = parse("super_users = [\"alice\"]").unwrap_err();
+        assert!(e.contains("super_users"), "{e}");
+    }
 
     #[test]
     fn unknown_keys_are_named() {

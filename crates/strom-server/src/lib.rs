@@ -29,6 +29,7 @@ mod producers;
 mod quorum_boot;
 mod registry;
 mod replica;
+mod security_sync;
 mod server;
 mod service;
 mod share;
@@ -42,6 +43,7 @@ pub use group::{read_group_file, write_group_file};
 pub use launch::{rank_from_env, rendezvous_file};
 pub use meta_net::{MetaEndpoint, PeerMetaNet};
 pub use server::{Server, ServerHandle};
+pub use service::access::now_secs;
 pub use service::{CheckError, Invalid, Services, Validation};
 // What other front ends (strom-kafka) need to produce into and read from
 // hosted partitions through `Services`: the checked batch, the partition

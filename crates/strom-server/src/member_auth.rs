@@ -163,6 +163,11 @@ impl ClusterSecret {
         m
     }
 
+    /// The key Strom tokens of this group are signed and checked with.
+    pub fn token_key(&self) -> strom_auth::TokenKey {
+        strom_auth::TokenKey::from_secret(&self.0)
+    }
+
     /// What a member claiming `member` sends in `ProveMember`.
     pub fn member_proof(&self, server_nonce: &[u8], client_nonce: &[u8], member: u32) -> Bytes {
         let m = self.mac(MEMBER_LABEL, server_nonce, client_nonce, member);

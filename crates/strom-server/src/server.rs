@@ -23,7 +23,8 @@ use crate::native;
 use crate::ownership::{check_group_file, DataDirLock};
 use crate::peers::Peers;
 use crate::registry::Registry;
-use crate::service::{ControlService, DataService, Services};
+use crate::security_sync::{spawn_security_sync, super_users};
+use crate::service::{Access, ControlService, DataService, Services};
 
 /// How this process finds the master, if it is not the master itself.
 enum Role {
@@ -127,6 +128,11 @@ impl Server {
         config
             .validate()
             .map_err(|e| ServerError::coded(ErrorCode::INVALID_ARGUMENT, e.to_string()))?;
+        if config.exposed_without_auth() {
+            tracing::warn!(
+                "INSECURE: serving network addresses without authentication (--insecure): anyone who reaches a port may read, write and delete every topic (docs/security.md)"
+            );
+        }
         crate::fd_budget::apply(&mut config)
             .map_err(|e| ServerError::coded(ErrorCode::INVALID_ARGUMENT, e))?;
         let (role, rank) = role(&config)?;
@@ -221,6 +227,7 @@ impl Server {
         }
         let state = Arc::new(Services {
             data: DataService::new(host, &config),
+            access: Access::new(config.auth, super_users(&config)),
             control,
             config,
             stats: Default::default(),
@@ -235,6 +242,7 @@ impl Server {
             .map(|l| spawn_accept(l, state.clone(), slots.clone(), stop.subscribe()))
             .collect();
         tasks.push(spawn_retention(state.clone(), stop.subscribe()));
+        tasks.extend(spawn_security_sync(state.clone(), stop.subscribe()));
         if quorum {
             crate::quorum_boot::boot(&state, matches!(role, Role::Master { .. })).await?;
         }

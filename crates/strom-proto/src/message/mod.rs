@@ -338,6 +338,27 @@ pub enum Request {
         member: u32,
         proof: Bytes,
     },
+    /// Presents a Strom token (protocol version 9); the connection is the
+    /// token's subject from then on. Once per connection.
+    Authenticate {
+        token: String,
+    },
+    /// The registry's security table (ACLs, revoked tokens) if its version
+    /// is not `have`: members keep a copy to decide requests with, and an
+    /// operator lists the ACLs (`strom acl list`).
+    SecurityTable {
+        have: u64,
+    },
+    /// Adds (`add`) or removes ACL entries, a JSON array of
+    /// `strom_auth::AclEntry`.
+    AlterAcls {
+        add: bool,
+        json: String,
+    },
+    /// Revokes a token by its id (`jti`) for the rest of its life.
+    RevokeToken {
+        id: String,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -464,6 +485,15 @@ pub enum Response {
     MemberProven {
         member: u32,
         proof: Bytes,
+    },
+    /// Who the connection is now (`Authenticate`).
+    Authenticated {
+        principal: String,
+    },
+    /// The security table as JSON, empty if it is still the version asked.
+    SecurityTable {
+        version: u64,
+        json: String,
     },
 }
 
@@ -620,6 +650,10 @@ messages!(Request {
     47 => MovePartition { topic, partition, replicas },
     48 => DrainMember { member, dead },
     49 => ProveMember { member, proof },
+    50 => Authenticate { token },
+    51 => SecurityTable { have },
+    52 => AlterAcls { add, json },
+    53 => RevokeToken { id },
 });
 
 messages!(Response {
@@ -650,6 +684,8 @@ messages!(Response {
     25 => MetaRpc { rpc },
     26 => ReplicaBatches { hwm, truncate_to, epochs, batches, bytes, offsets },
     27 => MemberProven { member, proof },
+    28 => Authenticated { principal },
+    29 => SecurityTable { version, json },
 });
 
 messages!(Push {

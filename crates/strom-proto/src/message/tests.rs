@@ -23,6 +23,15 @@ fn requests_round_trip() {
         member: u32::MAX,
         proof: Bytes::from_static(&[7; 32]),
     });
+    round_trip_req(Request::Authenticate {
+        token: "strom1.a.b".into(),
+    });
+    round_trip_req(Request::SecurityTable { have: 7 });
+    round_trip_req(Request::AlterAcls {
+        add: true,
+        json: "[]".into(),
+    });
+    round_trip_req(Request::RevokeToken { id: "ab12".into() });
     round_trip_req(Request::CreateTopic {
         spec: TopicSpec::new("t", 3),
         member: Some(2),
@@ -106,6 +115,13 @@ fn responses_and_pushes_round_trip() {
         },
         Response::MetaRpc {
             rpc: Bytes::from_static(b"\x01[]"),
+        },
+        Response::Authenticated {
+            principal: "User:alice".into(),
+        },
+        Response::SecurityTable {
+            version: 3,
+            json: "{}".into(),
         },
     ] {
         let mut b = BytesMut::new();

@@ -32,6 +32,7 @@ use crate::partition::PartitionManager;
 use crate::service::{ReplicaFetch, Services};
 use crate::sink::Credit;
 
+mod authn;
 mod control;
 mod data;
 mod group;
@@ -59,6 +60,8 @@ struct Session {
     /// `(ours, theirs)`: the nonces of the last `Hello` that carried one,
     /// until a `ProveMember` uses them.
     nonces: Option<(bytes::Bytes, bytes::Bytes)>,
+    /// Who this connection is (`authn.rs`): every request is decided for it.
+    principal: strom_auth::Principal,
 }
 
 /// One decoded request, with its checked batch if it is a `Produce`.
@@ -84,6 +87,7 @@ pub async fn serve(conn: Conn, svc: Arc<Services>, _slot: OwnedSemaphorePermit) 
         appending: None,
         member: None,
         nonces: None,
+        principal: authn::initial(None),
     };
     tracing::debug!(peer = %peer, "connection opened");
     svc.stats.connection_opened();
@@ -249,6 +253,10 @@ impl Session {
             tracing::warn!(peer = %self.peer, opcode = req.opcode(), error = %e, "refused a member request");
             return self.respond(id, Err(e));
         }
+        if let Err(e) = self.authorize(&req) {
+            tracing::warn!(peer = %self.peer, principal = %self.principal, opcode = req.opcode(), error = %e, "refused a request");
+            return self.respond(id, Err(e));
+        }
         match req {
             Request::Produce {
                 topic,
@@ -350,6 +358,7 @@ impl Session {
                 nonce,
             } => self.hello(id, version, &client, max_version, nonce).await,
             Request::ProveMember { member, proof } => self.prove_member(id, member, &proof),
+            Request::Authenticate { token } => self.authenticate(id, &token),
             Request::ServerSnapshot => {
                 let svc = self.svc.clone();
                 self.respond_later(id, async move {
@@ -361,7 +370,7 @@ impl Session {
             // Topics, producers and the group: the control operations.
             req => {
                 let r = control::handle(&self.svc.control, self.member, req).await;
-                self.respond(id, r);
+                self.respond(id, r.map(|resp| self.filter_listing(resp)));
             }
         }
     }

@@ -161,6 +161,7 @@ impl Session {
             )));
         }
         self.member = Some(member);
+        self.principal = strom_auth::Principal::member(member);
         let me = self.svc.control.member();
         tracing::debug!(peer = %self.peer, member, "member proved");
         Ok(Response::MemberProven {

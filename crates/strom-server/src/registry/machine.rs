@@ -12,11 +12,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
+use strom_auth::SecurityTable;
 use strom_proto::{GroupMember, TopicSpec, TopicState};
 
 use super::group_machine::{self, ConsumerGroupMeta, GroupCommand};
 use super::member_machine::{self, MemberCommand};
 use super::replica_machine::{self, ReplicaCommand, ReplicaSet};
+use super::security_machine::{self, SecurityCommand};
 
 /// The most partitions a topic may have.
 pub const MAX_PARTITIONS: u32 = 65_536;
@@ -157,6 +159,8 @@ pub enum RegistryCommand {
     Replica(ReplicaCommand),
     /// A member is drained, or leaves the group.
     Member(MemberCommand),
+    /// A change to the ACLs or the revoked tokens.
+    Security(SecurityCommand),
 }
 
 /// Why a command does not apply to a state.
@@ -179,6 +183,8 @@ pub struct RegistryState {
     pub draining: BTreeMap<u32, bool>,
     /// Members that left the group for good; their ids are not reused.
     pub removed: BTreeSet<u32>,
+    /// ACLs and revoked tokens.
+    pub security: SecurityTable,
 }
 
 /// The state as JSON: the body of a snapshot, and exactly the layout of the
@@ -197,6 +203,8 @@ pub struct Persisted {
     pub draining: BTreeMap<u32, bool>,
     #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
     pub removed: BTreeSet<u32>,
+    #[serde(default, skip_serializing_if = "SecurityTable::is_empty")]
+    pub security: SecurityTable,
 }
 
 impl RegistryState {
@@ -213,6 +221,7 @@ impl RegistryState {
             consumer_groups: self.consumer_groups.values().cloned().collect(),
             draining: self.draining.clone(),
             removed: self.removed.clone(),
+            security: self.security.clone(),
         }
     }
 
@@ -223,6 +232,7 @@ impl RegistryState {
             next_topic_id: p.next_topic_id,
             draining: p.draining,
             removed: p.removed,
+            security: p.security,
             ..Default::default()
         };
         for t in p.topics {
@@ -357,6 +367,7 @@ impl RegistryState {
             C::ConsumerGroup(g) => group_machine::check(self, g)?,
             C::Replica(r) => replica_machine::check(self, r)?,
             C::Member(m) => member_machine::check(self, m)?,
+            C::Security(c) => security_machine::check(self, c)?,
         }
         Ok(())
     }
@@ -430,6 +441,7 @@ impl RegistryState {
             C::ConsumerGroup(g) => group_machine::apply(self, g),
             C::Replica(r) => replica_machine::apply(self, r),
             C::Member(m) => member_machine::apply(self, m),
+            C::Security(c) => security_machine::apply(self, c),
         }
     }
 }

@@ -39,6 +39,8 @@ mod quorum;
 mod replica_machine;
 mod replicas;
 mod replicated;
+mod security;
+mod security_machine;
 mod snapshot;
 mod store;
 #[cfg(test)]

@@ -15,6 +15,7 @@
 //! Both depend only downward: on the registry, the member link, the host
 //! and its partition managers. `server.rs` builds them.
 
+pub mod access;
 mod control;
 mod data;
 pub mod groups;
@@ -24,6 +25,7 @@ mod registry_ops;
 mod tap;
 mod validate;
 
+pub use access::Access;
 pub use control::{ControlService, QuorumPlace};
 pub use data::DataService;
 pub use peer::ReplicaFetch;
@@ -37,6 +39,8 @@ pub struct Services {
     pub config: ServerConfig,
     pub data: DataService,
     pub control: ControlService,
+    /// Who may do what: the security table and the decision.
+    pub access: Access,
     /// Server-wide counters the front ends update (the metrics tap).
     pub stats: crate::stats::ServerStats,
     /// Set once the registry says this member left the group (it was

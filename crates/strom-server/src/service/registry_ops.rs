@@ -120,6 +120,32 @@ impl ControlService {
                 r.move_partition(&topic, partition, replicas).await?;
                 Response::Done
             }
+            Request::SecurityTable { have } => {
+                let t = r.security_table().await;
+                let json = match t.version == have {
+                    true => String::new(),
+                    false => serde_json::to_string(&t)
+                        .map_err(|e| ServerError::coded(ErrorCode::INTERNAL, e.to_string()))?,
+                };
+                Response::SecurityTable {
+                    version: t.version,
+                    json,
+                }
+            }
+            Request::AlterAcls { add, json } => {
+                let entries = serde_json::from_str(&json).map_err(|e| {
+                    ServerError::coded(
+                        ErrorCode::INVALID_ARGUMENT,
+                        format!("the ACL entries do not parse: {e}"),
+                    )
+                })?;
+                r.alter_acls(add, entries).await?;
+                Response::Done
+            }
+            Request::RevokeToken { id } => {
+                r.revoke_token(id).await?;
+                Response::Done
+            }
             Request::DrainMember { member, dead } => {
                 r.drain_member(member, dead).await?;
                 Response::Done

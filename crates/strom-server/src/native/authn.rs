@@ -1,0 +1,107 @@
+//! Who a native connection is: the principal it starts with (a same-node
+//! peer's uid from the transport, else anonymous), a Strom token it
+//! presents once (`Authenticate`), or membership (`trust.rs`). Every
+//! request is then decided for that principal by the service layer's
+//! [`crate::service::Access`].
+
+use strom_auth::{Principal, ResourceKind};
+use strom_proto::{ErrorCode, Request, Response};
+
+use super::Session;
+use crate::error::ServerError;
+
+impl Session {
+    /// Checks `req` for this connection's principal.
+    pub(super) fn authorize(&self, req: &Request) -> Result<(), ServerError> {
+        self.svc.access.check_request(&self.principal, req)
+    }
+
+    /// Binds the connection to the subject of `token`, once.
+    pub(super) fn authenticate(&mut self, id: u64, token: &str) {
+        let r = self.check_token(token);
+        if let Err(e) = &r {
+            tracing::warn!(peer = %self.peer, error = %e, "refused a token");
+            self.svc.stats.error(e.code().0);
+        }
+        self.respond(id, r);
+    }
+
+    fn check_token(&mut self, token: &str) -> Result<Response, ServerError> {
+        if !self.principal.is_anonymous() {
+            return Err(ServerError::coded(
+                ErrorCode::INVALID_ARGUMENT,
+                format!(
+                    "this connection is {} already; a connection authenticates once",
+                    self.principal
+                ),
+            ));
+        }
+        let key = self
+            .svc
+            .control
+            .link()
+            .peers()
+            .identity()
+            .secret()
+            .map(|s| s.token_key());
+        let p = self.svc.access.authenticate(key.as_ref(), token)?;
+        tracing::info!(peer = %self.peer, principal = %p, "authenticated");
+        let principal = p.to_string();
+        self.principal = p;
+        Ok(Response::Authenticated { principal })
+    }
+
+    /// Keeps only what this connection's principal may describe, in a
+    /// listing the registry answered in full.
+    pub(super) fn filter_listing(&self, resp: Response) -> Response {
+        let access = &self.svc.access;
+        if !access.enabled() || self.principal.is_member() {
+            return resp;
+        }
+        let may = |kind: ResourceKind, name: &str| {
+            let res = strom_auth::Resource {
+                kind,
+                name: name.to_string(),
+            };
+            access
+                .check(&self.principal, strom_auth::Operation::Describe, &res)
+                .is_ok()
+        };
+        match resp {
+            Response::Topics(mut ts) => {
+                ts.retain(|t| may(ResourceKind::Topic, &t.spec.name));
+                Response::Topics(ts)
+            }
+            Response::ConsumerGroups(mut gs) => {
+                gs.retain(|g| may(ResourceKind::Group, &g.spec.name));
+                Response::ConsumerGroups(gs)
+            }
+            other => other,
+        }
+    }
+}
+
+/// The principal a connection starts as.
+pub(super) fn initial(identity: Option<u32>) -> Principal {
+    match identity {
+        Some(uid) => Principal::peer_uid(uid, user_name(uid)),
+        None => Principal::anonymous(),
+    }
+}
+
+/// The user name of `uid`, if the system knows it.
+fn user_name(uid: u32) -> Option<String> {
+    let mut buf = vec![0u8; 4096];
+    let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut out: *mut libc::passwd = std::ptr::null_mut();
+    // SAFETY: every pointer is valid for the call; getpwuid_r writes the
+    // strings into `buf` and sets `out` to `&pw` or null.
+    let rc =
+        unsafe { libc::getpwuid_r(uid, &mut pw, buf.as_mut_ptr().cast(), buf.len(), &mut out) };
+    if rc != 0 || out.is_null() || pw.pw_name.is_null() {
+        return None;
+    }
+    // SAFETY: pw_name points into `buf`, NUL-terminated by getpwuid_r.
+    let name = unsafe { std::ffi::CStr::from_ptr(pw.pw_name) };
+    name.to_str().ok().map(str::to_string)
+}

@@ -1,0 +1,79 @@
+//! Keeps this server's copy of the registry's security table (ACLs,
+//! revoked tokens) current, for [`crate::service::Access`]: every
+//! `acl_refresh_ms` it asks the registry (here, or at the master or the
+//! quorum's leader) for the table if its version moved. Runs only with
+//! `auth` on.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use strom_auth::SecurityTable;
+use strom_proto::{Request, Response};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::config::ServerConfig;
+use crate::service::Services;
+
+/// The super users: the configured ones and the uid running the server.
+pub fn super_users(config: &ServerConfig) -> Vec<String> {
+    // SAFETY: getuid has no preconditions and cannot fail.
+    let me = unsafe { libc::getuid() };
+    let mut v = config.super_users.clone();
+    v.push(format!("uid:{me}"));
+    v
+}
+
+pub fn spawn_security_sync(
+    state: Arc<Services>,
+    mut stopped: watch::Receiver<bool>,
+) -> Option<JoinHandle<()>> {
+    if !state.access.enabled() {
+        return None;
+    }
+    Some(tokio::spawn(async move {
+        let every = Duration::from_millis(state.config.acl_refresh_ms);
+        let mut fresh = false;
+        loop {
+            refresh(&state, &mut fresh).await;
+            tokio::select! {
+                _ = tokio::time::sleep(every) => {}
+                _ = stopped.changed() => break,
+            }
+        }
+    }))
+}
+
+/// One ask; `fresh` is set once a table was installed, so the first
+/// version (0, an empty table) is installed too.
+async fn refresh(state: &Services, fresh: &mut bool) {
+    let have = match *fresh {
+        true => state.access.version(),
+        false => u64::MAX,
+    };
+    match state
+        .control
+        .ask_registry(Request::SecurityTable { have })
+        .await
+    {
+        Ok(Response::SecurityTable { json, .. }) if json.is_empty() => {}
+        Ok(Response::SecurityTable { version, json }) => {
+            match serde_json::from_str::<SecurityTable>(&json) {
+                Ok(t) => {
+                    tracing::debug!(
+                        version,
+                        acls = t.acls.len(),
+                        "read the group's security table"
+                    );
+                    state.access.set_table(t);
+                    *fresh = true;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "the registry sent a security table that does not parse")
+                }
+            }
+        }
+        Ok(other) => tracing::warn!(answer = ?other.opcode(), "unexpected answer to SecurityTable"),
+        Err(e) => tracing::debug!(error = %e, "could not read the group's security table yet"),
+    }
+}
