@@ -193,12 +193,14 @@ pub fn run(args: ServerArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> 
         };
         // Built-in transforms of the source partitions this member leads.
         let services = server.services();
+        let minter = server.services();
         let transforms = run_transforms.then(|| {
             strom_client::transform::host::TransformHost::start(
                 group_file,
                 server.addr().to_string(),
                 move || services.control.member(),
                 max_transform_workers,
+                Box::new(move || minter.internal_token()),
             )
         });
         tokio::select! {

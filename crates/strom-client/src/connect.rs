@@ -70,7 +70,17 @@ impl Driver {
         if let Some(bootstrap) = addr.strip_prefix(KAFKA_SCHEME) {
             return Self::connect_kafka(bootstrap);
         }
-        let d = Self::start(addr.to_string(), transports, token_from_env()?)?;
+        Self::connect_addr_as(addr, transports, token_from_env()?)
+    }
+
+    /// [`connect_addr_with`](Self::connect_addr_with) presenting `token`
+    /// (none: `None`) instead of the environment's.
+    pub fn connect_addr_as(
+        addr: &str,
+        transports: Transports,
+        token: Option<String>,
+    ) -> Result<Driver> {
+        let d = Self::start(addr.to_string(), transports, token)?;
         d.connect_master()?;
         Ok(d)
     }

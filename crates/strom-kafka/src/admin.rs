@@ -24,6 +24,8 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use strom_proto::{PartitionStatus, Request, Response, TopicInfo, TopicSpec};
 
+use strom_auth::{Operation, Resource};
+
 use crate::error::{kafka_code, kcode, FrameError};
 use crate::guard;
 use crate::request::{decode, ready, respond, Ctx, Reply};
@@ -127,9 +129,22 @@ pub fn metadata(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply, Fr
         let serves = |member: u32| brokers.iter().any(|b| b.0 == member);
         let mut out = Vec::new();
         let mut found = topics(&ctx, &wanted).await;
+        // Topics the principal may not describe: refused when named,
+        // left out of "all topics" (as Kafka).
+        found.retain_mut(|t| match t {
+            Ok(info) if !ctx.may(Operation::Describe, &Resource::topic(&info.spec.name)) => {
+                *t = Err((info.spec.name.clone(), kcode::TOPIC_AUTHORIZATION_FAILED));
+                wanted.is_some()
+            }
+            _ => true,
+        });
         if auto_create {
             for t in found.iter_mut() {
                 if let Err((n, kcode::UNKNOWN_TOPIC_OR_PARTITION)) = t {
+                    if ctx.topic_code(Operation::Create, n) != kcode::NONE {
+                        *t = Err((n.clone(), kcode::TOPIC_AUTHORIZATION_FAILED));
+                        continue;
+                    }
                     if let Some(info) = create_on_first_use(&ctx, n).await {
                         *t = Ok(info);
                     }
@@ -229,36 +244,42 @@ pub fn create_topics(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Repl
             } else {
                 t.num_partitions
             };
-            let outcome: Result<(), (i16, String)> = if partitions < 1 {
-                Err((
-                    kcode::INVALID_PARTITIONS,
-                    "num_partitions must be at least 1".into(),
-                ))
-            } else if !(t.replication_factor == -1 || t.replication_factor == 1) {
-                Err((
-                    kcode::INVALID_REPLICATION_FACTOR,
-                    "Strom partitions are not replicated yet: use replication factor 1 or -1"
-                        .into(),
-                ))
-            } else if !t.assignments.is_empty() {
-                Err((
-                    kcode::INVALID_REQUEST,
-                    "manual replica assignment is not supported".into(),
-                ))
-            } else if req.validate_only {
-                Ok(())
-            } else {
-                let req = Request::CreateTopic {
-                    spec: TopicSpec::new(n.clone(), partitions as u32),
-                    member: None,
+            let outcome: Result<(), (i16, String)> =
+                if ctx.topic_code(Operation::Create, &n) != kcode::NONE {
+                    Err((
+                        kcode::TOPIC_AUTHORIZATION_FAILED,
+                        format!("{} may not create topic '{n}'", ctx.who),
+                    ))
+                } else if partitions < 1 {
+                    Err((
+                        kcode::INVALID_PARTITIONS,
+                        "num_partitions must be at least 1".into(),
+                    ))
+                } else if !(t.replication_factor == -1 || t.replication_factor == 1) {
+                    Err((
+                        kcode::INVALID_REPLICATION_FACTOR,
+                        "Strom partitions are not replicated yet: use replication factor 1 or -1"
+                            .into(),
+                    ))
+                } else if !t.assignments.is_empty() {
+                    Err((
+                        kcode::INVALID_REQUEST,
+                        "manual replica assignment is not supported".into(),
+                    ))
+                } else if req.validate_only {
+                    Ok(())
+                } else {
+                    let req = Request::CreateTopic {
+                        spec: TopicSpec::new(n.clone(), partitions as u32),
+                        member: None,
+                    };
+                    ctx.services
+                        .control
+                        .ask_registry(req)
+                        .await
+                        .map(|_| ())
+                        .map_err(|e| (kafka_code(&e), e.to_string()))
                 };
-                ctx.services
-                    .control
-                    .ask_registry(req)
-                    .await
-                    .map(|_| ())
-                    .map_err(|e| (kafka_code(&e), e.to_string()))
-            };
             let mut r = CreatableTopicResult::default().with_name(name(&n));
             if let Err((code, msg)) = outcome {
                 tracing::info!(topic = %n, code, error = %msg, "Kafka CreateTopics refused");
@@ -282,7 +303,18 @@ pub fn delete_topics(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Repl
         for t in &req.topic_names {
             let n = str_of(&t.0);
             let req = Request::DeleteTopic { name: n.clone() };
-            let code = match ctx.services.control.ask_registry(req).await {
+            let code = match ctx.topic_code(Operation::Delete, &n) {
+                kcode::NONE => ctx.services.control.ask_registry(req).await,
+                refused => {
+                    results.push(
+                        DeletableTopicResult::default()
+                            .with_name(Some(name(&n)))
+                            .with_error_code(refused),
+                    );
+                    continue;
+                }
+            };
+            let code = match code {
                 Ok(_) => kcode::NONE,
                 Err(e) => {
                     tracing::info!(topic = %n, error = %e, "Kafka DeleteTopics refused");

@@ -155,6 +155,22 @@ pub fn check_request(mut frame: Bytes) -> Result<(), FrameError> {
             frame,
         )
         .map(drop),
+        ApiKey::SaslHandshake => decode::<m::SaslHandshakeRequest>(
+            "SaslHandshake",
+            guard::SASL_HANDSHAKE,
+            v,
+            false,
+            frame,
+        )
+        .map(drop),
+        ApiKey::SaslAuthenticate => decode::<m::SaslAuthenticateRequest>(
+            "SaslAuthenticate",
+            guard::SASL_AUTHENTICATE,
+            v,
+            false,
+            frame,
+        )
+        .map(drop),
         _ => Ok(()),
     }
 }

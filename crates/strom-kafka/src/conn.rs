@@ -23,6 +23,7 @@ use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use crate::api;
 use crate::error::FrameError;
 use crate::request::{header, Ctx, Reply};
+use crate::sasl::{self, is_sasl, SaslState};
 
 /// Responses queued but not yet written, per connection.
 const PIPELINE: usize = 64;
@@ -94,7 +95,7 @@ async fn read_frame(
 }
 
 /// Serves one connection until it closes or breaks the protocol.
-pub async fn serve(sock: TcpStream, peer: SocketAddr, ctx: Arc<Ctx>) {
+pub async fn serve(sock: TcpStream, peer: SocketAddr, mut ctx: Arc<Ctx>) {
     let _ = sock.set_nodelay(true);
     let (mut rd, mut wr) = sock.into_split();
     let (tx, mut rx) = mpsc::channel::<Reply>(PIPELINE);
@@ -114,6 +115,7 @@ pub async fn serve(sock: TcpStream, peer: SocketAddr, ctx: Arc<Ctx>) {
     let handshake = Duration::from_millis(ctx.services.config.handshake_timeout_ms);
     let budget = ctx.inflight.clone();
     let mut first = true;
+    let mut sasl = SaslState::default();
     loop {
         let next = read_frame(&mut rd, max, frame_timeout, &budget);
         let read = if first {
@@ -138,6 +140,14 @@ pub async fn serve(sock: TcpStream, peer: SocketAddr, ctx: Arc<Ctx>) {
         let reply = {
             let mut frame = bytes;
             match header(&mut frame) {
+                Ok(h) if is_sasl(h.key) => {
+                    sasl::handle(&ctx, &mut sasl, &h, frame).map(|(r, who)| {
+                        if let Some(p) = who {
+                            ctx = ctx.for_principal(p);
+                        }
+                        r
+                    })
+                }
                 Ok(h) => api::handle(&ctx, h, frame),
                 Err(e) => Err(e),
             }

@@ -72,6 +72,12 @@ pub mod kcode {
     pub const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
     pub const INVALID_PRODUCER_EPOCH: i16 = 47;
     pub const INVALID_RECORD: i16 = 87;
+    pub const TOPIC_AUTHORIZATION_FAILED: i16 = 29;
+    pub const GROUP_AUTHORIZATION_FAILED: i16 = 30;
+    pub const CLUSTER_AUTHORIZATION_FAILED: i16 = 31;
+    pub const UNSUPPORTED_SASL_MECHANISM: i16 = 33;
+    pub const ILLEGAL_SASL_STATE: i16 = 34;
+    pub const SASL_AUTHENTICATION_FAILED: i16 = 58;
 }
 
 /// The Kafka error code closest to a Strom error.
@@ -94,6 +100,8 @@ pub fn kafka_code(e: &ServerError) -> i16 {
         ErrorCode::OFFSET_OUT_OF_RANGE => kcode::OFFSET_OUT_OF_RANGE,
         ErrorCode::INVALID_TOPIC_SPEC => kcode::INVALID_TOPIC_EXCEPTION,
         ErrorCode::TOPIC_CLOSED => kcode::POLICY_VIOLATION,
+        ErrorCode::NOT_AUTHORIZED => kcode::TOPIC_AUTHORIZATION_FAILED,
+        ErrorCode::UNAUTHENTICATED => kcode::SASL_AUTHENTICATION_FAILED,
         ErrorCode::STORAGE_IO | ErrorCode::DISK_FULL | ErrorCode::CORRUPT => {
             kcode::KAFKA_STORAGE_ERROR
         }

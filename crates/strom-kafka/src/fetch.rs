@@ -220,9 +220,14 @@ pub fn fetch(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply, Frame
     let mut wants = Vec::new();
     for t in &req.topics {
         let name = t.topic.0.as_str().to_string();
+        let refused = ctx.topic_code(strom_auth::Operation::Read, &name);
         for fp in &t.partitions {
             let pm = u32::try_from(fp.partition)
                 .map_err(|_| kcode::UNKNOWN_TOPIC_OR_PARTITION)
+                .and_then(|i| match refused {
+                    kcode::NONE => Ok(i),
+                    code => Err(code),
+                })
                 .and_then(|i| svc.data.partition(&name, i).map_err(|e| kafka_code(&e)));
             wants.push(Want {
                 topic: names.len(),
@@ -301,11 +306,16 @@ pub fn list_offsets(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply
         for t in &req.topics {
             let name = t.name.0.as_str().to_string();
             let mut parts = Vec::with_capacity(t.partitions.len());
+            let refused = ctx.topic_code(strom_auth::Operation::Describe, &name);
             for lp in &t.partitions {
                 let mut r = ListOffsetsPartitionResponse::default()
                     .with_partition_index(lp.partition_index);
                 let pm = u32::try_from(lp.partition_index)
                     .map_err(|_| kcode::UNKNOWN_TOPIC_OR_PARTITION)
+                    .and_then(|i| match refused {
+                        kcode::NONE => Ok(i),
+                        code => Err(code),
+                    })
                     .and_then(|i| svc.data.partition(&name, i).map_err(|e| kafka_code(&e)));
                 match pm {
                     Err(code) => r = r.with_error_code(code).with_offset(-1).with_timestamp(-1),

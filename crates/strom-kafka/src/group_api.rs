@@ -31,6 +31,8 @@ use kafka_protocol::protocol::StrBytes;
 use strom_proto::{Request, Response};
 use strom_server::ServerError;
 
+use strom_auth::Operation;
+
 use crate::error::{kafka_code, kcode, FrameError};
 use crate::groups::JoinRequest;
 use crate::guard;
@@ -51,6 +53,13 @@ pub fn find_coordinator(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<R
         // Transaction coordinators are not served.
         let resp = FindCoordinatorResponse::default()
             .with_error_code(15) // COORDINATOR_NOT_AVAILABLE
+            .with_node_id(BrokerId(-1));
+        return Ok(ready(respond(ApiKey::FindCoordinator, v, c, &resp)));
+    }
+    let refused = ctx.group_code(Operation::Describe, req.key.as_str());
+    if refused != kcode::NONE {
+        let resp = FindCoordinatorResponse::default()
+            .with_error_code(refused)
             .with_node_id(BrokerId(-1));
         return Ok(ready(respond(ApiKey::FindCoordinator, v, c, &resp)));
     }
@@ -115,6 +124,14 @@ pub fn join_group(
     body: Bytes,
 ) -> Result<Reply, FrameError> {
     let req: JoinGroupRequest = decode("JoinGroup", guard::JOIN_GROUP, v, false, body)?;
+    let refused = ctx.group_code(Operation::Read, req.group_id.0.as_str());
+    if refused != kcode::NONE {
+        let resp = JoinGroupResponse::default()
+            .with_error_code(refused)
+            .with_generation_id(-1)
+            .with_member_id(req.member_id.clone());
+        return Ok(ready(respond(ApiKey::JoinGroup, v, c, &resp)));
+    }
     let session = Duration::from_millis(req.session_timeout_ms.max(0) as u64);
     let rebalance = if v >= 1 {
         Duration::from_millis(req.rebalance_timeout_ms.max(0) as u64)
@@ -159,6 +176,11 @@ pub fn join_group(
 
 pub fn sync_group(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply, FrameError> {
     let req: SyncGroupRequest = decode("SyncGroup", guard::SYNC_GROUP, v, false, body)?;
+    let refused = ctx.group_code(Operation::Read, req.group_id.0.as_str());
+    if refused != kcode::NONE {
+        let resp = SyncGroupResponse::default().with_error_code(refused);
+        return Ok(ready(respond(ApiKey::SyncGroup, v, c, &resp)));
+    }
     let assignments = req
         .assignments
         .iter()
@@ -181,20 +203,28 @@ pub fn sync_group(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply, 
 
 pub fn heartbeat(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply, FrameError> {
     let req: HeartbeatRequest = decode("Heartbeat", guard::HEARTBEAT, v, false, body)?;
-    let error = ctx.groups.heartbeat(
-        req.group_id.0.as_str(),
-        req.generation_id,
-        req.member_id.as_str(),
-    );
+    let refused = ctx.group_code(Operation::Read, req.group_id.0.as_str());
+    let error = if refused != kcode::NONE {
+        refused
+    } else {
+        ctx.groups.heartbeat(
+            req.group_id.0.as_str(),
+            req.generation_id,
+            req.member_id.as_str(),
+        )
+    };
     let resp = HeartbeatResponse::default().with_error_code(error);
     Ok(ready(respond(ApiKey::Heartbeat, v, c, &resp)))
 }
 
 pub fn leave_group(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply, FrameError> {
     let req: LeaveGroupRequest = decode("LeaveGroup", guard::LEAVE_GROUP, v, false, body)?;
-    let error = ctx
-        .groups
-        .leave(req.group_id.0.as_str(), req.member_id.as_str());
+    let error = match ctx.group_code(Operation::Read, req.group_id.0.as_str()) {
+        kcode::NONE => ctx
+            .groups
+            .leave(req.group_id.0.as_str(), req.member_id.as_str()),
+        refused => refused,
+    };
     let resp = LeaveGroupResponse::default().with_error_code(error);
     Ok(ready(respond(ApiKey::LeaveGroup, v, c, &resp)))
 }
@@ -204,11 +234,14 @@ pub fn offset_commit(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Repl
     let ctx = ctx.clone();
     Ok(Box::pin(async move {
         let group = s(&req.group_id.0);
-        let allowed = ctx.groups.check_commit(
-            &group,
-            req.generation_id_or_member_epoch,
-            req.member_id.as_str(),
-        );
+        let allowed = match ctx.group_code(Operation::Read, &group) {
+            kcode::NONE => ctx.groups.check_commit(
+                &group,
+                req.generation_id_or_member_epoch,
+                req.member_id.as_str(),
+            ),
+            refused => refused,
+        };
         let mut topics = Vec::with_capacity(req.topics.len());
         for t in &req.topics {
             let name = s(&t.name.0);
@@ -216,6 +249,8 @@ pub fn offset_commit(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Repl
             for p in &t.partitions {
                 let code = if allowed != kcode::NONE {
                     allowed
+                } else if ctx.topic_code(Operation::Read, &name) != kcode::NONE {
+                    kcode::TOPIC_AUTHORIZATION_FAILED
                 } else {
                     commit(&ctx, &name, p.partition_index, &group, p.committed_offset).await
                 };
@@ -278,6 +313,11 @@ pub fn offset_fetch(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply
             .map(|t| (s(&t.name.0), t.partition_indexes.clone()))
             .collect()
     });
+    let refused = ctx.group_code(Operation::Describe, &group);
+    if refused != kcode::NONE {
+        let resp = OffsetFetchResponse::default().with_error_code(refused);
+        return Ok(ready(respond(ApiKey::OffsetFetch, v, c, &resp)));
+    }
     let ctx = ctx.clone();
     Ok(Box::pin(async move {
         let all = named.is_none();
@@ -287,8 +327,17 @@ pub fn offset_fetch(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply
         };
         let mut topics = Vec::with_capacity(wanted.len());
         for (name, parts) in wanted {
+            let hidden = ctx.topic_code(Operation::Describe, &name);
+            if all && hidden != kcode::NONE {
+                continue;
+            }
             let mut partitions = Vec::with_capacity(parts.len());
             for i in parts {
+                if hidden != kcode::NONE {
+                    let r = OffsetFetchResponsePartition::default().with_partition_index(i);
+                    partitions.push(r.with_committed_offset(-1).with_error_code(hidden));
+                    continue;
+                }
                 let r = OffsetFetchResponsePartition::default().with_partition_index(i);
                 partitions.push(match committed(&ctx, &name, i, &group).await {
                     Ok(o) if all && o < 0 => continue,
@@ -356,6 +405,7 @@ pub fn list_groups(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply,
         .groups
         .list()
         .into_iter()
+        .filter(|(name, ..)| ctx.may(Operation::Describe, &strom_auth::Resource::group(name)))
         .map(|(name, ptype, _)| {
             ListedGroup::default()
                 .with_group_id(GroupId(sb(name)))
@@ -374,6 +424,10 @@ pub fn describe_groups(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Re
         .iter()
         .map(|name| {
             let d = DescribedGroup::default().with_group_id(name.clone());
+            let refused = ctx.group_code(Operation::Describe, name.0.as_str());
+            if refused != kcode::NONE {
+                return d.with_error_code(refused);
+            }
             match ctx.groups.describe(name.0.as_str()) {
                 // Kafka's answer for a group it does not know.
                 None => d.with_group_state(StrBytes::from_static_str("Dead")),

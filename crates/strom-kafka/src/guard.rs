@@ -379,6 +379,10 @@ pub const LIST_GROUPS: &[F] = &[];
 
 pub const DESCRIBE_GROUPS: &[F] = &[F(0, ALL, ArrStr), F(3, ALL, I8)];
 
+pub const SASL_HANDSHAKE: &[F] = &[F(0, ALL, Str)];
+
+pub const SASL_AUTHENTICATE: &[F] = &[F(0, ALL, Bytes)];
+
 /// The layout of a served API key's request body, and whether `version`
 /// uses the flexible (compact, tagged) encoding.
 pub fn layout_of(
@@ -404,6 +408,8 @@ pub fn layout_of(
         K::OffsetFetch => OFFSET_FETCH,
         K::ListGroups => LIST_GROUPS,
         K::DescribeGroups => DESCRIBE_GROUPS,
+        K::SaslHandshake => SASL_HANDSHAKE,
+        K::SaslAuthenticate => SASL_AUTHENTICATE,
         _ => return None,
     };
     Some((layout, false))

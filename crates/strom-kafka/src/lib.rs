@@ -42,6 +42,7 @@ mod producer_ids;
 pub mod records;
 mod report;
 mod request;
+mod sasl;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -152,10 +153,11 @@ pub async fn serve(services: Arc<Services>, addr: &str) -> Result<KafkaHandle, K
     let limit = cfg.kafka_max_connections;
     let ctx = Arc::new(request::Ctx {
         services,
+        who: Arc::new(strom_auth::Principal::anonymous()),
         host,
         port: i32::from(local.port()),
-        producer_ids,
-        groups,
+        producer_ids: Arc::new(producer_ids),
+        groups: Arc::new(groups),
         inflight,
     });
     let slots = Arc::new(tokio::sync::Semaphore::new(limit as usize));

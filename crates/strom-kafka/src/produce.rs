@@ -89,8 +89,10 @@ pub fn produce(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply, Fra
     for t in req.topic_data {
         let topic = t.name.0.as_str().to_string();
         let mut parts = Vec::with_capacity(t.partition_data.len());
+        let refused = ctx.topic_code(strom_auth::Operation::Write, &topic);
         for pd in t.partition_data {
             let outcome = match (u32::try_from(pd.index), pd.records) {
+                _ if refused != kcode::NONE => Outcome::Now(refused),
                 (Err(_), _) => Outcome::Now(kcode::UNKNOWN_TOPIC_OR_PARTITION),
                 (_, None) => Outcome::Now(kcode::CORRUPT_MESSAGE),
                 (Ok(index), Some(records)) => match svc.data.partition(&topic, index) {

@@ -11,27 +11,71 @@ use std::sync::Arc;
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::ApiKey;
 use kafka_protocol::protocol::{Decodable, Encodable};
+use strom_auth::{Operation, Principal, Resource};
 use strom_server::Services;
 
 use crate::error::FrameError;
 use crate::guard::{self, F};
 
-/// What every handler needs: the services, and who this broker is.
+/// What every handler needs: the services, who this broker is, and who
+/// the connection is. Each connection has its own (`for_principal`),
+/// sharing everything but the principal.
 pub struct Ctx {
     pub services: Arc<Services>,
+    /// The connection's principal (anonymous until SASL, `sasl.rs`).
+    pub who: Arc<Principal>,
     /// The Kafka listener's address, advertised in `Metadata`.
     pub host: String,
     pub port: i32,
     /// The producer ids `InitProducerId` hands out.
-    pub producer_ids: crate::producer_ids::ProducerIds,
+    pub producer_ids: Arc<crate::producer_ids::ProducerIds>,
     /// The Kafka groups this server coordinates.
-    pub groups: crate::groups::Coordinator,
+    pub groups: Arc<crate::groups::Coordinator>,
     /// Request bytes read but not yet answered, over all connections
     /// (`kafka_queued_max_request_bytes`).
     pub inflight: Arc<tokio::sync::Semaphore>,
 }
 
 impl Ctx {
+    /// The same context for a connection that is `who`.
+    pub fn for_principal(&self, who: Principal) -> Arc<Ctx> {
+        Arc::new(Ctx {
+            services: self.services.clone(),
+            who: Arc::new(who),
+            host: self.host.clone(),
+            port: self.port,
+            producer_ids: self.producer_ids.clone(),
+            groups: self.groups.clone(),
+            inflight: self.inflight.clone(),
+        })
+    }
+
+    /// Whether the connection may do `op` to `res`; refusals are logged.
+    pub fn may(&self, op: Operation, res: &Resource) -> bool {
+        match self.services.access.check(&self.who, op, res) {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::info!(principal = %self.who, error = %e, "Kafka request refused");
+                false
+            }
+        }
+    }
+
+    /// [`may`](Self::may) on topic `name`: `NONE` or `TOPIC_AUTHORIZATION_FAILED`.
+    pub fn topic_code(&self, op: Operation, name: &str) -> i16 {
+        match self.may(op, &Resource::topic(name)) {
+            true => crate::error::kcode::NONE,
+            false => crate::error::kcode::TOPIC_AUTHORIZATION_FAILED,
+        }
+    }
+
+    /// [`may`](Self::may) on group `name`: `NONE` or `GROUP_AUTHORIZATION_FAILED`.
+    pub fn group_code(&self, op: Operation, name: &str) -> i16 {
+        match self.may(op, &Resource::group(name)) {
+            true => crate::error::kcode::NONE,
+            false => crate::error::kcode::GROUP_AUTHORIZATION_FAILED,
+        }
+    }
     /// This broker's node id: the Strom member id (0 until a joining
     /// member has its id).
     pub fn node_id(&self) -> i32 {
@@ -64,6 +108,11 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::OffsetFetch, 1, 5),
     (ApiKey::ListGroups, 0, 2),
     (ApiKey::DescribeGroups, 0, 4),
+    // v0 is advertised because librdkafka requires it to use SASL at all;
+    // a v0 client then sends raw SASL tokens, which this listener does
+    // not read (every client of this decade sends v1 and SaslAuthenticate).
+    (ApiKey::SaslHandshake, 0, 1),
+    (ApiKey::SaslAuthenticate, 0, 1),
 ];
 
 pub(crate) fn supported(key: ApiKey, version: i16) -> bool {

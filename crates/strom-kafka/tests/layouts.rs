@@ -150,6 +150,15 @@ fn sample(key: ApiKey, v: i16) -> Bytes {
             &DescribeGroupsRequest::default().with_groups(vec![g(), GroupId(st("h"))]),
             v,
         ),
+        ApiKey::SaslHandshake => enc(
+            &kafka_protocol::messages::SaslHandshakeRequest::default().with_mechanism(st("PLAIN")),
+            v,
+        ),
+        ApiKey::SaslAuthenticate => enc(
+            &kafka_protocol::messages::SaslAuthenticateRequest::default()
+                .with_auth_bytes(Bytes::from_static(b"\0alice\0token")),
+            v,
+        ),
         other => panic!("no sample for {other:?}"),
     }
 }

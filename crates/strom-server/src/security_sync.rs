@@ -21,6 +21,7 @@ pub fn super_users(config: &ServerConfig) -> Vec<String> {
     let me = unsafe { libc::getuid() };
     let mut v = config.super_users.clone();
     v.push(format!("uid:{me}"));
+    v.push(format!("User:{}", crate::service::INTERNAL_SUBJECT));
     v
 }
 

@@ -26,6 +26,15 @@ pub fn start_with_config(base: &Path, extra: &str) -> (ServerProcess, String) {
     ))
 }
 
+/// A server with a Kafka listener and `extra` server arguments, and the
+/// listener's address.
+#[allow(dead_code)] // not every test binary uses it
+pub fn start_with_args(base: &Path, extra: &[&str]) -> (ServerProcess, String) {
+    let mut args = extra.to_vec();
+    args.extend(["--kafka-listen", "127.0.0.1:0"]);
+    listening(ServerProcess::start_with(base, &args))
+}
+
 /// `server` and the Kafka address it printed.
 fn listening(server: ServerProcess) -> (ServerProcess, String) {
     let deadline = Instant::now() + Duration::from_secs(10);

@@ -44,12 +44,22 @@ pub struct HostStats {
     pub defs_read: AtomicU64,
 }
 
+/// How the host proves itself to its server: a token the server made for
+/// its own in-process clients (`None` without `auth`).
+pub type TokenSource = Box<dyn Fn() -> Option<String> + Send>;
+
 /// A client of the member's group, retried until it answers.
-fn connect(group_file: Option<&Path>, addr: &str, stop: &AtomicBool) -> Option<Driver> {
+fn connect(
+    group_file: Option<&Path>,
+    addr: &str,
+    token: &TokenSource,
+    stop: &AtomicBool,
+) -> Option<Driver> {
     while !stop.load(Ordering::Acquire) {
+        let t = token();
         let d = match group_file {
-            Some(f) => Driver::connect(f),
-            None => Driver::connect_addr(addr),
+            Some(f) => Driver::connect_as(f, Default::default(), t),
+            None => Driver::connect_addr_as(addr, Default::default(), t),
         };
         match d {
             Ok(d) => return Some(d),
@@ -85,6 +95,7 @@ impl TransformHost {
         addr: String,
         member: impl Fn() -> u32 + Send + 'static,
         max_workers: usize,
+        token: TokenSource,
     ) -> TransformHost {
         let stop = Arc::new(AtomicBool::new(false));
         let stats = Arc::new(HostStats::default());
@@ -92,7 +103,7 @@ impl TransformHost {
         let thread = std::thread::Builder::new()
             .name("strom-transforms".into())
             .spawn(move || {
-                let Some(d) = connect(group_file.as_deref(), &addr, &s) else {
+                let Some(d) = connect(group_file.as_deref(), &addr, &token, &s) else {
                     return;
                 };
                 host_loop(&d, &member, &s, max_workers.max(1), &st);

@@ -36,15 +36,7 @@ impl Session {
                 ),
             ));
         }
-        let key = self
-            .svc
-            .control
-            .link()
-            .peers()
-            .identity()
-            .secret()
-            .map(|s| s.token_key());
-        let p = self.svc.access.authenticate(key.as_ref(), token)?;
+        let p = self.svc.authenticate_token(token)?;
         tracing::info!(peer = %self.peer, principal = %p, "authenticated");
         let principal = p.to_string();
         self.principal = p;

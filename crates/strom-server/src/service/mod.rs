@@ -49,3 +49,38 @@ pub struct Services {
     /// Held for the server's whole life: one server per data directory.
     pub(crate) _lock: DataDirLock,
 }
+
+/// The subject of the tokens a server makes for its own in-process
+/// clients (the transform host): a super user of every group.
+pub const INTERNAL_SUBJECT: &str = "strom.member";
+
+impl Services {
+    /// A token for this server's own in-process clients (with `auth`
+    /// on and the cluster secret known); it never leaves the process.
+    pub fn internal_token(&self) -> Option<String> {
+        if !self.access.enabled() {
+            return None;
+        }
+        let secret = self.control.link().peers().identity().secret()?;
+        let claims =
+            strom_auth::Claims::new(INTERNAL_SUBJECT, access::now_secs(), 10 * 365 * 86_400)
+                .ok()?;
+        secret.token_key().sign(&claims).ok()
+    }
+
+    /// The principal a Strom token proves, checked with this group's key
+    /// (every front end: native `Authenticate`, Kafka SASL).
+    pub fn authenticate_token(
+        &self,
+        token: &str,
+    ) -> Result<strom_auth::Principal, crate::ServerError> {
+        let key = self
+            .control
+            .link()
+            .peers()
+            .identity()
+            .secret()
+            .map(|s| s.token_key());
+        self.access.authenticate(key.as_ref(), token)
+    }
+}

@@ -1,0 +1,161 @@
+//! The Kafka port with `--auth` (docs/security.md): an anonymous Kafka
+//! client may delete and write nothing (the review's probe deleted a topic
+//! with one anonymous `DeleteTopics`), and kcat (librdkafka) authenticates
+//! with a Strom token over SASL/PLAIN, then may do what the ACLs allow and
+//! is refused the rest with Kafka's codes.
+
+mod common;
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::kafka_raw::{connect, i16_at, record_batch, request, response, string};
+use common::{read_all, wait_for, ServerProcess};
+use strom_auth::Claims;
+use strom_client::{Driver, TopicSpec, Transports};
+use strom_server::member_auth::{ClusterSecret, SECRET_FILE};
+
+const TOPIC_AUTHORIZATION_FAILED: i16 = 29;
+
+fn token(s: &ServerProcess, sub: &str) -> String {
+    let c = Claims::new(sub, strom_server::now_secs(), 3600).unwrap();
+    ClusterSecret::read(&s.data_dir.join(SECRET_FILE))
+        .unwrap()
+        .token_key()
+        .sign(&c)
+        .unwrap()
+}
+
+fn start() -> (tempfile::TempDir, ServerProcess, String, Driver) {
+    let tmp = tempfile::tempdir().unwrap();
+    let (s, addr) =
+        common::kafka::start_with_args(tmp.path(), &["--auth", "--super-user", "User:admin"]);
+    let admin = Driver::connect_as(
+        &s.group_file,
+        Transports::default(),
+        Some(token(&s, "admin")),
+    )
+    .expect("the admin connects");
+    (tmp, s, addr, admin)
+}
+
+/// DeleteTopics v1 of `topic`, anonymously: the topic's error code.
+fn delete_topics(addr: &str, topic: &str) -> i16 {
+    let mut s = connect(addr);
+    let mut b = 1i32.to_be_bytes().to_vec();
+    string(&mut b, topic);
+    b.extend_from_slice(&5_000i32.to_be_bytes());
+    s.write_all(&request(20, 1, 7, &b)).unwrap();
+    let r = response(&mut s).expect("a DeleteTopics answer");
+    // corr, throttle, results(1), name, error
+    i16_at(&r, 4 + 4 + 4 + 2 + topic.len())
+}
+
+#[test]
+fn an_anonymous_kafka_client_can_delete_or_write_nothing() {
+    let (_tmp, s, addr, admin) = start();
+    admin.create_topic(TopicSpec::new("kept", 1)).unwrap();
+    let t = admin.open_topic("kept").unwrap();
+    let p = t.producer().unwrap();
+    let fs: Vec<_> = (0..3)
+        .map(|i| p.push(format!("{{\"i\":{i}}}"), vec![1u8; 4]).unwrap())
+        .collect();
+    p.flush().unwrap();
+    for f in fs {
+        f.wait().unwrap();
+    }
+    assert_eq!(delete_topics(&addr, "kept"), TOPIC_AUTHORIZATION_FAILED);
+    let mut c = connect(&addr);
+    let (code, _) =
+        common::kafka_raw::produce(&mut c, 3, "kept", &record_batch(-1, -1, -1, &[b"planted"]));
+    assert_eq!(code, TOPIC_AUTHORIZATION_FAILED);
+    assert_eq!(
+        read_all(&admin, "kept", "r", Duration::from_secs(10)).len(),
+        3
+    );
+    assert!(admin.describe("kept").is_ok(), "the topic is still there");
+    drop(s);
+}
+
+/// kcat with `args` (SASL settings included); its exit status, stdout and stderr.
+fn kcat(args: &[String], stdin: &[u8]) -> (bool, String, String) {
+    let mut child = Command::new("kcat")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kcat (make setup-test installs it)");
+    child.stdin.take().unwrap().write_all(stdin).unwrap();
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn sasl(addr: &str, user: &str, password: &str, rest: &[&str]) -> Vec<String> {
+    let mut v: Vec<String> = vec!["-b".into(), addr.into()];
+    for x in [
+        "security.protocol=SASL_PLAINTEXT".to_string(),
+        "sasl.mechanisms=PLAIN".into(),
+        format!("sasl.username={user}"),
+        format!("sasl.password={password}"),
+    ] {
+        v.push("-X".into());
+        v.push(x);
+    }
+    v.extend(rest.iter().map(|s| s.to_string()));
+    v
+}
+
+#[test]
+fn kcat_with_a_token_over_sasl_plain_may_do_what_the_acls_allow() {
+    let (_tmp, s, addr, admin) = start();
+    for t in ["k.a", "other"] {
+        admin.create_topic(TopicSpec::new(t, 1)).unwrap();
+    }
+    let acl = |op: &str| {
+        format!(
+            r#"[{{"principal":"User:alice","resource":"topic","pattern":{{"prefix":"k."}},"operation":"{op}","permission":"allow"}}]"#
+        )
+    };
+    admin.alter_acls(true, acl("write")).unwrap();
+    admin.alter_acls(true, acl("read")).unwrap();
+    let alice = token(&s, "alice");
+    let produce = sasl(&addr, "alice", &alice, &["-P", "-t", "k.a"]);
+    wait_for("alice's ACLs to reach the server", || {
+        kcat(&produce, b"one\ntwo\n").0
+    });
+    let consume = sasl(
+        &addr,
+        "alice",
+        &alice,
+        &["-C", "-t", "k.a", "-o", "beginning", "-c", "2", "-e"],
+    );
+    let (ok, out, err) = kcat(&consume, b"");
+    assert!(ok, "{err}");
+    assert!(out.contains("one") && out.contains("two"), "{out}");
+    // No ACL on `other`: refused with Kafka's topic authorization code.
+    let (ok, _, err) = kcat(
+        &sasl(&addr, "alice", &alice, &["-P", "-t", "other"]),
+        b"x\n",
+    );
+    assert!(
+        !ok && err.contains("uthoriz"),
+        "a write to `other` is refused: {err}"
+    );
+    // A password that is no token of this group: authentication fails.
+    let (ok, _, err) = kcat(&sasl(&addr, "alice", "letmein", &["-L"]), b"");
+    assert!(!ok, "a bad token is refused: {err}");
+    assert!(err.contains("uthentication"), "{err}");
+    // The user name must be the token's subject.
+    let (ok, _, err) = kcat(&sasl(&addr, "mallory", &alice, &["-L"]), b"");
+    assert!(!ok && err.contains("uthentication"), "{err}");
+    assert_eq!(
+        read_all(&admin, "other", "r", Duration::from_secs(10)).len(),
+        0
+    );
+}
