@@ -34,6 +34,11 @@ pub enum ClusterCmd {
         /// the death of any one member, member 0 included), else 1.
         #[arg(long, value_name = "N")]
         meta_voters: Option<u32>,
+        /// Start the servers with --auth (docs/security.md) and write a
+        /// token for you, a super user, to DIR/token (0600). On by itself
+        /// when --listen is not a loopback address.
+        #[arg(long)]
+        auth: bool,
         /// Options passed to every `strom server`, after `--` (for example
         /// `-- --http-listen 127.0.0.1:0`).
         #[arg(last = true, value_name = "SERVER OPTIONS")]
@@ -93,11 +98,13 @@ pub fn run(cmd: ClusterCmd, group_file: Option<PathBuf>) -> anyhow::Result<()> {
             data_dir,
             listen,
             meta_voters,
+            auth,
             server_args,
         } => {
             let launch = Launch {
                 servers,
                 meta_voters: voters(servers, meta_voters)?,
+                auth: auth || !strom_server::local_only(&listen),
                 listen,
                 server_args,
             };
@@ -128,8 +135,39 @@ fn cluster_secret(dir: &Path, group: &Path) -> anyhow::Result<PathBuf> {
 struct Launch {
     servers: u32,
     meta_voters: u32,
+    /// Servers with --auth, and a token for the launching user.
+    auth: bool,
     listen: String,
     server_args: Vec<String>,
+}
+
+/// The launching user's name, the subject of the token `up --auth` writes.
+fn user_name() -> String {
+    std::env::var("USER")
+        .ok()
+        .filter(|u| !u.is_empty() && !u.contains(':'))
+        // SAFETY: getuid cannot fail.
+        .unwrap_or_else(|| format!("uid{}", unsafe { libc::getuid() }))
+}
+
+/// A token for `user` (30 days), signed with the group's secret, written
+/// to `DIR/token` readable by this user only; its path.
+fn write_token(dir: &Path, secret: &Path, user: &str) -> anyhow::Result<PathBuf> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let key = ClusterSecret::read(secret)?.token_key();
+    let claims = strom_auth::Claims::new(user, strom_server::now_secs(), 30 * 86_400)?;
+    let token = key.sign(&claims)?;
+    let path = dir.join("token");
+    let _ = std::fs::remove_file(&path);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)
+        .with_context(|| format!("writing {}", path.display()))?;
+    writeln!(f, "{token}")?;
+    Ok(path)
 }
 
 /// The metadata voters of a group of `servers`: `asked`, checked, or the
@@ -164,6 +202,11 @@ fn up(launch: &Launch, dir: &Path, group_file: Option<PathBuf>) -> anyhow::Resul
     let _ = std::fs::remove_file(&group);
     let _ = std::fs::remove_file(strom_server::rendezvous_file(&group));
     let secret = cluster_secret(&dir, &group)?;
+    let user = user_name();
+    let token = match launch.auth {
+        true => Some(write_token(&dir, &secret, &user)?),
+        false => None,
+    };
     let exe = std::env::current_exe().context("finding the strom executable")?;
     let mut pids = Vec::new();
     let mut start_times = Vec::new();
@@ -180,6 +223,14 @@ fn up(launch: &Launch, dir: &Path, group_file: Option<PathBuf>) -> anyhow::Resul
             .arg(&group)
             .arg("--cluster-secret-file")
             .arg(&secret)
+            .args(match launch.auth {
+                true => vec![
+                    "--auth".to_string(),
+                    "--super-user".into(),
+                    format!("User:{user}"),
+                ],
+                false => vec![],
+            })
             .env("STROM_RANK", rank.to_string())
             .env("STROM_SIZE", servers.to_string())
             .stdin(Stdio::null())
@@ -216,7 +267,8 @@ fn up(launch: &Launch, dir: &Path, group_file: Option<PathBuf>) -> anyhow::Resul
         std::thread::sleep(Duration::from_millis(50));
     }
     if launch.meta_voters > 1 {
-        wait_for_voters(&group, launch.meta_voters, deadline)
+        let t = token.as_ref().map(std::fs::read_to_string).transpose()?;
+        wait_for_voters(&group, t, launch.meta_voters, deadline)
             .with_context(|| format!("see {}/server-*.log", dir.display()))?;
     }
     match launch.meta_voters {
@@ -228,6 +280,13 @@ fn up(launch: &Launch, dir: &Path, group_file: Option<PathBuf>) -> anyhow::Resul
             "cluster of {servers} servers is up, the registry on a quorum of {v} voters (survives {} of them dying); group file:",
             (v - 1) / 2
         ),
+    }
+    if let Some(t) = &token {
+        eprintln!(
+            "authentication is on; your token (User:{user}, a super user) is in {}: export STROM_TOKEN_FILE={}",
+            t.display(),
+            t.display()
+        );
     }
     println!("{}", group.display());
     Ok(())
@@ -243,8 +302,14 @@ fn voters_in(d: &strom_client::Driver) -> anyhow::Result<usize> {
         .count())
 }
 
-fn wait_for_voters(group: &Path, voters: u32, deadline: Instant) -> anyhow::Result<()> {
-    let d = strom_client::Driver::connect(group)?;
+fn wait_for_voters(
+    group: &Path,
+    token: Option<String>,
+    voters: u32,
+    deadline: Instant,
+) -> anyhow::Result<()> {
+    let token = token.map(|t| t.trim().to_string());
+    let d = strom_client::Driver::connect_as(group, Default::default(), token)?;
     loop {
         let have = voters_in(&d)?;
         if have >= voters as usize {

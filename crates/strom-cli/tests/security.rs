@@ -436,3 +436,50 @@ fn without_auth_a_server_refuses_a_network_address_unless_insecure() {
         s.stderr().contains("without authentication")
     });
 }
+
+#[test]
+fn cluster_up_with_auth_writes_a_private_token_for_the_launching_user() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("c");
+    let up = Command::new(strom_bin())
+        .args(["cluster", "up", "--servers", "1", "--auth", "--data-dir"])
+        .arg(&dir)
+        .env("USER", "launcher")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&up.stderr);
+    assert!(up.status.success(), "{err}");
+    let group = String::from_utf8_lossy(&up.stdout).trim().to_string();
+    let token = dir.join("token");
+    assert!(
+        err.contains(&format!("STROM_TOKEN_FILE={}", token.display())),
+        "{err}"
+    );
+    let mode = std::fs::metadata(&token).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "the token file is the user's alone");
+    let run = |args: &[&str], with_token: bool| {
+        let mut c = Command::new(strom_bin());
+        c.args(["--group-file", &group]).args(args);
+        c.env_remove("STROM_TOKEN").env_remove("STROM_TOKEN_FILE");
+        if with_token {
+            c.env("STROM_TOKEN_FILE", &token);
+        }
+        c.output().unwrap()
+    };
+    let o = run(&["topic", "create", "t"], false);
+    assert!(!o.status.success(), "refused without the token");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("NOT_AUTHORIZED"));
+    let o = run(&["topic", "create", "t"], true);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let down = Command::new(strom_bin())
+        .args(["cluster", "down", "--data-dir"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(
+        down.status.success(),
+        "{}",
+        String::from_utf8_lossy(&down.stderr)
+    );
+}

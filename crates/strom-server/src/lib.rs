@@ -37,7 +37,7 @@ mod sink;
 pub mod stats;
 
 pub use accept_errors::AcceptErrors;
-pub use config::{ConfigError, ServerConfig};
+pub use config::{local_only, ConfigError, ServerConfig};
 pub use error::ServerError;
 pub use group::{read_group_file, write_group_file};
 pub use launch::{rank_from_env, rendezvous_file};
