@@ -82,21 +82,28 @@ fn topic_obj(t: Topic) -> PyTopic {
 impl PyDriver {
     /// Connects to the group described by `group_file` (written by
     /// `strom server --group-file`; default `$STROM_GROUP_FILE`), or to
-    /// `host:port` given as `address`.
+    /// `host:port` given as `address`. Every connection presents `token`
+    /// (a Strom token, docs/security.md), else the one `$STROM_TOKEN` or
+    /// the file `$STROM_TOKEN_FILE` holds, if any.
     #[staticmethod]
-    #[pyo3(signature = (group_file=None, *, address=None))]
+    #[pyo3(signature = (group_file=None, *, address=None, token=None))]
     fn connect(
         py: Python<'_>,
         group_file: Option<std::path::PathBuf>,
         address: Option<String>,
+        token: Option<String>,
     ) -> PyResult<Self> {
+        let token = match token {
+            Some(t) => Some(t),
+            None => strom_client::credentials::token_from_env().py(py)?,
+        };
         let group_file = match (&group_file, &address) {
             (None, None) => std::env::var_os("STROM_GROUP_FILE").map(Into::into),
             _ => group_file,
         };
         let d = match (group_file, address) {
-            (Some(g), None) => py.detach(|| Driver::connect(g)),
-            (None, Some(a)) => py.detach(|| Driver::connect_addr(&a)),
+            (Some(g), None) => py.detach(|| Driver::connect_as(g, Default::default(), token)),
+            (None, Some(a)) => py.detach(|| Driver::connect_addr_as(&a, Default::default(), token)),
             _ => {
                 return Err(errors::invalid(
                     py,

@@ -27,6 +27,8 @@ fn class_name(code: ErrorCode) -> &'static str {
         ErrorCode::DATA_CORRUPT => "DataCorrupt",
         ErrorCode::DATA_EXPIRED => "DataExpired",
         ErrorCode::PARTITION_FAILED => "PartitionFailed",
+        ErrorCode::NOT_AUTHORIZED => "NotAuthorized",
+        ErrorCode::UNAUTHENTICATED => "Unauthenticated",
         _ => "StromError",
     }
 }

@@ -224,8 +224,14 @@ class Driver:
     """A handle on a Strom deployment."""
 
     @staticmethod
-    def connect(group_file: Union[str, os.PathLike[str], None] = None, *, address: Optional[str] = None) -> Driver:
-        """Connects to the group of a group file, or to ``host:port``."""
+    def connect(
+        group_file: Union[str, os.PathLike[str], None] = None,
+        *,
+        address: Optional[str] = None,
+        token: Optional[str] = None,
+    ) -> Driver:
+        """Connects to the group of a group file, or to ``host:port``,
+        presenting ``token`` (else ``$STROM_TOKEN`` / ``$STROM_TOKEN_FILE``)."""
     @staticmethod
     def embedded(path: Union[str, os.PathLike[str]]) -> Driver:
         """Starts a server inside this process with its data under ``path``."""

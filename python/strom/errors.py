@@ -27,6 +27,8 @@ __all__ = [
     "DataCorrupt",
     "DataExpired",
     "PartitionFailed",
+    "NotAuthorized",
+    "Unauthenticated",
 ]
 
 
@@ -133,6 +135,22 @@ class ConnectionError(StromError, builtins.ConnectionError):  # noqa: A001
 class DataError(StromError):
     """A data selector or broker failed (codes 600, 601); ``__cause__`` holds
     the exception a Python selector or broker raised, if any."""
+
+
+class NotAuthorized(StromError, PermissionError):
+    """The connection's principal may not do this to this resource (ACLs,
+    or its token's scope); the message names all three (docs/security.md)."""
+
+    code = 106
+    code_name = "NOT_AUTHORIZED"
+
+
+class Unauthenticated(StromError, PermissionError):
+    """The server refused the token: malformed, expired, revoked or signed
+    for another group (docs/security.md)."""
+
+    code = 105
+    code_name = "UNAUTHENTICATED"
 
 
 class ForkError(StromError, RuntimeError):

@@ -28,6 +28,7 @@ class KafkaServer:
     `args` go on its command line."""
 
     def __init__(self, base: pathlib.Path, *args: str):
+        self.data_dir = base / "data"
         self.proc = subprocess.Popen(
             [strom_bin(), "server", "--data-dir", str(base / "data"),
              "--listen", "127.0.0.1:0", "--kafka-listen", "127.0.0.1:0", *args],

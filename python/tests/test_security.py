@@ -1,0 +1,127 @@
+"""Users and permissions from Python (docs/security.md), against a real
+`strom server --auth`: the Strom client with a token (``token=`` and
+``$STROM_TOKEN``), refused without one or beyond its ACLs; and
+confluent-kafka authenticating with SASL/OAUTHBEARER carrying a Strom
+token, in a consumer group, refused on a topic it has no ACL for."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+
+import pytest
+
+import strom
+from strom.testing import find_binary
+from test_kafka import NO_INITIAL_DELAY, KafkaServer
+
+
+@pytest.fixture
+def secured(tmp_path):
+    s = KafkaServer(tmp_path, "--auth", "--super-user", "User:admin", *NO_INITIAL_DELAY)
+    yield s
+    s.stop()
+
+
+def token(s: KafkaServer, subject: str) -> str:
+    out = subprocess.run(
+        [find_binary(), "token", "create", "--subject", subject, "--ttl", "1h",
+         "--data-dir", str(s.data_dir)],
+        check=True, capture_output=True, text=True)
+    return out.stdout.strip()
+
+
+def allow(s: KafkaServer, principal: str, kind: str, name: str, op: str):
+    env = {**os.environ, "STROM_TOKEN": token(s, "admin")}
+    subprocess.run(
+        [find_binary(), "--address", s.native, "acl", "add", "--principal", principal,
+         f"--{kind}", name, "--operation", op],
+        check=True, capture_output=True, text=True, env=env)
+
+
+def until(what: str, ok, timeout: float = 30.0):
+    deadline = time.monotonic() + timeout
+    while not ok():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def test_the_python_client_presents_its_token_and_gets_what_the_acls_allow(secured, monkeypatch):
+    s = secured
+    admin = strom.Driver.connect(address=s.native, token=token(s, "admin"))
+    admin.create_topic("py.a", partitions=1)
+    keep = admin.open_topic("py.a").producer()  # keeps the stream open
+    monkeypatch.delenv("STROM_TOKEN", raising=False)
+    anon = strom.Driver.connect(address=s.native)
+    with pytest.raises(strom.errors.NotAuthorized) as e:
+        anon.delete_topic("py.a")
+    assert "ANONYMOUS" in str(e.value)
+    with pytest.raises(strom.errors.Unauthenticated):
+        strom.Driver.connect(address=s.native, token="strom1.forged.token")
+    monkeypatch.setenv("STROM_TOKEN", token(s, "alice"))
+    alice = strom.Driver.connect(address=s.native)
+    allow(s, "User:alice", "topic", "py.*", "write")
+
+    def pushed():
+        try:
+            p = alice.open_topic("py.a").producer()
+            p.push({"n": 1}).result(timeout=10)
+            p.close()
+            return True
+        except strom.errors.NotAuthorized:
+            return False
+
+    until("alice's ACL to reach the server", pushed)
+    with pytest.raises(strom.errors.NotAuthorized):
+        alice.delete_topic("py.a")
+    keep.close()
+
+
+def test_confluent_kafka_with_an_oauthbearer_token_in_a_group(secured):
+    from confluent_kafka import Consumer, KafkaException, Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    s = secured
+
+    def conf(subject: str) -> dict:
+        t = token(s, subject)
+        return {
+            "bootstrap.servers": s.broker,
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanisms": "OAUTHBEARER",
+            "oauth_cb": lambda _cfg: (t, time.time() + 3600),
+        }
+
+    admin = AdminClient(conf("admin"))
+    for name in ("k.jobs", "k.secret"):
+        admin.create_topics([NewTopic(name, num_partitions=2, replication_factor=1)])[name].result(30)
+    allow(s, "User:bob", "topic", "k.jobs", "all")
+    allow(s, "User:bob", "group", "bobs", "read")
+    bob = conf("bob")
+    p = Producer(bob)
+    delivered: list = []
+    until("bob's ACLs to reach the server", lambda: (
+        p.produce("k.jobs", b"x", partition=0, on_delivery=lambda e, m: delivered.append(e)),
+        p.flush(10), delivered[-1] is None)[-1])
+    for i in range(10):
+        p.produce("k.jobs", b"%d" % i, partition=i % 2)
+    assert p.flush(30) == 0
+    c = Consumer({**bob, "group.id": "bobs", "auto.offset.reset": "earliest"})
+    c.subscribe(["k.jobs"])
+    got = []
+    deadline = time.monotonic() + 60
+    while len(got) < 11 and time.monotonic() < deadline:
+        m = c.poll(1.0)
+        if m is not None and m.error() is None:
+            got.append(m.value())
+    c.close()
+    assert len(got) == 11, got
+    # No ACL on k.secret: the write is refused with Kafka's code.
+    errors: list = []
+    p.produce("k.secret", b"no", partition=0, on_delivery=lambda e, m: errors.append(e))
+    p.flush(30)
+    assert errors and errors[0] is not None
+    assert errors[0].name() == "TOPIC_AUTHORIZATION_FAILED", errors[0]
+    with pytest.raises(KafkaException):
+        AdminClient(bob).delete_topics(["k.jobs"])["k.jobs"].result(30)
