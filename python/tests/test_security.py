@@ -125,3 +125,42 @@ def test_confluent_kafka_with_an_oauthbearer_token_in_a_group(secured):
     assert errors[0].name() == "TOPIC_AUTHORIZATION_FAILED", errors[0]
     with pytest.raises(KafkaException):
         AdminClient(bob).delete_topics(["k.jobs"])["k.jobs"].result(30)
+
+
+def test_kafka_admin_tools_manage_the_acls(secured):
+    from confluent_kafka.admin import (AclBinding, AclBindingFilter, AclOperation,
+                                       AclPermissionType, AdminClient, ResourcePatternType,
+                                       ResourceType)
+
+    s = secured
+    t = token(s, "admin")
+    admin = AdminClient({
+        "bootstrap.servers": s.broker,
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanisms": "PLAIN",
+        "sasl.username": "admin",
+        "sasl.password": t,
+    })
+    binding = AclBinding(ResourceType.TOPIC, "k.", ResourcePatternType.PREFIXED,
+                         "User:carol", "*", AclOperation.READ, AclPermissionType.ALLOW)
+    for f in admin.create_acls([binding]).values():
+        f.result(30)
+    everything = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY,
+                                  None, None, AclOperation.ANY, AclPermissionType.ANY)
+    found = admin.describe_acls(everything).result(30)
+    assert binding in found, found
+    # The same ACL as strom's own tools see it.
+    env = {**os.environ, "STROM_TOKEN": t}
+    listed = subprocess.run([find_binary(), "--address", s.native, "acl", "list"],
+                            check=True, capture_output=True, text=True, env=env).stdout
+    assert "allow User:carol read on topic k.*" in listed, listed
+    deleted = [f.result(30) for f in admin.delete_acls([everything]).values()]
+    assert binding in deleted[0], deleted
+    assert admin.describe_acls(everything).result(30) == []
+    # Anonymous Kafka clients may not touch them.
+    anon = AdminClient({"bootstrap.servers": s.broker})
+    futs = anon.create_acls([binding])
+    with pytest.raises(Exception) as e:
+        for f in futs.values():
+            f.result(30)
+    assert "CLUSTER_AUTHORIZATION_FAILED" in str(e.value) or "uthoriz" in str(e.value), e.value

@@ -57,6 +57,9 @@ pub fn handle(ctx: &Arc<Ctx>, h: Header, body: Bytes) -> Result<Reply, FrameErro
         ApiKey::OffsetFetch => crate::group_api::offset_fetch(ctx, v, c, body),
         ApiKey::ListGroups => crate::group_api::list_groups(ctx, v, c, body),
         ApiKey::DescribeGroups => crate::group_api::describe_groups(ctx, v, c, body),
+        ApiKey::CreateAcls => crate::acls::create_acls(ctx, v, c, body),
+        ApiKey::DescribeAcls => crate::acls::describe_acls(ctx, v, c, body),
+        ApiKey::DeleteAcls => crate::acls::delete_acls(ctx, v, c, body),
         _ => Ok(ready(unsupported(c))),
     }
 }
@@ -155,6 +158,18 @@ pub fn check_request(mut frame: Bytes) -> Result<(), FrameError> {
             frame,
         )
         .map(drop),
+        ApiKey::CreateAcls => {
+            decode::<m::CreateAclsRequest>("CreateAcls", guard::CREATE_ACLS, v, false, frame)
+                .map(drop)
+        }
+        ApiKey::DescribeAcls => {
+            decode::<m::DescribeAclsRequest>("DescribeAcls", guard::DESCRIBE_ACLS, v, false, frame)
+                .map(drop)
+        }
+        ApiKey::DeleteAcls => {
+            decode::<m::DeleteAclsRequest>("DeleteAcls", guard::DELETE_ACLS, v, false, frame)
+                .map(drop)
+        }
         ApiKey::SaslHandshake => decode::<m::SaslHandshakeRequest>(
             "SaslHandshake",
             guard::SASL_HANDSHAKE,

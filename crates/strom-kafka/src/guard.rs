@@ -381,6 +381,35 @@ pub const DESCRIBE_GROUPS: &[F] = &[F(0, ALL, ArrStr), F(3, ALL, I8)];
 
 pub const SASL_HANDSHAKE: &[F] = &[F(0, ALL, Str)];
 
+/// One ACL filter (DescribeAcls' body; each of DeleteAcls' filters).
+const ACL_FILTER: &[F] = &[
+    F(0, ALL, I8),
+    F(0, ALL, Str),
+    F(1, ALL, I8),
+    F(0, ALL, Str),
+    F(0, ALL, Str),
+    F(0, ALL, I8),
+    F(0, ALL, I8),
+];
+
+pub const CREATE_ACLS: &[F] = &[F(
+    0,
+    ALL,
+    Arr(&[
+        F(0, ALL, I8),
+        F(0, ALL, Str),
+        F(1, ALL, I8),
+        F(0, ALL, Str),
+        F(0, ALL, Str),
+        F(0, ALL, I8),
+        F(0, ALL, I8),
+    ]),
+)];
+
+pub const DESCRIBE_ACLS: &[F] = ACL_FILTER;
+
+pub const DELETE_ACLS: &[F] = &[F(0, ALL, Arr(ACL_FILTER))];
+
 pub const SASL_AUTHENTICATE: &[F] = &[F(0, ALL, Bytes)];
 
 /// The layout of a served API key's request body, and whether `version`
@@ -410,6 +439,9 @@ pub fn layout_of(
         K::DescribeGroups => DESCRIBE_GROUPS,
         K::SaslHandshake => SASL_HANDSHAKE,
         K::SaslAuthenticate => SASL_AUTHENTICATE,
+        K::CreateAcls => CREATE_ACLS,
+        K::DescribeAcls => DESCRIBE_ACLS,
+        K::DeleteAcls => DELETE_ACLS,
         _ => return None,
     };
     Some((layout, false))

@@ -26,6 +26,7 @@
 //! Started beside the native front end by `strom server --kafka-listen`
 //! (docs/kafka.md).
 
+mod acls;
 mod admin;
 mod api;
 mod conn;

@@ -113,6 +113,9 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     // not read (every client of this decade sends v1 and SaslAuthenticate).
     (ApiKey::SaslHandshake, 0, 1),
     (ApiKey::SaslAuthenticate, 0, 1),
+    (ApiKey::CreateAcls, 1, 1),
+    (ApiKey::DescribeAcls, 1, 1),
+    (ApiKey::DeleteAcls, 1, 1),
 ];
 
 pub(crate) fn supported(key: ApiKey, version: i16) -> bool {

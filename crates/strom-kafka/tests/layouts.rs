@@ -150,6 +150,43 @@ fn sample(key: ApiKey, v: i16) -> Bytes {
             &DescribeGroupsRequest::default().with_groups(vec![g(), GroupId(st("h"))]),
             v,
         ),
+        ApiKey::CreateAcls => enc(
+            &kafka_protocol::messages::CreateAclsRequest::default().with_creations(vec![
+                kafka_protocol::messages::create_acls_request::AclCreation::default()
+                    .with_resource_type(2)
+                    .with_resource_name(st("t"))
+                    .with_resource_pattern_type(3)
+                    .with_principal(st("User:a"))
+                    .with_host(st("*"))
+                    .with_operation(3)
+                    .with_permission_type(3),
+            ]),
+            v,
+        ),
+        ApiKey::DescribeAcls => enc(
+            &kafka_protocol::messages::DescribeAclsRequest::default()
+                .with_resource_type_filter(2)
+                .with_resource_name_filter(Some(st("t")))
+                .with_pattern_type_filter(3)
+                .with_principal_filter(Some(st("User:a")))
+                .with_host_filter(None)
+                .with_operation(1)
+                .with_permission_type(1),
+            v,
+        ),
+        ApiKey::DeleteAcls => enc(
+            &kafka_protocol::messages::DeleteAclsRequest::default().with_filters(vec![
+                kafka_protocol::messages::delete_acls_request::DeleteAclsFilter::default()
+                    .with_resource_type_filter(1)
+                    .with_resource_name_filter(None)
+                    .with_pattern_type_filter(1)
+                    .with_principal_filter(Some(st("User:a")))
+                    .with_host_filter(Some(st("*")))
+                    .with_operation(1)
+                    .with_permission_type(1),
+            ]),
+            v,
+        ),
         ApiKey::SaslHandshake => enc(
             &kafka_protocol::messages::SaslHandshakeRequest::default().with_mechanism(st("PLAIN")),
             v,
