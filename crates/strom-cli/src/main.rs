@@ -47,6 +47,10 @@ struct Cli {
     /// token itself may come from STROM_TOKEN instead.
     #[arg(long, global = true, value_name = "FILE", env = "STROM_TOKEN_FILE")]
     token_file: Option<PathBuf>,
+    /// The CA (PEM) to trust `tls://` servers by; for `strom server`, the
+    /// CA other members' certificates chain to (config key `tls_ca`).
+    #[arg(long, global = true, value_name = "FILE", env = "STROM_TLS_CA")]
+    tls_ca: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -185,10 +189,14 @@ fn main() {
         // of this process reads the environment).
         std::env::set_var(strom_client::credentials::TOKEN_FILE_ENV, f);
     }
+    if let Some(f) = &cli.tls_ca {
+        // Read by the transports when a client or server builds them.
+        std::env::set_var(strom_client::TLS_CA_ENV, f);
+    }
     let result = match cli.command {
         Command::Server(a) => {
             init_logging("info,openraft=off");
-            server::run(a, cli.group_file)
+            server::run(a, cli.group_file, cli.tls_ca)
         }
         Command::Consume(a) => {
             // consume reports an unreachable partition itself, once.

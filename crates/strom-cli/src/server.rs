@@ -90,9 +90,24 @@ pub struct ServerArgs {
     /// config key `super_users`). The server's own uid always is one.
     #[arg(long = "super-user", value_name = "PRINCIPAL")]
     super_users: Vec<String>,
+    /// This server's certificate chain (PEM) for `tls://` listen addresses
+    /// (config key `tls_cert`; docs/security.md).
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM; config key `tls_key`).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// Require TLS clients to present a certificate chaining to this CA;
+    /// its common name is the principal (config key `tls_client_ca`).
+    #[arg(long, value_name = "FILE")]
+    tls_client_ca: Option<PathBuf>,
 }
 
-pub fn run(args: ServerArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> {
+pub fn run(
+    args: ServerArgs,
+    group_file: Option<PathBuf>,
+    tls_ca: Option<PathBuf>,
+) -> anyhow::Result<()> {
     let mut config = match &args.config {
         Some(p) => ServerConfig::load(p)?,
         None => ServerConfig::default(),
@@ -146,6 +161,16 @@ pub fn run(args: ServerArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> 
     config.auth |= args.auth;
     config.insecure |= args.insecure;
     config.super_users.extend(args.super_users);
+    for (key, value) in [
+        (&mut config.tls_cert, args.tls_cert),
+        (&mut config.tls_key, args.tls_key),
+        (&mut config.tls_client_ca, args.tls_client_ca),
+        (&mut config.tls_ca, tls_ca),
+    ] {
+        if value.is_some() {
+            *key = value;
+        }
+    }
     config.validate()?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .thread_name("strom-server")

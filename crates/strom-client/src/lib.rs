@@ -57,7 +57,7 @@ pub use event::{AckFuture, Event};
 pub use group::{ConsumerGroupMode, GroupOptions, RebalanceListener};
 pub use pool::{PoolBroker, PooledBuffer};
 pub use producer::{Acks, Data, EventId, Producer, ProducerOptions, PushFuture};
-pub use strom_net::{MemTransport, Transport, Transports};
+pub use strom_net::{MemTransport, Transport, Transports, TLS_CA_ENV};
 pub use strom_policy::MetadataInput;
 pub use strom_proto::{
     Compression, ConsumerGroupInfo, Durability, ErrorCode, GroupPartitionInfo, MemberInfo,

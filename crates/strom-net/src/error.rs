@@ -30,6 +30,14 @@ pub enum NetError {
     UnknownScheme { scheme: String, known: String },
     #[error("the fill plan does not fit the {buffers} buffers lent for the response")]
     FillPlan { buffers: usize },
+    /// A TLS setting that cannot be used (a missing or bad certificate,
+    /// key or CA file).
+    #[error("TLS configuration: {0}")]
+    TlsConfig(String),
+    /// A TLS handshake that failed (an untrusted certificate, a plaintext
+    /// peer).
+    #[error("TLS with {peer}: {reason}")]
+    Tls { peer: String, reason: String },
 }
 
 impl NetError {
@@ -50,6 +58,8 @@ impl NetError {
             NetError::UnknownScheme { .. } | NetError::FillPlan { .. } => {
                 ErrorCode::INVALID_ARGUMENT
             }
+            NetError::TlsConfig(_) => ErrorCode::INVALID_ARGUMENT,
+            NetError::Tls { .. } => ErrorCode::CONNECTION_FAILED,
         }
     }
 }

@@ -32,6 +32,7 @@ mod shm;
 mod socket;
 pub mod spin;
 mod tcp;
+mod tls;
 mod transports;
 
 pub use bulk::{BulkReceiver, BulkSender};
@@ -45,6 +46,7 @@ pub use mux::{Complete, FillPlan, LentBuffer, MuxConn, PushHandler, Reply, Waite
 pub use ofi::{OfiTransport, OFI_DOMAIN_ENV};
 pub use shm::{shm_stats, ShmStats, ShmTransport, SHM_AUTO, SHM_INLINE_MAX};
 pub use tcp::TcpTransport;
+pub use tls::{TlsTransport, TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_ENV};
 pub use transports::{scheme_of, Transports, BUSY_POLL_ENV, DEFAULT_SCHEME};
 
 use std::future::Future;
@@ -66,6 +68,23 @@ pub struct Conn {
     pub direct: Option<std::sync::Arc<dyn DirectWrite>>,
     /// The peer's address, for logs and errors.
     pub peer: String,
+    /// Who the peer is, as far as the transport knows.
+    pub identity: PeerIdentity,
+}
+
+/// What a transport proved about the peer of an accepted connection: the
+/// kernel's credentials of a same-node peer (Unix sockets, `SO_PEERCRED`),
+/// or the subject of a verified TLS client certificate. Empty for a
+/// connection this side opened, and for TCP.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PeerIdentity {
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    /// The verified client certificate's subject common name (its whole
+    /// subject if it has none).
+    pub tls_subject: Option<String>,
+    /// Whether the connection is encrypted with TLS.
+    pub tls: bool,
 }
 
 /// Accepts incoming connections.

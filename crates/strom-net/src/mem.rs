@@ -69,6 +69,7 @@ fn end(
         writer: FrameWriter::with_bulk(Box::new(w), max_frame, Arc::new(SideSender(bulk_out))),
         direct: None,
         peer,
+        identity: Default::default(),
     }
 }
 

@@ -38,6 +38,7 @@ fn wrap(stream: TcpStream, max_frame: u32) -> Result<Conn, NetError> {
         writer: FrameWriter::new(Box::new(SharedWrite(w.clone())), max_frame),
         direct: Some(w),
         peer,
+        identity: Default::default(),
     })
 }
 

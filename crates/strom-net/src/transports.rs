@@ -43,7 +43,9 @@ impl Transports {
     /// server's node and, with the `ofi` feature, libfabric's `ofi+tcp`,
     /// `ofi+shm`, `ofi+verbs` and `ofi+cxi`, each enforcing `max_frame`.
     pub fn new(max_frame: u32) -> Self {
-        let t = Self::tcp(max_frame).with("shm", Arc::new(ShmTransport::new(max_frame)));
+        let t = Self::tcp(max_frame)
+            .with("shm", Arc::new(ShmTransport::new(max_frame)))
+            .with("tls", Arc::new(crate::TlsTransport::for_clients(max_frame)));
         // libfabric providers open lazily: a scheme whose provider this
         // machine lacks fails on connect or listen, not here.
         #[cfg(feature = "ofi")]

@@ -188,6 +188,19 @@ pub struct ServerConfig {
     /// How often a member reads the registry's ACLs and revoked tokens
     /// when they changed (ms): a change takes effect everywhere within it.
     pub acl_refresh_ms: u64,
+    /// TLS (docs/security.md): this server's certificate chain (PEM), for
+    /// `tls://` listen addresses. With `tls_key`.
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of `tls_cert` (PEM).
+    pub tls_key: Option<PathBuf>,
+    /// Require every TLS client to present a certificate that chains to
+    /// this CA (mutual TLS); its subject's common name is the connection's
+    /// principal (`User:<CN>`).
+    pub tls_client_ca: Option<PathBuf>,
+    /// The CA this server trusts other members' certificates by when it
+    /// connects to them over `tls://`. Default: `tls_client_ca`, else
+    /// `tls_cert` itself (a group sharing one self-signed certificate).
+    pub tls_ca: Option<PathBuf>,
 }
 
 impl Default for ServerConfig {
@@ -244,6 +257,10 @@ impl Default for ServerConfig {
             insecure: false,
             super_users: vec![],
             acl_refresh_ms: 1_000,
+            tls_cert: None,
+            tls_key: None,
+            tls_client_ca: None,
+            tls_ca: None,
         }
     }
 }
@@ -363,6 +380,17 @@ impl ServerConfig {
         }
         if self.acl_refresh_ms == 0 {
             return Err("acl_refresh_ms must be positive".into());
+        }
+        if self.tls_cert.is_some() != self.tls_key.is_some() {
+            return Err("set tls_cert and tls_key together".into());
+        }
+        let tls_addr = std::iter::once(&self.listen)
+            .chain(&self.also_listen)
+            .find(|a| a.starts_with("tls://"));
+        if let (Some(a), None) = (tls_addr, &self.tls_cert) {
+            return Err(format!(
+                "{a} needs tls_cert and tls_key (--tls-cert, --tls-key)"
+            ));
         }
         if self.auth || self.insecure {
             return Ok(());

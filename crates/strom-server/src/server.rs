@@ -113,7 +113,7 @@ impl Server {
     /// the configured `max_frame_bytes`.
     /// Must run inside a multi-threaded tokio runtime.
     pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
-        let transports = Transports::new(config.max_frame_bytes);
+        let transports = with_tls(Transports::new(config.max_frame_bytes), &config)?;
         Self::start_with(config, transports).await
     }
 
@@ -586,6 +586,32 @@ impl ServerHandle {
         let _ = tokio::task::spawn_blocking(move || state.data.host().shutdown()).await;
         tracing::info!(addr = %self.state.control.addr(), "strom server stopped");
     }
+}
+
+/// `transports` serving `tls://` with the configured certificate (and
+/// trusting other members by `tls_ca`, else the client CA, else the
+/// certificate itself), if one is configured.
+fn with_tls(transports: Transports, config: &ServerConfig) -> Result<Transports, ServerError> {
+    let (Some(cert), Some(key)) = (&config.tls_cert, &config.tls_key) else {
+        return Ok(transports);
+    };
+    let bad =
+        |e: strom_net::NetError| ServerError::coded(ErrorCode::INVALID_ARGUMENT, e.to_string());
+    let ca = config
+        .tls_ca
+        .as_ref()
+        .or(config.tls_client_ca.as_ref())
+        .unwrap_or(cert);
+    let tls = strom_net::TlsTransport::new(config.max_frame_bytes)
+        .with_server(cert, key, config.tls_client_ca.as_deref())
+        .map_err(bad)?;
+    // Members present the server certificate when a client CA is required.
+    let own = config
+        .tls_client_ca
+        .as_ref()
+        .map(|_| (cert.as_path(), key.as_path()));
+    let tls = tls.with_client(ca, own).map_err(bad)?;
+    Ok(transports.with("tls", Arc::new(tls)))
 }
 
 #[cfg(test)]

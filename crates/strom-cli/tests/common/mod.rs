@@ -105,6 +105,18 @@ impl ServerProcess {
         Self::spawn(base, "127.0.0.1:0", extra, &[], Some(nofile))
     }
 
+    /// [`ServerProcess::start_with`] listening on `listen` (a URL such as
+    /// `tls://127.0.0.1:0`) instead of loopback TCP.
+    #[allow(dead_code)] // not every test binary uses it
+    pub fn start_on(
+        base: &Path,
+        listen: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> ServerProcess {
+        Self::spawn(base, listen, extra, env, None)
+    }
+
     /// Starts the server of `base` again on the address it had (`addr`,
     /// `host:port`), as an operator restarts a master its members and
     /// clients know.

@@ -122,6 +122,7 @@ impl OfiTransport {
             ),
             direct: None,
             peer,
+            identity: Default::default(),
         }
     }
 

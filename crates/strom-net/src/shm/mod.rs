@@ -142,6 +142,7 @@ fn wrap(
         writer: FrameWriter::with_bulk(Box::new(SharedWrite(w.clone())), t.max_frame, sender),
         direct: Some(w),
         peer,
+        identity: Default::default(),
     }
 }
 
@@ -269,7 +270,12 @@ async fn accept_one(mut s: UnixStream, t: ShmTransport, path: PathBuf) -> std::i
         .await
         .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))??;
     let peer = format!("shm://{} (pid {})", path.display(), agreed.peer_pid);
-    Ok(wrap(s, tokio_stream(fd)?, &agreed, &t, peer))
+    // The kernel's word for who connected (SO_PEERCRED), not the peer's.
+    let cred = s.peer_cred()?;
+    let mut c = wrap(s, tokio_stream(fd)?, &agreed, &t, peer);
+    c.identity.uid = Some(cred.uid());
+    c.identity.gid = Some(cred.gid());
+    Ok(c)
 }
 
 impl Listener for ShmListener {

@@ -27,7 +27,12 @@ impl Session {
     }
 
     fn check_token(&mut self, token: &str) -> Result<Response, ServerError> {
-        if !self.principal.is_anonymous() {
+        // A token replaces what the transport said (a uid, a certificate),
+        // once; a member or a token-bearer does not change who it is.
+        if matches!(
+            self.principal.mechanism,
+            strom_auth::Mechanism::Token | strom_auth::Mechanism::Member
+        ) {
             return Err(ServerError::coded(
                 ErrorCode::INVALID_ARGUMENT,
                 format!(
@@ -73,11 +78,14 @@ impl Session {
     }
 }
 
-/// The principal a connection starts as.
-pub(super) fn initial(identity: Option<u32>) -> Principal {
-    match identity {
-        Some(uid) => Principal::peer_uid(uid, user_name(uid)),
-        None => Principal::anonymous(),
+/// The principal a connection starts as: the subject of its verified
+/// client certificate, else the uid the kernel gives for a same-node
+/// peer, else anonymous.
+pub(super) fn initial(identity: &strom_net::PeerIdentity) -> Principal {
+    match (&identity.tls_subject, identity.uid) {
+        (Some(cn), _) => Principal::user(cn.clone(), strom_auth::Mechanism::Certificate),
+        (None, Some(uid)) => Principal::peer_uid(uid, user_name(uid)),
+        (None, None) => Principal::anonymous(),
     }
 }
 

@@ -69,6 +69,7 @@ type Incoming = (strom_proto::FrameHeader, Request, Option<ValidBatch>);
 
 pub async fn serve(conn: Conn, svc: Arc<Services>, _slot: OwnedSemaphorePermit) {
     let peer = conn.peer.clone();
+    let principal = authn::initial(&conn.identity);
     let writer = spawn_writer(conn.writer, conn.direct, peer.clone(), |_| {});
     let mut reader = conn.reader;
     let cfg = &svc.config;
@@ -87,7 +88,7 @@ pub async fn serve(conn: Conn, svc: Arc<Services>, _slot: OwnedSemaphorePermit) 
         appending: None,
         member: None,
         nonces: None,
-        principal: authn::initial(None),
+        principal,
     };
     tracing::debug!(peer = %peer, "connection opened");
     svc.stats.connection_opened();

@@ -1,0 +1,275 @@
+//! TLS and transport identities (docs/security.md), against a real
+//! `strom server` on `tls://` with certificates made here (rcgen): the CLI
+//! produces and consumes over TLS trusting the server's CA; a client that
+//! does not trust it, and a plaintext client, are refused while the server
+//! keeps serving; with mutual TLS a client certificate's common name is the
+//! principal the ACLs decide for, and one from another CA is refused; and
+//! over `shm://` the kernel's uid of a same-node client is its principal
+//! (the server's own uid: a super user, with no token at all).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use common::{strom_bin, wait_for, ServerProcess};
+use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair};
+
+/// A CA: its certificate, and what signs with it.
+struct Ca {
+    cert: rcgen::Certificate,
+    key: KeyPair,
+    pem: PathBuf,
+}
+
+fn ca(dir: &Path, name: &str) -> Ca {
+    let mut p = CertificateParams::default();
+    p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    p.distinguished_name
+        .push(DnType::CommonName, format!("{name} CA"));
+    let key = KeyPair::generate().unwrap();
+    let cert = p.self_signed(&key).unwrap();
+    let pem = dir.join(format!("{name}-ca.pem"));
+    std::fs::write(&pem, cert.pem()).unwrap();
+    Ca { cert, key, pem }
+}
+
+/// A certificate for `cn` signed by `ca` (server: with loopback names);
+/// the paths of its certificate and key files.
+fn issue(dir: &Path, ca: &Ca, cn: &str, server: bool) -> (PathBuf, PathBuf) {
+    let names = match server {
+        true => vec!["localhost".to_string(), "127.0.0.1".to_string()],
+        false => vec![],
+    };
+    let mut p = CertificateParams::new(names).unwrap();
+    p.distinguished_name.push(DnType::CommonName, cn);
+    p.extended_key_usages = vec![match server {
+        true => ExtendedKeyUsagePurpose::ServerAuth,
+        false => ExtendedKeyUsagePurpose::ClientAuth,
+    }];
+    let key = KeyPair::generate().unwrap();
+    let cert = p.signed_by(&key, &ca.cert, &ca.key).unwrap();
+    let (c, k) = (dir.join(format!("{cn}.pem")), dir.join(format!("{cn}.key")));
+    std::fs::write(&c, cert.pem()).unwrap();
+    std::fs::write(&k, key.serialize_pem()).unwrap();
+    (c, k)
+}
+
+fn cli(s: &ServerProcess, args: &[&str], env: &[(&str, &Path)], stdin: &str) -> Output {
+    let mut c = Command::new(strom_bin());
+    c.arg("--group-file").arg(&s.group_file).args(args);
+    for v in [
+        "STROM_TOKEN",
+        "STROM_TOKEN_FILE",
+        "STROM_TLS_CA",
+        "STROM_TLS_CERT",
+        "STROM_TLS_KEY",
+    ] {
+        c.env_remove(v);
+    }
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let mut child = c
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), stdin.as_bytes()).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+fn ok(o: &Output, what: &str) -> String {
+    assert!(
+        o.status.success(),
+        "{what} failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+#[test]
+fn the_cli_produces_and_consumes_over_tls_and_untrusting_or_plaintext_clients_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let server_ca = ca(d, "server");
+    let (cert, key) = issue(d, &server_ca, "localhost", true);
+    let s = ServerProcess::start_on(
+        &d.join("s"),
+        "tls://127.0.0.1:0",
+        &[
+            "--tls-cert",
+            cert.to_str().unwrap(),
+            "--tls-key",
+            key.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert!(s.addr.starts_with("tls://"), "{}", s.addr);
+    let trust = [("STROM_TLS_CA", server_ca.pem.as_path())];
+    ok(
+        &cli(&s, &["topic", "create", "secure"], &trust, ""),
+        "topic create",
+    );
+    ok(
+        &cli(&s, &["produce", "secure"], &trust, "{\"n\":1}\n{\"n\":2}\n"),
+        "produce",
+    );
+    let got = ok(
+        &cli(
+            &s,
+            &[
+                "consume",
+                "secure",
+                "--name",
+                "r",
+                "--from",
+                "beginning",
+                "--max",
+                "2",
+            ],
+            &trust,
+            "",
+        ),
+        "consume",
+    );
+    assert!(got.contains("\"n\":1") && got.contains("\"n\":2"), "{got}");
+    // A client trusting another CA is refused, and says why.
+    let other = ca(d, "other");
+    let o = cli(
+        &s,
+        &["topic", "list"],
+        &[("STROM_TLS_CA", other.pem.as_path())],
+        "",
+    );
+    assert!(!o.status.success(), "an untrusted server is refused");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("TLS") && err.to_lowercase().contains("certificate"),
+        "{err}"
+    );
+    // A plaintext client on the TLS port gets nothing, and the server keeps serving.
+    let plain = s.addr.trim_start_matches("tls://").to_string();
+    let o = Command::new(strom_bin())
+        .args(["--address", &plain, "topic", "list"])
+        .env_remove("STROM_TLS_CA")
+        .output()
+        .unwrap();
+    assert!(!o.status.success(), "plaintext on a TLS port fails");
+    let listed = ok(&cli(&s, &["topic", "list"], &trust, ""), "topic list after");
+    assert!(listed.contains("secure"), "{listed}");
+}
+
+#[test]
+fn with_mutual_tls_the_certificates_common_name_is_the_principal() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let server_ca = ca(d, "server");
+    let client_ca = ca(d, "clients");
+    let (cert, key) = issue(d, &server_ca, "localhost", true);
+    let s = ServerProcess::start_on(
+        &d.join("s"),
+        "tls://127.0.0.1:0",
+        &[
+            "--auth",
+            "--super-user",
+            "User:ops",
+            "--tls-cert",
+            cert.to_str().unwrap(),
+            "--tls-key",
+            key.to_str().unwrap(),
+            "--tls-client-ca",
+            client_ca.pem.to_str().unwrap(),
+            "--tls-ca",
+            server_ca.pem.to_str().unwrap(),
+        ],
+        &[],
+    );
+    let as_client = |c: &(PathBuf, PathBuf)| {
+        vec![
+            ("STROM_TLS_CA", server_ca.pem.clone()),
+            ("STROM_TLS_CERT", c.0.clone()),
+            ("STROM_TLS_KEY", c.1.clone()),
+        ]
+    };
+    let run = |env: &Vec<(&str, PathBuf)>, args: &[&str], stdin: &str| {
+        let env: Vec<(&str, &Path)> = env.iter().map(|(k, v)| (*k, v.as_path())).collect();
+        cli(&s, args, &env, stdin)
+    };
+    let ops = as_client(&issue(d, &client_ca, "ops", false));
+    let dana = as_client(&issue(d, &client_ca, "dana", false));
+    ok(
+        &run(&ops, &["topic", "create", "certs"], ""),
+        "ops creates a topic",
+    );
+    let o = run(&dana, &["produce", "certs"], "{\"x\":1}\n");
+    assert!(!o.status.success(), "dana has no ACL yet");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("User:dana"));
+    let acl = [
+        "acl",
+        "add",
+        "--principal",
+        "User:dana",
+        "--topic",
+        "certs",
+        "--operation",
+        "write",
+    ];
+    ok(&run(&ops, &acl, ""), "acl add");
+    wait_for("dana's ACL to reach the server", || {
+        run(&dana, &["produce", "certs"], "{\"x\":1}\n")
+            .status
+            .success()
+    });
+    // A certificate from another CA does not get in.
+    let elsewhere = d.join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    let rogue_ca = ca(&elsewhere, "rogue");
+    let rogue = as_client(&issue(&elsewhere, &rogue_ca, "ops", false));
+    let o = run(&rogue, &["topic", "delete", "certs"], "");
+    assert!(
+        !o.status.success(),
+        "a foreign client certificate is refused"
+    );
+    let listed = ok(&run(&ops, &["topic", "list"], ""), "topic list");
+    assert!(
+        listed.contains("certs"),
+        "the topic is still there: {listed}"
+    );
+}
+
+#[test]
+fn over_shm_a_same_node_client_is_its_uid_with_no_token() {
+    let tmp = tempfile::tempdir().unwrap();
+    let s = ServerProcess::start_with(tmp.path(), &["--auth", "--also-listen", "shm://auto"]);
+    // Over TCP the same process is anonymous.
+    let o = Command::new(strom_bin())
+        .args([
+            "--group-file",
+            s.group_file.to_str().unwrap(),
+            "topic",
+            "create",
+            "t",
+        ])
+        .env("STROM_TRANSPORT", "tcp")
+        .env_remove("STROM_TOKEN")
+        .output()
+        .unwrap();
+    assert!(!o.status.success(), "anonymous over TCP");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("ANONYMOUS"));
+    // Over shm the kernel says who it is: the server's own uid, a super user.
+    let o = Command::new(strom_bin())
+        .args([
+            "--group-file",
+            s.group_file.to_str().unwrap(),
+            "topic",
+            "create",
+            "t",
+        ])
+        .env("STROM_TRANSPORT", "shm")
+        .env_remove("STROM_TOKEN")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
