@@ -150,6 +150,23 @@ fn anonymous_probes_are_refused_and_change_nothing() {
     assert!(!info.state.ended, "the stream was not ended");
     assert_eq!(a.list_topics().unwrap().len(), 1, "no topic was planted");
     assert!(a.security_table().unwrap().contains("\"acls\":[]"));
+    // The audit log has who created the topic, and each refusal.
+    let log = s.stderr();
+    let audit: Vec<&str> = log.lines().filter(|l| l.contains("strom::audit")).collect();
+    assert!(
+        audit.iter().any(|l| l.contains("principal=User:admin")
+            && l.contains("operation=create")
+            && l.contains("topic 'kept'")),
+        "{log}"
+    );
+    let refusals = audit
+        .iter()
+        .filter(|l| l.contains("refused") && l.contains("User:ANONYMOUS"))
+        .count();
+    assert!(
+        refusals >= probes.len(),
+        "{refusals} refusals logged:\n{log}"
+    );
 }
 
 #[test]

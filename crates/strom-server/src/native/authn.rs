@@ -4,16 +4,29 @@
 //! request is then decided for that principal by the service layer's
 //! [`crate::service::Access`].
 
-use strom_auth::{Principal, ResourceKind};
+use strom_auth::{Operation, Principal, Resource, ResourceKind};
 use strom_proto::{ErrorCode, Request, Response};
 
 use super::Session;
 use crate::error::ServerError;
 
 impl Session {
-    /// Checks `req` for this connection's principal.
+    /// Checks `req` for this connection's principal; a refusal goes to
+    /// the audit log (target `strom::audit`).
     pub(super) fn authorize(&self, req: &Request) -> Result<(), ServerError> {
-        self.svc.access.check_request(&self.principal, req)
+        let r = self.svc.access.check_request(&self.principal, req);
+        if let Err(e) = &r {
+            tracing::warn!(target: "strom::audit", peer = %self.peer, principal = %self.principal, opcode = req.opcode(), error = %e, "refused");
+        }
+        r
+    }
+
+    /// Logs the changes a request made, with who made them (target
+    /// `strom::audit`).
+    pub(super) fn audit(&self, changes: &[(Operation, Resource)]) {
+        for (op, res) in changes {
+            tracing::info!(target: "strom::audit", peer = %self.peer, principal = %self.principal, operation = %op, resource = %res, "done");
+        }
     }
 
     /// Binds the connection to the subject of `token`, once.
@@ -76,6 +89,13 @@ impl Session {
             other => other,
         }
     }
+}
+
+/// What `req` creates, deletes or alters (for the audit log).
+pub(super) fn changes(req: &Request) -> Vec<(Operation, Resource)> {
+    let mut v = crate::service::access::needs(req);
+    v.retain(|(op, _)| matches!(op, Operation::Create | Operation::Delete | Operation::Alter));
+    v
 }
 
 /// The principal a connection starts as: the subject of its verified

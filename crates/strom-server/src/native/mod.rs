@@ -255,7 +255,6 @@ impl Session {
             return self.respond(id, Err(e));
         }
         if let Err(e) = self.authorize(&req) {
-            tracing::warn!(peer = %self.peer, principal = %self.principal, opcode = req.opcode(), error = %e, "refused a request");
             return self.respond(id, Err(e));
         }
         match req {
@@ -370,7 +369,11 @@ impl Session {
             }
             // Topics, producers and the group: the control operations.
             req => {
+                let changes = authn::changes(&req);
                 let r = control::handle(&self.svc.control, self.member, req).await;
+                if r.is_ok() {
+                    self.audit(&changes);
+                }
                 self.respond(id, r.map(|resp| self.filter_listing(resp)));
             }
         }
