@@ -15,6 +15,7 @@
 //! within the bounds of [`listener`] (`http_max_connections`,
 //! `http_header_timeout_ms`, `http_idle_timeout_ms`).
 
+pub mod access;
 pub mod history;
 pub mod listener;
 pub mod metrics;
@@ -23,11 +24,14 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::State;
+use access::Need;
+use axum::extract::{Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
+use axum::Extension;
 use axum::{Json, Router};
+use listener::PeerAddr;
 use strom_server::Services;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -136,7 +140,54 @@ fn router(state: AppState) -> Router {
         .route("/api/snapshot", get(snapshot))
         .route("/api/group", get(group))
         .route("/api/history", get(history))
+        .route("/login", get(login))
         .with_state(state)
+}
+
+/// Refuses a request that may not read what `need` names (`access.rs`).
+fn allowed(
+    s: &AppState,
+    headers: &HeaderMap,
+    peer: &PeerAddr,
+    need: Need,
+) -> Result<(), access::Refusal> {
+    access::check(&s.services, headers, peer.0.ip(), need)
+}
+
+/// `/login?token=…`: checks the token and keeps it in a cookie for the
+/// dashboard's own requests, then opens the dashboard.
+async fn login(
+    State(s): State<AppState>,
+    Extension(peer): Extension<PeerAddr>,
+    Query(q): Query<std::collections::HashMap<String, String>>,
+) -> Response {
+    let token = q.get("token").map(String::as_str).unwrap_or_default();
+    let mut headers = HeaderMap::new();
+    if let Ok(v) = header::HeaderValue::from_str(&format!("Bearer {token}")) {
+        headers.insert(header::AUTHORIZATION, v);
+    }
+    if let Err(r) = allowed(&s, &headers, &peer, Need::Api) {
+        return r.into_response();
+    }
+    let cookie = format!(
+        "{}={token}; HttpOnly; SameSite=Strict; Path=/",
+        access::COOKIE
+    );
+    match header::HeaderValue::from_str(&cookie) {
+        Ok(c) => (
+            StatusCode::SEE_OTHER,
+            [
+                (header::SET_COOKIE, c),
+                (header::LOCATION, header::HeaderValue::from_static("/")),
+            ],
+        )
+            .into_response(),
+        Err(_) => (
+            StatusCode::BAD_REQUEST,
+            "the token holds characters a cookie cannot",
+        )
+            .into_response(),
+    }
 }
 
 async fn dashboard() -> Html<&'static str> {
@@ -145,7 +196,14 @@ async fn dashboard() -> Html<&'static str> {
 
 /// OpenMetrics to scrapers that ask for it (Prometheus does), the classic
 /// text format to everyone else.
-async fn metrics_text(State(s): State<AppState>, headers: HeaderMap) -> Response {
+async fn metrics_text(
+    State(s): State<AppState>,
+    Extension(peer): Extension<PeerAddr>,
+    headers: HeaderMap,
+) -> Response {
+    if let Err(r) = allowed(&s, &headers, &peer, Need::Metrics) {
+        return r.into_response();
+    }
     let openmetrics = headers
         .get_all(header::ACCEPT)
         .iter()
@@ -168,14 +226,35 @@ async fn metrics_text(State(s): State<AppState>, headers: HeaderMap) -> Response
     }
 }
 
-async fn snapshot(State(s): State<AppState>) -> Json<strom_server::stats::ServerSnapshot> {
-    Json(s.services.snapshot().await)
+async fn snapshot(
+    State(s): State<AppState>,
+    Extension(peer): Extension<PeerAddr>,
+    headers: HeaderMap,
+) -> Response {
+    match allowed(&s, &headers, &peer, Need::Api) {
+        Ok(()) => Json(s.services.snapshot().await).into_response(),
+        Err(r) => r.into_response(),
+    }
 }
 
-async fn group(State(s): State<AppState>) -> Json<strom_server::stats::GroupSnapshot> {
-    Json(s.services.group_snapshot().await)
+async fn group(
+    State(s): State<AppState>,
+    Extension(peer): Extension<PeerAddr>,
+    headers: HeaderMap,
+) -> Response {
+    match allowed(&s, &headers, &peer, Need::Api) {
+        Ok(()) => Json(s.services.group_snapshot().await).into_response(),
+        Err(r) => r.into_response(),
+    }
 }
 
-async fn history(State(s): State<AppState>) -> Json<history::History> {
-    Json(s.recorder.history())
+async fn history(
+    State(s): State<AppState>,
+    Extension(peer): Extension<PeerAddr>,
+    headers: HeaderMap,
+) -> Response {
+    match allowed(&s, &headers, &peer, Need::Api) {
+        Ok(()) => Json(s.recorder.history()).into_response(),
+        Err(r) => r.into_response(),
+    }
 }

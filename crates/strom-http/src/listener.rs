@@ -53,6 +53,10 @@ impl Default for Limits {
     }
 }
 
+/// The address of the connection a request came on.
+#[derive(Clone, Copy, Debug)]
+pub struct PeerAddr(pub SocketAddr);
+
 /// Serves `app` on `listener` within `limits` until `stopped` turns true.
 /// `name` names the listener in logs.
 pub async fn serve(
@@ -111,6 +115,8 @@ async fn serve_conn(
     builder
         .timer(TokioTimer::new())
         .header_read_timeout(limits.header_timeout);
+    // Handlers that decide by the peer's address read it from here.
+    let app = app.layer(axum::Extension(PeerAddr(peer)));
     let conn = builder.serve_connection(io, TowerToHyperService::new(app));
     tokio::pin!(conn);
     let mut closing = false;

@@ -201,6 +201,9 @@ pub struct ServerConfig {
     /// connects to them over `tls://`. Default: `tls_client_ca`, else
     /// `tls_cert` itself (a group sharing one self-signed certificate).
     pub tls_ca: Option<PathBuf>,
+    /// With `auth`: networks (CIDR) that may read `/metrics` without a
+    /// token (a Prometheus scraper's). Default: loopback only.
+    pub http_metrics_networks: Vec<String>,
 }
 
 impl Default for ServerConfig {
@@ -261,6 +264,7 @@ impl Default for ServerConfig {
             tls_key: None,
             tls_client_ca: None,
             tls_ca: None,
+            http_metrics_networks: vec!["127.0.0.0/8".into(), "::1/128".into()],
         }
     }
 }

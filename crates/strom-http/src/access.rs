@@ -1,0 +1,143 @@
+//! Who may read what over HTTP (docs/security.md, "HTTP"). With `auth` on:
+//! `/metrics` is open to the scraper networks (`http_metrics_networks`,
+//! loopback by default) and otherwise needs a bearer token; the dashboard's
+//! data (`/api/*`) needs a token, from an `Authorization: Bearer` header or
+//! the `strom_token` cookie that `/login?token=…` sets, whose principal may
+//! describe the cluster. Tokens are checked by the service layer, as on
+//! the native and Kafka ports. Without `auth` everything is open (the
+//! server then serves only loopback: protected mode).
+
+use std::net::IpAddr;
+
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use strom_auth::{Operation, Resource};
+use strom_server::Services;
+
+/// The cookie the dashboard's requests carry the token in.
+pub const COOKIE: &str = "strom_token";
+
+/// What a request reads.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Need {
+    Metrics,
+    Api,
+}
+
+/// Whether `ip` is in `cidr` (`10.0.0.0/8`, `::1/128`, or one address).
+pub fn in_network(ip: IpAddr, cidr: &str) -> bool {
+    let (net, bits) = match cidr.split_once('/') {
+        Some((n, b)) => (n, b.parse::<u32>().ok()),
+        None => (cidr, None),
+    };
+    let Ok(net) = net.trim().parse::<IpAddr>() else {
+        return false;
+    };
+    let ip = match (ip, net) {
+        (IpAddr::V6(v6), IpAddr::V4(_)) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        _ => ip,
+    };
+    match (ip, net) {
+        (IpAddr::V4(a), IpAddr::V4(n)) => {
+            let bits = bits.unwrap_or(32).min(32);
+            let mask = if bits == 0 {
+                0
+            } else {
+                u32::MAX << (32 - bits)
+            };
+            u32::from(a) & mask == u32::from(n) & mask
+        }
+        (IpAddr::V6(a), IpAddr::V6(n)) => {
+            let bits = bits.unwrap_or(128).min(128);
+            let mask = if bits == 0 {
+                0
+            } else {
+                u128::MAX << (128 - bits)
+            };
+            u128::from(a) & mask == u128::from(n) & mask
+        }
+        _ => false,
+    }
+}
+
+/// The token a request carries: a bearer header, else the cookie.
+fn token(headers: &HeaderMap) -> Option<&str> {
+    if let Some(t) = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+    {
+        return Some(t.trim());
+    }
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .find_map(|kv| {
+            kv.trim()
+                .strip_prefix(COOKIE)
+                .and_then(|r| r.strip_prefix('='))
+        })
+}
+
+/// A refused request: its status and why.
+pub struct Refusal(StatusCode, String);
+
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        let mut r = (self.0, self.1).into_response();
+        if self.0 == StatusCode::UNAUTHORIZED {
+            r.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer realm=\"strom\""),
+            );
+        }
+        r
+    }
+}
+
+fn refuse(status: StatusCode, why: String) -> Refusal {
+    Refusal(status, why)
+}
+
+/// `Ok` if the request may read what `need` names; the refusal otherwise.
+pub fn check(svc: &Services, headers: &HeaderMap, peer: IpAddr, need: Need) -> Result<(), Refusal> {
+    if !svc.access.enabled() {
+        return Ok(());
+    }
+    let nets = &svc.config.http_metrics_networks;
+    if need == Need::Metrics && nets.iter().any(|n| in_network(peer, n)) {
+        return Ok(());
+    }
+    let Some(t) = token(headers) else {
+        return Err(refuse(
+            StatusCode::UNAUTHORIZED,
+            "a token is needed: send `Authorization: Bearer <token>`, or open /login?token=<token> once in the browser".into(),
+        ));
+    };
+    let who = svc
+        .authenticate_token(t)
+        .map_err(|e| refuse(StatusCode::UNAUTHORIZED, e.to_string()))?;
+    svc.access
+        .check(&who, Operation::Describe, &Resource::cluster())
+        .map_err(|e| refuse(StatusCode::FORBIDDEN, e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_fall_in_their_networks_only() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        assert!(in_network(ip("127.0.0.1"), "127.0.0.0/8"));
+        assert!(in_network(ip("10.1.2.3"), "10.0.0.0/8"));
+        assert!(!in_network(ip("11.1.2.3"), "10.0.0.0/8"));
+        assert!(in_network(ip("::1"), "::1/128"));
+        assert!(in_network(ip("::ffff:127.0.0.1"), "127.0.0.0/8"));
+        assert!(in_network(ip("192.168.1.9"), "192.168.1.9"));
+        assert!(!in_network(ip("192.168.1.9"), "not a network"));
+        assert!(in_network(ip("8.8.8.8"), "0.0.0.0/0"));
+    }
+}
