@@ -101,6 +101,10 @@ pub struct ServerArgs {
     /// its common name is the principal (config key `tls_client_ca`).
     #[arg(long, value_name = "FILE")]
     tls_client_ca: Option<PathBuf>,
+    /// Serve the Kafka listener over TLS with --tls-cert (Kafka clients'
+    /// SSL and SASL_SSL; config key `kafka_tls`).
+    #[arg(long, requires = "tls_cert")]
+    kafka_tls: bool,
 }
 
 pub fn run(
@@ -161,6 +165,7 @@ pub fn run(
     config.auth |= args.auth;
     config.insecure |= args.insecure;
     config.super_users.extend(args.super_users);
+    config.kafka_tls |= args.kafka_tls;
     for (key, value) in [
         (&mut config.tls_cert, args.tls_cert),
         (&mut config.tls_key, args.tls_key),

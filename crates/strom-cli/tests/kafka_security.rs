@@ -159,3 +159,59 @@ fn kcat_with_a_token_over_sasl_plain_may_do_what_the_acls_allow() {
         0
     );
 }
+
+#[test]
+fn kcat_over_sasl_ssl_trusts_the_servers_ca_and_authenticates_with_a_token() {
+    use common::certs::{ca, issue};
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let server_ca = ca(d, "server");
+    let (cert, key) = issue(d, &server_ca, "localhost", true);
+    let (s, addr) = common::kafka::start_with_args(
+        &d.join("s"),
+        &[
+            "--auth",
+            "--super-user",
+            "User:admin",
+            "--tls-cert",
+            cert.to_str().unwrap(),
+            "--tls-key",
+            key.to_str().unwrap(),
+            "--kafka-tls",
+        ],
+    );
+    let admin = Driver::connect_as(
+        &s.group_file,
+        Transports::default(),
+        Some(token(&s, "admin")),
+    )
+    .unwrap();
+    admin.create_topic(TopicSpec::new("enc", 1)).unwrap();
+    let t = token(&s, "admin");
+    let ssl = |ca_file: &std::path::Path, rest: &[&str]| {
+        let mut v: Vec<String> = sasl(&addr, "admin", &t, rest)
+            .into_iter()
+            .map(|a| a.replace("SASL_PLAINTEXT", "SASL_SSL"))
+            .collect();
+        v.insert(0, format!("ssl.ca.location={}", ca_file.display()));
+        v.insert(0, "-X".into());
+        v
+    };
+    let (ok, _, err) = kcat(&ssl(&server_ca.pem, &["-P", "-t", "enc"]), b"secret\n");
+    assert!(ok, "{err}");
+    let (ok, out, err) = kcat(
+        &ssl(
+            &server_ca.pem,
+            &["-C", "-t", "enc", "-o", "beginning", "-c", "1", "-e"],
+        ),
+        b"",
+    );
+    assert!(ok && out.contains("secret"), "{out} {err}");
+    // A client that does not trust the server's CA does not connect.
+    let other = ca(d, "other");
+    let (ok, _, err) = kcat(&ssl(&other.pem, &["-L"]), b"");
+    assert!(!ok, "{err}");
+    // Plaintext SASL on the TLS port fails too.
+    let (ok, _, _) = kcat(&sasl(&addr, "admin", &t, &["-L"]), b"");
+    assert!(!ok);
+}

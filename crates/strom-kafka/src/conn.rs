@@ -43,8 +43,8 @@ pub(crate) struct Frame {
 /// body first takes its bytes from `budget` (the bytes in flight over all
 /// connections), then reads them; all of it, waits included, within
 /// `frame_timeout`.
-async fn read_frame(
-    sock: &mut tokio::net::tcp::OwnedReadHalf,
+async fn read_frame<R: tokio::io::AsyncRead + Unpin>(
+    sock: &mut R,
     max: u32,
     frame_timeout: Duration,
     budget: &Arc<Semaphore>,
@@ -94,10 +94,18 @@ async fn read_frame(
     }
 }
 
-/// Serves one connection until it closes or breaks the protocol.
-pub async fn serve(sock: TcpStream, peer: SocketAddr, mut ctx: Arc<Ctx>) {
+/// Serves one TCP connection until it closes or breaks the protocol.
+pub async fn serve(sock: TcpStream, peer: SocketAddr, ctx: Arc<Ctx>) {
     let _ = sock.set_nodelay(true);
-    let (mut rd, mut wr) = sock.into_split();
+    serve_stream(sock, peer, ctx).await
+}
+
+/// Serves one connection over any byte stream (TCP, or TLS over it).
+pub async fn serve_stream<S>(sock: S, peer: SocketAddr, mut ctx: Arc<Ctx>)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
+{
+    let (mut rd, mut wr) = tokio::io::split(sock);
     let (tx, mut rx) = mpsc::channel::<Reply>(PIPELINE);
     let writer = tokio::spawn(async move {
         while let Some(reply) = rx.recv().await {

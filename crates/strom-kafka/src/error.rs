@@ -12,6 +12,8 @@ pub enum KafkaError {
         addr: String,
         source: std::io::Error,
     },
+    #[error("the Kafka listener's TLS settings: {0}")]
+    Tls(String),
 }
 
 impl KafkaError {
@@ -19,6 +21,7 @@ impl KafkaError {
     pub fn code(&self) -> u16 {
         match self {
             KafkaError::Bind { .. } => ErrorCode::CONNECTION_FAILED.0,
+            KafkaError::Tls(_) => ErrorCode::INVALID_ARGUMENT.0,
         }
     }
 }

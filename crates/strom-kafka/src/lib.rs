@@ -44,6 +44,7 @@ pub mod records;
 mod report;
 mod request;
 mod sasl;
+mod tls;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -152,6 +153,14 @@ pub async fn serve(services: Arc<Services>, addr: &str) -> Result<KafkaHandle, K
             .min(tokio::sync::Semaphore::MAX_PERMITS as u64) as usize,
     ));
     let limit = cfg.kafka_max_connections;
+    let acceptor = match cfg.kafka_tls {
+        true => match services.tls_server_config() {
+            Ok(Some(c)) => Some(strom_server::tls::tokio_rustls::TlsAcceptor::from(c)),
+            Ok(None) => None,
+            Err(e) => return Err(KafkaError::Tls(e.to_string())),
+        },
+        false => None,
+    };
     let ctx = Arc::new(request::Ctx {
         services,
         who: Arc::new(strom_auth::Principal::anonymous()),
@@ -175,9 +184,12 @@ pub async fn serve(services: Arc<Services>, addr: &str) -> Result<KafkaHandle, K
                     Ok((sock, peer)) => match slots.clone().try_acquire_owned() {
                         Ok(slot) => {
                             tracing::debug!(peer = %peer, "Kafka connection");
-                            let ctx = ctx.clone();
+                            let (ctx, acceptor) = (ctx.clone(), acceptor.clone());
                             tokio::spawn(async move {
-                                conn::serve(sock, peer, ctx).await;
+                                match acceptor {
+                                    Some(a) => tls::serve(a, sock, peer, ctx).await,
+                                    None => conn::serve(sock, peer, ctx).await,
+                                }
                                 drop(slot);
                             });
                         }

@@ -122,29 +122,7 @@ impl TlsTransport {
         key_file: &Path,
         client_ca: Option<&Path>,
     ) -> Result<Self, NetError> {
-        let builder = ServerConfig::builder_with_provider(provider())
-            .with_safe_default_protocol_versions()
-            .map_err(|e| bad(e.to_string()))?;
-        let builder = match client_ca {
-            Some(ca) => {
-                let verifier =
-                    WebPkiClientVerifier::builder_with_provider(Arc::new(roots(ca)?), provider())
-                        .build()
-                        .map_err(|e| bad(format!("client CA {}: {e}", ca.display())))?;
-                builder.with_client_cert_verifier(verifier)
-            }
-            None => builder.with_no_client_auth(),
-        };
-        let config = builder
-            .with_single_cert(certs(cert)?, key(key_file)?)
-            .map_err(|e| {
-                bad(format!(
-                    "{} with {}: {e}",
-                    cert.display(),
-                    key_file.display()
-                ))
-            })?;
-        self.server = Some(Arc::new(config));
+        self.server = Some(server_config(cert, key_file, client_ca)?);
         Ok(self)
     }
 
@@ -186,6 +164,47 @@ impl TlsTransport {
         };
         Some(Self::new(max_frame).with_client(Path::new(&ca), identity))
     }
+}
+
+/// A rustls server configuration from PEM files: `cert` (chain) and
+/// `key`; with `client_ca`, clients must present a certificate chaining to
+/// it. Shared with the Kafka listener (through strom-server).
+pub fn server_config(
+    cert: &Path,
+    key_file: &Path,
+    client_ca: Option<&Path>,
+) -> Result<Arc<ServerConfig>, NetError> {
+    let builder = ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| bad(e.to_string()))?;
+    let builder = match client_ca {
+        Some(ca) => {
+            let verifier =
+                WebPkiClientVerifier::builder_with_provider(Arc::new(roots(ca)?), provider())
+                    .build()
+                    .map_err(|e| bad(format!("client CA {}: {e}", ca.display())))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+        None => builder.with_no_client_auth(),
+    };
+    let config = builder
+        .with_single_cert(certs(cert)?, key(key_file)?)
+        .map_err(|e| {
+            bad(format!(
+                "{} with {}: {e}",
+                cert.display(),
+                key_file.display()
+            ))
+        })?;
+    Ok(Arc::new(config))
+}
+
+/// The subject of the verified client certificate of a server-side TLS
+/// connection, if it presented one.
+pub fn client_subject(conn: &rustls::ServerConnection) -> Option<String> {
+    conn.peer_certificates()
+        .and_then(|c| c.first())
+        .and_then(|c| subject(c.as_ref()))
 }
 
 fn conn<S>(stream: S, max_frame: u32, peer: String, identity: PeerIdentity) -> Conn
@@ -232,12 +251,7 @@ async fn handshake(
         .await
         .map_err(|_| failed(format!("no handshake within {HANDSHAKE_TIMEOUT:?}")))?
         .map_err(|e| failed(e.to_string()))?;
-    let tls_subject = stream
-        .get_ref()
-        .1
-        .peer_certificates()
-        .and_then(|c| c.first())
-        .and_then(|c| subject(c.as_ref()));
+    let tls_subject = client_subject(stream.get_ref().1);
     let identity = PeerIdentity {
         tls_subject,
         tls: true,

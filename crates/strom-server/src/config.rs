@@ -204,6 +204,10 @@ pub struct ServerConfig {
     /// With `auth`: networks (CIDR) that may read `/metrics` without a
     /// token (a Prometheus scraper's). Default: loopback only.
     pub http_metrics_networks: Vec<String>,
+    /// Serve the Kafka listener over TLS with `tls_cert` (`--kafka-tls`;
+    /// Kafka clients' `SSL` and `SASL_SSL`), and with `tls_client_ca` take
+    /// a client certificate's common name as the principal.
+    pub kafka_tls: bool,
 }
 
 impl Default for ServerConfig {
@@ -265,6 +269,7 @@ impl Default for ServerConfig {
             tls_client_ca: None,
             tls_ca: None,
             http_metrics_networks: vec!["127.0.0.0/8".into(), "::1/128".into()],
+            kafka_tls: false,
         }
     }
 }
@@ -391,6 +396,9 @@ impl ServerConfig {
         let tls_addr = std::iter::once(&self.listen)
             .chain(&self.also_listen)
             .find(|a| a.starts_with("tls://"));
+        if self.kafka_tls && self.tls_cert.is_none() {
+            return Err("kafka_tls needs tls_cert and tls_key".into());
+        }
         if let (Some(a), None) = (tls_addr, &self.tls_cert) {
             return Err(format!(
                 "{a} needs tls_cert and tls_key (--tls-cert, --tls-key)"

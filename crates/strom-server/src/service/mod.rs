@@ -55,6 +55,24 @@ pub struct Services {
 pub const INTERNAL_SUBJECT: &str = "strom.member";
 
 impl Services {
+    /// The TLS server configuration of `tls_cert` (with `tls_client_ca`),
+    /// for a front end that terminates TLS itself; `None` without one.
+    pub fn tls_server_config(
+        &self,
+    ) -> Result<
+        Option<std::sync::Arc<strom_net::tokio_rustls::rustls::ServerConfig>>,
+        crate::ServerError,
+    > {
+        let (Some(cert), Some(key)) = (&self.config.tls_cert, &self.config.tls_key) else {
+            return Ok(None);
+        };
+        strom_net::server_config(cert, key, self.config.tls_client_ca.as_deref())
+            .map(Some)
+            .map_err(|e| {
+                crate::ServerError::coded(strom_proto::ErrorCode::INVALID_ARGUMENT, e.to_string())
+            })
+    }
+
     /// A token for this server's own in-process clients (with `auth`
     /// on and the cluster secret known); it never leaves the process.
     pub fn internal_token(&self) -> Option<String> {
