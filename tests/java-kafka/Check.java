@@ -85,6 +85,12 @@ public class Check {
         throws Exception {
         Properties common = new Properties();
         common.put("bootstrap.servers", bootstrap);
+        // Client settings from -Dcheck.client.NAME=VALUE (security, say).
+        for (String name : System.getProperties().stringPropertyNames()) {
+            if (name.startsWith("check.client.")) {
+                common.put(name.substring("check.client.".length()), System.getProperty(name));
+            }
+        }
         common.put("request.timeout.ms", "15000");
         common.put("default.api.timeout.ms", "20000");
 

@@ -54,10 +54,17 @@ fn java_setup() -> (PathBuf, PathBuf) {
 /// Runs Check.java with `first` and `args`, bounded; returns its exit
 /// status success, stdout and stderr.
 fn run_check(first: &str, args: &[&str]) -> (bool, String, String) {
+    run_check_with(&[], first, args)
+}
+
+/// [`run_check`] with JVM options first (`-Dcheck.client.NAME=VALUE` sets
+/// a client property).
+fn run_check_with(jvm: &[String], first: &str, args: &[&str]) -> (bool, String, String) {
     let (lib, check) = java_setup();
     let mut child = Command::new("java")
         // Kafka's clients log through slf4j-simple, to stderr: warnings only.
         .arg("-Dorg.slf4j.simpleLogger.defaultLogLevel=warn")
+        .args(jvm)
         .arg("-cp")
         .arg(format!("{}/*", lib.display()))
         .arg(&check)
@@ -203,5 +210,64 @@ fn java_lists_a_whole_groups_committed_offsets() {
         ok && out.lines().any(|l| l == "CHECK OK"),
         "Check.java failed\nstdout:\n{out}\nstderr:\n{err}\nserver:\n{}",
         server.stderr()
+    );
+}
+
+/// Kafka's Java clients over `SASL_SSL` (PLAIN, a Strom token as the
+/// password, the server's CA as a PEM trust store) against a server with
+/// `--auth --kafka-tls`: admin, idempotent producer and group consumer as
+/// the super user; a user without ACLs is refused with Kafka's
+/// authorization error.
+#[test]
+fn java_clients_over_sasl_ssl_with_a_token_and_an_acl_refusal() {
+    use common::certs::{ca, issue};
+    let dir = tempfile::tempdir().expect("temp dir");
+    let d = dir.path();
+    let server_ca = ca(d, "server");
+    let (cert, key) = issue(d, &server_ca, "localhost", true);
+    let (server, broker) = common::kafka::start_with_args(
+        &d.join("s"),
+        &[
+            "--auth",
+            "--super-user",
+            "User:ops",
+            "--tls-cert",
+            cert.to_str().unwrap(),
+            "--tls-key",
+            key.to_str().unwrap(),
+            "--kafka-tls",
+        ],
+    );
+    let token = |sub: &str| {
+        let c = strom_auth::Claims::new(sub, strom_server::now_secs(), 3600).unwrap();
+        strom_server::member_auth::ClusterSecret::read(&server.data_dir.join("cluster.secret"))
+            .unwrap()
+            .token_key()
+            .sign(&c)
+            .unwrap()
+    };
+    let jvm = |sub: &str| {
+        vec![
+            "-Dcheck.client.security.protocol=SASL_SSL".to_string(),
+            "-Dcheck.client.sasl.mechanism=PLAIN".into(),
+            format!(
+                "-Dcheck.client.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required username=\"{sub}\" password=\"{}\";",
+                token(sub)
+            ),
+            "-Dcheck.client.ssl.truststore.type=PEM".into(),
+            format!("-Dcheck.client.ssl.truststore.location={}", server_ca.pem.display()),
+        ]
+    };
+    let (ok, out, err) = run_check_with(&jvm("ops"), &broker, &["sec", "sec-group", "300"]);
+    assert!(
+        ok && out.lines().any(|l| l == "CHECK OK"),
+        "Check.java over SASL_SSL failed\nstdout:\n{out}\nstderr:\n{err}\nserver:\n{}",
+        server.stderr()
+    );
+    let (ok, out, _) = run_check_with(&jvm("nobody"), &broker, &["sec2", "g2", "10"]);
+    assert!(!ok, "a user without ACLs may not create or write: {out}");
+    assert!(
+        out.contains("Authorization"),
+        "Kafka's authorization error: {out}"
     );
 }
