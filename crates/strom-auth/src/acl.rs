@@ -254,6 +254,11 @@ pub struct SecurityTable {
     /// Revoked token ids (`jti`).
     #[serde(default)]
     pub revoked: BTreeSet<String>,
+    /// SCRAM users for the Kafka port: user -> their credentials, one per
+    /// mechanism (salted and hashed; never the password). Given only to
+    /// members.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub scram: std::collections::BTreeMap<String, Vec<crate::scram::ScramCredential>>,
 }
 
 /// The answer to one request.

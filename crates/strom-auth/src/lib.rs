@@ -13,6 +13,7 @@
 
 pub mod acl;
 pub mod principal;
+pub mod scram;
 pub mod token;
 
 pub use acl::{

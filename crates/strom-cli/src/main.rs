@@ -111,6 +111,9 @@ enum Command {
     /// transforms and the cluster).
     #[command(subcommand)]
     Acl(security::AclCmd),
+    /// Set or remove Kafka SCRAM users (passwords kept salted and hashed).
+    #[command(subcommand)]
+    User(security::UserCmd),
 }
 
 fn init_logging(default: &str) {
@@ -224,6 +227,7 @@ fn main() {
                 Command::Transform(c) => transform::run(c, cli.group_file),
                 Command::Token(c) => security::run_token(c, cli.group_file),
                 Command::Acl(c) => security::run_acl(c, cli.group_file),
+                Command::User(c) => security::run_user(c, cli.group_file),
                 Command::Server(_) | Command::Consume(_) => unreachable!("handled above"),
             }
         }

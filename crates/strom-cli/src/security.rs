@@ -51,6 +51,20 @@ pub struct CreateArgs {
 }
 
 #[derive(Subcommand)]
+pub enum UserCmd {
+    /// Set a Kafka SCRAM user's password (SCRAM-SHA-256 and -512); only
+    /// salted hashes are stored, in the registry.
+    Set {
+        name: String,
+        /// A file holding the password (its first line).
+        #[arg(long, value_name = "FILE")]
+        password_file: PathBuf,
+    },
+    /// Remove a SCRAM user.
+    Remove { name: String },
+}
+
+#[derive(Subcommand)]
 pub enum AclCmd {
     /// Add an ACL entry.
     Add(AclArgs),
@@ -144,6 +158,37 @@ fn parse_ttl(s: &str) -> anyhow::Result<u64> {
         Some(secs) if secs > 0 => Ok(secs),
         _ => bail!("--ttl {s}: must be positive and at most a few centuries"),
     }
+}
+
+pub fn run_user(cmd: UserCmd, group_file: Option<PathBuf>) -> anyhow::Result<()> {
+    use strom_auth::scram::{Mechanism, ScramCredential};
+    let d = crate::connect(group_file)?;
+    match cmd {
+        UserCmd::Set {
+            name,
+            password_file,
+        } => {
+            let text = std::fs::read_to_string(&password_file)
+                .with_context(|| format!("reading {}", password_file.display()))?;
+            let password = text.lines().next().unwrap_or("").to_string();
+            anyhow::ensure!(
+                !password.is_empty(),
+                "{} holds no password",
+                password_file.display()
+            );
+            let creds = [Mechanism::Sha256, Mechanism::Sha512]
+                .into_iter()
+                .map(|m| ScramCredential::new(m, &password).map_err(anyhow::Error::msg))
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            d.set_scram_user(&name, serde_json::to_string(&creds)?)?;
+            eprintln!("set SCRAM-SHA-256 and SCRAM-SHA-512 credentials of User:{name}");
+        }
+        UserCmd::Remove { name } => {
+            d.set_scram_user(&name, "[]".into())?;
+            eprintln!("removed User:{name}");
+        }
+    }
+    Ok(())
 }
 
 pub fn run_acl(cmd: AclCmd, group_file: Option<PathBuf>) -> anyhow::Result<()> {

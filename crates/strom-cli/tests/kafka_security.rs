@@ -215,3 +215,112 @@ fn kcat_over_sasl_ssl_trusts_the_servers_ca_and_authenticates_with_a_token() {
     let (ok, _, _) = kcat(&sasl(&addr, "admin", &t, &["-L"]), b"");
     assert!(!ok);
 }
+
+#[test]
+fn kcat_with_scram_users_over_sasl_ssl_and_the_keys_stay_with_members() {
+    use common::certs::{ca, issue};
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let server_ca = ca(d, "server");
+    let (cert, key) = issue(d, &server_ca, "localhost", true);
+    let (s, addr) = common::kafka::start_with_args(
+        &d.join("s"),
+        &[
+            "--auth",
+            "--super-user",
+            "User:admin",
+            "--tls-cert",
+            cert.to_str().unwrap(),
+            "--tls-key",
+            key.to_str().unwrap(),
+            "--kafka-tls",
+        ],
+    );
+    let admin_token = token(&s, "admin");
+    let admin = Driver::connect_as(
+        &s.group_file,
+        Transports::default(),
+        Some(admin_token.clone()),
+    )
+    .unwrap();
+    admin.create_topic(TopicSpec::new("sc", 1)).unwrap();
+    let pw = d.join("erin.pw");
+    std::fs::write(&pw, "correct horse\n").unwrap();
+    let strom = |args: &[&str]| {
+        Command::new(common::strom_bin())
+            .arg("--group-file")
+            .arg(&s.group_file)
+            .args(args)
+            .env("STROM_TOKEN", &admin_token)
+            .output()
+            .unwrap()
+    };
+    let o = strom(&[
+        "user",
+        "set",
+        "erin",
+        "--password-file",
+        pw.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = strom(&[
+        "acl",
+        "add",
+        "--principal",
+        "User:erin",
+        "--topic",
+        "sc",
+        "--operation",
+        "all",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // The ACL listing does not hand out SCRAM keys.
+    let listed = admin.security_table().unwrap();
+    assert!(!listed.contains("stored_key"), "{listed}");
+    let scram = |mech: &str, password: &str, rest: &[&str]| {
+        let mut v: Vec<String> = vec!["-b".into(), addr.clone()];
+        for x in [
+            "security.protocol=SASL_SSL".to_string(),
+            format!("ssl.ca.location={}", server_ca.pem.display()),
+            format!("sasl.mechanisms={mech}"),
+            "sasl.username=erin".into(),
+            format!("sasl.password={password}"),
+        ] {
+            v.push("-X".into());
+            v.push(x);
+        }
+        v.extend(rest.iter().map(|r| r.to_string()));
+        v
+    };
+    wait_for("erin's ACL to reach the server", || {
+        kcat(
+            &scram("SCRAM-SHA-256", "correct horse", &["-P", "-t", "sc"]),
+            b"a\n",
+        )
+        .0
+    });
+    let (ok, _, err) = kcat(
+        &scram("SCRAM-SHA-512", "correct horse", &["-P", "-t", "sc"]),
+        b"b\n",
+    );
+    assert!(ok, "{err}");
+    let (ok, out, err) = kcat(
+        &scram(
+            "SCRAM-SHA-512",
+            "correct horse",
+            &["-C", "-t", "sc", "-o", "beginning", "-c", "2", "-e"],
+        ),
+        b"",
+    );
+    assert!(ok && out.contains('a') && out.contains('b'), "{out} {err}");
+    let (ok, _, err) = kcat(&scram("SCRAM-SHA-256", "wrong horse", &["-L"]), b"");
+    assert!(
+        !ok && err.contains("uthentication"),
+        "a wrong password is refused: {err}"
+    );
+    let o = strom(&["user", "remove", "erin"]);
+    assert!(o.status.success());
+    wait_for("the removal to reach the server", || {
+        !kcat(&scram("SCRAM-SHA-256", "correct horse", &["-L"]), b"").0
+    });
+}

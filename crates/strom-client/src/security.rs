@@ -22,6 +22,16 @@ impl Driver {
         }
     }
 
+    /// Sets a SCRAM user's credentials for the Kafka port (`json`: an
+    /// array of `strom_auth::scram::ScramCredential`; `[]` removes it).
+    pub fn set_scram_user(&self, user: &str, json: String) -> Result<()> {
+        self.admin(Request::SetScramUser {
+            user: user.into(),
+            json,
+        })
+        .map(|_| ())
+    }
+
     /// Revokes the token whose id is `id`.
     pub fn revoke_token(&self, id: &str) -> Result<()> {
         self.admin(Request::RevokeToken { id: id.into() })

@@ -18,19 +18,22 @@ use kafka_protocol::messages::{
     SaslHandshakeResponse,
 };
 use kafka_protocol::protocol::StrBytes;
+use strom_auth::scram::{Mechanism as ScramMech, ServerExchange};
 use strom_auth::Principal;
 
 use crate::error::{kcode, FrameError};
 use crate::guard;
 use crate::request::{decode, ready, respond, Ctx, Header, Reply};
 
-const MECHANISMS: &[&str] = &["OAUTHBEARER", "PLAIN"];
+const MECHANISMS: &[&str] = &["OAUTHBEARER", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"];
 
 /// Where a connection is in its SASL exchange.
 #[derive(Default)]
 pub struct SaslState {
     mechanism: Option<&'static str>,
     done: bool,
+    /// A SCRAM exchange between its two rounds.
+    scram: Option<ServerExchange>,
 }
 
 /// Whether `key` is one of the SASL requests this module answers.
@@ -71,21 +74,29 @@ pub fn handle(
     let req: SaslAuthenticateRequest =
         decode("SaslAuthenticate", guard::SASL_AUTHENTICATE, v, false, body)?;
     let outcome = match (state.mechanism, state.done) {
-        (Some(m), false) => authenticate(ctx, m, &req.auth_bytes),
+        (Some(m), false) if m.starts_with("SCRAM-") => scram(ctx, state, m, &req.auth_bytes),
+        (Some(m), false) => authenticate(ctx, m, &req.auth_bytes).map(|p| (Some(p), Bytes::new())),
         _ => Err((
             kcode::ILLEGAL_SASL_STATE,
             "SaslAuthenticate needs a SaslHandshake first, once per connection".to_string(),
         )),
     };
     let (resp, who) = match outcome {
-        Ok(p) => {
+        // SCRAM's first round: the server's first message, more to come.
+        Ok((None, bytes)) => (
+            SaslAuthenticateResponse::default().with_auth_bytes(bytes),
+            None,
+        ),
+        Ok((Some(p), bytes)) => {
             state.done = true;
             let life = p.expires.map_or(0, |e| {
                 e.saturating_sub(strom_server::now_secs())
                     .saturating_mul(1000) as i64
             });
             tracing::info!(principal = %p, "Kafka connection authenticated");
-            let r = SaslAuthenticateResponse::default().with_session_lifetime_ms(life);
+            let r = SaslAuthenticateResponse::default()
+                .with_session_lifetime_ms(life)
+                .with_auth_bytes(bytes);
             (r, Some(p))
         }
         Err((code, message)) => {
@@ -97,6 +108,38 @@ pub fn handle(
         }
     };
     Ok((ready(respond(ApiKey::SaslAuthenticate, v, c, &resp)), who))
+}
+
+/// One round of SCRAM: the first starts the exchange (the server's first
+/// message goes back), the second checks the proof and proves the user.
+fn scram(
+    ctx: &Ctx,
+    state: &mut SaslState,
+    mechanism: &str,
+    auth: &[u8],
+) -> Result<(Option<Principal>, Bytes), (i16, String)> {
+    let fail = |m: String| (kcode::SASL_AUTHENTICATION_FAILED, m);
+    let text = std::str::from_utf8(auth).map_err(|_| fail("SASL bytes are not UTF-8".into()))?;
+    let m = ScramMech::parse(mechanism).ok_or_else(|| fail("unknown SCRAM mechanism".into()))?;
+    match state.scram.take() {
+        None => {
+            let table = ctx.services.access.table();
+            let lookup = |user: &str| {
+                table
+                    .scram
+                    .get(user)
+                    .and_then(|cs| cs.iter().find(|c| c.mechanism == m.name()).cloned())
+            };
+            let (ex, first) = ServerExchange::start(m, text, lookup).map_err(fail)?;
+            state.scram = Some(ex);
+            Ok((None, Bytes::from(first.into_bytes())))
+        }
+        Some(ex) => {
+            let last = ex.finish(text).map_err(fail)?;
+            let p = Principal::user(ex.user(), strom_auth::Mechanism::Sasl);
+            Ok((Some(p), Bytes::from(last.into_bytes())))
+        }
+    }
 }
 
 /// The principal `auth` proves under `mechanism`.

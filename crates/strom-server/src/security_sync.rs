@@ -48,6 +48,15 @@ pub fn spawn_security_sync(
 /// One ask; `fresh` is set once a table was installed, so the first
 /// version (0, an empty table) is installed too.
 async fn refresh(state: &Services, fresh: &mut bool) {
+    if let Some(r) = state.control.master_registry() {
+        // The registry is here: read it whole (SCRAM keys included).
+        let t = r.security_table().await;
+        if !*fresh || t.version != state.access.version() {
+            state.access.set_table(t);
+            *fresh = true;
+        }
+        return;
+    }
     let have = match *fresh {
         true => state.access.version(),
         false => u64::MAX,

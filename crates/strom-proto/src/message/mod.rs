@@ -359,6 +359,12 @@ pub enum Request {
     RevokeToken {
         id: String,
     },
+    /// Sets a SCRAM user's credentials for the Kafka port (`json`: an
+    /// array of `strom_auth::scram::ScramCredential`; empty removes it).
+    SetScramUser {
+        user: String,
+        json: String,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -654,6 +660,7 @@ messages!(Request {
     51 => SecurityTable { have },
     52 => AlterAcls { add, json },
     53 => RevokeToken { id },
+    54 => SetScramUser { user, json },
 });
 
 messages!(Response {

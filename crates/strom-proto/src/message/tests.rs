@@ -32,6 +32,10 @@ fn requests_round_trip() {
         json: "[]".into(),
     });
     round_trip_req(Request::RevokeToken { id: "ab12".into() });
+    round_trip_req(Request::SetScramUser {
+        user: "u".into(),
+        json: "[]".into(),
+    });
     round_trip_req(Request::CreateTopic {
         spec: TopicSpec::new("t", 3),
         member: Some(2),

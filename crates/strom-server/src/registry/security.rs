@@ -35,6 +35,16 @@ impl Registry {
             .await
     }
 
+    /// Sets (or, with no credentials, removes) a SCRAM user.
+    pub async fn set_scram(
+        &self,
+        user: String,
+        credentials: Vec<strom_auth::scram::ScramCredential>,
+    ) -> Result<(), ServerError> {
+        self.commit_security(SecurityCommand::SetScram { user, credentials })
+            .await
+    }
+
     /// The security table.
     pub async fn security_table(&self) -> SecurityTable {
         self.inner.lock().await.state.security.clone()

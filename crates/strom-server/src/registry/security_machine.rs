@@ -12,9 +12,20 @@ use super::machine::{RegistryState, Rejected};
 /// A change to the security table.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 pub enum SecurityCommand {
-    AddAcls { entries: Vec<AclEntry> },
-    RemoveAcls { entries: Vec<AclEntry> },
-    RevokeToken { id: String },
+    AddAcls {
+        entries: Vec<AclEntry>,
+    },
+    RemoveAcls {
+        entries: Vec<AclEntry>,
+    },
+    RevokeToken {
+        id: String,
+    },
+    /// A SCRAM user's credentials (none: the user is removed).
+    SetScram {
+        user: String,
+        credentials: Vec<strom_auth::scram::ScramCredential>,
+    },
 }
 
 pub(super) fn check(state: &RegistryState, cmd: &SecurityCommand) -> Result<(), Rejected> {
@@ -31,6 +42,24 @@ pub(super) fn check(state: &RegistryState, cmd: &SecurityCommand) -> Result<(), 
             }
         }
         SecurityCommand::RemoveAcls { .. } => {}
+        SecurityCommand::SetScram { user, credentials } => {
+            if user.is_empty()
+                || user.len() > 256
+                || user.chars().any(|c| c.is_control() || c == ':')
+            {
+                return Err(Rejected(
+                    "a user name is 1 to 256 printable characters without ':'".into(),
+                ));
+            }
+            for c in credentials {
+                c.check().map_err(Rejected)?;
+            }
+            if credentials.len() > 2 || t.scram.len() >= MAX_ENTRIES {
+                return Err(Rejected(
+                    "one credential per SCRAM mechanism, and at most 100000 users".into(),
+                ));
+            }
+        }
         SecurityCommand::RevokeToken { id } => {
             if id.is_empty() || id.len() > 128 {
                 return Err(Rejected("a token id is 1 to 128 characters".into()));
@@ -56,6 +85,12 @@ pub(super) fn apply(state: &mut RegistryState, cmd: &SecurityCommand) {
         }
         SecurityCommand::RevokeToken { id } => {
             t.revoked.insert(id.clone());
+        }
+        SecurityCommand::SetScram { user, credentials } if credentials.is_empty() => {
+            t.scram.remove(user);
+        }
+        SecurityCommand::SetScram { user, credentials } => {
+            t.scram.insert(user.clone(), credentials.clone());
         }
     }
     t.version += 1;

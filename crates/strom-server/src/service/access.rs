@@ -187,7 +187,8 @@ pub fn needs(req: &Request) -> Vec<(Operation, Resource)> {
         R::MovePartition { .. }
         | R::DrainMember { .. }
         | R::AlterAcls { .. }
-        | R::RevokeToken { .. } => cluster(Alter),
+        | R::RevokeToken { .. }
+        | R::SetScramUser { .. } => cluster(Alter),
         // About the connection itself (or stream-local), or member-only.
         R::Hello { .. }
         | R::ProveMember { .. }

@@ -121,7 +121,11 @@ impl ControlService {
                 Response::Done
             }
             Request::SecurityTable { have } => {
-                let t = r.security_table().await;
+                let mut t = r.security_table().await;
+                // SCRAM keys go to members only (they log users in).
+                if member.is_none() {
+                    t.scram.clear();
+                }
                 let json = match t.version == have {
                     true => String::new(),
                     false => serde_json::to_string(&t)
@@ -140,6 +144,16 @@ impl ControlService {
                     )
                 })?;
                 r.alter_acls(add, entries).await?;
+                Response::Done
+            }
+            Request::SetScramUser { user, json } => {
+                let credentials = serde_json::from_str(&json).map_err(|e| {
+                    ServerError::coded(
+                        ErrorCode::INVALID_ARGUMENT,
+                        format!("the SCRAM credentials do not parse: {e}"),
+                    )
+                })?;
+                r.set_scram(user, credentials).await?;
                 Response::Done
             }
             Request::RevokeToken { id } => {
