@@ -135,7 +135,7 @@ pub struct ServerExchange {
     cred: ScramCredential,
 }
 
-fn attr<'a>(msg: &'a str, key: char) -> Option<&'a str> {
+fn attr(msg: &str, key: char) -> Option<&str> {
     msg.split(',')
         .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
 }
