@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# What authentication costs (docs/security.md): `strom bench produce` and
-# `consume` against two `strom server`s on this machine, one plain and one
-# with --auth (a super user's token presented once per connection, every
-# request decided by the ACLs), interleaved, medians of ROUNDS runs.
+# What security costs (docs/security.md): `strom bench produce` and
+# `consume` against three `strom server`s on this machine, interleaved,
+# medians of ROUNDS runs each:
+#   plain  TCP, no auth;
+#   auth   TCP, --auth (a super user's token presented once per
+#          connection, every request decided by the ACLs);
+#   tls    tls:// with a self-signed certificate (openssl), --auth and a token.
 # Usage: bench/auth-overhead.sh [STROM_BINARY] [ROUNDS] [EVENTS] [DATA_SIZE]
 set -euo pipefail
 STROM=${1:-target/release/strom}
@@ -12,31 +15,44 @@ SIZE=${4:-1024}
 dir=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$dir"' EXIT
 
-start() { # name, extra args...
-  local name=$1; shift
-  "$STROM" server --data-dir "$dir/$name" --group-file "$dir/$name.json" "$@" 2>"$dir/$name.log" &
+openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=localhost \
+  -addext "subjectAltName=DNS:localhost,IP:127.0.0.1" \
+  -keyout "$dir/key.pem" -out "$dir/cert.pem" 2>/dev/null
+
+start() { # name, listen, extra args...
+  local name=$1 listen=$2; shift 2
+  "$STROM" server --data-dir "$dir/$name" --group-file "$dir/$name.json" --listen "$listen" "$@" \
+    2>"$dir/$name.log" &
   for _ in $(seq 200); do [ -s "$dir/$name.json" ] && return; sleep 0.05; done
   echo "server $name did not start" >&2; cat "$dir/$name.log" >&2; exit 1
 }
-start plain
-start auth --auth --super-user User:bench
-"$STROM" token create --subject bench --ttl 1h --data-dir "$dir/auth" > "$dir/token"
+start plain 127.0.0.1:0
+start auth 127.0.0.1:0 --auth --super-user User:bench
+start tls tls://127.0.0.1:0 --auth --super-user User:bench \
+  --tls-cert "$dir/cert.pem" --tls-key "$dir/key.pem"
+"$STROM" token create --subject bench --ttl 1h --data-dir "$dir/auth" > "$dir/auth.token"
+"$STROM" token create --subject bench --ttl 1h --data-dir "$dir/tls" > "$dir/tls.token"
 
 run() { # name, mode -> MB/s
-  local tok=()
-  [ "$1" = auth ] && tok=(--token-file "$dir/token")
-  "$STROM" --group-file "$dir/$1.json" "${tok[@]}" bench "$2" --events "$EVENTS" \
+  local extra=()
+  [ "$1" != plain ] && extra=(--token-file "$dir/$1.token")
+  [ "$1" = tls ] && extra+=(--tls-ca "$dir/cert.pem")
+  "$STROM" --group-file "$dir/$1.json" "${extra[@]}" bench "$2" --events "$EVENTS" \
     --data-size "$SIZE" --metadata-size 100 --json 2>/dev/null |
-    python3 -c 'import json,sys; print(json.load(sys.stdin)["mb_per_s"])'
+    python3 -c 'import json,sys; print(round(json.load(sys.stdin)["mb_per_s"], 1))'
 }
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
 for mode in produce consume; do
-  : > "$dir/plain.$mode"; : > "$dir/auth.$mode"
+  for s in plain auth tls; do : > "$dir/$s.$mode"; done
   for _ in $(seq "$ROUNDS"); do
-    run plain "$mode" >> "$dir/plain.$mode"
-    run auth "$mode" >> "$dir/auth.$mode"
+    for s in plain auth tls; do run "$s" "$mode" >> "$dir/$s.$mode"; done
   done
-  p=$(median < "$dir/plain.$mode"); a=$(median < "$dir/auth.$mode")
-  echo "$mode ${SIZE} B: plain $p MB/s, auth $a MB/s, ratio $(python3 -c "print(round($a/$p, 3))") (runs: plain $(tr '\n' ' ' < "$dir/plain.$mode")| auth $(tr '\n' ' ' < "$dir/auth.$mode"))"
+  p=$(median < "$dir/plain.$mode")
+  line="$mode ${SIZE} B x $EVENTS, MB/s (median of $ROUNDS):"
+  for s in plain auth tls; do
+    m=$(median < "$dir/$s.$mode")
+    line+=" $s $m ($(python3 -c "print(round($m/$p, 3))")x; runs $(tr '\n' ' ' < "$dir/$s.$mode" | sed 's/ $//'))"
+  done
+  echo "$line"
 done

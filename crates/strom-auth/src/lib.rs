@@ -7,12 +7,16 @@
 //! - [`token`]: Strom tokens, HMAC-SHA256 bearer tokens signed with a key
 //!   derived from the cluster secret, carrying a subject, an expiry and
 //!   optional scopes ([`Claims`], [`TokenKey`]).
+//! - [`resource`]: operations, resources, name patterns (a leaf);
+//! - [`scope`]: what a scoped token is limited to;
 //! - [`acl`]: ACL entries (principal, resource pattern, operation, allow or
 //!   deny), the table the registry replicates ([`SecurityTable`]) and the
 //!   one decision function ([`SecurityTable::decide`]).
 
 pub mod acl;
 pub mod principal;
+pub mod resource;
+pub mod scope;
 pub mod scram;
 pub mod token;
 

@@ -12,7 +12,7 @@
 
 use std::fmt;
 
-use crate::token::Scope;
+use crate::scope::Scope;
 
 /// How a principal was established.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

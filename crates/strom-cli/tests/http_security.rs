@@ -8,29 +8,10 @@ mod common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use common::auth::{http_addr, token_for};
 use common::ServerProcess;
-use strom_auth::Claims;
-use strom_server::member_auth::{ClusterSecret, SECRET_FILE};
-
-fn http_addr(server: &ServerProcess) -> String {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let err = server.stderr();
-        if let Some(a) = err
-            .lines()
-            .find_map(|l| l.strip_prefix("strom http listening on http://"))
-        {
-            return a.trim().to_string();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no HTTP address printed; stderr:\n{err}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
 
 /// `GET path` with `headers`: the status code and the whole response.
 fn get(addr: &str, path: &str, headers: &[String]) -> (u16, String) {
@@ -53,15 +34,6 @@ fn get(addr: &str, path: &str, headers: &[String]) -> (u16, String) {
     (status, out)
 }
 
-fn token(s: &ServerProcess, sub: &str) -> String {
-    let c = Claims::new(sub, strom_server::now_secs(), 600).unwrap();
-    ClusterSecret::read(&s.data_dir.join(SECRET_FILE))
-        .unwrap()
-        .token_key()
-        .sign(&c)
-        .unwrap()
-}
-
 #[test]
 fn api_needs_a_token_that_may_describe_the_cluster_and_metrics_a_scraper_network_or_one() {
     let tmp = tempfile::tempdir().unwrap();
@@ -71,7 +43,7 @@ fn api_needs_a_token_that_may_describe_the_cluster_and_metrics_a_scraper_network
     );
     let http = http_addr(&s);
     let bearer = |t: &str| vec![format!("Authorization: Bearer {t}")];
-    let ops = token(&s, "ops");
+    let ops = token_for(&s, "ops", 600);
     // /metrics from a network that is not the scrapers': a token is needed.
     assert_eq!(get(&http, "/metrics", &[]).0, 401);
     let (code, body) = get(&http, "/metrics", &bearer(&ops));
@@ -85,7 +57,7 @@ fn api_needs_a_token_that_may_describe_the_cluster_and_metrics_a_scraper_network
         "{body}"
     );
     assert_eq!(get(&http, "/api/group", &bearer("strom1.x.y")).0, 401);
-    let (code, body) = get(&http, "/api/history", &bearer(&token(&s, "bob")));
+    let (code, body) = get(&http, "/api/history", &bearer(&token_for(&s, "bob", 600)));
     assert_eq!(code, 403, "{body}");
     assert!(body.contains("User:bob"), "{body}");
     assert_eq!(get(&http, "/api/snapshot", &bearer(&ops)).0, 200);
@@ -109,7 +81,12 @@ fn api_needs_a_token_that_may_describe_the_cluster_and_metrics_a_scraper_network
         200
     );
     assert_eq!(
-        get(&http, &format!("/login?token={}", token(&s, "bob")), &[]).0,
+        get(
+            &http,
+            &format!("/login?token={}", token_for(&s, "bob", 600)),
+            &[]
+        )
+        .0,
         403
     );
 }

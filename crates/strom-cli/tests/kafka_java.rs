@@ -238,14 +238,7 @@ fn java_clients_over_sasl_ssl_with_a_token_and_an_acl_refusal() {
             "--kafka-tls",
         ],
     );
-    let token = |sub: &str| {
-        let c = strom_auth::Claims::new(sub, strom_server::now_secs(), 3600).unwrap();
-        strom_server::member_auth::ClusterSecret::read(&server.data_dir.join("cluster.secret"))
-            .unwrap()
-            .token_key()
-            .sign(&c)
-            .unwrap()
-    };
+    let token = |sub: &str| common::auth::token_for(&server, sub, 3600);
     let jvm = |sub: &str| {
         vec![
             "-Dcheck.client.security.protocol=SASL_SSL".to_string(),

@@ -12,19 +12,32 @@ use std::time::Duration;
 
 use common::kafka_raw::{connect, i16_at, record_batch, request, response, string};
 use common::{read_all, wait_for, ServerProcess};
-use strom_auth::Claims;
+
+fn token(s: &ServerProcess, sub: &str) -> String {
+    common::auth::token_for(s, sub, 3600)
+}
 use strom_client::{Driver, TopicSpec, Transports};
-use strom_server::member_auth::{ClusterSecret, SECRET_FILE};
 
 const TOPIC_AUTHORIZATION_FAILED: i16 = 29;
 
-fn token(s: &ServerProcess, sub: &str) -> String {
-    let c = Claims::new(sub, strom_server::now_secs(), 3600).unwrap();
-    ClusterSecret::read(&s.data_dir.join(SECRET_FILE))
-        .unwrap()
-        .token_key()
-        .sign(&c)
-        .unwrap()
+/// A server with `--auth` (admin a super user) and its Kafka listener over
+/// TLS, with a certificate from a CA made here: the server, the Kafka
+/// address and the CA.
+fn start_tls(d: &std::path::Path) -> (ServerProcess, String, common::certs::Ca) {
+    let server_ca = common::certs::ca(d, "server");
+    let (cert, key) = common::certs::issue(d, &server_ca, "localhost", true);
+    let args = [
+        "--auth",
+        "--super-user",
+        "User:admin",
+        "--tls-cert",
+        cert.to_str().unwrap(),
+        "--tls-key",
+        key.to_str().unwrap(),
+        "--kafka-tls",
+    ];
+    let (s, addr) = common::kafka::start_with_args(&d.join("s"), &args);
+    (s, addr, server_ca)
 }
 
 fn start() -> (tempfile::TempDir, ServerProcess, String, Driver) {
@@ -162,24 +175,10 @@ fn kcat_with_a_token_over_sasl_plain_may_do_what_the_acls_allow() {
 
 #[test]
 fn kcat_over_sasl_ssl_trusts_the_servers_ca_and_authenticates_with_a_token() {
-    use common::certs::{ca, issue};
+    use common::certs::ca;
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path();
-    let server_ca = ca(d, "server");
-    let (cert, key) = issue(d, &server_ca, "localhost", true);
-    let (s, addr) = common::kafka::start_with_args(
-        &d.join("s"),
-        &[
-            "--auth",
-            "--super-user",
-            "User:admin",
-            "--tls-cert",
-            cert.to_str().unwrap(),
-            "--tls-key",
-            key.to_str().unwrap(),
-            "--kafka-tls",
-        ],
-    );
+    let (s, addr, server_ca) = start_tls(d);
     let admin = Driver::connect_as(
         &s.group_file,
         Transports::default(),
@@ -218,24 +217,9 @@ fn kcat_over_sasl_ssl_trusts_the_servers_ca_and_authenticates_with_a_token() {
 
 #[test]
 fn kcat_with_scram_users_over_sasl_ssl_and_the_keys_stay_with_members() {
-    use common::certs::{ca, issue};
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path();
-    let server_ca = ca(d, "server");
-    let (cert, key) = issue(d, &server_ca, "localhost", true);
-    let (s, addr) = common::kafka::start_with_args(
-        &d.join("s"),
-        &[
-            "--auth",
-            "--super-user",
-            "User:admin",
-            "--tls-cert",
-            cert.to_str().unwrap(),
-            "--tls-key",
-            key.to_str().unwrap(),
-            "--kafka-tls",
-        ],
-    );
+    let (s, addr, server_ca) = start_tls(d);
     let admin_token = token(&s, "admin");
     let admin = Driver::connect_as(
         &s.group_file,

@@ -6,11 +6,13 @@
 
 mod common;
 
+use std::ffi::OsStr;
 use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use common::auth::{cli, succeeded};
 use common::raw::{connect, read_until_reply, request_frame, responses};
 use common::{read_all, strom_bin, wait_for, ServerProcess};
 use strom_auth::{Claims, TokenKey};
@@ -275,39 +277,6 @@ fn expired_revoked_foreign_and_out_of_scope_tokens_are_refused() {
     assert!(e.to_string().contains("revoked"), "{e}");
 }
 
-fn cli(
-    s: &ServerProcess,
-    args: &[&str],
-    env: &[(&str, &str)],
-    stdin: &str,
-) -> std::process::Output {
-    let mut c = Command::new(strom_bin());
-    c.arg("--group-file").arg(&s.group_file).args(args);
-    c.env_remove("STROM_TOKEN").env_remove("STROM_TOKEN_FILE");
-    for (k, v) in env {
-        c.env(k, v);
-    }
-    let mut child = c
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(stdin.as_bytes())
-        .unwrap();
-    child.wait_with_output().unwrap()
-}
-
-fn ok(o: &std::process::Output, what: &str) -> String {
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(o.status.success(), "{what} failed: {err}");
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
 #[test]
 fn the_cli_creates_tokens_manages_acls_and_reads_its_token_from_a_file() {
     let tmp = tempfile::tempdir().unwrap();
@@ -329,12 +298,12 @@ fn the_cli_creates_tokens_manages_acls_and_reads_its_token_from_a_file() {
             &[],
             "",
         );
-        ok(&o, "token create").trim().to_string()
+        succeeded(&o, "token create").trim().to_string()
     };
     let admin_token = mk("admin");
     let dave_token = mk("dave");
-    let as_admin = [("STROM_TOKEN", admin_token.as_str())];
-    ok(
+    let as_admin = [("STROM_TOKEN", OsStr::new(admin_token.as_str()))];
+    succeeded(
         &cli(&s, &["topic", "create", "jobs"], &as_admin, ""),
         "topic create",
     );
@@ -348,8 +317,8 @@ fn the_cli_creates_tokens_manages_acls_and_reads_its_token_from_a_file() {
         "--operation",
         "write",
     ];
-    ok(&cli(&s, &acl, &as_admin, ""), "acl add");
-    let listed = ok(&cli(&s, &["acl", "list"], &as_admin, ""), "acl list");
+    succeeded(&cli(&s, &acl, &as_admin, ""), "acl add");
+    let listed = succeeded(&cli(&s, &["acl", "list"], &as_admin, ""), "acl list");
     assert!(
         listed.contains("allow User:dave write on topic jobs"),
         "{listed}"
@@ -378,7 +347,7 @@ fn the_cli_creates_tokens_manages_acls_and_reads_its_token_from_a_file() {
     });
     let o = cli(&s, &["--token-file", f, "topic", "delete", "jobs"], &[], "");
     assert!(!o.status.success(), "dave may not delete");
-    let read = ok(
+    let read = succeeded(
         &cli(
             &s,
             &[
@@ -397,7 +366,7 @@ fn the_cli_creates_tokens_manages_acls_and_reads_its_token_from_a_file() {
         "consume",
     );
     assert!(read.contains("\"job\":1"), "{read}");
-    ok(
+    succeeded(
         &cli(
             &s,
             &[
@@ -415,7 +384,7 @@ fn the_cli_creates_tokens_manages_acls_and_reads_its_token_from_a_file() {
         ),
         "acl remove",
     );
-    let listed = ok(&cli(&s, &["acl", "list"], &as_admin, ""), "acl list");
+    let listed = succeeded(&cli(&s, &["acl", "list"], &as_admin, ""), "acl list");
     assert!(!listed.contains("User:dave"), "{listed}");
 }
 

@@ -9,45 +9,12 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::path::PathBuf;
+use std::process::Command;
 
+use common::auth::{cli, succeeded};
 use common::certs::{ca, issue};
 use common::{strom_bin, wait_for, ServerProcess};
-
-fn cli(s: &ServerProcess, args: &[&str], env: &[(&str, &Path)], stdin: &str) -> Output {
-    let mut c = Command::new(strom_bin());
-    c.arg("--group-file").arg(&s.group_file).args(args);
-    for v in [
-        "STROM_TOKEN",
-        "STROM_TOKEN_FILE",
-        "STROM_TLS_CA",
-        "STROM_TLS_CERT",
-        "STROM_TLS_KEY",
-    ] {
-        c.env_remove(v);
-    }
-    for (k, v) in env {
-        c.env(k, v);
-    }
-    let mut child = c
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::io::Write::write_all(&mut child.stdin.take().unwrap(), stdin.as_bytes()).unwrap();
-    child.wait_with_output().unwrap()
-}
-
-fn ok(o: &Output, what: &str) -> String {
-    assert!(
-        o.status.success(),
-        "{what} failed: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
 
 #[test]
 fn the_cli_produces_and_consumes_over_tls_and_untrusting_or_plaintext_clients_are_refused() {
@@ -67,16 +34,16 @@ fn the_cli_produces_and_consumes_over_tls_and_untrusting_or_plaintext_clients_ar
         &[],
     );
     assert!(s.addr.starts_with("tls://"), "{}", s.addr);
-    let trust = [("STROM_TLS_CA", server_ca.pem.as_path())];
-    ok(
+    let trust = [("STROM_TLS_CA", server_ca.pem.as_os_str())];
+    succeeded(
         &cli(&s, &["topic", "create", "secure"], &trust, ""),
         "topic create",
     );
-    ok(
+    succeeded(
         &cli(&s, &["produce", "secure"], &trust, "{\"n\":1}\n{\"n\":2}\n"),
         "produce",
     );
-    let got = ok(
+    let got = succeeded(
         &cli(
             &s,
             &[
@@ -100,7 +67,7 @@ fn the_cli_produces_and_consumes_over_tls_and_untrusting_or_plaintext_clients_ar
     let o = cli(
         &s,
         &["topic", "list"],
-        &[("STROM_TLS_CA", other.pem.as_path())],
+        &[("STROM_TLS_CA", other.pem.as_os_str())],
         "",
     );
     assert!(!o.status.success(), "an untrusted server is refused");
@@ -117,7 +84,7 @@ fn the_cli_produces_and_consumes_over_tls_and_untrusting_or_plaintext_clients_ar
         .output()
         .unwrap();
     assert!(!o.status.success(), "plaintext on a TLS port fails");
-    let listed = ok(&cli(&s, &["topic", "list"], &trust, ""), "topic list after");
+    let listed = succeeded(&cli(&s, &["topic", "list"], &trust, ""), "topic list after");
     assert!(listed.contains("secure"), "{listed}");
 }
 
@@ -154,12 +121,13 @@ fn with_mutual_tls_the_certificates_common_name_is_the_principal() {
         ]
     };
     let run = |env: &Vec<(&str, PathBuf)>, args: &[&str], stdin: &str| {
-        let env: Vec<(&str, &Path)> = env.iter().map(|(k, v)| (*k, v.as_path())).collect();
+        let env: Vec<(&str, &std::ffi::OsStr)> =
+            env.iter().map(|(k, v)| (*k, v.as_os_str())).collect();
         cli(&s, args, &env, stdin)
     };
     let ops = as_client(&issue(d, &client_ca, "ops", false));
     let dana = as_client(&issue(d, &client_ca, "dana", false));
-    ok(
+    succeeded(
         &run(&ops, &["topic", "create", "certs"], ""),
         "ops creates a topic",
     );
@@ -176,7 +144,7 @@ fn with_mutual_tls_the_certificates_common_name_is_the_principal() {
         "--operation",
         "write",
     ];
-    ok(&run(&ops, &acl, ""), "acl add");
+    succeeded(&run(&ops, &acl, ""), "acl add");
     wait_for("dana's ACL to reach the server", || {
         run(&dana, &["produce", "certs"], "{\"x\":1}\n")
             .status
@@ -192,7 +160,7 @@ fn with_mutual_tls_the_certificates_common_name_is_the_principal() {
         !o.status.success(),
         "a foreign client certificate is refused"
     );
-    let listed = ok(&run(&ops, &["topic", "list"], ""), "topic list");
+    let listed = succeeded(&run(&ops, &["topic", "list"], ""), "topic list");
     assert!(
         listed.contains("certs"),
         "the topic is still there: {listed}"

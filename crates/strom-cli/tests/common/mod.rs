@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+pub mod auth;
 pub mod certs;
 pub mod cluster;
 pub mod faults;
