@@ -61,7 +61,7 @@ impl Services {
         &self,
     ) -> Result<
         Option<std::sync::Arc<strom_net::tokio_rustls::rustls::ServerConfig>>,
-        crate::ServerError,
+        crate::error::ServerError,
     > {
         let (Some(cert), Some(key)) = (&self.config.tls_cert, &self.config.tls_key) else {
             return Ok(None);
@@ -69,7 +69,10 @@ impl Services {
         strom_net::server_config(cert, key, self.config.tls_client_ca.as_deref())
             .map(Some)
             .map_err(|e| {
-                crate::ServerError::coded(strom_proto::ErrorCode::INVALID_ARGUMENT, e.to_string())
+                crate::error::ServerError::coded(
+                    strom_proto::ErrorCode::INVALID_ARGUMENT,
+                    e.to_string(),
+                )
             })
     }
 
@@ -91,7 +94,7 @@ impl Services {
     pub fn authenticate_token(
         &self,
         token: &str,
-    ) -> Result<strom_auth::Principal, crate::ServerError> {
+    ) -> Result<strom_auth::Principal, crate::error::ServerError> {
         let key = self
             .control
             .link()
