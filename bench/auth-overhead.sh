@@ -6,6 +6,7 @@
 #   auth   TCP, --auth (a super user's token presented once per
 #          connection, every request decided by the ACLs);
 #   tls    tls:// with a self-signed certificate (openssl), --auth and a token.
+# Memory partitions (nothing written to disk; each run its own topic).
 # Usage: bench/auth-overhead.sh [STROM_BINARY] [ROUNDS] [EVENTS] [DATA_SIZE]
 set -euo pipefail
 STROM=${1:-target/release/strom}
@@ -15,9 +16,14 @@ SIZE=${4:-1024}
 dir=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$dir"' EXIT
 
-openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=localhost \
-  -addext "subjectAltName=DNS:localhost,IP:127.0.0.1" \
-  -keyout "$dir/key.pem" -out "$dir/cert.pem" 2>/dev/null
+# A CA, and a certificate for 127.0.0.1 it signs (the clients trust the CA).
+openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=bench-ca \
+  -keyout "$dir/ca.key" -out "$dir/ca.pem" 2>/dev/null
+openssl req -newkey rsa:2048 -nodes -subj /CN=localhost \
+  -keyout "$dir/key.pem" -out "$dir/cert.csr" 2>/dev/null
+printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\n' > "$dir/ext"
+openssl x509 -req -in "$dir/cert.csr" -CA "$dir/ca.pem" -CAkey "$dir/ca.key" \
+  -CAcreateserial -days 1 -extfile "$dir/ext" -out "$dir/cert.pem" 2>/dev/null
 
 start() { # name, listen, extra args...
   local name=$1 listen=$2; shift 2
@@ -36,9 +42,9 @@ start tls tls://127.0.0.1:0 --auth --super-user User:bench \
 run() { # name, mode -> MB/s
   local extra=()
   [ "$1" != plain ] && extra=(--token-file "$dir/$1.token")
-  [ "$1" = tls ] && extra+=(--tls-ca "$dir/cert.pem")
+  [ "$1" = tls ] && extra+=(--tls-ca "$dir/ca.pem")
   "$STROM" --group-file "$dir/$1.json" "${extra[@]}" bench "$2" --events "$EVENTS" \
-    --data-size "$SIZE" --metadata-size 100 --json 2>/dev/null |
+    --data-size "$SIZE" --metadata-size 100 --partition-type memory --json 2>/dev/null |
     python3 -c 'import json,sys; print(round(json.load(sys.stdin)["mb_per_s"], 1))'
 }
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
