@@ -164,3 +164,72 @@ def test_kafka_admin_tools_manage_the_acls(secured):
         for f in futs.values():
             f.result(30)
     assert "CLUSTER_AUTHORIZATION_FAILED" in str(e.value) or "uthoriz" in str(e.value), e.value
+
+
+def make_certs(d):
+    """A CA and a certificate for 127.0.0.1 it signs (PEM files in `d`)."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+    import ipaddress
+
+    now = datetime.datetime.now(datetime.timezone.utc)
+    day = datetime.timedelta(days=1)
+
+    def name(cn):
+        return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca = (x509.CertificateBuilder().subject_name(name("py-ca")).issuer_name(name("py-ca"))
+          .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
+          .not_valid_before(now - day).not_valid_after(now + day)
+          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+          .sign(ca_key, hashes.SHA256()))
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (x509.CertificateBuilder().subject_name(name("localhost")).issuer_name(ca.subject)
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - day).not_valid_after(now + day)
+            .add_extension(x509.SubjectAlternativeName(
+                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                critical=False)
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .sign(ca_key, hashes.SHA256()))
+    pem = serialization.Encoding.PEM
+    (d / "ca.pem").write_bytes(ca.public_bytes(pem))
+    (d / "cert.pem").write_bytes(cert.public_bytes(pem))
+    (d / "key.pem").write_bytes(key.private_bytes(
+        pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    return d / "ca.pem", d / "cert.pem", d / "key.pem"
+
+
+def test_the_python_client_over_tls_with_a_token(tmp_path, monkeypatch):
+    ca, cert, key = make_certs(tmp_path)
+    proc = subprocess.Popen(
+        [find_binary(), "server", "--data-dir", str(tmp_path / "data"),
+         "--group-file", str(tmp_path / "group.json"), "--listen", "tls://127.0.0.1:0",
+         "--auth", "--super-user", "User:admin", "--tls-cert", str(cert), "--tls-key", str(key)],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        until("the group file", lambda: (tmp_path / "group.json").exists())
+        tok = subprocess.run(
+            [find_binary(), "token", "create", "--subject", "admin", "--ttl", "1h",
+             "--data-dir", str(tmp_path / "data")],
+            check=True, capture_output=True, text=True).stdout.strip()
+        monkeypatch.delenv("STROM_TLS_CA", raising=False)
+        with pytest.raises(strom.errors.StromError):
+            strom.Driver.connect(tmp_path / "group.json", token=tok)
+        monkeypatch.setenv("STROM_TLS_CA", str(ca))
+        d = strom.Driver.connect(tmp_path / "group.json", token=tok)
+        t = d.create_topic("py.tls", partitions=1)
+        p = t.producer()
+        p.push({"n": 7}).result(timeout=10)
+        p.close()
+        c = t.consumer("reader")
+        ev = c.pull(timeout=10)
+        assert ev is not None and ev.metadata == {"n": 7}
+    finally:
+        proc.terminate()
+        proc.wait(10)

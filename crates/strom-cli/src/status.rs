@@ -79,9 +79,10 @@ pub fn run(a: StatusArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> {
         .collect();
     let transforms = crate::transform::rows(&d);
     let survival = crate::survive::Survival::of(&members, &topics);
+    let security = d.security_mode()?;
     if a.json {
         let v = serde_json::json!({
-            "members": members_json, "survives": survival.to_json(),
+            "members": members_json, "survives": survival.to_json(), "security": security,
             "topics": topics_json, "transforms": transforms,
         });
         println!("{}", serde_json::to_string_pretty(&v)?);
@@ -106,6 +107,7 @@ pub fn run(a: StatusArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> {
         );
     }
     println!();
+    println!("security: {}", security_line(security));
     for line in survival.lines() {
         println!("{line}");
     }
@@ -160,4 +162,16 @@ pub fn run(a: StatusArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> {
         crate::transform::print_rows(&transforms);
     }
     Ok(())
+}
+
+/// What `strom status` says of the registry master's security mode.
+fn security_line(mode: &str) -> &'static str {
+    match mode {
+        "auth" => "auth (every connection authenticated, every request checked against the ACLs)",
+        "protected" => "protected mode (no auth; serves loopback and same-node clients only)",
+        "insecure" => {
+            "INSECURE (no auth on network addresses: anyone who reaches a port may do anything)"
+        }
+        _ => "unknown (a server older than protocol version 9)",
+    }
 }

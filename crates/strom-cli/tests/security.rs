@@ -418,6 +418,17 @@ fn without_auth_a_server_refuses_a_network_address_unless_insecure() {
         &tmp.path().join("b"),
         &["--insecure", "--also-listen", "0.0.0.0:0"],
     );
+    let o = Command::new(strom_bin())
+        .args([
+            "--group-file",
+            s.group_file.to_str().unwrap(),
+            "status",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["security"], "insecure", "{v}");
     wait_for("the insecure warning", || {
         s.stderr().contains("without authentication")
     });
@@ -458,6 +469,9 @@ fn cluster_up_with_auth_writes_a_private_token_for_the_launching_user() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("NOT_AUTHORIZED"));
     let o = run(&["topic", "create", "t"], true);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = run(&["status", "--json"], true);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["security"], "auth", "{v}");
     let down = Command::new(strom_bin())
         .args(["cluster", "down", "--data-dir"])
         .arg(&dir)

@@ -127,6 +127,9 @@ pub(crate) struct Greeting {
     /// Voters of the server's metadata quorum (`Limits`; 0 from servers
     /// older than protocol version 8, 1 without a quorum).
     pub meta_voters: u32,
+    /// The server's security mode (`Limits.security`; 0 from servers
+    /// older than protocol version 9).
+    pub security: u8,
 }
 
 pub(crate) struct ClientConn {
@@ -171,6 +174,7 @@ impl ClientConn {
                     master,
                     members,
                     meta_voters: 0,
+                    security: 0,
                 }
             }
             Response::Hello { version, .. } => {
@@ -186,8 +190,10 @@ impl ClientConn {
                 max_frame_bytes,
                 max_batch_bytes,
                 meta_voters,
+                security,
             } => {
                 greeting.meta_voters = meta_voters;
+                greeting.security = security;
                 let _ = c.limits.set(ServerLimits {
                     max_frame_bytes,
                     max_batch_bytes,

@@ -32,6 +32,21 @@ impl Driver {
         .map(|_| ())
     }
 
+    /// How the registry master guards itself: `protected` (no auth,
+    /// loopback and same-node only), `auth`, `insecure`, or `unknown`
+    /// (a server older than protocol version 9).
+    pub fn security_mode(&self) -> Result<&'static str> {
+        let d = self.clone();
+        let master = self.master_addr();
+        let g = self.block_on(async move { Ok(d.conn(&master).await?.greeting()) })?;
+        Ok(match g.security {
+            1 => "protected",
+            2 => "auth",
+            3 => "insecure",
+            _ => "unknown",
+        })
+    }
+
     /// Revokes the token whose id is `id`.
     pub fn revoke_token(&self, id: &str) -> Result<()> {
         self.admin(Request::RevokeToken { id: id.into() })

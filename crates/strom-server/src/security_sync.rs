@@ -25,6 +25,15 @@ pub fn super_users(config: &ServerConfig) -> Vec<String> {
     v
 }
 
+/// Installs the registry's table before the server accepts anyone, when
+/// the registry is here (a group without a quorum): no request of a new
+/// server's first clients is refused for want of it.
+pub async fn load_local(state: &Services) {
+    if let (true, Some(r)) = (state.access.enabled(), state.control.master_registry()) {
+        state.access.set_table(r.security_table().await);
+    }
+}
+
 pub fn spawn_security_sync(
     state: Arc<Services>,
     mut stopped: watch::Receiver<bool>,
@@ -34,11 +43,15 @@ pub fn spawn_security_sync(
     }
     Some(tokio::spawn(async move {
         let every = Duration::from_millis(state.config.acl_refresh_ms);
-        let mut fresh = false;
+        // Until a first table arrives (a member before it joined, a quorum
+        // before it elected), ask often: requests are refused meanwhile.
+        let first = every.min(Duration::from_millis(100));
+        let mut fresh = state.access.loaded();
         loop {
             refresh(&state, &mut fresh).await;
+            let wait = if fresh { every } else { first };
             tokio::select! {
-                _ = tokio::time::sleep(every) => {}
+                _ = tokio::time::sleep(wait) => {}
                 _ = stopped.changed() => break,
             }
         }

@@ -237,6 +237,7 @@ impl Server {
         let slots = Arc::new(tokio::sync::Semaphore::new(
             state.config.max_connections as usize,
         ));
+        crate::security_sync::load_local(&state).await;
         let mut tasks: Vec<JoinHandle<()>> = listeners
             .into_iter()
             .map(|l| spawn_accept(l, state.clone(), slots.clone(), stop.subscribe()))

@@ -420,6 +420,11 @@ pub enum Response {
         /// master is member 0 and never moves), 3 or 5 with one (a master
         /// that is gone is replaced by an election, so a client waits for it).
         meta_voters: u32,
+        /// How the server guards itself (protocol version 9; 0 from older
+        /// servers): 1 protected mode (no auth; loopback and same-node
+        /// addresses only), 2 `auth`, 3 `insecure` (network addresses
+        /// without auth).
+        security: u8,
     },
     /// What a scrub checked; `damaged` lists ranges found by this pass,
     /// `quarantined` every quarantined range after it, as `(first, last)`.
@@ -677,7 +682,7 @@ messages!(Response {
     11 => Joined { member, members },
     12 => Members(members),
     13 => Stats(stats),
-    14 => Limits { max_frame_bytes, max_batch_bytes, meta_voters @ 8 },
+    14 => Limits { max_frame_bytes, max_batch_bytes, meta_voters @ 8, security @ 9 },
     15 => Scrubbed { segments, batches, bytes, damaged, quarantined },
     16 => ProducerLease { id, lease_ms },
     17 => Leases { lost },

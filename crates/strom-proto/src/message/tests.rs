@@ -113,6 +113,7 @@ fn responses_and_pushes_round_trip() {
             max_frame_bytes: 1 << 28,
             max_batch_bytes: 1 << 27,
             meta_voters: 3,
+            security: 2,
         },
         Response::ServerSnapshot {
             json: "{\"member\":1}".into(),

@@ -61,6 +61,23 @@ impl Session {
         Ok(Response::Authenticated { principal })
     }
 
+    /// This server's limits, quorum size and security mode (`Limits`).
+    pub(super) fn limits(&self) -> Response {
+        let c = &self.svc.control;
+        let (max_frame_bytes, max_batch_bytes) = c.limits();
+        let cfg = &self.svc.config;
+        Response::Limits {
+            max_frame_bytes,
+            max_batch_bytes,
+            meta_voters: c.meta_voters(),
+            security: match (cfg.auth, cfg.exposed_without_auth()) {
+                (true, _) => 2,
+                (false, true) => 3,
+                (false, false) => 1,
+            },
+        }
+    }
+
     /// Keeps only what this connection's principal may describe, in a
     /// listing the registry answered in full.
     pub(super) fn filter_listing(&self, resp: Response) -> Response {

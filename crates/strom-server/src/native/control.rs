@@ -16,14 +16,6 @@ pub async fn handle(
     req: Request,
 ) -> Result<Response, ServerError> {
     match req {
-        Request::Limits => {
-            let (max_frame_bytes, max_batch_bytes) = svc.limits();
-            Ok(Response::Limits {
-                max_frame_bytes,
-                max_batch_bytes,
-                meta_voters: svc.meta_voters(),
-            })
-        }
         req @ (Request::HostPartitions { .. }
         | Request::SealPartitions { .. }
         | Request::DropPartitions { .. }

@@ -359,6 +359,7 @@ impl Session {
             } => self.hello(id, version, &client, max_version, nonce).await,
             Request::ProveMember { member, proof } => self.prove_member(id, member, &proof),
             Request::Authenticate { token } => self.authenticate(id, &token),
+            Request::Limits => self.respond(id, Ok(self.limits())),
             Request::ServerSnapshot => {
                 let svc = self.svc.clone();
                 self.respond_later(id, async move {

@@ -51,6 +51,11 @@ impl Access {
         self.enabled
     }
 
+    /// Whether a table from the registry was installed.
+    pub fn loaded(&self) -> bool {
+        self.loaded.load(Ordering::Acquire)
+    }
+
     /// The version of the table this server decides with.
     pub fn version(&self) -> u64 {
         self.table.read().version
