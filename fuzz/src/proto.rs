@@ -491,6 +491,19 @@ pub fn sample_requests() -> Vec<Request> {
             member: 2,
             proof: Bytes::from_static(&[3; 32]),
         },
+        Request::Authenticate {
+            token: "strom1.e30.AAAA".into(),
+        },
+        Request::SecurityTable { have: 4 },
+        Request::AlterAcls {
+            add: true,
+            json: "[]".into(),
+        },
+        Request::RevokeToken { id: "0a1b".into() },
+        Request::SetScramUser {
+            user: "erin".into(),
+            json: "[]".into(),
+        },
     ]
 }
 
@@ -553,6 +566,7 @@ pub fn sample_responses() -> Vec<Response> {
             max_frame_bytes: 256 << 20,
             max_batch_bytes: 64 << 20,
             meta_voters: 3,
+            security: 2,
         },
         Response::Scrubbed {
             segments: 3,
@@ -606,6 +620,13 @@ pub fn sample_responses() -> Vec<Response> {
         Response::MemberProven {
             member: 0,
             proof: Bytes::from_static(&[5; 32]),
+        },
+        Response::Authenticated {
+            principal: "User:alice".into(),
+        },
+        Response::SecurityTable {
+            version: 4,
+            json: "{}".into(),
         },
     ]
 }
