@@ -351,31 +351,44 @@ fn a_removed_voter_is_replaced_and_the_group_survives_a_second_death() {
         r.iter()
             .any(|(m, role, _)| *m == id && (role == "leader" || role == "voter"))
     };
-    assert!(!voting(&roles(&gf), 3), "member 3 starts as a spare");
+    // Which member is the spare depends on the order the members joined
+    // in; a member's id is its rank (`cluster up`), its pid's index.
+    let start = roles(&gf);
+    let spare = (0..4u64)
+        .find(|id| !voting(&start, *id))
+        .expect("one of four members is a spare");
+    let leader = start
+        .iter()
+        .find(|(_, role, _)| role == "leader")
+        .map(|(m, _, _)| *m)
+        .expect("a leader");
+    let mut others = (0..4u64).filter(|id| *id != spare && *id != leader);
+    let (first, second) = (others.next().unwrap(), others.next().unwrap());
     create_rf3(&gf);
     let mut acked: BTreeSet<(u32, u64)> = produce(&gf, 0, 100).into_iter().collect();
 
-    // Voter 1 dies for good and is removed: member 3 votes in its place.
-    c.kill(c.pids[1]);
-    wait_roles(&c, "member 1 counted dead", |r| {
-        r.iter().any(|(m, _, alive)| *m == 1 && !alive)
+    // A voter dies for good and is removed: the spare votes in its place.
+    c.kill(c.pids[first as usize]);
+    wait_roles(&c, "the dead voter counted dead", |r| {
+        r.iter().any(|(m, _, alive)| *m == first && !alive)
     });
+    let id = first.to_string();
     ok(
         run_cli(
-            &["--group-file", &gf, "member", "remove", "1"],
+            &["--group-file", &gf, "member", "remove", &id],
             "",
             &[],
             CLI_TIMEOUT,
         ),
         "member remove",
     );
-    wait_roles(&c, "member 3 votes instead of member 1", |r| {
-        voting(r, 3) && !voting(r, 1)
+    wait_roles(&c, "the spare votes instead of the removed voter", |r| {
+        voting(r, spare) && !voting(r, first)
     });
 
     // A second voter dies: two of three voters are left, and the group
     // keeps working.
-    c.kill(c.pids[2]);
+    c.kill(c.pids[second as usize]);
     acked.extend(produce(&gf, 100, 100));
     let out = ok(
         run_cli(

@@ -474,11 +474,16 @@ impl ServerConfig {
 
 /// `HOST:PORT` with a port, or the error naming the setting.
 /// Whether `addr` is reachable only from this node: a loopback host, or a
-/// same-node transport (`shm://`, the in-process `mem://`).
+/// same-node transport (`shm://`, libfabric's `ofi+shm://`, the in-process
+/// `mem://`). libfabric's network providers (`ofi+tcp://auto`, verbs, cxi)
+/// listen on the provider's network address: not local.
 pub fn local_only(addr: &str) -> bool {
     let (scheme, rest) = addr.split_once("://").unwrap_or(("tcp", addr));
-    if matches!(scheme, "shm" | "mem") {
+    if matches!(scheme, "shm" | "mem" | "ofi+shm") {
         return true;
+    }
+    if scheme.starts_with("ofi+") {
+        return false;
     }
     let host = rest.rsplit_once(':').map_or(rest, |(h, _)| h);
     let host = host.trim_start_matches('[').trim_end_matches(']');
@@ -518,7 +523,9 @@ mod tests {
         ] {
             assert!(local_only(local), "{local}");
         }
+        assert!(local_only("ofi+shm://auto"));
         for open in [
+            "ofi+tcp://auto",
             "0.0.0.0:0",
             "10.1.2.3:9",
             "[::]:1",

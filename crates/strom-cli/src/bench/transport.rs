@@ -68,6 +68,11 @@ impl LocalServer {
         if !cma {
             cmd.env("STROM_SHM_CMA", "0");
         }
+        if !strom_server::local_only(listen) {
+            // libfabric's tcp provider listens on a network address: this
+            // short-lived benchmark server accepts that without auth.
+            cmd.arg("--insecure");
+        }
         let mut s = LocalServer {
             child: cmd.spawn()?,
             group_file,

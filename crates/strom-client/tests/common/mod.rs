@@ -67,6 +67,9 @@ impl Server {
                 let config = strom_server::ServerConfig {
                     data_dir: dir.path().to_path_buf(),
                     listen: format!("{scheme}://auto"),
+                    // ofi+tcp listens on a network address (protected mode
+                    // would refuse it without auth).
+                    insecure: via == Via::OfiTcp,
                     ..Default::default()
                 };
                 // Every data part pulled, however small (the default sends
