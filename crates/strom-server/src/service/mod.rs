@@ -22,6 +22,7 @@ mod offsets;
 mod peer;
 mod registry_ops;
 mod tap;
+mod tap_health;
 mod validate;
 
 pub use control::{ControlService, QuorumPlace};
