@@ -18,6 +18,7 @@
 pub mod history;
 pub mod listener;
 pub mod metrics;
+mod metrics_ops;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -86,8 +86,7 @@ impl Services {
                     replicas: u32::try_from(p.replicas.len().max(1)).unwrap_or(u32::MAX),
                     isr: u32::try_from(p.isr.len().max(usize::from(p.replicas.is_empty())))
                         .unwrap_or(u32::MAX),
-                    offline: !alive.contains(&p.member)
-                        || !matches!(p.status, PartitionStatus::Ok),
+                    offline: !alive.contains(&p.member) || !matches!(p.status, PartitionStatus::Ok),
                 })
             })
             .collect()
