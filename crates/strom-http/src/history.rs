@@ -246,6 +246,9 @@ mod tests {
             rss_bytes: None,
             taken_us,
             partitions: vec![],
+            quorum: Default::default(),
+            disk: None,
+            group_partitions: vec![],
         }
     }
 

@@ -19,6 +19,7 @@ pub mod access;
 pub mod history;
 pub mod listener;
 pub mod metrics;
+mod metrics_ops;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -63,7 +63,7 @@ pub fn to_prometheus_text(openmetrics: &str) -> String {
 #[derive(Debug)]
 struct SnapshotCollector(ServerSnapshot);
 
-type Labels = Vec<(&'static str, String)>;
+pub(crate) type Labels = Vec<(&'static str, String)>;
 
 fn partition_labels(p: &PartitionSnapshot) -> Labels {
     vec![
@@ -74,9 +74,10 @@ fn partition_labels(p: &PartitionSnapshot) -> Labels {
 }
 
 /// A value as one metric kind, for [`family`].
-enum Value<'a> {
+pub(crate) enum Value<'a> {
     Counter(u64),
     Gauge(i64),
+    GaugeF(f64),
     Histogram(&'a HistogramSnapshot),
 }
 
@@ -85,6 +86,7 @@ impl Value<'_> {
         match self {
             Value::Counter(v) => m.encode_counter::<Labels, _, u64>(v, None),
             Value::Gauge(v) => m.encode_gauge(v),
+            Value::GaugeF(v) => m.encode_gauge(v),
             Value::Histogram(h) => {
                 // The encoder wants per-bucket counts and adds them up
                 // itself; the snapshot's are cumulative.
@@ -103,7 +105,7 @@ impl Value<'_> {
     fn metric_type(&self) -> MetricType {
         match self {
             Value::Counter(_) => MetricType::Counter,
-            Value::Gauge(_) => MetricType::Gauge,
+            Value::Gauge(_) | Value::GaugeF(_) => MetricType::Gauge,
             Value::Histogram(_) => MetricType::Histogram,
         }
     }
@@ -111,7 +113,7 @@ impl Value<'_> {
 
 /// One metric family: a descriptor, then one sample (set) per label set.
 /// Families with no samples are left out.
-fn family<'a>(
+pub(crate) fn family<'a>(
     enc: &mut DescriptorEncoder,
     name: &str,
     help: &str,
@@ -150,7 +152,7 @@ fn per_partition<'a>(
     )
 }
 
-fn gauge(v: u64) -> i64 {
+pub(crate) fn gauge(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
 
@@ -161,7 +163,8 @@ impl Collector for SnapshotCollector {
         partition_counters(&mut enc, &s.partitions)?;
         partition_histograms(&mut enc, &s.partitions)?;
         partition_storage(&mut enc, &s.partitions)?;
-        consumer_metrics(&mut enc, &s.partitions)
+        consumer_metrics(&mut enc, &s.partitions)?;
+        crate::metrics_ops::encode(&mut enc, s)
     }
 }
 

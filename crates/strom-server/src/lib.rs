@@ -13,6 +13,7 @@ mod error;
 mod fd_budget;
 mod fence;
 mod group;
+pub mod health;
 mod host;
 mod hosted_groups;
 mod launch;

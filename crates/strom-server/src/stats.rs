@@ -15,6 +15,8 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
+use crate::health::{DiskSnapshot, GroupPartition, QuorumSnapshot, ReplicaSnapshot};
+
 /// Bucket upper bounds of latency histograms, in nanoseconds (10 µs to 2.5 s).
 const LATENCY_NS: &[u64] = &[
     10_000,
@@ -256,6 +258,9 @@ pub struct PartitionSnapshot {
     pub append_seconds: HistogramSnapshot,
     pub fsync_seconds: HistogramSnapshot,
     pub consumers: Vec<ConsumerLag>,
+    /// Its copy's place among the replicas (replicated partitions only).
+    #[serde(default)]
+    pub replica: Option<ReplicaSnapshot>,
 }
 
 impl PartitionSnapshot {
@@ -282,6 +287,7 @@ impl PartitionSnapshot {
             append_seconds: s.append_ns.snapshot(1e-9),
             fsync_seconds: s.fsync_ns.snapshot(1e-9),
             consumers: Vec::new(),
+            replica: None,
         }
     }
 }
@@ -327,6 +333,16 @@ pub struct ServerSnapshot {
     /// Microseconds since the Unix epoch when the snapshot was taken.
     pub taken_us: u64,
     pub partitions: Vec<PartitionSnapshot>,
+    /// The metadata quorum as this member sees it.
+    #[serde(default)]
+    pub quorum: QuorumSnapshot,
+    /// The data directory's file system, when `statvfs` answers.
+    #[serde(default)]
+    pub disk: Option<DiskSnapshot>,
+    /// Every partition of the group as the registry records it (on the
+    /// registry master; empty elsewhere).
+    #[serde(default)]
+    pub group_partitions: Vec<GroupPartition>,
 }
 
 /// The process's resident set size, from `/proc/self/statm` (Linux).

@@ -34,6 +34,10 @@ pub trait Replication: Send + Sync {
     fn durable(&self, p: &PartitionManager, end: u64);
     /// The copy leaves (the partition moved away or was deleted).
     fn stop(&self);
+    /// Its role, in-sync replicas and followers' lag, for the metrics.
+    fn status(&self) -> Option<crate::health::ReplicaSnapshot> {
+        None
+    }
 }
 
 impl PartitionManager {

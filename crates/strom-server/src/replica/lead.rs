@@ -13,6 +13,7 @@ use strom_storage::Appended;
 
 use super::{refusal, Replica, State, LAG};
 use crate::error::ServerError;
+use crate::health::FollowerSnapshot;
 use crate::partition::{AppendReply, PartitionManager};
 
 /// How long a fetch that finds nothing new waits for the next batch.
@@ -183,6 +184,19 @@ impl Leading {
                 caught_up: None,
             });
         }
+    }
+
+    /// Each follower's progress against `durable`, the leader's durable end.
+    pub fn follower_snapshots(&self, durable: u64) -> Vec<FollowerSnapshot> {
+        self.followers
+            .iter()
+            .map(|(id, p)| FollowerSnapshot {
+                member: *id,
+                in_sync: self.isr.contains(id),
+                lag_events: durable.saturating_sub(p.end),
+                lag_seconds: p.caught_up.map(|t| t.elapsed().as_secs_f64()),
+            })
+            .collect()
     }
 
     /// The ISR the followers' progress asks for: this member, and every

@@ -35,6 +35,7 @@ use strom_storage::{Appended, EpochHistory};
 use tokio::sync::watch;
 
 use crate::error::ServerError;
+use crate::health::ReplicaSnapshot;
 use crate::partition::{Admitted, AppendReply, PartitionManager, Replication, EPOCHS_FILE};
 use crate::peers::Peers;
 
@@ -354,5 +355,35 @@ impl Replication for Replica {
 
     fn stop(&self) {
         Replica::stop(self)
+    }
+
+    fn status(&self) -> Option<ReplicaSnapshot> {
+        let durable = *self.durable_end.borrow();
+        let st = self.state.lock();
+        Some(match &*st {
+            State::Idle { epoch } => ReplicaSnapshot {
+                role: "idle".into(),
+                epoch: *epoch,
+                ..ReplicaSnapshot::default()
+            },
+            State::Following { epoch, leader, .. } => ReplicaSnapshot {
+                role: "follower".into(),
+                epoch: *epoch,
+                leader: Some(*leader),
+                ..ReplicaSnapshot::default()
+            },
+            State::Leading(l) => {
+                let followers = l.follower_snapshots(durable);
+                ReplicaSnapshot {
+                    role: "leader".into(),
+                    epoch: l.epoch,
+                    leader: Some(self.me),
+                    high_watermark: l.hwm,
+                    replicas: u32::try_from(followers.len() + 1).unwrap_or(u32::MAX),
+                    isr: l.isr.iter().copied().collect(),
+                    followers,
+                }
+            }
+        })
     }
 }

@@ -103,6 +103,11 @@ impl ControlService {
         self.registry.get()?.leader_hint()
     }
 
+    /// This member's metadata-quorum handle, once started (for metrics).
+    pub fn quorum_meta(&self) -> Option<&Arc<Meta<RegistryMachine>>> {
+        self.registry.get()?.meta()
+    }
+
     /// The registry, or `NOT_MASTER` naming where to go instead.
     pub fn registry(&self) -> Result<&Registry, ServerError> {
         if let Some(r) = self.master_registry() {

@@ -23,6 +23,7 @@ mod offsets;
 mod peer;
 mod registry_ops;
 mod tap;
+mod tap_health;
 mod validate;
 
 pub use access::Access;

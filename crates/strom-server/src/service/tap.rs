@@ -1,6 +1,7 @@
 //! The metrics tap's read side: a [`ServerSnapshot`] of this server (its
 //! counters, its hosted partitions with storage, offsets and consumer lag,
-//! and the group's members as far as it knows them), for the front ends
+//! the group's members as far as it knows them, and the operator's view in
+//! `tap_health.rs`: replication, quorum, disk), for the front ends
 //! that show it. Reading it never blocks appends: counters are atomics and
 //! storage figures come from each log's own stats.
 
@@ -46,6 +47,9 @@ impl Services {
             rss_bytes: crate::stats::rss_bytes(),
             taken_us: strom_storage::now_us(),
             partitions,
+            quorum: self.quorum_snapshot(),
+            disk: crate::health::DiskSnapshot::of(&self.config.data_dir),
+            group_partitions: self.group_partitions().await,
         }
     }
 
@@ -121,6 +125,7 @@ impl Services {
             dropped_events: p.dropped_events(),
             sealed: p.is_sealed(),
             consumers,
+            replica: p.replication().and_then(|r| r.status()),
             ..PartitionSnapshot::counters(&p.stats)
         }
     }
