@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::http::{get, http_addr_in, promtool_check, sample_sum};
 use common::{ok, run_cli, ServerProcess};
 
 const T: Duration = Duration::from_secs(60);
@@ -25,8 +26,7 @@ fn server_with_http(base: &std::path::Path) -> (ServerProcess, String) {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let err = server.stderr();
-        if let Some(rest) = err.split("strom http listening on http://").nth(1) {
-            let addr = rest.lines().next().unwrap_or("").trim().to_string();
+        if let Some(addr) = http_addr_in(&err) {
             return (server, addr);
         }
         assert!(
@@ -37,67 +37,10 @@ fn server_with_http(base: &std::path::Path) -> (ServerProcess, String) {
     }
 }
 
-/// `GET path` over HTTP/1.0: (status, content type, body).
-fn get(http: &str, path: &str, accept: &str) -> (u16, String, String) {
-    let mut c = TcpStream::connect(http).expect("connecting to the HTTP endpoint");
-    c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    write!(
-        c,
-        "GET {path} HTTP/1.0\r\nHost: {http}\r\nAccept: {accept}\r\n\r\n"
-    )
-    .unwrap();
-    let mut answer = String::new();
-    c.read_to_string(&mut answer).expect("reading the answer");
-    let (head, body) = answer.split_once("\r\n\r\n").expect("an HTTP answer");
-    let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
-    let ctype = head
-        .lines()
-        .find_map(|l| {
-            l.to_ascii_lowercase()
-                .strip_prefix("content-type:")
-                .map(|v| v.trim().to_string())
-        })
-        .unwrap_or_default();
-    (status, ctype, body.to_string())
-}
-
 fn json(http: &str, path: &str) -> serde_json::Value {
     let (status, _, body) = get(http, path, "application/json");
     assert_eq!(status, 200, "{path}: {body}");
     serde_json::from_str(&body).expect("JSON")
-}
-
-/// The sum of every sample of `name` whose labels contain `filter`.
-fn sample_sum(metrics: &str, name: &str, filter: &str) -> f64 {
-    metrics
-        .lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter(|l| l.split(['{', ' ']).next() == Some(name) && l.contains(filter))
-        .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
-        .sum()
-}
-
-fn promtool_check(text: &str) {
-    let mut child = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("promtool (Debian package prometheus; `make test` installs it)");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(text.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "promtool check metrics failed:\n{}{}\n--- metrics ---\n{text}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 #[test]

@@ -249,6 +249,8 @@ mod tests {
             quorum: Default::default(),
             disk: None,
             group_partitions: vec![],
+            leases: Default::default(),
+            kafka: Default::default(),
         }
     }
 

@@ -20,6 +20,7 @@ pub mod history;
 pub mod listener;
 pub mod metrics;
 mod metrics_ops;
+mod metrics_work;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -164,7 +164,8 @@ impl Collector for SnapshotCollector {
         partition_histograms(&mut enc, &s.partitions)?;
         partition_storage(&mut enc, &s.partitions)?;
         consumer_metrics(&mut enc, &s.partitions)?;
-        crate::metrics_ops::encode(&mut enc, s)
+        crate::metrics_ops::encode(&mut enc, s)?;
+        crate::metrics_work::encode(&mut enc, s)
     }
 }
 

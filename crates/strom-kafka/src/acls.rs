@@ -26,7 +26,7 @@ use strom_proto::{Request, Response};
 
 use crate::error::{kafka_code, kcode, FrameError};
 use crate::guard;
-use crate::request::{decode, respond, Ctx, Reply};
+use crate::request::{decode, Ctx, Reply};
 
 const SECURITY_DISABLED: i16 = 54;
 const INVALID_REQUEST: i16 = kcode::INVALID_REQUEST;
@@ -239,7 +239,7 @@ pub fn create_acls(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply,
             results.push(r);
         }
         let resp = CreateAclsResponse::default().with_results(results);
-        Some(respond(ApiKey::CreateAcls, v, c, &resp))
+        Some(ctx.respond(ApiKey::CreateAcls, v, c, &resp))
     }))
 }
 
@@ -272,7 +272,7 @@ pub fn describe_acls(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Repl
                     .collect(),
             ),
         };
-        Some(respond(ApiKey::DescribeAcls, v, c, &resp))
+        Some(ctx.respond(ApiKey::DescribeAcls, v, c, &resp))
     }))
 }
 
@@ -327,7 +327,7 @@ pub fn delete_acls(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply,
             });
         }
         let resp = DeleteAclsResponse::default().with_filter_results(results);
-        Some(respond(ApiKey::DeleteAcls, v, c, &resp))
+        Some(ctx.respond(ApiKey::DeleteAcls, v, c, &resp))
     }))
 }
 

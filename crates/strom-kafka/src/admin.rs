@@ -28,7 +28,7 @@ use strom_auth::{Operation, Resource};
 
 use crate::error::{kafka_code, kcode, FrameError};
 use crate::guard;
-use crate::request::{decode, ready, respond, Ctx, Reply};
+use crate::request::{decode, ready, Ctx, Reply};
 
 fn name(s: &str) -> TopicName {
     TopicName(StrBytes::from_string(s.to_string()))
@@ -209,7 +209,7 @@ pub fn metadata(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply, Fr
         if v >= 2 {
             resp = resp.with_cluster_id(Some(StrBytes::from_static_str("strom")));
         }
-        Some(respond(ApiKey::Metadata, v, c, &resp))
+        Some(ctx.respond(ApiKey::Metadata, v, c, &resp))
     }))
 }
 
@@ -291,7 +291,7 @@ pub fn create_topics(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Repl
             results.push(r);
         }
         let resp = CreateTopicsResponse::default().with_topics(results);
-        Some(respond(ApiKey::CreateTopics, v, c, &resp))
+        Some(ctx.respond(ApiKey::CreateTopics, v, c, &resp))
     }))
 }
 
@@ -328,7 +328,7 @@ pub fn delete_topics(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Repl
             );
         }
         let resp = DeleteTopicsResponse::default().with_responses(results);
-        Some(respond(ApiKey::DeleteTopics, v, c, &resp))
+        Some(ctx.respond(ApiKey::DeleteTopics, v, c, &resp))
     }))
 }
 
@@ -352,5 +352,5 @@ pub fn init_producer_id(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<R
             }
         }
     };
-    Ok(ready(respond(ApiKey::InitProducerId, v, c, &resp)))
+    Ok(ready(ctx.respond(ApiKey::InitProducerId, v, c, &resp)))
 }

@@ -10,24 +10,31 @@ use kafka_protocol::messages::{ApiKey, ApiVersionsResponse};
 
 use crate::error::{kcode, FrameError};
 use crate::guard;
-use crate::request::{decode, ready, respond, supported, Ctx, Header, Reply, SUPPORTED};
+use crate::request::{api_name, decode, ready, respond, supported, Ctx, Header, Reply, SUPPORTED};
 
 /// Handles one request: decode, act, and a future of the answer.
 pub fn handle(ctx: &Arc<Ctx>, h: Header, body: Bytes) -> Result<Reply, FrameError> {
+    let kafka = &ctx.services.stats.kafka;
     let key = match ApiKey::try_from(h.key) {
         Ok(k) if supported(k, h.version) => k,
         Ok(ApiKey::ApiVersions) => {
+            kafka.request("ApiVersions");
+            kafka.error("ApiVersions", "UNSUPPORTED_VERSION");
             return Ok(ready(api_versions(
                 h.correlation,
                 0,
                 kcode::UNSUPPORTED_VERSION,
-            )))
+            )));
         }
         other => {
+            let api = other.map_or("Unsupported", api_name);
+            kafka.request(api);
+            kafka.error(api, "UNSUPPORTED_VERSION");
             tracing::info!(api_key = h.key, version = h.version, known = other.is_ok(), client = ?h.client_id, "unsupported Kafka API key or version");
             return Ok(ready(unsupported(h.correlation)));
         }
     };
+    kafka.request(api_name(key));
     let v = h.version;
     let c = h.correlation;
     match key {

@@ -22,8 +22,9 @@ use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 
 use crate::api;
 use crate::error::FrameError;
-use crate::request::{header, Ctx, Reply};
+use crate::request::{api_name, header, Ctx, Reply};
 use crate::sasl::{self, is_sasl, SaslState};
+use kafka_protocol::messages::ApiKey;
 
 /// Responses queued but not yet written, per connection.
 const PIPELINE: usize = 64;
@@ -149,6 +150,8 @@ where
             let mut frame = bytes;
             match header(&mut frame) {
                 Ok(h) if is_sasl(h.key) => {
+                    let api = ApiKey::try_from(h.key).map_or("Unsupported", api_name);
+                    ctx.services.stats.kafka.request(api);
                     sasl::handle(&ctx, &mut sasl, &h, frame).map(|(r, who)| {
                         if let Some(p) = who {
                             ctx = ctx.for_principal(p);
@@ -175,6 +178,11 @@ where
                 }
             }
             Err(e) => {
+                let api = match &e {
+                    FrameError::Body { api, .. } => api,
+                    _ => "Unknown",
+                };
+                ctx.services.stats.kafka.error(api, "INVALID_REQUEST");
                 tracing::warn!(peer = %peer, error = %e, "closing Kafka connection: malformed request");
                 break;
             }

@@ -29,7 +29,7 @@ use tokio::sync::Notify;
 use crate::error::{kafka_code, kcode, FrameError};
 use crate::guard;
 use crate::mapping::event_record;
-use crate::request::{decode, respond, Ctx, Reply};
+use crate::request::{decode, Ctx, Reply};
 
 /// Most metadata bytes read from a log per step.
 const READ_META: usize = 1 << 20;
@@ -246,6 +246,7 @@ pub fn fetch(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply, Frame
     let min_bytes = req.min_bytes.max(0) as u64;
     let wait = Duration::from_millis(req.max_wait_ms.max(0) as u64).min(MAX_WAIT);
     let wants = Arc::new(wants);
+    let ctx = ctx.clone();
     Ok(Box::pin(async move {
         let deadline = tokio::time::Instant::now() + wait;
         let waiter = Arc::new(Waiter(Notify::new()));
@@ -293,7 +294,7 @@ pub fn fetch(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply, Frame
             topics[w.topic].partitions.push(pd);
         }
         let resp = FetchResponse::default().with_responses(topics);
-        Some(respond(ApiKey::Fetch, v, c, &resp))
+        Some(ctx.respond(ApiKey::Fetch, v, c, &resp))
     }))
 }
 
@@ -342,7 +343,7 @@ pub fn list_offsets(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply
             );
         }
         let resp = ListOffsetsResponse::default().with_topics(topics);
-        Some(respond(ApiKey::ListOffsets, v, c, &resp))
+        Some(ctx.respond(ApiKey::ListOffsets, v, c, &resp))
     }))
 }
 

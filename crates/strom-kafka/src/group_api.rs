@@ -36,7 +36,7 @@ use strom_auth::Operation;
 use crate::error::{kafka_code, kcode, FrameError};
 use crate::groups::JoinRequest;
 use crate::guard;
-use crate::request::{decode, ready, respond, Ctx, Reply};
+use crate::request::{decode, ready, Ctx, Reply};
 
 fn s(x: &StrBytes) -> String {
     x.as_str().to_string()
@@ -54,14 +54,14 @@ pub fn find_coordinator(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<R
         let resp = FindCoordinatorResponse::default()
             .with_error_code(15) // COORDINATOR_NOT_AVAILABLE
             .with_node_id(BrokerId(-1));
-        return Ok(ready(respond(ApiKey::FindCoordinator, v, c, &resp)));
+        return Ok(ready(ctx.respond(ApiKey::FindCoordinator, v, c, &resp)));
     }
     let refused = ctx.group_code(Operation::Describe, req.key.as_str());
     if refused != kcode::NONE {
         let resp = FindCoordinatorResponse::default()
             .with_error_code(refused)
             .with_node_id(BrokerId(-1));
-        return Ok(ready(respond(ApiKey::FindCoordinator, v, c, &resp)));
+        return Ok(ready(ctx.respond(ApiKey::FindCoordinator, v, c, &resp)));
     }
     let ctx = ctx.clone();
     Ok(Box::pin(async move {
@@ -70,7 +70,7 @@ pub fn find_coordinator(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<R
             .with_node_id(BrokerId(id as i32))
             .with_host(sb(host))
             .with_port(port);
-        Some(respond(ApiKey::FindCoordinator, v, c, &resp))
+        Some(ctx.respond(ApiKey::FindCoordinator, v, c, &resp))
     }))
 }
 
@@ -130,7 +130,7 @@ pub fn join_group(
             .with_error_code(refused)
             .with_generation_id(-1)
             .with_member_id(req.member_id.clone());
-        return Ok(ready(respond(ApiKey::JoinGroup, v, c, &resp)));
+        return Ok(ready(ctx.respond(ApiKey::JoinGroup, v, c, &resp)));
     }
     let session = Duration::from_millis(req.session_timeout_ms.max(0) as u64);
     let rebalance = if v >= 1 {
@@ -152,6 +152,7 @@ pub fn join_group(
             .map(|p| (s(&p.name), p.metadata.clone()))
             .collect(),
     });
+    let ctx = ctx.clone();
     Ok(Box::pin(async move {
         let j = rx.await.ok()?;
         let members = j
@@ -170,7 +171,7 @@ pub fn join_group(
             .with_leader(sb(j.leader))
             .with_member_id(sb(j.member_id))
             .with_members(members);
-        Some(respond(ApiKey::JoinGroup, v, c, &resp))
+        Some(ctx.respond(ApiKey::JoinGroup, v, c, &resp))
     }))
 }
 
@@ -179,7 +180,7 @@ pub fn sync_group(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply, 
     let refused = ctx.group_code(Operation::Read, req.group_id.0.as_str());
     if refused != kcode::NONE {
         let resp = SyncGroupResponse::default().with_error_code(refused);
-        return Ok(ready(respond(ApiKey::SyncGroup, v, c, &resp)));
+        return Ok(ready(ctx.respond(ApiKey::SyncGroup, v, c, &resp)));
     }
     let assignments = req
         .assignments
@@ -192,12 +193,13 @@ pub fn sync_group(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply, 
         req.member_id.as_str(),
         assignments,
     );
+    let ctx = ctx.clone();
     Ok(Box::pin(async move {
         let (error, assignment) = rx.await.ok()?;
         let resp = SyncGroupResponse::default()
             .with_error_code(error)
             .with_assignment(assignment);
-        Some(respond(ApiKey::SyncGroup, v, c, &resp))
+        Some(ctx.respond(ApiKey::SyncGroup, v, c, &resp))
     }))
 }
 
@@ -214,7 +216,7 @@ pub fn heartbeat(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply, F
         )
     };
     let resp = HeartbeatResponse::default().with_error_code(error);
-    Ok(ready(respond(ApiKey::Heartbeat, v, c, &resp)))
+    Ok(ready(ctx.respond(ApiKey::Heartbeat, v, c, &resp)))
 }
 
 pub fn leave_group(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply, FrameError> {
@@ -226,7 +228,7 @@ pub fn leave_group(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply,
         refused => refused,
     };
     let resp = LeaveGroupResponse::default().with_error_code(error);
-    Ok(ready(respond(ApiKey::LeaveGroup, v, c, &resp)))
+    Ok(ready(ctx.respond(ApiKey::LeaveGroup, v, c, &resp)))
 }
 
 pub fn offset_commit(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply, FrameError> {
@@ -267,7 +269,7 @@ pub fn offset_commit(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Repl
             );
         }
         let resp = OffsetCommitResponse::default().with_topics(topics);
-        Some(respond(ApiKey::OffsetCommit, v, c, &resp))
+        Some(ctx.respond(ApiKey::OffsetCommit, v, c, &resp))
     }))
 }
 
@@ -316,7 +318,7 @@ pub fn offset_fetch(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply
     let refused = ctx.group_code(Operation::Describe, &group);
     if refused != kcode::NONE {
         let resp = OffsetFetchResponse::default().with_error_code(refused);
-        return Ok(ready(respond(ApiKey::OffsetFetch, v, c, &resp)));
+        return Ok(ready(ctx.respond(ApiKey::OffsetFetch, v, c, &resp)));
     }
     let ctx = ctx.clone();
     Ok(Box::pin(async move {
@@ -358,7 +360,7 @@ pub fn offset_fetch(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply
             );
         }
         let resp = OffsetFetchResponse::default().with_topics(topics);
-        Some(respond(ApiKey::OffsetFetch, v, c, &resp))
+        Some(ctx.respond(ApiKey::OffsetFetch, v, c, &resp))
     }))
 }
 
@@ -413,7 +415,7 @@ pub fn list_groups(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply,
         })
         .collect();
     let resp = ListGroupsResponse::default().with_groups(groups);
-    Ok(ready(respond(ApiKey::ListGroups, v, c, &resp)))
+    Ok(ready(ctx.respond(ApiKey::ListGroups, v, c, &resp)))
 }
 
 pub fn describe_groups(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply, FrameError> {
@@ -452,5 +454,5 @@ pub fn describe_groups(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Re
         })
         .collect();
     let resp = DescribeGroupsResponse::default().with_groups(groups);
-    Ok(ready(respond(ApiKey::DescribeGroups, v, c, &resp)))
+    Ok(ready(ctx.respond(ApiKey::DescribeGroups, v, c, &resp)))
 }

@@ -33,6 +33,7 @@ mod conn;
 mod consumer_protocol;
 mod encode;
 pub mod error;
+mod error_counts;
 mod fetch;
 mod group_api;
 mod groups;
@@ -141,6 +142,7 @@ pub async fn serve(services: Arc<Services>, addr: &str) -> Result<KafkaHandle, K
     let local = listener.local_addr().map_err(bind_err)?;
     let host = advertised_host(addr, local, services.control.addr());
     let url = format!("{SCHEME}://{}", join_host_port(&host, local.port()));
+    services.stats.kafka.enable();
     let cfg = &services.config;
     let groups = groups::Coordinator::new(
         std::time::Duration::from_millis(cfg.kafka_group_retention_ms),
@@ -205,7 +207,11 @@ pub async fn serve(services: Arc<Services>, addr: &str) -> Result<KafkaHandle, K
                         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
                     }
                 },
-                _ = tick.tick() => ctx.groups.tick(),
+                _ = tick.tick() => {
+                    ctx.groups.tick();
+                    let (groups, members) = ctx.groups.counts();
+                    ctx.services.stats.kafka.set_groups(groups, members);
+                }
                 _ = stopped.changed() => break,
             }
         }

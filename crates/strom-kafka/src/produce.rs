@@ -29,7 +29,7 @@ use crate::error::{kafka_code, kcode, FrameError};
 use crate::guard;
 use crate::mapping::record_meta;
 use crate::records;
-use crate::request::{decode, respond, Ctx, Reply};
+use crate::request::{decode, Ctx, Reply};
 use strom_policy::frame::FrameCodec;
 
 /// How one partition's part of a request ends: an offset, or an error.
@@ -184,6 +184,6 @@ pub fn produce(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply, Fra
             );
         }
         let resp = ProduceResponse::default().with_responses(responses);
-        Some(respond(ApiKey::Produce, v, c, &resp))
+        Some(ctx.respond(ApiKey::Produce, v, c, &resp))
     }))
 }

@@ -15,6 +15,7 @@ use strom_auth::{Operation, Principal, Resource};
 use strom_server::Services;
 
 use crate::error::FrameError;
+use crate::error_counts::ErrorCounts;
 use crate::guard::{self, F};
 
 /// What every handler needs: the services, who this broker is, and who
@@ -76,6 +77,24 @@ impl Ctx {
             false => crate::error::kcode::GROUP_AUTHORIZATION_FAILED,
         }
     }
+    /// [`respond`], counting the response's error codes by API
+    /// (`strom_kafka_errors_total`).
+    pub fn respond<R: Encodable + ErrorCounts>(
+        &self,
+        key: ApiKey,
+        version: i16,
+        correlation: i32,
+        body: &R,
+    ) -> Bytes {
+        let kafka = &self.services.stats.kafka;
+        body.error_codes(&mut |code| {
+            if code != crate::error::kcode::NONE {
+                kafka.error(api_name(key), crate::error_counts::error_name(code));
+            }
+        });
+        respond(key, version, correlation, body)
+    }
+
     /// This broker's node id: the Strom member id (0 until a joining
     /// member has its id).
     pub fn node_id(&self) -> i32 {
@@ -117,6 +136,36 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeAcls, 1, 1),
     (ApiKey::DeleteAcls, 1, 1),
 ];
+
+/// The name of an API this front end serves, as Kafka's request metrics
+/// label it (`Produce`, `Fetch`, ...); `Unsupported` for the rest.
+pub(crate) fn api_name(key: ApiKey) -> &'static str {
+    match key {
+        ApiKey::Produce => "Produce",
+        ApiKey::Fetch => "Fetch",
+        ApiKey::ListOffsets => "ListOffsets",
+        ApiKey::Metadata => "Metadata",
+        ApiKey::ApiVersions => "ApiVersions",
+        ApiKey::CreateTopics => "CreateTopics",
+        ApiKey::DeleteTopics => "DeleteTopics",
+        ApiKey::InitProducerId => "InitProducerId",
+        ApiKey::FindCoordinator => "FindCoordinator",
+        ApiKey::JoinGroup => "JoinGroup",
+        ApiKey::SyncGroup => "SyncGroup",
+        ApiKey::Heartbeat => "Heartbeat",
+        ApiKey::LeaveGroup => "LeaveGroup",
+        ApiKey::OffsetCommit => "OffsetCommit",
+        ApiKey::OffsetFetch => "OffsetFetch",
+        ApiKey::ListGroups => "ListGroups",
+        ApiKey::DescribeGroups => "DescribeGroups",
+        ApiKey::SaslHandshake => "SaslHandshake",
+        ApiKey::SaslAuthenticate => "SaslAuthenticate",
+        ApiKey::CreateAcls => "CreateAcls",
+        ApiKey::DescribeAcls => "DescribeAcls",
+        ApiKey::DeleteAcls => "DeleteAcls",
+        _ => "Unsupported",
+    }
+}
 
 pub(crate) fn supported(key: ApiKey, version: i16) -> bool {
     SUPPORTED

@@ -23,7 +23,7 @@ use strom_auth::Principal;
 
 use crate::error::{kcode, FrameError};
 use crate::guard;
-use crate::request::{decode, ready, respond, Ctx, Header, Reply};
+use crate::request::{decode, ready, Ctx, Header, Reply};
 
 const MECHANISMS: &[&str] = &["OAUTHBEARER", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"];
 
@@ -69,7 +69,7 @@ pub fn handle(
                     .map(|m| StrBytes::from_static_str(m))
                     .collect(),
             );
-        return Ok((ready(respond(ApiKey::SaslHandshake, v, c, &resp)), None));
+        return Ok((ready(ctx.respond(ApiKey::SaslHandshake, v, c, &resp)), None));
     }
     let req: SaslAuthenticateRequest =
         decode("SaslAuthenticate", guard::SASL_AUTHENTICATE, v, false, body)?;
@@ -107,7 +107,10 @@ pub fn handle(
             (r, None)
         }
     };
-    Ok((ready(respond(ApiKey::SaslAuthenticate, v, c, &resp)), who))
+    Ok((
+        ready(ctx.respond(ApiKey::SaslAuthenticate, v, c, &resp)),
+        who,
+    ))
 }
 
 /// One round of SCRAM: the first starts the exchange (the server's first

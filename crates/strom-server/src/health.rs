@@ -1,7 +1,8 @@
 //! What an operator watches beyond traffic: replication (each replicated
 //! partition's role, in-sync replicas and followers' lag, and on the
 //! registry master every partition's state), the metadata quorum (Raft's
-//! term, leader and indexes) and the data directory's free space. These
+//! term, leader and indexes), shared consumer groups, producer leases, the
+//! Kafka front end and the data directory's free space. These
 //! are parts of a [`crate::stats::ServerSnapshot`]; each field there has
 //! `#[serde(default)]`, so members of different versions still read each
 //! other's snapshots.
@@ -70,6 +71,54 @@ pub struct QuorumSnapshot {
     pub last_log_index: Option<u64>,
     pub voters: u32,
     pub learners: u32,
+}
+
+/// A shared consumer group's state on one partition this member owns.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct SharedGroupSnapshot {
+    pub group: String,
+    /// The lowest unresolved offset (everything below is acked or
+    /// dead-lettered).
+    pub committed: u64,
+    /// Events delivered and not yet acked.
+    pub pending: u64,
+    /// Deliveries after the first, since the group began.
+    pub redelivered: u64,
+    /// Events sent to the dead-letter topic, since the group began.
+    pub dead_lettered: u64,
+    /// Pending events per member stream, `(consumer, count)`.
+    pub pending_by_consumer: Vec<(u64, u64)>,
+}
+
+/// Producer leases, as the registry master keeps them.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct LeaseSnapshot {
+    /// Producers holding a lease now.
+    pub open: u64,
+    /// Leases that ran out since this server started.
+    pub expired: u64,
+}
+
+/// Requests (or errors) of one Kafka API.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct ApiCount {
+    pub api: String,
+    /// The Kafka error's name for errors; empty for requests.
+    #[serde(default)]
+    pub error: String,
+    pub count: u64,
+}
+
+/// The Kafka front end of this server.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct KafkaSnapshot {
+    /// Whether this server runs a Kafka listener.
+    pub enabled: bool,
+    pub requests: Vec<ApiCount>,
+    pub errors: Vec<ApiCount>,
+    /// Kafka consumer groups this server coordinates, and their members.
+    pub groups: u64,
+    pub members: u64,
 }
 
 /// Free space of the file system holding the data directory.

@@ -445,7 +445,7 @@ impl Host {
             .collect()
     }
 
-    fn all_slots(&self) -> Vec<Arc<Slot>> {
+    pub(crate) fn all_slots(&self) -> Vec<Arc<Slot>> {
         self.topics
             .lock()
             .values()

@@ -365,7 +365,7 @@ fn spawn_lease_loop(state: Arc<Services>, mut stopped: watch::Receiver<bool>) ->
                 continue;
             }
             state.control.link().set_master(state.control.addr());
-            reg.expire_due().await;
+            state.stats.leases_expired(reg.expire_due().await);
             reg.expire_consumers().await;
             reg.rebalance_groups().await;
             reg.fail_over().await;

@@ -15,7 +15,10 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
-use crate::health::{DiskSnapshot, GroupPartition, QuorumSnapshot, ReplicaSnapshot};
+use crate::health::{
+    DiskSnapshot, GroupPartition, KafkaSnapshot, LeaseSnapshot, QuorumSnapshot, ReplicaSnapshot,
+    SharedGroupSnapshot,
+};
 
 /// Bucket upper bounds of latency histograms, in nanoseconds (10 µs to 2.5 s).
 const LATENCY_NS: &[u64] = &[
@@ -179,6 +182,66 @@ pub struct ServerStats {
     connections_total: AtomicU64,
     /// Error answers sent, by error code.
     errors: Mutex<BTreeMap<u16, u64>>,
+    /// Producer leases that ran out (the registry master's lease loop).
+    leases_expired: AtomicU64,
+    /// The Kafka front end's counts (empty without a Kafka listener).
+    pub kafka: KafkaStats,
+}
+
+/// What the Kafka front end counts: requests and errors by API (a map
+/// behind a mutex: one uncontended lock per request, not per record), and
+/// its groups and their members as of its last tick.
+#[derive(Default)]
+pub struct KafkaStats {
+    enabled: std::sync::atomic::AtomicBool,
+    requests: Mutex<BTreeMap<&'static str, u64>>,
+    errors: Mutex<BTreeMap<(&'static str, &'static str), u64>>,
+    groups: AtomicU64,
+    members: AtomicU64,
+}
+
+impl KafkaStats {
+    /// A Kafka listener runs on this server.
+    pub fn enable(&self) {
+        self.enabled.store(true, Relaxed);
+    }
+
+    /// One request of `api` arrived.
+    pub fn request(&self, api: &'static str) {
+        *self.requests.lock().entry(api).or_default() += 1;
+    }
+
+    /// A request of `api` (or one partition or group in it) failed with
+    /// the Kafka error `error`.
+    pub fn error(&self, api: &'static str, error: &'static str) {
+        *self.errors.lock().entry((api, error)).or_default() += 1;
+    }
+
+    /// The groups the front end coordinates and their members, now.
+    pub fn set_groups(&self, groups: u64, members: u64) {
+        self.groups.store(groups, Relaxed);
+        self.members.store(members, Relaxed);
+    }
+
+    pub(crate) fn snapshot(&self) -> crate::health::KafkaSnapshot {
+        use crate::health::ApiCount;
+        let count = |api: &str, error: &str, count: u64| ApiCount {
+            api: api.to_string(),
+            error: error.to_string(),
+            count,
+        };
+        crate::health::KafkaSnapshot {
+            enabled: self.enabled.load(Relaxed),
+            requests: (self.requests.lock().iter())
+                .map(|(api, n)| count(api, "", *n))
+                .collect(),
+            errors: (self.errors.lock().iter())
+                .map(|((api, e), n)| count(api, e, *n))
+                .collect(),
+            groups: self.groups.load(Relaxed),
+            members: self.members.load(Relaxed),
+        }
+    }
 }
 
 impl ServerStats {
@@ -206,6 +269,15 @@ impl ServerStats {
                 count: *count,
             })
             .collect()
+    }
+
+    /// `n` producer leases ran out.
+    pub fn leases_expired(&self, n: usize) {
+        self.leases_expired.fetch_add(n as u64, Relaxed);
+    }
+
+    pub(crate) fn expired_leases(&self) -> u64 {
+        self.leases_expired.load(Relaxed)
     }
 
     pub(crate) fn connections(&self) -> (u64, u64) {
@@ -261,6 +333,9 @@ pub struct PartitionSnapshot {
     /// Its copy's place among the replicas (replicated partitions only).
     #[serde(default)]
     pub replica: Option<ReplicaSnapshot>,
+    /// Shared consumer groups reading it here, by name.
+    #[serde(default)]
+    pub shared_groups: Vec<SharedGroupSnapshot>,
 }
 
 impl PartitionSnapshot {
@@ -288,6 +363,7 @@ impl PartitionSnapshot {
             fsync_seconds: s.fsync_ns.snapshot(1e-9),
             consumers: Vec::new(),
             replica: None,
+            shared_groups: Vec::new(),
         }
     }
 }
@@ -343,6 +419,12 @@ pub struct ServerSnapshot {
     /// registry master; empty elsewhere).
     #[serde(default)]
     pub group_partitions: Vec<GroupPartition>,
+    /// Producer leases (open ones on the registry master only).
+    #[serde(default)]
+    pub leases: LeaseSnapshot,
+    /// The Kafka front end, when this server runs one.
+    #[serde(default)]
+    pub kafka: KafkaSnapshot,
 }
 
 /// The process's resident set size, from `/proc/self/statm` (Linux).

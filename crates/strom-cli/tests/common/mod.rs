@@ -9,6 +9,7 @@ pub mod certs;
 pub mod cluster;
 pub mod faults;
 pub mod forger;
+pub mod http;
 pub mod kafka;
 pub mod kafka_raw;
 pub mod pg;

@@ -609,6 +609,13 @@ impl Coordinator {
         }
     }
 
+    /// Groups this server coordinates, and their members in all.
+    pub fn counts(&self) -> (u64, u64) {
+        let groups = self.groups.lock();
+        let members = groups.values().map(|g| g.members.len() as u64).sum();
+        (groups.len() as u64, members)
+    }
+
     /// Every group: (name, protocol type, state).
     pub fn list(&self) -> Vec<(String, String, &'static str)> {
         let groups = self.groups.lock();

@@ -47,6 +47,17 @@ impl Registry {
         Ok((producer, lease_ms))
     }
 
+    /// Producers holding a lease now, over every topic.
+    pub async fn open_leases(&self) -> u64 {
+        let inner = self.inner.lock().await;
+        inner
+            .state
+            .topics
+            .values()
+            .map(|t| t.leases.len() as u64)
+            .sum()
+    }
+
     /// Moves the deadline of every listed producer that still holds its
     /// lease; returns those that do not (expired, closed or unknown).
     pub async fn renew(&self, producers: Vec<(String, u64)>) -> Vec<(String, u64)> {

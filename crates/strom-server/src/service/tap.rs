@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use strom_proto::{Request, Response};
 
-use crate::partition::PartitionManager;
+use crate::health::SharedGroupSnapshot;
+use crate::host::Slot;
 use crate::stats::{
     ConsumerLag, GroupSnapshot, MemberSnapshot, PartitionSnapshot, ServerSnapshot, Unreachable,
 };
@@ -19,7 +20,7 @@ use super::Services;
 
 /// How long a snapshot waits for the registry (busy with a slow topic
 /// operation) before it lists this server alone.
-const REGISTRY_WAIT: Duration = Duration::from_millis(500);
+pub(super) const REGISTRY_WAIT: Duration = Duration::from_millis(500);
 
 /// How long the master waits for one member's snapshot.
 const MEMBER_WAIT: Duration = Duration::from_secs(2);
@@ -30,9 +31,9 @@ impl Services {
         let mut partitions: Vec<PartitionSnapshot> = self
             .data
             .host()
-            .all()
+            .all_slots()
             .iter()
-            .map(|p| self.partition_snapshot(p))
+            .map(|s| self.partition_snapshot(s))
             .collect();
         partitions.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
         let (connections_open, connections_total) = self.stats.connections();
@@ -50,6 +51,8 @@ impl Services {
             quorum: self.quorum_snapshot(),
             disk: crate::health::DiskSnapshot::of(&self.config.data_dir),
             group_partitions: self.group_partitions().await,
+            leases: self.lease_snapshot().await,
+            kafka: self.stats.kafka.snapshot(),
         }
     }
 
@@ -102,7 +105,8 @@ impl Services {
         }
     }
 
-    fn partition_snapshot(&self, p: &PartitionManager) -> PartitionSnapshot {
+    fn partition_snapshot(&self, slot: &Slot) -> PartitionSnapshot {
+        let p = &slot.partition;
         let log = p.log_stats();
         let consumers = self
             .data
@@ -126,6 +130,7 @@ impl Services {
             sealed: p.is_sealed(),
             consumers,
             replica: p.replication().and_then(|r| r.status()),
+            shared_groups: shared_groups(slot),
             ..PartitionSnapshot::counters(&p.stats)
         }
     }
@@ -153,4 +158,24 @@ impl Services {
             Err(_) => me(),
         }
     }
+}
+
+/// The shared groups open on `slot`'s partition.
+fn shared_groups(slot: &Slot) -> Vec<SharedGroupSnapshot> {
+    let pm = &slot.partition;
+    slot.shares
+        .all()
+        .into_iter()
+        .map(|(group, c)| {
+            let i = c.info(pm, 0);
+            SharedGroupSnapshot {
+                group,
+                committed: i.committed,
+                pending: i.pending,
+                redelivered: i.redelivered,
+                dead_lettered: i.dead_lettered,
+                pending_by_consumer: i.pending_by_consumer,
+            }
+        })
+        .collect()
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use strom_proto::PartitionStatus;
 
-use crate::health::{GroupPartition, QuorumSnapshot};
+use crate::health::{GroupPartition, LeaseSnapshot, QuorumSnapshot};
 
 use super::Services;
 
@@ -58,6 +58,21 @@ impl Services {
             last_log_index: m.last_log_index,
             voters: u32::try_from(voters.len()).unwrap_or(u32::MAX),
             learners: u32::try_from(learners).unwrap_or(u32::MAX),
+        }
+    }
+
+    /// Producer leases: those open (on the master; 0 elsewhere, or while
+    /// the registry is busy past 500 ms) and those expired here.
+    pub(super) async fn lease_snapshot(&self) -> LeaseSnapshot {
+        let open = match self.control.master_registry() {
+            Some(r) => tokio::time::timeout(super::tap::REGISTRY_WAIT, r.open_leases())
+                .await
+                .unwrap_or(0),
+            None => 0,
+        };
+        LeaseSnapshot {
+            open,
+            expired: self.stats.expired_leases(),
         }
     }
 

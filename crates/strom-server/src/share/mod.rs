@@ -296,6 +296,18 @@ impl Cursors {
         self.map.lock().get(group).cloned()
     }
 
+    /// Every open cursor with its group name, sorted by name.
+    pub fn all(&self) -> Vec<(String, Arc<ShareCursor>)> {
+        let mut all: Vec<_> = self
+            .map
+            .lock()
+            .iter()
+            .map(|(n, c)| (n.clone(), c.clone()))
+            .collect();
+        all.sort_by(|a, b| a.0.cmp(&b.0));
+        all
+    }
+
     /// Forgets a group, deleting its ledger.
     pub fn drop_group(&self, pm: &PartitionManager, group: &str) -> Result<(), ServerError> {
         let cursor = self.map.lock().remove(group);
