@@ -52,6 +52,23 @@ fn http_addrs(c: &Cluster, n: usize) -> Vec<String> {
         .collect()
 }
 
+/// The repository's root (for docs and examples).
+fn repo() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Every metric family in `text` is in docs/observability.md's tables.
+fn all_documented(text: &str) {
+    let doc = std::fs::read_to_string(repo().join("docs/observability.md")).unwrap();
+    for name in text.lines().filter_map(|l| l.strip_prefix("# TYPE ")) {
+        let name = name.split(' ').next().unwrap();
+        assert!(
+            doc.contains(&format!("`{name}`")),
+            "{name} is not in docs/observability.md"
+        );
+    }
+}
+
 fn cli(gf: &str, args: &[&str], input: &str) -> String {
     let mut all = vec!["--group-file", gf];
     all.extend_from_slice(args);
@@ -109,6 +126,7 @@ fn a_killed_follower_shows_as_under_replicated_beside_the_quorum_and_disk() {
     for (rank, h) in http.iter().enumerate() {
         let t = metrics(h);
         promtool_check(&t);
+        all_documented(&t);
         assert_eq!(
             sample_sum(&t, "strom_meta_quorum_enabled", ""),
             1.0,
@@ -172,4 +190,180 @@ fn a_killed_follower_shows_as_under_replicated_beside_the_quorum_and_disk() {
     scrape_until(&http[master], "the master seeing a member down", |t| {
         sample_sum(t, "strom_members", "alive=\"false\"") == 1.0
     });
+}
+
+#[test]
+fn shared_groups_leases_transforms_and_kafka_show_in_metrics() {
+    use strom_client::{GroupOptions, Next, ProducerOptions, TopicSpec};
+    let base = tempfile::tempdir().expect("tempdir");
+    let (server, broker) =
+        common::kafka::start_with_args(base.path(), &["--http-listen", "127.0.0.1:0"]);
+    let http = http_addr_in(&server.stderr()).expect("the HTTP address");
+    let d = server.connect();
+
+    // A shared group: one event nacked to the dead-letter topic, one held.
+    let work = d.create_topic(TopicSpec::new("work", 1)).unwrap();
+    let p = work
+        .producer_with(ProducerOptions {
+            lease: None,
+            ..Default::default()
+        })
+        .unwrap();
+    for i in 0..5u32 {
+        p.push(format!("{{\"i\":{i}}}"), ())
+            .unwrap()
+            .wait()
+            .unwrap();
+    }
+    let mut o = GroupOptions::shared();
+    o.max_deliveries = Some(2);
+    o.consumer.prefetch = 1;
+    let g = work.consumer_group("g", o).unwrap();
+    let first = |e: &strom_client::Event| e.meta().offset == 0;
+    let mut nacks = 0;
+    let held = loop {
+        let Next::Event(e) = g.pull_timeout(Duration::from_secs(20)).unwrap() else {
+            panic!("the group ran dry");
+        };
+        if first(&e) {
+            e.nack().wait().unwrap();
+            nacks += 1;
+        } else if nacks == 2 {
+            break e;
+        } else {
+            e.nack().wait().unwrap();
+        }
+    };
+    let t = scrape_until(&http, "a dead letter and a held event", |t| {
+        sample_sum(
+            t,
+            "strom_shared_group_dead_lettered_events_total",
+            "group=\"g\"",
+        ) == 1.0
+            && sample_sum(t, "strom_shared_group_pending_events", "group=\"g\"") >= 1.0
+    });
+    assert!(
+        sample_sum(
+            &t,
+            "strom_shared_group_redelivered_events_total",
+            "group=\"g\""
+        ) >= 1.0
+    );
+    assert!(
+        sample_sum(
+            &t,
+            "strom_shared_group_consumer_pending_events",
+            "group=\"g\""
+        ) >= 1.0
+    );
+    assert_eq!(
+        sample_sum(&t, "strom_shared_group_lag_events", "group=\"g\""),
+        4.0
+    );
+    held.ack().wait().unwrap();
+
+    // A transform's lag, once it has caught up.
+    ok(
+        server.cli(
+            &[
+                "transform",
+                "create",
+                "t1",
+                "--from",
+                "work",
+                "--to",
+                "copy",
+            ],
+            "",
+            CLI_TIMEOUT,
+        ),
+        "transform create",
+    );
+    scrape_until(&http, "the transform's lag", |t| {
+        samples(t, "strom_transform_lag_events", "transform=\"t1\"") == vec![0.0]
+    });
+
+    // A producer with a 1 s lease whose process is killed: open, then expired.
+    let mut child = std::process::Command::new(common::strom_bin())
+        .args([
+            "--address",
+            &server.addr,
+            "produce",
+            "leased",
+            "--lease",
+            "1",
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    d.create_topic(TopicSpec::new("leased", 1)).unwrap();
+    scrape_until(&http, "an open lease", |t| {
+        sample_sum(t, "strom_producer_leases", "") == 1.0
+    });
+    child.kill().unwrap();
+    child.wait().unwrap();
+    scrape_until(&http, "the lease expiring", |t| {
+        sample_sum(t, "strom_producer_leases_expired_total", "") == 1.0
+            && sample_sum(t, "strom_producer_leases", "") == 0.0
+    });
+
+    // Kafka: a produce, a refused metadata request, a group.
+    common::kafka::kcat(&["-b", &broker, "-P", "-t", "work"], b"from-kafka\n");
+    common::kafka::kcat(
+        &["-b", &broker, "-G", "kg", "-e", "-q", "-f", "%s\n", "work"],
+        b"",
+    );
+    // Metadata v4 for a missing topic, without auto-creation.
+    let mut body = 1i32.to_be_bytes().to_vec();
+    common::kafka_raw::string(&mut body, "missing");
+    body.push(0);
+    let mut s = common::kafka_raw::connect(&broker);
+    std::io::Write::write_all(&mut s, &common::kafka_raw::request(3, 4, 1, &body)).unwrap();
+    common::kafka_raw::response(&mut s).expect("a metadata answer");
+    let t = scrape_until(&http, "Kafka requests and a group", |t| {
+        sample_sum(t, "strom_kafka_requests_total", "api=\"Produce\"") >= 1.0
+            && sample_sum(t, "strom_kafka_groups", "") == 1.0
+    });
+    assert!(sample_sum(&t, "strom_kafka_requests_total", "api=\"Metadata\"") >= 1.0);
+    assert!(sample_sum(&t, "strom_kafka_requests_total", "api=\"JoinGroup\"") >= 1.0);
+    let unknown = "api=\"Metadata\",error=\"UNKNOWN_TOPIC_OR_PARTITION\"";
+    assert_eq!(sample_sum(&t, "strom_kafka_errors_total", unknown), 1.0);
+    promtool_check(&t);
+    all_documented(&t);
+}
+
+fn promtool(args: &[&str]) {
+    let out = std::process::Command::new("promtool")
+        .args(args)
+        .current_dir(repo().join("examples/prometheus"))
+        .output()
+        .expect("promtool (Debian package prometheus; `make test` installs it)");
+    assert!(
+        out.status.success(),
+        "promtool {args:?}:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn the_alert_rules_pass_promtool_and_watch_documented_metrics() {
+    promtool(&["check", "rules", "alerts.yml"]);
+    promtool(&["test", "rules", "alerts_test.yml"]);
+    promtool(&["check", "config", "prometheus.yml"]);
+    let rules = std::fs::read_to_string(repo().join("examples/prometheus/alerts.yml")).unwrap();
+    let doc = std::fs::read_to_string(repo().join("docs/observability.md")).unwrap();
+    let mut watched = 0;
+    for word in rules.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+        if word.starts_with("strom_") && word.len() > "strom_".len() {
+            watched += 1;
+            assert!(
+                doc.contains(&format!("`{word}`")),
+                "{word} is not in docs/observability.md"
+            );
+        }
+    }
+    assert!(watched >= 10, "the rules watch Strom's metrics");
 }
