@@ -7,15 +7,13 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::http::{get, http_addr_in, promtool_check, sample_sum};
+use common::http::{chromium, get, http_addr_in, promtool_check, sample_sum};
 use common::{ok, run_cli, ServerProcess};
 
 const T: Duration = Duration::from_secs(60);
@@ -201,36 +199,6 @@ fn wait_for_rate(http: &str, topic: &str) {
         );
         std::thread::sleep(Duration::from_millis(200));
     }
-}
-
-fn chromium(args: &[&str], profile: &std::path::Path) -> std::process::Output {
-    let bin = ["chromium", "chromium-browser", "google-chrome"]
-        .into_iter()
-        .find(|b| {
-            Command::new("which")
-                .arg(b)
-                .output()
-                .is_ok_and(|o| o.status.success())
-        })
-        .expect("headless Chromium (Debian package chromium; `make test` installs it)");
-    // Bounded: a hung browser fails the test instead of stalling it.
-    let mut cmd = Command::new("timeout");
-    cmd.args(["90", bin]);
-    cmd.args([
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--virtual-time-budget=4000",
-    ])
-    .arg(format!("--user-data-dir={}", profile.display()))
-    .args(args)
-    .stdin(Stdio::null());
-    cmd.output().expect("running chromium")
 }
 
 #[test]

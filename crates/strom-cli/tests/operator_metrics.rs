@@ -13,7 +13,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::cluster::{cluster_up_with, Cluster};
-use common::http::{http_addr_in, metrics, promtool_check, sample_sum, samples};
+use common::http::{chromium, http_addr_in, metrics, promtool_check, sample_sum, samples};
 use common::procs::CLI_TIMEOUT;
 use common::{ok, run_cli};
 
@@ -190,6 +190,22 @@ fn a_killed_follower_shows_as_under_replicated_beside_the_quorum_and_disk() {
     scrape_until(&http[master], "the master seeing a member down", |t| {
         sample_sum(t, "strom_members", "alive=\"false\"") == 1.0
     });
+
+    // The master's dashboard shows the partition under-replicated and the
+    // quorum members it reached, one of them its leader.
+    let url = format!("http://{}/", http[master]);
+    let dom = chromium(&["--dump-dom", &url], &base.path().join("profile"));
+    let page = String::from_utf8_lossy(&dom.stdout);
+    assert!(
+        page.contains("data-replication=\"r/0\" data-state=\"under-replicated\""),
+        "no under-replicated r/0 row:\n{page}"
+    );
+    assert_eq!(page.matches("<tr data-quorum-member=").count(), 2, "{page}");
+    assert_eq!(page.matches("\" data-state=\"leader\"").count(), 1, "{page}");
+    assert!(
+        page.contains("id=\"under-replicated\" data-value=\"1\""),
+        "{page}"
+    );
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! Reading a server's HTTP endpoint in tests: its address from the
 //! server's log, `GET` over HTTP/1.0, samples of `/metrics` by name and
-//! label, and `promtool check metrics` on the text.
+//! label, `promtool check metrics` on the text, and headless Chromium
+//! for the dashboard.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -82,4 +83,34 @@ pub fn promtool_check(text: &str) {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+pub fn chromium(args: &[&str], profile: &std::path::Path) -> std::process::Output {
+    let bin = ["chromium", "chromium-browser", "google-chrome"]
+        .into_iter()
+        .find(|b| {
+            Command::new("which")
+                .arg(b)
+                .output()
+                .is_ok_and(|o| o.status.success())
+        })
+        .expect("headless Chromium (Debian package chromium; `make test` installs it)");
+    // Bounded: a hung browser fails the test instead of stalling it.
+    let mut cmd = Command::new("timeout");
+    cmd.args(["90", bin]);
+    cmd.args([
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--virtual-time-budget=4000",
+    ])
+    .arg(format!("--user-data-dir={}", profile.display()))
+    .args(args)
+    .stdin(Stdio::null());
+    cmd.output().expect("running chromium")
 }
