@@ -229,6 +229,13 @@ pub trait PartitionLog: Send + Sync + 'static {
     fn tier_pass(&self) -> Result<u32> {
         Ok(0)
     }
+    /// Tiered storage: the place of this copy among the copies of its
+    /// partition, which decides what [`PartitionLog::tier_pass`] does
+    /// (copy, or record the leader's copies) and whether retention deletes
+    /// tier objects. Ignored by logs without a tier.
+    fn set_tier_role(&self, role: tier::TierRole) {
+        let _ = role;
+    }
     fn stats(&self) -> LogStats;
     /// Why the log stopped, if a write or fsync failed (then `append`
     /// returns `PartitionFailed` and `sync` never succeeds again until the

@@ -1,9 +1,13 @@
 //! Tiered storage of file partitions (docs/tiering.md): with a server tier
-//! (`tier_dir` or `tier_url`), each file partition of a topic without
-//! replication opens as a `strom_storage::tier::TieredLog`, and a
-//! background thread per partition runs its copy pass every
-//! `tier_check_ms`, off the append path. The tier store is built once per
-//! location and shared by every partition of the process.
+//! (`tier_dir` or `tier_url`), each file partition opens as a
+//! `strom_storage::tier::TieredLog`, and a background thread per partition
+//! runs its copy pass every `tier_check_ms`, off the append path. The tier
+//! store is built once per location and shared by every partition of the
+//! process. The copies of a replicated partition share one key prefix in
+//! the tier: before each pass the thread gives the log its role, from the
+//! partition's replication ([`tier_role`]): the leader copies closed
+//! segments below its high watermark, followers record the leader's copies
+//! once they verified them against their own files.
 
 use std::path::Path;
 use std::sync::atomic::Ordering;
@@ -12,7 +16,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use strom_proto::TopicSpec;
-use strom_storage::tier::{DirTier, ObjectTier, TierSettings, TierStore, TieredLog};
+use strom_storage::tier::{DirTier, ObjectTier, TierRole, TierSettings, TierStore, TieredLog};
 use strom_storage::{FileLog, LogConfig, PartitionLog};
 
 use super::{OpenMode, PartitionManager};
@@ -56,10 +60,11 @@ fn prefix(dir: &Path) -> String {
     format!("{}/{}", name(dir.parent()), name(Some(dir)))
 }
 
-/// Opens a file partition's log: tiered when the server has a tier, the
-/// topic keeps one copy of each partition and does not opt out
-/// (`tier: Some(false)`); the topic's `local_retention_*` override the
-/// server's. Returns whether it is tiered.
+/// Opens a file partition's log: tiered when the server has a tier and
+/// the topic does not opt out (`tier: Some(false)`); the topic's
+/// `local_retention_*` override the server's. A copy of a replicated
+/// partition opens as a follower that records nothing until the tier
+/// thread knows its role. Returns whether it is tiered.
 pub(super) fn open_file_log(
     spec: &TopicSpec,
     dir: &Path,
@@ -67,7 +72,7 @@ pub(super) fn open_file_log(
     log_config: LogConfig,
     mode: OpenMode,
 ) -> Result<(Arc<dyn PartitionLog>, bool), ServerError> {
-    let wanted = spec.tier != Some(false) && spec.replicas() == 1;
+    let wanted = spec.tier != Some(false);
     let store = match tier_store(config)? {
         Some(s) if wanted => s,
         store => {
@@ -95,6 +100,12 @@ pub(super) fn open_file_log(
             .or(config.tier_local_retention_bytes),
         local_retention_ms: spec.local_retention_ms.or(config.tier_local_retention_ms),
         cache_segments: config.tier_cache_segments as usize,
+        // As `PartitionManager::start` decides it: more than one copy, or
+        // a leader-epoch history (a partition that moved).
+        role: match spec.replicas() > 1 || dir.join(super::EPOCHS_FILE).exists() {
+            false => TierRole::Sole,
+            true => TierRole::Follower { below: 0 },
+        },
     };
     let create = mode == OpenMode::New;
     let log = TieredLog::open_with(
@@ -123,6 +134,7 @@ pub(super) fn spawn_tier_thread(
             }
             // One segment per call, so a shutdown waits for one copy at most.
             while !p.stop.load(Ordering::Acquire) {
+                p.log.set_tier_role(tier_role(&p));
                 match p.log.tier_pass() {
                     Ok(0) => break,
                     Ok(_) => {
@@ -138,4 +150,20 @@ pub(super) fn spawn_tier_thread(
     })?;
     pm.threads.lock().push(thread);
     Ok(())
+}
+
+/// The partition's place among its copies, for its tier passes: the only
+/// copy, the leader (copies up to its high watermark, which every in-sync
+/// copy holds and no failover truncates), or a follower or a copy without
+/// a role yet (records the leader's copies up to the high watermark it
+/// knows).
+fn tier_role(p: &PartitionManager) -> TierRole {
+    if !p.replicated() {
+        return TierRole::Sole;
+    }
+    let below = p.visible();
+    match p.replication() {
+        Some(r) if r.is_leader() => TierRole::Leader { below },
+        _ => TierRole::Follower { below },
+    }
 }

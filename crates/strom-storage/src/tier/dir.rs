@@ -140,6 +140,22 @@ impl TierStore for DirTier {
             .map_err(|e| self.err("syncing the directory of", key, e))
     }
 
+    /// Syncs the object's file and its directory: a put whose writer
+    /// died between its rename and its directory fsync becomes durable.
+    fn make_durable(&self, key: &str) -> Result<()> {
+        let path = self.path(key);
+        let file = self
+            .vfs
+            .open(&path, false)
+            .map_err(|e| self.err("opening", key, e))?;
+        file.sync_data().map_err(|e| self.err("syncing", key, e))?;
+        drop(file);
+        let parent = path.parent().unwrap_or(&self.root);
+        self.vfs
+            .sync_dir(parent)
+            .map_err(|e| self.err("syncing the directory of", key, e))
+    }
+
     fn describe(&self) -> String {
         self.root.display().to_string()
     }

@@ -4,8 +4,10 @@
 //! [`PartitionLog::tier_pass`] copies the oldest closed segment not yet in
 //! the tier, records it in the manifest once verified, then
 //! applies the local retention, which only ever drops segments the
-//! manifest lists. `enforce_retention` applies the topic's retention to
-//! the whole log, tier included.
+//! manifest lists. What a pass copies depends on the log's [`TierRole`]:
+//! a follower of a replicated partition records the leader's copies
+//! instead (`adopt.rs`). `enforce_retention` applies the topic's retention
+//! to the whole log, tier included.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -14,10 +16,11 @@ use std::sync::Arc;
 use bytes::Bytes;
 use parking_lot::Mutex;
 
+use super::adopt::adopt_segment;
 use super::cache::SegmentCache;
 use super::copy::copy_segment;
 use super::manifest::{Manifest, TieredSegment};
-use super::{segment_key, TierStore};
+use super::{segment_key, TierRole, TierStore};
 use crate::file::SegmentReader;
 use crate::vfs::Vfs;
 use crate::{
@@ -38,6 +41,10 @@ pub struct TierSettings {
     pub local_retention_ms: Option<u64>,
     /// Segments fetched from the tier kept in the cache directory.
     pub cache_segments: usize,
+    /// The role the log opens with (see [`TieredLog::set_role`]): a copy
+    /// of a replicated partition opens as a follower that may record
+    /// nothing (`Follower { below: 0 }`) until its role is known.
+    pub role: TierRole,
 }
 
 impl Default for TierSettings {
@@ -47,6 +54,7 @@ impl Default for TierSettings {
             local_retention_bytes: None,
             local_retention_ms: None,
             cache_segments: 4,
+            role: TierRole::Sole,
         }
     }
 }
@@ -73,6 +81,7 @@ pub struct TieredLog {
     cache: SegmentCache,
     /// Serializes copy passes, retention and truncation.
     pass: Mutex<()>,
+    role: Mutex<TierRole>,
     stopping: AtomicBool,
 }
 
@@ -108,16 +117,17 @@ impl TieredLog {
             }
         }
         tracing::info!(dir = %dir.display(), tier = %store.describe(), prefix = %settings.prefix,
-            tiered = manifest.segments.len(), "tiered partition log opened");
+            tiered = manifest.segments.len(), role = ?settings.role, "tiered partition log opened");
         Ok(TieredLog {
             local,
             store,
-            settings,
             retention_bytes: config.retention_bytes,
             retention_ms: config.retention_ms,
             manifest: Mutex::new(manifest),
             cache,
             pass: Mutex::new(()),
+            role: Mutex::new(settings.role),
+            settings,
             stopping: AtomicBool::new(false),
         })
     }
@@ -170,6 +180,11 @@ impl TieredLog {
         self.cache.get(&*self.store, &self.settings.prefix, seg)
     }
 
+    /// The role the copy passes follow now.
+    pub fn role(&self) -> TierRole {
+        *self.role.lock()
+    }
+
     /// Stores `m` as the manifest (durably) and publishes it.
     fn store_manifest(&self, m: Manifest) -> Result<()> {
         m.store(&**self.local.vfs(), self.local.dir())?;
@@ -177,10 +192,12 @@ impl TieredLog {
         Ok(())
     }
 
-    /// Removes tiered segments from the manifest (durably first), then
-    /// their objects: a crash in between leaves unreferenced objects, never
-    /// a manifest naming a deleted one.
-    fn forget_tiered(&self, bases: &[u64]) -> Result<()> {
+    /// Removes tiered segments from the manifest (durably first), then,
+    /// with `delete_objects`, their objects: a crash in between leaves
+    /// unreferenced objects, never a manifest naming a deleted one. The
+    /// copies of a replicated partition share the objects, so only its
+    /// leader deletes them.
+    fn forget_tiered(&self, bases: &[u64], delete_objects: bool) -> Result<()> {
         if bases.is_empty() {
             return Ok(());
         }
@@ -189,6 +206,9 @@ impl TieredLog {
         self.store_manifest(m)?;
         for &base in bases {
             self.cache.forget(base);
+            if !delete_objects {
+                continue;
+            }
             for ext in ["log", "data"] {
                 self.store
                     .delete(&segment_key(&self.settings.prefix, base, ext))?;
@@ -198,8 +218,9 @@ impl TieredLog {
         Ok(())
     }
 
-    /// Copies the oldest closed segment not in the tier yet, if any.
-    fn copy_next(&self) -> Result<u32> {
+    /// Copies the oldest closed segment not in the tier yet, if any and if
+    /// `role` lets it (a follower records the leader's copy instead).
+    fn copy_next(&self, role: TierRole) -> Result<u32> {
         if self.stopping.load(Ordering::Acquire) {
             return Ok(0);
         }
@@ -208,7 +229,17 @@ impl TieredLog {
         let Some(seg) = closed.iter().find(|s| s.base >= end) else {
             return Ok(0);
         };
-        let entry = copy_segment(&*self.store, &self.settings.prefix, self.local.vfs(), seg)?;
+        if seg.next > role.below() {
+            return Ok(0);
+        }
+        let (store, prefix, vfs) = (&*self.store, &self.settings.prefix, self.local.vfs());
+        let entry = match role {
+            TierRole::Follower { .. } => match adopt_segment(store, prefix, vfs, seg)? {
+                Some(entry) => entry,
+                None => return Ok(0),
+            },
+            TierRole::Sole | TierRole::Leader { .. } => copy_segment(store, prefix, vfs, seg)?,
+        };
         let mut m = self.manifest.lock().clone();
         m.segments.push(entry);
         self.store_manifest(m)?;
@@ -270,7 +301,7 @@ impl TieredLog {
             total -= s.size();
             gone.push(s.base);
         }
-        self.forget_tiered(&gone)?;
+        self.forget_tiered(&gone, self.role().owns_objects())?;
         Ok(gone.len() as u32)
     }
 }
@@ -285,7 +316,11 @@ impl PartitionLog for TieredLog {
     }
 
     /// Truncation stays within the local segments; tiered segments it cuts
-    /// into are removed from the tier first.
+    /// into are removed from the manifest first, and from the tier when
+    /// this is the only copy. A replicated partition tiers only segments
+    /// below its high watermark, which no truncation reaches, so its
+    /// truncations never meet a tiered segment; if one did, the objects
+    /// stay, since other copies may rely on them.
     fn truncate_from(&self, offset: u64) -> Result<u64> {
         let _pass = self.pass.lock();
         if offset < self.local.first_offset() && offset >= self.first_offset() {
@@ -301,7 +336,11 @@ impl PartitionLog for TieredLog {
                 .map(|s| s.base)
                 .collect()
         };
-        self.forget_tiered(&cut)?;
+        if !cut.is_empty() {
+            tracing::warn!(dir = %self.local.dir().display(), offset, segments = cut.len(),
+                "truncation cuts into tiered segments; they leave the manifest");
+        }
+        self.forget_tiered(&cut, self.role() == TierRole::Sole)?;
         self.local.truncate_from(offset)
     }
 
@@ -392,12 +431,19 @@ impl PartitionLog for TieredLog {
             let m = self.manifest.lock();
             dropped.iter().copied().filter(|b| m.contains(*b)).collect()
         };
-        self.forget_tiered(&tiered)?;
+        self.forget_tiered(&tiered, self.role().owns_objects())?;
         Ok(remote + dropped.len() as u32)
     }
 
     fn seal_rolled(&self) -> Result<u32> {
         self.local.seal_rolled()
+    }
+
+    fn set_tier_role(&self, role: TierRole) {
+        let old = std::mem::replace(&mut *self.role.lock(), role);
+        if std::mem::discriminant(&old) != std::mem::discriminant(&role) {
+            tracing::info!(dir = %self.local.dir().display(), ?old, new = ?role, "tier role changed");
+        }
     }
 
     /// Copies at most one segment per call, so that the caller can stop
@@ -406,7 +452,7 @@ impl PartitionLog for TieredLog {
     fn tier_pass(&self) -> Result<u32> {
         let _pass = self.pass.lock();
         self.local.seal_rolled()?;
-        let copied = self.copy_next();
+        let copied = self.copy_next(self.role());
         // Segments verified before a failed copy may still be dropped.
         self.enforce_local_retention(crate::now_us())?;
         copied

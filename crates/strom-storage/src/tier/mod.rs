@@ -11,8 +11,13 @@
 //! `object_store` one ([`ObjectTier`]); the manifest (`manifest.rs`); the
 //! copy protocol (`copy.rs`); the fetched-segment cache (`cache.rs`); and
 //! [`TieredLog`], a [`crate::PartitionLog`] over a [`crate::FileLog`]
-//! (`log.rs`). The protocol and its crash safety are in `docs/tiering.md`.
+//! (`log.rs`). The copies of a replicated partition share one tier: the
+//! leader copies ([`TierRole::Leader`]) and the followers record copies
+//! they verified against their own files (`adopt.rs`,
+//! [`TierRole::Follower`]). The protocol and its crash safety are in
+//! `docs/tiering.md`.
 
+mod adopt;
 mod cache;
 mod copy;
 mod dir;
@@ -53,8 +58,50 @@ pub trait TierStore: Send + Sync + 'static {
     fn list(&self, prefix: &str) -> Result<Vec<(String, u64)>>;
     /// Removes the object; a missing one is not an error.
     fn delete(&self, key: &str) -> Result<()>;
+    /// Makes the object as it is now durable, whoever stored it (a
+    /// follower calls it before it relies on the leader's copy). The
+    /// default suits object stores, where a completed upload is durable.
+    fn make_durable(&self, key: &str) -> Result<()> {
+        let _ = key;
+        Ok(())
+    }
     /// Where the tier is, for logs and errors (a path or a URL).
     fn describe(&self) -> String;
+}
+
+/// What a tiered log does in its copy pass, which depends on its place
+/// among the copies of the partition (they all share one tier, under one
+/// key prefix).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TierRole {
+    /// The only copy (replication factor 1): copies every closed segment,
+    /// and deletes the tier objects of the segments its retention removes.
+    Sole,
+    /// The leader of a replicated partition: copies the closed segments
+    /// that end at or below `below` (its high watermark, so a copy in the
+    /// tier is never cut by a later truncation), and deletes the tier
+    /// objects of the segments the topic's retention removes.
+    Leader { below: u64 },
+    /// A follower (or a copy without a role yet): copies nothing, records a
+    /// closed segment ending at or below `below` once the tier holds a
+    /// durable copy byte-identical to its own files, and never deletes a
+    /// tier object (the leader does).
+    Follower { below: u64 },
+}
+
+impl TierRole {
+    /// Whether this copy may delete tier objects.
+    pub fn owns_objects(self) -> bool {
+        !matches!(self, TierRole::Follower { .. })
+    }
+
+    /// The end, exclusive, of the offsets this copy may copy or record.
+    pub fn below(self) -> u64 {
+        match self {
+            TierRole::Sole => u64::MAX,
+            TierRole::Leader { below } | TierRole::Follower { below } => below,
+        }
+    }
 }
 
 /// The key of one file of the segment at `base` of the partition whose
