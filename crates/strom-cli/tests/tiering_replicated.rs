@@ -22,7 +22,9 @@ use common::raw::{connect, request_frame};
 use common::replicated::*;
 use common::{member_id, wait_for, ServerProcess};
 use strom_client::TopicSpec;
-use strom_proto::{BatchView, FrameHeader, FrameKind, Push, Request, StartPos, FRAME_HEADER_LEN};
+use strom_proto::{
+    BatchView, FrameHeader, FrameKind, Push, Request, Response, StartPos, FRAME_HEADER_LEN,
+};
 use strom_storage::tier::Manifest;
 
 /// Small segments (about 40 events of the run's producer each), so that
@@ -125,7 +127,8 @@ fn read_member(addr: &str, p: u32, end: u64) -> BTreeMap<u64, Vec<u8>> {
         start: StartPos::Beginning,
         prefetch: 256,
     };
-    s.write_all(&request_frame(1, &sub, b"")).expect("subscribing");
+    s.write_all(&request_frame(1, &sub, b""))
+        .expect("subscribing");
     let mut got = BTreeMap::new();
     let mut buf = BytesMut::new();
     let deadline = Instant::now() + WAIT;
@@ -142,6 +145,13 @@ fn read_member(addr: &str, p: u32, end: u64) -> BTreeMap<u64, Vec<u8>> {
             Err(_) => continue,
         }
         while let Some((h, body)) = next_frame(&mut buf) {
+            if h.kind == FrameKind::Response {
+                if let Ok(Response::Error { message, .. }) =
+                    Response::decode(h.version, h.opcode, &body)
+                {
+                    panic!("reading {p} from {addr}: {message}");
+                }
+            }
             if h.kind != FrameKind::Push {
                 continue;
             }
@@ -174,7 +184,10 @@ fn next_frame(buf: &mut BytesMut) -> Option<(FrameHeader, Bytes)> {
         return None;
     }
     let frame = buf.split_to(len).freeze();
-    Some((h, frame.slice(FRAME_HEADER_LEN..FRAME_HEADER_LEN + h.body_len as usize)))
+    Some((
+        h,
+        frame.slice(FRAME_HEADER_LEN..FRAME_HEADER_LEN + h.body_len as usize),
+    ))
 }
 
 /// The tier holds every closed segment of partition `p` once: the objects
@@ -186,7 +199,12 @@ fn tier_holds_each_segment_once(tier: &Path, m: &Manifest) {
     let listed: Vec<u64> = m.segments.iter().map(|s| s.base).collect();
     assert_eq!(logs, listed, "segments in the tier ({tier:?})");
     assert_eq!(bases(tier, "data"), listed, "data files in the tier");
-    assert!(bases(tier, "tmp").is_empty(), "a copy left half done");
+    let temporaries = std::fs::read_dir(tier)
+        .expect("listing the tier")
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".tmp"))
+        .count();
+    assert_eq!(temporaries, 0, "a copy left half done");
     assert_eq!(m.segments.first().map(|s| s.base), Some(0));
     for w in m.segments.windows(2) {
         assert_eq!(w[0].next, w[1].base, "a gap or overlap in the tier");
@@ -205,7 +223,10 @@ fn tier_holds_each_segment_once(tier: &Path, m: &Manifest) {
 fn replicated_topic_is_tiered_once_and_reads_back_everywhere_after_a_leader_kill_9() {
     let base = tempfile::tempdir().expect("tempdir");
     let mut g = start_group(base.path());
-    let tier_topic = base.path().join("tier").join(topic_dir_name(&g.zero.data_dir));
+    let tier_topic = base
+        .path()
+        .join("tier")
+        .join(topic_dir_name(&g.zero.data_dir));
     let p = led_by_member_1(&g.d);
     let tier_p = tier_topic.join(p.to_string());
     let r = run(&g);
@@ -236,13 +257,12 @@ fn replicated_topic_is_tiered_once_and_reads_back_everywhere_after_a_leader_kill
     let live: Vec<(u32, PathBuf)> = std::iter::once((0, g.zero.data_dir.clone()))
         .chain(g.joined.iter().map(|(id, (_, d))| (*id, d.clone())))
         .collect();
-    let addrs: BTreeMap<u32, String> = g
-        .d
-        .members()
-        .expect("members")
-        .into_iter()
-        .map(|m| (m.id, m.addr))
-        .collect();
+    let addrs: BTreeMap<u32, String> =
+        g.d.members()
+            .expect("members")
+            .into_iter()
+            .map(|m| (m.id, m.addr))
+            .collect();
     for q in 0..PARTITIONS {
         let dirs: Vec<PathBuf> = live
             .iter()
@@ -253,7 +273,10 @@ fn replicated_topic_is_tiered_once_and_reads_back_everywhere_after_a_leader_kill
         });
         // Every copy recorded the same segments, and the tier holds them.
         let ms: Vec<Manifest> = dirs.iter().map(|d| manifest(d)).collect();
-        assert!(ms.windows(2).all(|w| w[0] == w[1]), "partition {q}: manifests differ");
+        assert!(
+            ms.windows(2).all(|w| w[0] == w[1]),
+            "partition {q}: manifests differ"
+        );
         tier_holds_each_segment_once(&tier_topic.join(q.to_string()), &ms[0]);
         let acked: BTreeMap<u64, u64> = h
             .acked
@@ -268,7 +291,11 @@ fn replicated_topic_is_tiered_once_and_reads_back_everywhere_after_a_leader_kill
             let got = read_member(&addrs[id], q, end);
             for (offset, seq) in &acked {
                 let meta = got.get(offset).map(|m| seq_of(m));
-                assert_eq!(meta, Some(*seq), "member {id}, partition {q}, offset {offset}");
+                assert_eq!(
+                    meta,
+                    Some(*seq),
+                    "member {id}, partition {q}, offset {offset}"
+                );
             }
         }
         eprintln!(
