@@ -41,9 +41,9 @@ pub struct TierSettings {
     pub local_retention_ms: Option<u64>,
     /// Segments fetched from the tier kept in the cache directory.
     pub cache_segments: usize,
-    /// The role the log opens with (see [`TieredLog::set_role`]): a copy
-    /// of a replicated partition opens as a follower that may record
-    /// nothing (`Follower { below: 0 }`) until its role is known.
+    /// The role the log opens with (see [`PartitionLog::set_tier_role`]):
+    /// a copy of a replicated partition opens as a follower that may
+    /// record nothing (`Follower { below: 0 }`) until its role is known.
     pub role: TierRole,
 }
 
