@@ -105,6 +105,10 @@ pub struct ServerArgs {
     /// SSL and SASL_SSL; config key `kafka_tls`).
     #[arg(long, requires = "tls_cert")]
     kafka_tls: bool,
+    /// Serve the HTTP endpoint (--http-listen) over TLS with --tls-cert
+    /// (config key `http_tls`).
+    #[arg(long, requires = "tls_cert")]
+    http_tls: bool,
 }
 
 pub fn run(
@@ -166,6 +170,7 @@ pub fn run(
     config.insecure |= args.insecure;
     config.super_users.extend(args.super_users);
     config.kafka_tls |= args.kafka_tls;
+    config.http_tls |= args.http_tls;
     for (key, value) in [
         (&mut config.tls_cert, args.tls_cert),
         (&mut config.tls_key, args.tls_key),
@@ -196,7 +201,7 @@ pub fn run(
         let http = match http_listen {
             Some(addr) => match strom_http::serve(server.services(), &addr).await {
                 Ok(h) => {
-                    eprintln!("strom http listening on http://{}", h.addr());
+                    eprintln!("strom http listening on {}", h.url());
                     Some(h)
                 }
                 Err(e) => {
