@@ -181,6 +181,7 @@ pub fn run(
             *key = value;
         }
     }
+    let launching_user = crate::launch_auth::launcher_defaults(&mut config);
     config.validate()?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .thread_name("strom-server")
@@ -198,6 +199,17 @@ pub fn run(
         let signals = Signals::install()?;
         let server = Server::start(config).await?;
         eprintln!("strom server listening on {}", server.addrs().join(" "));
+        if let (Some(user), Some(group)) = (&launching_user, &group_file) {
+            let path = crate::launch_auth::token_beside(group);
+            let secret = strom_server::member_auth::beside(group);
+            match crate::launch_auth::write_token(&path, &secret, user) {
+                Ok(()) => eprintln!(
+                    "strom server: a token for User:{user} (a super user of this group): export STROM_TOKEN_FILE={}",
+                    path.display()
+                ),
+                Err(e) => tracing::warn!(error = %e, "could not write the launching user's token"),
+            }
+        }
         let http = match http_listen {
             Some(addr) => match strom_http::serve(server.services(), &addr).await {
                 Ok(h) => {
