@@ -489,7 +489,7 @@ fn mpirun_with_auth_writes_a_private_token_for_the_launching_user_beside_the_gro
     use std::os::unix::fs::PermissionsExt;
     let tmp = tempfile::tempdir().unwrap();
     let gf = tmp.path().join("group.json");
-    let mut mpirun = Command::new("mpirun")
+    let mpirun = Command::new("mpirun")
         .args(["--allow-run-as-root", "--oversubscribe", "-n", "2"])
         .arg(strom_bin())
         .args(["server", "--listen", "127.0.0.1:0", "--auth", "--data-dir"])
