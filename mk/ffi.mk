@@ -5,7 +5,8 @@
 #   make install PREFIX=DIR     - install lib/libstrom.{so,a}, include/strom.{h,hpp,f90}
 #                                 and lib/pkgconfig/strom.pc (FFI_PROFILE=release)
 #   make test-ffi               - the C and C++ tests (plain and under ASan and
-#                                 UBSan), a program built with pkg-config against
+#                                 UBSan), C with a token over TLS against a real
+#                                 server, a program built with pkg-config against
 #                                 an installed copy, and the MPI examples; part
 #                                 of make test
 
@@ -20,7 +21,7 @@ FFI_SAN := -O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitiz
 # LeakSanitizer is on: freeing every handle must free everything.
 FFI_SAN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 
-.PHONY: header ffi install test-ffi ffi-c-tests ffi-install-test ffi-doc-example ffi-mpi
+.PHONY: header ffi install test-ffi ffi-c-tests ffi-tls-token ffi-install-test ffi-doc-example ffi-mpi
 
 EXTRA_TEST += test-ffi
 
@@ -40,7 +41,15 @@ install: ffi
 	sed -e 's|@PREFIX@|$(abspath $(PREFIX))|' -e 's|@VERSION@|$(FFI_VERSION)|' \
 		crates/strom-ffi/strom.pc.in > $(PREFIX)/lib/pkgconfig/strom.pc
 
-test-ffi: ffi ffi-c-tests ffi-install-test ffi-doc-example ffi-mpi
+test-ffi: ffi ffi-c-tests ffi-tls-token ffi-install-test ffi-doc-example ffi-mpi
+
+# libstrom with a token over TLS against a real `strom server --auth` on
+# tls:// (tests/c/tls_token.sh makes the certificates and tokens).
+ffi-tls-token: ffi
+	@mkdir -p $(FFI_OUT)
+	$(CARGO) build -p strom-cli $(TEST_FEATURES) --bin strom
+	$(CC) -std=c11 $(FFI_CFLAGS) tests/c/test_tls_token.c $(FFI_LIB_DIR)/libstrom.a $(FFI_LIBS) -o $(FFI_OUT)/test_tls_token
+	tests/c/tls_token.sh target/debug/strom $(FFI_OUT)/test_tls_token
 
 # The C and C++ tests against the static library, plain and sanitized.
 ffi-c-tests: ffi

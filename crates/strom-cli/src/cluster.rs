@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use crate::launch_auth::{user_name, write_token};
 use anyhow::Context;
 use clap::Subcommand;
 use strom_server::member_auth::{self, ClusterSecret};
@@ -141,35 +142,6 @@ struct Launch {
     server_args: Vec<String>,
 }
 
-/// The launching user's name, the subject of the token `up --auth` writes.
-fn user_name() -> String {
-    std::env::var("USER")
-        .ok()
-        .filter(|u| !u.is_empty() && !u.contains(':'))
-        // SAFETY: getuid cannot fail.
-        .unwrap_or_else(|| format!("uid{}", unsafe { libc::getuid() }))
-}
-
-/// A token for `user` (30 days), signed with the group's secret, written
-/// to `DIR/token` readable by this user only; its path.
-fn write_token(dir: &Path, secret: &Path, user: &str) -> anyhow::Result<PathBuf> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let key = ClusterSecret::read(secret)?.token_key();
-    let claims = strom_auth::Claims::new(user, strom_server::now_secs(), 30 * 86_400)?;
-    let token = key.sign(&claims)?;
-    let path = dir.join("token");
-    let _ = std::fs::remove_file(&path);
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&path)
-        .with_context(|| format!("writing {}", path.display()))?;
-    writeln!(f, "{token}")?;
-    Ok(path)
-}
-
 /// The metadata voters of a group of `servers`: `asked`, checked, or the
 /// default (3 from three servers on, else 1).
 fn voters(servers: u32, asked: Option<u32>) -> anyhow::Result<u32> {
@@ -204,7 +176,11 @@ fn up(launch: &Launch, dir: &Path, group_file: Option<PathBuf>) -> anyhow::Resul
     let secret = cluster_secret(&dir, &group)?;
     let user = user_name();
     let token = match launch.auth {
-        true => Some(write_token(&dir, &secret, &user)?),
+        true => {
+            let path = dir.join("token");
+            write_token(&path, &secret, &user)?;
+            Some(path)
+        }
         false => None,
     };
     let exe = std::env::current_exe().context("finding the strom executable")?;

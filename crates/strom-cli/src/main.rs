@@ -9,6 +9,7 @@ mod elastic;
 mod gen;
 mod group;
 mod interrupt;
+mod launch_auth;
 mod produce;
 mod scrub;
 mod security;

@@ -105,6 +105,10 @@ pub struct ServerArgs {
     /// SSL and SASL_SSL; config key `kafka_tls`).
     #[arg(long, requires = "tls_cert")]
     kafka_tls: bool,
+    /// Serve the HTTP endpoint (--http-listen) over TLS with --tls-cert
+    /// (config key `http_tls`).
+    #[arg(long, requires = "tls_cert")]
+    http_tls: bool,
 }
 
 pub fn run(
@@ -166,6 +170,7 @@ pub fn run(
     config.insecure |= args.insecure;
     config.super_users.extend(args.super_users);
     config.kafka_tls |= args.kafka_tls;
+    config.http_tls |= args.http_tls;
     for (key, value) in [
         (&mut config.tls_cert, args.tls_cert),
         (&mut config.tls_key, args.tls_key),
@@ -176,6 +181,7 @@ pub fn run(
             *key = value;
         }
     }
+    let launching_user = crate::launch_auth::launcher_defaults(&mut config);
     config.validate()?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .thread_name("strom-server")
@@ -193,10 +199,21 @@ pub fn run(
         let signals = Signals::install()?;
         let server = Server::start(config).await?;
         eprintln!("strom server listening on {}", server.addrs().join(" "));
+        if let (Some(user), Some(group)) = (&launching_user, &group_file) {
+            let path = crate::launch_auth::token_beside(group);
+            let secret = strom_server::member_auth::beside(group);
+            match crate::launch_auth::write_token(&path, &secret, user) {
+                Ok(()) => eprintln!(
+                    "strom server: a token for User:{user} (a super user of this group): export STROM_TOKEN_FILE={}",
+                    path.display()
+                ),
+                Err(e) => tracing::warn!(error = %e, "could not write the launching user's token"),
+            }
+        }
         let http = match http_listen {
             Some(addr) => match strom_http::serve(server.services(), &addr).await {
                 Ok(h) => {
-                    eprintln!("strom http listening on http://{}", h.addr());
+                    eprintln!("strom http listening on {}", h.url());
                     Some(h)
                 }
                 Err(e) => {

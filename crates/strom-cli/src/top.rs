@@ -18,9 +18,10 @@ const MAX_ANSWER: u64 = 64 << 20;
 
 #[derive(Args)]
 pub struct TopArgs {
-    /// HTTP endpoint (HOST:PORT) of a server, as `strom server
-    /// --http-listen` printed it. The master's shows its whole group;
-    /// list several for servers of different groups.
+    /// HTTP endpoint (HOST:PORT, or https://HOST:PORT with --tls-ca) of
+    /// a server, as `strom server --http-listen` printed it. The master's
+    /// shows its whole group; list several for servers of different
+    /// groups.
     #[arg(
         long = "http",
         env = "STROM_HTTP",
@@ -81,23 +82,46 @@ fn fetch_frame(http: &str) -> anyhow::Result<Value> {
     Ok(serde_json::json!({ "http": http, "group": group, "rates": rates }))
 }
 
-/// GETs `path` from `host:port` and parses the JSON answer (HTTP/1.0: the
-/// server closes the connection after one whole, unchunked answer).
+/// A connection an answer is read from: plain TCP, or TLS over it.
+trait Stream: Read + Write {}
+impl<T: Read + Write> Stream for T {}
+
+/// GETs `path` from `[https://]host:port` and parses the JSON answer
+/// (HTTP/1.0: the server closes the connection after one whole, unchunked
+/// answer). Over `https://` the server's certificate must chain to
+/// `--tls-ca`; a token (`STROM_TOKEN`, `--token-file`) goes as a bearer.
 fn get_json(http: &str, path: &str) -> anyhow::Result<Value> {
-    let addr = http.trim_start_matches("http://").trim_end_matches('/');
-    let what = || format!("GET http://{addr}{path}");
-    let mut conn = TcpStream::connect(addr)
+    let (tls, rest) = match http.strip_prefix("https://") {
+        Some(rest) => (true, rest),
+        None => (false, http.trim_start_matches("http://")),
+    };
+    let addr = rest.trim_end_matches('/');
+    let scheme = if tls { "https" } else { "http" };
+    let what = || format!("GET {scheme}://{addr}{path}");
+    let tcp = TcpStream::connect(addr)
         .with_context(|| format!("{}: is the server running with --http-listen?", what()))?;
-    conn.set_read_timeout(Some(Duration::from_secs(10)))?;
+    tcp.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let mut conn: Box<dyn Stream> = match tls {
+        true => Box::new(tls_stream(addr, tcp).with_context(what)?),
+        false => Box::new(tcp),
+    };
+    let auth = match strom_client::credentials::token_from_env()? {
+        Some(t) => format!("Authorization: Bearer {t}\r\n"),
+        None => String::new(),
+    };
     write!(
         conn,
-        "GET {path} HTTP/1.0\r\nHost: {addr}\r\nAccept: application/json\r\n\r\n"
+        "GET {path} HTTP/1.0\r\nHost: {addr}\r\n{auth}Accept: application/json\r\n\r\n"
     )
     .with_context(what)?;
+    conn.flush().with_context(what)?;
     let mut answer = Vec::new();
-    conn.take(MAX_ANSWER + 1)
-        .read_to_end(&mut answer)
-        .with_context(what)?;
+    match conn.take(MAX_ANSWER + 1).read_to_end(&mut answer) {
+        Ok(_) => {}
+        // A TLS peer that closes without close_notify, after its answer.
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !answer.is_empty() => {}
+        Err(e) => return Err(e).with_context(what),
+    }
     if answer.len() as u64 > MAX_ANSWER {
         bail!("{}: the answer is larger than {MAX_ANSWER} bytes", what());
     }
@@ -108,10 +132,27 @@ fn get_json(http: &str, path: &str) -> anyhow::Result<Value> {
     let head = String::from_utf8_lossy(&answer[..split]);
     let status = head.split_whitespace().nth(1).unwrap_or("?");
     if status != "200" {
-        bail!("{}: HTTP status {status}", what());
+        let why = String::from_utf8_lossy(&answer[split + 4..]);
+        bail!("{}: HTTP status {status}: {}", what(), why.trim());
     }
     serde_json::from_slice(&answer[split + 4..])
         .with_context(|| format!("{}: the answer is not JSON", what()))
+}
+
+/// TLS over `tcp` to `addr`, trusting `--tls-ca` (`STROM_TLS_CA`).
+fn tls_stream(addr: &str, tcp: TcpStream) -> anyhow::Result<impl Stream> {
+    use strom_server::tls::tokio_rustls::rustls::{
+        pki_types::ServerName, ClientConnection, StreamOwned,
+    };
+    let ca = std::env::var_os(strom_client::TLS_CA_ENV)
+        .filter(|v| !v.is_empty())
+        .context("an https:// endpoint needs --tls-ca (or STROM_TLS_CA): the CA its certificate chains to")?;
+    let config = strom_server::tls::client_config(std::path::Path::new(&ca), None)?;
+    let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
+    let name = ServerName::try_from(host.trim_matches(['[', ']']).to_string())
+        .with_context(|| format!("'{host}' is not a host name or address"))?;
+    let conn = ClientConnection::new(config, name)?;
+    Ok(StreamOwned::new(conn, tcp))
 }
 
 fn num(v: f64) -> String {

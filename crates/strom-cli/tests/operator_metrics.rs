@@ -201,7 +201,11 @@ fn a_killed_follower_shows_as_under_replicated_beside_the_quorum_and_disk() {
         "no under-replicated r/0 row:\n{page}"
     );
     assert_eq!(page.matches("<tr data-quorum-member=").count(), 2, "{page}");
-    assert_eq!(page.matches("\" data-state=\"leader\"").count(), 1, "{page}");
+    assert_eq!(
+        page.matches("\" data-state=\"leader\"").count(),
+        1,
+        "{page}"
+    );
     assert!(
         page.contains("id=\"under-replicated\" data-value=\"1\""),
         "{page}"

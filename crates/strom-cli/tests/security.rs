@@ -483,3 +483,63 @@ fn cluster_up_with_auth_writes_a_private_token_for_the_launching_user() {
         String::from_utf8_lossy(&down.stderr)
     );
 }
+
+#[test]
+fn mpirun_with_auth_writes_a_private_token_for_the_launching_user_beside_the_group_file() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let gf = tmp.path().join("group.json");
+    let mpirun = Command::new("mpirun")
+        .args(["--allow-run-as-root", "--oversubscribe", "-n", "2"])
+        .arg(strom_bin())
+        .args(["server", "--listen", "127.0.0.1:0", "--auth", "--data-dir"])
+        .arg(tmp.path().join("data"))
+        .arg("--group-file")
+        .arg(&gf)
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .env("USER", "mpiuser")
+        .env_remove("STROM_RANK")
+        .env_remove("STROM_SIZE")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("mpirun must be installed (make test installs openmpi-bin)");
+    let token = tmp.path().join("group.json.token");
+    wait_for("rank 0's token for the launching user", || {
+        std::fs::read_to_string(&token).is_ok_and(|t| t.ends_with('\n'))
+    });
+    let mode = std::fs::metadata(&token).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "the token file is the user's alone");
+    wait_for("the group file", || gf.exists());
+    let run = |args: &[&str], with_token: bool| {
+        let mut c = Command::new(strom_bin());
+        c.arg("--group-file").arg(&gf).args(args);
+        c.env_remove("STROM_TOKEN").env_remove("STROM_TOKEN_FILE");
+        if with_token {
+            c.env("STROM_TOKEN_FILE", &token);
+        }
+        c.output().unwrap()
+    };
+    let o = run(&["topic", "create", "t", "--partitions", "2"], false);
+    assert!(!o.status.success(), "refused without the token");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("NOT_AUTHORIZED"), "{err}");
+    // The launching user is a super user on every rank: the topic's two
+    // partitions, one per rank, take its events.
+    let o = run(&["topic", "create", "t", "--partitions", "2"], true);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = run(&["produce", "t"], true);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let _ = Command::new("kill")
+        .args(["-TERM", &mpirun.id().to_string()])
+        .status();
+    let out = mpirun.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("STROM_TOKEN_FILE={}", token.display()))
+            && err.contains("User:mpiuser"),
+        "rank 0 says where the token is:\n{err}"
+    );
+}

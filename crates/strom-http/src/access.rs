@@ -2,8 +2,9 @@
 //! `/metrics` is open to the scraper networks (`http_metrics_networks`,
 //! loopback by default) and otherwise needs a bearer token; the dashboard's
 //! data (`/api/*`) needs a token, from an `Authorization: Bearer` header or
-//! the `strom_token` cookie that `/login?token=…` sets, whose principal may
-//! describe the cluster. Tokens are checked by the service layer, as on
+//! the `strom_token` cookie that `/login?token=…` sets, and shows only the
+//! topics its principal may describe (all of them if it may describe the
+//! cluster). Tokens are checked by the service layer, as on
 //! the native and Kafka ports. Without `auth` everything is open (the
 //! server then serves only loopback: protected mode).
 
@@ -11,7 +12,7 @@ use std::net::IpAddr;
 
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use strom_auth::{Operation, Resource};
+use strom_auth::{Operation, Principal, Resource};
 use strom_server::Services;
 
 /// The cookie the dashboard's requests carry the token in.
@@ -101,14 +102,43 @@ fn refuse(status: StatusCode, why: String) -> Refusal {
     Refusal(status, why)
 }
 
-/// `Ok` if the request may read what `need` names; the refusal otherwise.
-pub fn check(svc: &Services, headers: &HeaderMap, peer: IpAddr, need: Need) -> Result<(), Refusal> {
+/// What a request that was let in may see.
+pub enum Sees {
+    /// The whole group (no `auth`, a scraper network, or a principal that
+    /// may describe the cluster).
+    All,
+    /// Only the topics this principal may describe (`/api/*`).
+    TopicsOf(Principal),
+}
+
+impl Sees {
+    /// Whether `topic` is shown.
+    pub fn topic(&self, svc: &Services, topic: &str) -> bool {
+        match self {
+            Sees::All => true,
+            Sees::TopicsOf(who) => svc
+                .access
+                .check(who, Operation::Describe, &Resource::topic(topic))
+                .is_ok(),
+        }
+    }
+}
+
+/// What the request may see if it may read what `need` names; the
+/// refusal otherwise. `/metrics` needs the cluster's `describe`; `/api/*`
+/// takes any valid token and shows the topics its principal may describe.
+pub fn check(
+    svc: &Services,
+    headers: &HeaderMap,
+    peer: IpAddr,
+    need: Need,
+) -> Result<Sees, Refusal> {
     if !svc.access.enabled() {
-        return Ok(());
+        return Ok(Sees::All);
     }
     let nets = &svc.config.http_metrics_networks;
     if need == Need::Metrics && nets.iter().any(|n| in_network(peer, n)) {
-        return Ok(());
+        return Ok(Sees::All);
     }
     let Some(t) = token(headers) else {
         return Err(refuse(
@@ -119,9 +149,14 @@ pub fn check(svc: &Services, headers: &HeaderMap, peer: IpAddr, need: Need) -> R
     let who = svc
         .authenticate_token(t)
         .map_err(|e| refuse(StatusCode::UNAUTHORIZED, e.to_string()))?;
-    svc.access
+    match svc
+        .access
         .check(&who, Operation::Describe, &Resource::cluster())
-        .map_err(|e| refuse(StatusCode::FORBIDDEN, e.to_string()))
+    {
+        Ok(()) => Ok(Sees::All),
+        Err(_) if need == Need::Api => Ok(Sees::TopicsOf(who)),
+        Err(e) => Err(refuse(StatusCode::FORBIDDEN, e.to_string())),
+    }
 }
 
 #[cfg(test)]

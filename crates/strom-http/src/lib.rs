@@ -21,6 +21,7 @@ pub mod listener;
 pub mod metrics;
 mod metrics_ops;
 mod metrics_work;
+mod visible;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -63,6 +64,8 @@ pub enum HttpError {
         addr: String,
         source: std::io::Error,
     },
+    #[error("http_tls: {0}")]
+    Tls(String),
 }
 
 impl HttpError {
@@ -70,7 +73,9 @@ impl HttpError {
     /// `INVALID_ARGUMENT` and `CONNECTION_FAILED`).
     pub fn code(&self) -> u16 {
         match self {
-            HttpError::BadAddress { .. } => strom_proto::ErrorCode::INVALID_ARGUMENT.0,
+            HttpError::BadAddress { .. } | HttpError::Tls(_) => {
+                strom_proto::ErrorCode::INVALID_ARGUMENT.0
+            }
             HttpError::Bind { .. } => strom_proto::ErrorCode::CONNECTION_FAILED.0,
         }
     }
@@ -85,6 +90,7 @@ struct AppState {
 /// A running HTTP endpoint.
 pub struct HttpHandle {
     addr: SocketAddr,
+    tls: bool,
     stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -93,6 +99,13 @@ impl HttpHandle {
     /// The address actually bound.
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The endpoint's base URL: `https://ADDR` with `http_tls`, else
+    /// `http://ADDR`.
+    pub fn url(&self) -> String {
+        let scheme = if self.tls { "https" } else { "http" };
+        format!("{scheme}://{}", self.addr)
     }
 
     /// Stops serving and sampling.
@@ -121,15 +134,25 @@ pub async fn serve(services: Arc<Services>, listen: &str) -> Result<HttpHandle, 
         addr: listen.to_string(),
         source,
     })?;
+    let tls = match services.config.http_tls {
+        false => None,
+        true => match services.tls_server_config() {
+            Ok(Some(c)) => Some(strom_server::tls::tokio_rustls::TlsAcceptor::from(c)),
+            Ok(None) => return Err(HttpError::Tls("needs tls_cert and tls_key".into())),
+            Err(e) => return Err(HttpError::Tls(e.to_string())),
+        },
+    };
     let recorder = Arc::new(Recorder::new(SAMPLE_PERIOD, HISTORY_POINTS));
     let (stop, stopped) = watch::channel(false);
     let sampler = tokio::spawn(recorder.clone().run(services.clone(), stopped.clone()));
     let limits = listener::Limits::of(&services.config);
     let app = router(AppState { services, recorder });
-    let server = tokio::spawn(listener::serve(tcp, app, limits, "http", stopped));
-    tracing::info!(%addr, "HTTP endpoint serving /metrics and the dashboard");
+    let https = tls.is_some();
+    let server = tokio::spawn(listener::serve(tcp, app, limits, "http", tls, stopped));
+    tracing::info!(%addr, tls = https, "HTTP endpoint serving /metrics and the dashboard");
     Ok(HttpHandle {
         addr,
+        tls: https,
         stop,
         tasks: vec![sampler, server],
     })
@@ -146,13 +169,14 @@ fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-/// Refuses a request that may not read what `need` names (`access.rs`).
+/// Refuses a request that may not read what `need` names (`access.rs`);
+/// otherwise says what it may see.
 fn allowed(
     s: &AppState,
     headers: &HeaderMap,
     peer: &PeerAddr,
     need: Need,
-) -> Result<(), access::Refusal> {
+) -> Result<access::Sees, access::Refusal> {
     access::check(&s.services, headers, peer.0.ip(), need)
 }
 
@@ -234,7 +258,11 @@ async fn snapshot(
     headers: HeaderMap,
 ) -> Response {
     match allowed(&s, &headers, &peer, Need::Api) {
-        Ok(()) => Json(s.services.snapshot().await).into_response(),
+        Ok(sees) => {
+            let mut snap = s.services.snapshot().await;
+            visible::server(&s.services, &sees, &mut snap);
+            Json(snap).into_response()
+        }
         Err(r) => r.into_response(),
     }
 }
@@ -245,7 +273,13 @@ async fn group(
     headers: HeaderMap,
 ) -> Response {
     match allowed(&s, &headers, &peer, Need::Api) {
-        Ok(()) => Json(s.services.group_snapshot().await).into_response(),
+        Ok(sees) => {
+            let mut group = s.services.group_snapshot().await;
+            for snap in &mut group.servers {
+                visible::server(&s.services, &sees, snap);
+            }
+            Json(group).into_response()
+        }
         Err(r) => r.into_response(),
     }
 }
@@ -256,7 +290,9 @@ async fn history(
     headers: HeaderMap,
 ) -> Response {
     match allowed(&s, &headers, &peer, Need::Api) {
-        Ok(()) => Json(s.recorder.history()).into_response(),
+        Ok(sees) => {
+            Json(visible::history(&s.services, &sees, s.recorder.history())).into_response()
+        }
         Err(r) => r.into_response(),
     }
 }

@@ -3,7 +3,9 @@
 //! are closed at accept), a request's header must arrive within
 //! [`Limits::header_timeout`], and a connection that reads and writes
 //! nothing for [`Limits::idle_timeout`] is closed. Repeated accept failures
-//! (out of descriptors) are logged once per interval with a count. Used by
+//! (out of descriptors) are logged once per interval with a count. With a
+//! TLS acceptor (`http_tls`), each connection's handshake runs in its own
+//! task within the header timeout, then the same bounds apply. Used by
 //! `strom server --http-listen` and `strom gen --control-listen`.
 
 use std::net::SocketAddr;
@@ -16,6 +18,7 @@ use std::time::{Duration, Instant};
 use axum::Router;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
+use strom_server::tls::tokio_rustls::TlsAcceptor;
 use strom_server::AcceptErrors;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
@@ -57,13 +60,14 @@ impl Default for Limits {
 #[derive(Clone, Copy, Debug)]
 pub struct PeerAddr(pub SocketAddr);
 
-/// Serves `app` on `listener` within `limits` until `stopped` turns true.
-/// `name` names the listener in logs.
+/// Serves `app` on `listener` within `limits` (over TLS with `tls`) until
+/// `stopped` turns true. `name` names the listener in logs.
 pub async fn serve(
     listener: TcpListener,
     app: Router,
     limits: Limits,
     name: &'static str,
+    tls: Option<TlsAcceptor>,
     mut stopped: watch::Receiver<bool>,
 ) {
     let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
@@ -75,8 +79,11 @@ pub async fn serve(
             c = listener.accept() => match c {
                 Ok((sock, peer)) => match slots.clone().try_acquire_owned() {
                     Ok(slot) => {
-                        let conn = serve_conn(sock, peer, app.clone(), limits, slot, for_conns.clone());
-                        tokio::spawn(conn);
+                        let conn = Conn { peer, app: app.clone(), limits, _slot: slot, stopped: for_conns.clone() };
+                        match tls.clone() {
+                            None => tokio::spawn(conn.serve(sock)),
+                            Some(a) => tokio::spawn(conn.handshake(a, sock)),
+                        };
                     }
                     Err(_) => {
                         refused += 1;
@@ -95,59 +102,88 @@ pub async fn serve(
     }
 }
 
-/// One connection, until it closes, breaks a bound, or the listener stops.
-async fn serve_conn(
-    sock: TcpStream,
+/// One accepted connection and what serving it needs.
+struct Conn {
     peer: SocketAddr,
     app: Router,
     limits: Limits,
     _slot: OwnedSemaphorePermit,
-    mut stopped: watch::Receiver<bool>,
-) {
-    let start = Instant::now();
-    let last = Arc::new(AtomicU64::new(0));
-    let io = TokioIo::new(Watched {
-        inner: sock,
-        start,
-        last: last.clone(),
-    });
-    let mut builder = hyper::server::conn::http1::Builder::new();
-    builder
-        .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_timeout);
-    // Handlers that decide by the peer's address read it from here.
-    let app = app.layer(axum::Extension(PeerAddr(peer)));
-    let conn = builder.serve_connection(io, TowerToHyperService::new(app));
-    tokio::pin!(conn);
-    let mut closing = false;
-    loop {
-        let quiet_since = start + Duration::from_millis(last.load(Ordering::Relaxed));
-        let idle_at = quiet_since + limits.idle_timeout;
-        tokio::select! {
-            r = conn.as_mut() => {
-                if let Err(e) = r {
-                    tracing::debug!(peer = %peer, error = %e, "HTTP connection closed");
-                }
-                return;
+    stopped: watch::Receiver<bool>,
+}
+
+impl Conn {
+    /// The TLS handshake, within the header timeout, then [`Conn::serve`].
+    async fn handshake(self, tls: TlsAcceptor, sock: TcpStream) {
+        let peer = self.peer;
+        match tokio::time::timeout(self.limits.header_timeout, tls.accept(sock)).await {
+            Ok(Ok(stream)) => self.serve(stream).await,
+            Ok(Err(e)) => {
+                tracing::debug!(peer = %peer, error = %e, "HTTPS handshake failed; connection closed")
             }
-            _ = tokio::time::sleep_until(idle_at.into()) => {
-                let quiet = start + Duration::from_millis(last.load(Ordering::Relaxed));
-                if quiet.elapsed() < limits.idle_timeout {
-                    continue;
-                }
-                if closing {
-                    // Asked to close, and still silent: drop it.
-                    tracing::debug!(peer = %peer, "HTTP connection idle; dropped");
+            Err(_) => {
+                tracing::debug!(peer = %peer, "HTTPS handshake did not finish in time; connection closed")
+            }
+        }
+    }
+
+    /// Serves the connection until it closes, breaks a bound, or the
+    /// listener stops.
+    async fn serve<S>(self, sock: S)
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let Conn {
+            peer,
+            app,
+            limits,
+            _slot,
+            mut stopped,
+        } = self;
+        let start = Instant::now();
+        let last = Arc::new(AtomicU64::new(0));
+        let io = TokioIo::new(Watched {
+            inner: sock,
+            start,
+            last: last.clone(),
+        });
+        let mut builder = hyper::server::conn::http1::Builder::new();
+        builder
+            .timer(TokioTimer::new())
+            .header_read_timeout(limits.header_timeout);
+        // Handlers that decide by the peer's address read it from here.
+        let app = app.layer(axum::Extension(PeerAddr(peer)));
+        let conn = builder.serve_connection(io, TowerToHyperService::new(app));
+        tokio::pin!(conn);
+        let mut closing = false;
+        loop {
+            let quiet_since = start + Duration::from_millis(last.load(Ordering::Relaxed));
+            let idle_at = quiet_since + limits.idle_timeout;
+            tokio::select! {
+                r = conn.as_mut() => {
+                    if let Err(e) = r {
+                        tracing::debug!(peer = %peer, error = %e, "HTTP connection closed");
+                    }
                     return;
                 }
-                tracing::debug!(peer = %peer, "HTTP connection idle; closing");
-                conn.as_mut().graceful_shutdown();
-                closing = true;
-                touch(&last, start);
-            }
-            _ = stop_signal(&mut stopped), if !closing => {
-                conn.as_mut().graceful_shutdown();
-                closing = true;
+                _ = tokio::time::sleep_until(idle_at.into()) => {
+                    let quiet = start + Duration::from_millis(last.load(Ordering::Relaxed));
+                    if quiet.elapsed() < limits.idle_timeout {
+                        continue;
+                    }
+                    if closing {
+                        // Asked to close, and still silent: drop it.
+                        tracing::debug!(peer = %peer, "HTTP connection idle; dropped");
+                        return;
+                    }
+                    tracing::debug!(peer = %peer, "HTTP connection idle; closing");
+                    conn.as_mut().graceful_shutdown();
+                    closing = true;
+                    touch(&last, start);
+                }
+                _ = stop_signal(&mut stopped), if !closing => {
+                    conn.as_mut().graceful_shutdown();
+                    closing = true;
+                }
             }
         }
     }
@@ -163,13 +199,13 @@ fn touch(last: &AtomicU64, start: Instant) {
 }
 
 /// A socket that records when it last moved bytes (ms since `start`).
-struct Watched {
-    inner: TcpStream,
+struct Watched<S> {
+    inner: S,
     start: Instant,
     last: Arc<AtomicU64>,
 }
 
-impl AsyncRead for Watched {
+impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -184,7 +220,7 @@ impl AsyncRead for Watched {
     }
 }
 
-impl AsyncWrite for Watched {
+impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,

@@ -46,7 +46,10 @@ pub use mux::{Complete, FillPlan, LentBuffer, MuxConn, PushHandler, Reply, Waite
 pub use ofi::{OfiTransport, OFI_DOMAIN_ENV};
 pub use shm::{shm_stats, ShmStats, ShmTransport, SHM_AUTO, SHM_INLINE_MAX};
 pub use tcp::TcpTransport;
-pub use tls::{client_subject, server_config, TlsTransport, TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_ENV};
+pub use tls::{
+    client_config, client_subject, server_config, TlsTransport, TLS_CA_ENV, TLS_CERT_ENV,
+    TLS_KEY_ENV,
+};
 /// The TLS library, for front ends that terminate TLS themselves (Kafka).
 pub use tokio_rustls;
 pub use transports::{scheme_of, Transports, BUSY_POLL_ENV, DEFAULT_SCHEME};

@@ -133,17 +133,7 @@ impl TlsTransport {
         ca: &Path,
         identity: Option<(&Path, &Path)>,
     ) -> Result<Self, NetError> {
-        let builder = ClientConfig::builder_with_provider(provider())
-            .with_safe_default_protocol_versions()
-            .map_err(|e| bad(e.to_string()))?
-            .with_root_certificates(roots(ca)?);
-        let config = match identity {
-            Some((c, k)) => builder
-                .with_client_auth_cert(certs(c)?, key(k)?)
-                .map_err(|e| bad(format!("client certificate {}: {e}", c.display())))?,
-            None => builder.with_no_client_auth(),
-        };
-        self.client = Some(Arc::new(config));
+        self.client = Some(client_config(ca, identity)?);
         Ok(self)
     }
 
@@ -164,6 +154,26 @@ impl TlsTransport {
         };
         Some(Self::new(max_frame).with_client(Path::new(&ca), identity))
     }
+}
+
+/// A rustls client configuration trusting servers whose certificate
+/// chains to `ca` (PEM); with `identity` (certificate, key), presenting it
+/// for mutual TLS. Shared with `strom top` over `https://`.
+pub fn client_config(
+    ca: &Path,
+    identity: Option<(&Path, &Path)>,
+) -> Result<Arc<ClientConfig>, NetError> {
+    let builder = ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| bad(e.to_string()))?
+        .with_root_certificates(roots(ca)?);
+    let config = match identity {
+        Some((c, k)) => builder
+            .with_client_auth_cert(certs(c)?, key(k)?)
+            .map_err(|e| bad(format!("client certificate {}: {e}", c.display())))?,
+        None => builder.with_no_client_auth(),
+    };
+    Ok(Arc::new(config))
 }
 
 /// A rustls server configuration from PEM files: `cert` (chain) and

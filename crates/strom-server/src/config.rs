@@ -208,6 +208,10 @@ pub struct ServerConfig {
     /// Kafka clients' `SSL` and `SASL_SSL`), and with `tls_client_ca` take
     /// a client certificate's common name as the principal.
     pub kafka_tls: bool,
+    /// Serve the HTTP endpoint (metrics, dashboard, API) over TLS with
+    /// `tls_cert` (`--http-tls`); with `tls_client_ca`, clients must
+    /// present a certificate it signs.
+    pub http_tls: bool,
 }
 
 impl Default for ServerConfig {
@@ -270,6 +274,7 @@ impl Default for ServerConfig {
             tls_ca: None,
             http_metrics_networks: vec!["127.0.0.0/8".into(), "::1/128".into()],
             kafka_tls: false,
+            http_tls: false,
         }
     }
 }
@@ -396,6 +401,9 @@ impl ServerConfig {
         let tls_addr = std::iter::once(&self.listen)
             .chain(&self.also_listen)
             .find(|a| a.starts_with("tls://"));
+        if self.http_tls && self.tls_cert.is_none() {
+            return Err("http_tls needs tls_cert and tls_key".into());
+        }
         if self.kafka_tls && self.tls_cert.is_none() {
             return Err("kafka_tls needs tls_cert and tls_key".into());
         }

@@ -62,6 +62,7 @@ pub fn spawn(addr: &str, shared: Arc<Shared>) -> anyhow::Result<SocketAddr> {
                     router(shared),
                     strom_http::listener::Limits::default(),
                     "gen-control",
+                    None,
                     never,
                 )
                 .await;

@@ -62,14 +62,19 @@ pub fn succeeded(o: &Output, what: &str) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
-/// The HTTP address `server` printed on stderr.
+/// The HTTP address `server` printed on stderr (without `http://` or
+/// `https://`).
 pub fn http_addr(server: &ServerProcess) -> String {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let err = server.stderr();
         if let Some(a) = err
             .lines()
-            .find_map(|l| l.strip_prefix("strom http listening on http://"))
+            .find_map(|l| l.strip_prefix("strom http listening on "))
+            .map(|u| {
+                u.trim_start_matches("http://")
+                    .trim_start_matches("https://")
+            })
         {
             return a.trim().to_string();
         }
