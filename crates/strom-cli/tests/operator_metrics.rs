@@ -4,8 +4,9 @@
 //! quorum and the data dir's space, and a follower killed with SIGKILL
 //! showing up as under-replicated on its leader and on the registry
 //! master; on one server, shared groups' pending, redelivered and
-//! dead-lettered events, producer leases, a transform's lag and the Kafka
-//! front end's requests, errors and groups. Every scrape passes `promtool
+//! dead-lettered events, producer leases, a transform's lag, the Kafka
+//! front end's requests, errors and groups, and a tiered partition's
+//! uploads and tier reads. Every scrape passes `promtool
 //! check metrics`.
 
 mod common;
@@ -386,4 +387,84 @@ fn the_alert_rules_pass_promtool_and_watch_documented_metrics() {
         }
     }
     assert!(watched >= 10, "the rules watch Strom's metrics");
+}
+
+#[test]
+fn a_tiered_partition_counts_its_uploads_and_tier_reads() {
+    let base = tempfile::tempdir().expect("tempdir");
+    let tier = base.path().join("tier");
+    let server = common::ServerProcess::start_with_config(
+        base.path(),
+        &format!(
+            "segment_bytes = 8192\ntier_dir = \"{}\"\ntier_local_retention_bytes = 0\n\
+             tier_check_ms = 50\nhttp_listen = \"127.0.0.1:0\"\n",
+            tier.display()
+        ),
+    );
+    let http = http_addr_in(&server.stderr()).expect("the HTTP address");
+    ok(
+        server.cli(
+            &["topic", "create", "cold", "--partitions", "1"],
+            "",
+            CLI_TIMEOUT,
+        ),
+        "topic create",
+    );
+    // Batches of 8 KiB of data: each closes a segment.
+    let d = server.connect();
+    let p = d.open_topic("cold").unwrap().producer().unwrap();
+    for i in 0..64u32 {
+        p.push(format!("{{\"i\":{i}}}"), vec![7u8; 1024]).unwrap();
+        if i % 8 == 7 {
+            p.flush().unwrap();
+        }
+    }
+    p.close().unwrap();
+    // With no local retention, each pass drops what it copied: once two
+    // segments are in the tier, the first is there alone.
+    // A sole copy uploads everything the tier holds (the count follows
+    // the manifest, so both are read at a pass's end).
+    let t = scrape_until(&http, "segments uploaded to the tier", |t| {
+        let tiered = sample_sum(t, "strom_tier_bytes", "topic=\"cold\"");
+        sample_sum(t, "strom_tier_segments", "topic=\"cold\"") >= 2.0
+            && sample_sum(t, "strom_tier_uploaded_bytes_total", "topic=\"cold\"") == tiered
+    });
+    assert!(
+        sample_sum(&t, "strom_tier_bytes", "topic=\"cold\"") > 0.0,
+        "{t}"
+    );
+    assert_eq!(
+        sample_sum(&t, "strom_tier_reads_total", "topic=\"cold\""),
+        0.0
+    );
+    // Reading from the start goes to the tier for the segments dropped here.
+    let out = ok(
+        server.cli(
+            &[
+                "consume",
+                "cold",
+                "--name",
+                "r",
+                "--from",
+                "beginning",
+                "--max",
+                "400",
+            ],
+            "",
+            CLI_TIMEOUT,
+        ),
+        "consume",
+    );
+    assert_eq!(out.lines().len(), 64);
+    let t = metrics(&http);
+    assert!(
+        sample_sum(&t, "strom_tier_reads_total", "topic=\"cold\"") > 0.0,
+        "{t}"
+    );
+    assert_eq!(
+        sample_sum(&t, "strom_tier_errors_total", "topic=\"cold\""),
+        0.0
+    );
+    promtool_check(&t);
+    all_documented(&t);
 }

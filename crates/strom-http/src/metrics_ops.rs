@@ -1,8 +1,8 @@
 //! The operator's part of `/metrics`: replication (each replicated
 //! partition's copy here; on the leader its in-sync replicas and followers'
 //! lag; on the registry master every partition's state, so under-replicated
-//! and offline partitions are counted in one place), the metadata quorum
-//! and the data directory's free space. docs/observability.md lists them.
+//! and offline partitions are counted in one place), the metadata quorum,
+//! tiered storage and the data directory's free space. docs/observability.md lists them.
 
 use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::registry::Unit;
@@ -19,7 +19,52 @@ pub(crate) fn encode(enc: &mut DescriptorEncoder, s: &ServerSnapshot) -> Fmt {
     followers(enc, &s.partitions)?;
     group_partitions(enc, s)?;
     quorum(enc, s)?;
+    tier(enc, &s.partitions)?;
     disk(enc, s)
+}
+
+/// Tiered partitions here: what the tier holds and what this copy did.
+fn tier(enc: &mut DescriptorEncoder, parts: &[PartitionSnapshot]) -> Fmt {
+    let rows = || {
+        parts
+            .iter()
+            .filter_map(|p| p.tier.as_ref().map(|t| (labels(&p.topic, p.partition), t)))
+    };
+    family(
+        enc,
+        "strom_tier",
+        "Bytes of the partition's segments in the tier.",
+        Some(Unit::Bytes),
+        rows().map(|(l, t)| (l, Value::Gauge(gauge(t.tiered_bytes)))),
+    )?;
+    family(
+        enc,
+        "strom_tier_segments",
+        "Segments of the partition in the tier.",
+        None,
+        rows().map(|(l, t)| (l, Value::Gauge(i64::from(t.tiered_segments)))),
+    )?;
+    family(
+        enc,
+        "strom_tier_uploaded",
+        "Bytes this copy uploaded to the tier (a sole copy, or a replicated partition's leader).",
+        Some(Unit::Bytes),
+        rows().map(|(l, t)| (l, Value::Counter(t.uploaded_bytes))),
+    )?;
+    family(
+        enc,
+        "strom_tier_reads",
+        "Reads served from segments only in the tier.",
+        None,
+        rows().map(|(l, t)| (l, Value::Counter(t.reads))),
+    )?;
+    family(
+        enc,
+        "strom_tier_errors",
+        "Tier copies and fetches that failed (each retried).",
+        None,
+        rows().map(|(l, t)| (l, Value::Counter(t.errors))),
+    )
 }
 
 fn labels(topic: &str, partition: u32) -> Labels {

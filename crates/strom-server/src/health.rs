@@ -2,7 +2,7 @@
 //! partition's role, in-sync replicas and followers' lag, and on the
 //! registry master every partition's state), the metadata quorum (Raft's
 //! term, leader and indexes), shared consumer groups, producer leases, the
-//! Kafka front end and the data directory's free space. These
+//! Kafka front end, tiered storage and the data directory's free space. These
 //! are parts of a [`crate::stats::ServerSnapshot`]; each field there has
 //! `#[serde(default)]`, so members of different versions still read each
 //! other's snapshots.
@@ -119,6 +119,32 @@ pub struct KafkaSnapshot {
     /// Kafka consumer groups this server coordinates, and their members.
     pub groups: u64,
     pub members: u64,
+}
+
+/// A tiered partition's copy here and the tier (docs/tiering.md).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct TierSnapshot {
+    /// Bytes and segments of the partition in the tier.
+    pub tiered_bytes: u64,
+    pub tiered_segments: u32,
+    /// Bytes this copy uploaded since it opened.
+    pub uploaded_bytes: u64,
+    /// Reads served from the tier since it opened.
+    pub reads: u64,
+    /// Failed tier copies and fetches since it opened.
+    pub errors: u64,
+}
+
+impl From<strom_storage::TierLogStats> for TierSnapshot {
+    fn from(t: strom_storage::TierLogStats) -> Self {
+        TierSnapshot {
+            tiered_bytes: t.tiered_bytes,
+            tiered_segments: t.tiered_segments,
+            uploaded_bytes: t.uploaded_bytes,
+            reads: t.reads,
+            errors: t.errors,
+        }
+    }
 }
 
 /// Free space of the file system holding the data directory.

@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::health::{
     DiskSnapshot, GroupPartition, KafkaSnapshot, LeaseSnapshot, QuorumSnapshot, ReplicaSnapshot,
-    SharedGroupSnapshot,
+    SharedGroupSnapshot, TierSnapshot,
 };
 
 /// Bucket upper bounds of latency histograms, in nanoseconds (10 µs to 2.5 s).
@@ -336,6 +336,9 @@ pub struct PartitionSnapshot {
     /// Shared consumer groups reading it here, by name.
     #[serde(default)]
     pub shared_groups: Vec<SharedGroupSnapshot>,
+    /// Its tier, when it has one.
+    #[serde(default)]
+    pub tier: Option<TierSnapshot>,
 }
 
 impl PartitionSnapshot {
@@ -364,6 +367,7 @@ impl PartitionSnapshot {
             consumers: Vec::new(),
             replica: None,
             shared_groups: Vec::new(),
+            tier: None,
         }
     }
 }

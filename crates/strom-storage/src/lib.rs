@@ -167,6 +167,23 @@ pub struct LogStats {
     pub bytes: u64,
     /// Number of segments (memory backend: always 1).
     pub segments: u32,
+    /// Tiered storage's counts (logs with a tier only).
+    pub tier: Option<TierLogStats>,
+}
+
+/// What a log with a tier did with it, for metrics.
+#[derive(Clone, Debug, Default)]
+pub struct TierLogStats {
+    /// Bytes of the partition's segments in the tier (its manifest).
+    pub tiered_bytes: u64,
+    pub tiered_segments: u32,
+    /// Bytes this copy uploaded (a sole copy's, or a replicated
+    /// partition's leader's), since it opened.
+    pub uploaded_bytes: u64,
+    /// Reads served from segments only in the tier, since it opened.
+    pub reads: u64,
+    /// Tier copies and fetches that failed, since it opened.
+    pub errors: u64,
 }
 
 /// A partition log backend. One writer thread may append while other threads

@@ -324,6 +324,7 @@ impl PartitionLog for MemoryLog {
             next_offset: s.next,
             bytes: s.bytes,
             segments: 1,
+            tier: None,
         }
     }
 }

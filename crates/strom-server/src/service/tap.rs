@@ -131,6 +131,7 @@ impl Services {
             consumers,
             replica: p.replication().and_then(|r| r.status()),
             shared_groups: shared_groups(slot),
+            tier: log.tier.clone().map(Into::into),
             ..PartitionSnapshot::counters(&p.stats)
         }
     }

@@ -707,6 +707,7 @@ impl PartitionLog for FileLog {
             next_offset: s.next,
             bytes: s.segments.iter().map(|seg| seg.size()).sum(),
             segments: s.segments.len() as u32,
+            tier: None,
         }
     }
 }

@@ -10,7 +10,7 @@
 //! to the whole log, tier included.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -83,6 +83,10 @@ pub struct TieredLog {
     pass: Mutex<()>,
     role: Mutex<TierRole>,
     stopping: AtomicBool,
+    /// Bytes uploaded, tier reads and failures since it opened (metrics).
+    uploaded: AtomicU64,
+    reads: AtomicU64,
+    errors: AtomicU64,
 }
 
 impl TieredLog {
@@ -129,6 +133,9 @@ impl TieredLog {
             role: Mutex::new(settings.role),
             settings,
             stopping: AtomicBool::new(false),
+            uploaded: AtomicU64::new(0),
+            reads: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
         })
     }
 
@@ -149,6 +156,18 @@ impl TieredLog {
             tiered_segments: m.segments.len() as u32,
             tiered_bytes: m.bytes(),
             remote_only_segments: m.segments.iter().filter(|s| s.base < local_first).count() as u32,
+        }
+    }
+
+    /// What the tier holds of this partition and what this copy did with it.
+    fn counters(&self) -> crate::TierLogStats {
+        let m = self.manifest.lock();
+        crate::TierLogStats {
+            tiered_bytes: m.bytes(),
+            tiered_segments: m.segments.len() as u32,
+            uploaded_bytes: self.uploaded.load(Ordering::Relaxed),
+            reads: self.reads.load(Ordering::Relaxed),
+            errors: self.errors.load(Ordering::Relaxed),
         }
     }
 
@@ -176,8 +195,15 @@ impl TieredLog {
         }
     }
 
+    /// The reader of a segment only in the tier (cached); counted as a
+    /// tier read, and as an error if it fails.
     fn fetch(&self, seg: &TieredSegment) -> Result<Arc<SegmentReader>> {
-        self.cache.get(&*self.store, &self.settings.prefix, seg)
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        let r = self.cache.get(&*self.store, &self.settings.prefix, seg);
+        if r.is_err() {
+            self.errors.fetch_add(1, Ordering::Relaxed);
+        }
+        r
     }
 
     /// The role the copy passes follow now.
@@ -243,6 +269,9 @@ impl TieredLog {
         let mut m = self.manifest.lock().clone();
         m.segments.push(entry);
         self.store_manifest(m)?;
+        if !matches!(role, TierRole::Follower { .. }) {
+            self.uploaded.fetch_add(entry.size(), Ordering::Relaxed);
+        }
         Ok(1)
     }
 
@@ -453,6 +482,9 @@ impl PartitionLog for TieredLog {
         let _pass = self.pass.lock();
         self.local.seal_rolled()?;
         let copied = self.copy_next(self.role());
+        if copied.is_err() {
+            self.errors.fetch_add(1, Ordering::Relaxed);
+        }
         // Segments verified before a failed copy may still be dropped.
         self.enforce_local_retention(crate::now_us())?;
         copied
@@ -466,6 +498,7 @@ impl PartitionLog for TieredLog {
             next_offset: local.next_offset,
             bytes: local.bytes + remote.iter().map(TieredSegment::size).sum::<u64>(),
             segments: local.segments + remote.len() as u32,
+            tier: Some(self.counters()),
         }
     }
 
