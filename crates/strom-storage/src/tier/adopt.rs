@@ -12,10 +12,11 @@
 
 use std::sync::Arc;
 
-use super::{crc_by_chunks, read_file_range, segment_key, TierStore, TieredSegment};
+use super::copy::LocalFile;
+use super::{crc_by_chunks, segment_key, TierStore, TieredSegment};
 use crate::file::ClosedSegment;
 use crate::vfs::Vfs;
-use crate::{Result, StorageError};
+use crate::Result;
 
 /// The manifest entry of `seg` if the tier holds a durable copy identical
 /// to the local files, `None` if it does not (yet). Errors are the local
@@ -54,14 +55,8 @@ fn matching_file(
     seg: &ClosedSegment,
     ext: &str,
 ) -> Result<Option<(u64, u32)>> {
-    let path = if ext == "log" {
-        &seg.log_path
-    } else {
-        &seg.data_path
-    };
-    let io_err = |what: &str, e| StorageError::io(format!("{what} {}", path.display()), e);
-    let file = vfs.open(path, false).map_err(|e| io_err("opening", e))?;
-    let len = file.len().map_err(|e| io_err("reading the size of", e))?;
+    let local = LocalFile::open(vfs, seg, ext)?;
+    let len = local.len;
     let key = segment_key(prefix, seg.base, ext);
     // A missing object is the common case (the leader has not copied the
     // segment yet): its size is all it costs.
@@ -76,9 +71,7 @@ fn matching_file(
             return Ok(None);
         }
     }
-    let crc = crc_by_chunks(len, |p, n| {
-        read_file_range(&*file, p, n).map_err(|e| io_err("reading", e))
-    })?;
+    let crc = local.crc()?;
     let theirs = match crc_by_chunks(len, |p, n| store.get_range(&key, p, n)) {
         Ok(c) => c,
         Err(e) => {

@@ -6,11 +6,12 @@
 //! with the local ones. Only a segment whose two files both verify is
 //! returned, for the caller to record in the manifest.
 
+use std::path::Path;
 use std::sync::Arc;
 
 use super::{crc_by_chunks, read_file_range, segment_key, TierStore, TieredSegment};
 use crate::file::ClosedSegment;
-use crate::vfs::Vfs;
+use crate::vfs::{Vfs, VfsFile};
 use crate::{Result, StorageError};
 
 /// Copies `seg` to `store` under `prefix` and verifies the copy.
@@ -43,21 +44,45 @@ fn copy_file(
     seg: &ClosedSegment,
     ext: &str,
 ) -> Result<(u64, u32)> {
-    let path = if ext == "log" {
-        &seg.log_path
-    } else {
-        &seg.data_path
-    };
-    let io_err = |what: &str, e| StorageError::io(format!("{what} {}", path.display()), e);
-    let file = vfs.open(path, false).map_err(|e| io_err("opening", e))?;
-    let len = file.len().map_err(|e| io_err("reading the size of", e))?;
-    let crc = crc_by_chunks(len, |p, n| {
-        read_file_range(&*file, p, n).map_err(|e| io_err("reading", e))
-    })?;
+    let local = LocalFile::open(vfs, seg, ext)?;
+    let crc = local.crc()?;
     let key = segment_key(prefix, seg.base, ext);
-    store.put(&key, &*file)?;
-    verify(store, &key, len, crc)?;
-    Ok((len, crc))
+    store.put(&key, &*local.file)?;
+    verify(store, &key, local.len, crc)?;
+    Ok((local.len, crc))
+}
+
+/// One local file of a closed segment (its `.log` or `.data`), open, with
+/// its length.
+pub(super) struct LocalFile<'a> {
+    path: &'a Path,
+    pub file: Box<dyn VfsFile>,
+    pub len: u64,
+}
+
+impl<'a> LocalFile<'a> {
+    pub fn open(vfs: &Arc<dyn Vfs>, seg: &'a ClosedSegment, ext: &str) -> Result<Self> {
+        let path = if ext == "log" {
+            &seg.log_path
+        } else {
+            &seg.data_path
+        };
+        let file = vfs
+            .open(path, false)
+            .map_err(|e| StorageError::io(format!("opening {}", path.display()), e))?;
+        let len = file
+            .len()
+            .map_err(|e| StorageError::io(format!("reading the size of {}", path.display()), e))?;
+        Ok(LocalFile { path, file, len })
+    }
+
+    /// Its CRC32C, read in chunks.
+    pub fn crc(&self) -> Result<u32> {
+        crc_by_chunks(self.len, |p, n| {
+            read_file_range(&*self.file, p, n)
+                .map_err(|e| StorageError::io(format!("reading {}", self.path.display()), e))
+        })
+    }
 }
 
 /// Reads the tier copy back and compares its length and CRC.
