@@ -200,6 +200,16 @@ impl Registry {
                 format!("partition {topic}/{partition}: member {reporter} reported its in-sync replicas, but it does not lead it"),
             ));
         }
+        let recorded = inner
+            .state
+            .topics
+            .get(topic)
+            .and_then(|t| t.replicas.get(partition as usize))
+            .is_some_and(|s| s.isr == isr);
+        if recorded {
+            // A leader asking again after an answer it did not get.
+            return Ok(());
+        }
         let cmd = ReplicaCommand::Isr {
             topic: topic.to_string(),
             partition,

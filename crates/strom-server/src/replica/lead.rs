@@ -48,6 +48,11 @@ pub(super) struct Leading {
     pub pending: Vec<(u64, Appended, AppendReply)>,
     /// Whether an ISR change is on its way to the registry.
     reporting: bool,
+    /// Members of ISRs reported but not (known to be) recorded: the
+    /// registry may have recorded any of them, and may elect any of them
+    /// (a failover, a move's leadership transfer), so until it answers the
+    /// high watermark waits for them too (Kafka's "maximal ISR").
+    in_doubt: BTreeSet<u32>,
 }
 
 pub(super) fn lost_leadership(topic: &str, partition: u32) -> ServerError {
@@ -124,6 +129,7 @@ impl Leading {
             hwm,
             pending: Vec::new(),
             reporting: false,
+            in_doubt: BTreeSet::new(),
         }
     }
 
@@ -133,7 +139,7 @@ impl Leading {
         let hwm = self
             .followers
             .iter()
-            .filter(|(id, _)| self.isr.contains(id))
+            .filter(|(id, _)| self.isr.contains(id) || self.in_doubt.contains(id))
             .map(|(_, p)| p.end)
             .fold(durable, u64::min);
         self.hwm = self.hwm.max(hwm);
@@ -186,6 +192,26 @@ impl Leading {
         }
     }
 
+    /// The ISR is on its way to the registry as `wanted`: its members are
+    /// waited for from now on, until the registry's answer is known.
+    pub fn propose(&mut self, wanted: &BTreeSet<u32>) {
+        self.reporting = true;
+        self.in_doubt.extend(wanted);
+    }
+
+    /// The registry did not answer: it may or may not have recorded what
+    /// was reported, so its members stay waited for.
+    pub fn report_failed(&mut self) {
+        self.reporting = false;
+    }
+
+    /// The registry recorded `isr`, which is now the whole truth.
+    pub fn recorded(&mut self, isr: BTreeSet<u32>) {
+        self.reporting = false;
+        self.isr = isr;
+        self.in_doubt.clear();
+    }
+
     /// Each follower's progress against `durable`, the leader's durable end.
     pub fn follower_snapshots(&self, durable: u64) -> Vec<FollowerSnapshot> {
         self.followers
@@ -226,10 +252,12 @@ impl Replica {
                         return;
                     }
                     let wanted = l.wanted_isr(self.me);
-                    if wanted == l.isr || l.reporting {
+                    // An ISR in doubt is reported again until the registry
+                    // answers, so that what is waited for settles.
+                    if (wanted == l.isr && l.in_doubt.is_empty()) || l.reporting {
                         continue;
                     }
-                    l.reporting = true;
+                    l.propose(&wanted);
                     wanted
                 };
                 self.report_isr(epoch, wanted).await;
@@ -257,11 +285,10 @@ impl Replica {
         let Some(pm) = self.pm.upgrade() else { return };
         let mut st = self.state.lock();
         let State::Leading(l) = &mut *st else { return };
-        l.reporting = false;
         match answer {
             Ok(_) => {
                 tracing::info!(topic = %self.topic, partition = self.partition, epoch, from = ?l.isr, to = ?isr, "in-sync replicas changed");
-                l.isr = isr;
+                l.recorded(isr);
                 drop(st);
                 self.recompute(&pm);
             }
@@ -274,6 +301,7 @@ impl Replica {
                 l.fail_pending(&self.topic, self.partition);
             }
             Err(e) => {
+                l.report_failed();
                 tracing::debug!(topic = %self.topic, partition = self.partition, error = %e, "could not report the in-sync replicas; retrying");
             }
         }
@@ -447,4 +475,71 @@ fn read_batches(
         }
     }
     Ok((heads, out.freeze()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Leader 0 with followers 1 and 2; the registry's ISR is {0, 1}.
+    fn leading() -> Leading {
+        let role = ReplicaRole {
+            partition: 0,
+            epoch: 1,
+            leader: 0,
+            followers: vec![1, 2],
+            isr: vec![0, 1],
+            ..Default::default()
+        };
+        Leading::new(&role, 0, 0, 0)
+    }
+
+    fn fetched(l: &mut Leading, follower: u32, end: u64) {
+        l.followers.get_mut(&follower).unwrap().end = end;
+    }
+
+    /// The registry may record an ISR expansion (and elect the new member,
+    /// as a move's leadership transfer does) before its answer reaches the
+    /// leader: from the moment the leader asks, it waits for the new member
+    /// too, or it would acknowledge events the next leader lacks.
+    #[test]
+    fn an_isr_expansion_on_its_way_to_the_registry_is_waited_for_already() {
+        let mut l = leading();
+        fetched(&mut l, 1, 10);
+        fetched(&mut l, 2, 6);
+        assert_eq!(
+            l.advance(10).0,
+            10,
+            "before anything is asked: the recorded ISR {{0, 1}} decides"
+        );
+        let wanted: BTreeSet<u32> = [0, 1, 2].into_iter().collect();
+        l.propose(&wanted);
+        fetched(&mut l, 1, 20);
+        fetched(&mut l, 2, 12);
+        assert_eq!(
+            l.advance(20).0,
+            12,
+            "member 2 is waited for while the expansion is in doubt"
+        );
+        // The answer is lost: still in doubt, still waited for.
+        l.report_failed();
+        fetched(&mut l, 2, 14);
+        assert_eq!(l.advance(20).0, 14);
+        l.recorded(wanted);
+        fetched(&mut l, 2, 20);
+        assert_eq!(l.advance(20).0, 20);
+    }
+
+    /// A shrink in doubt keeps waiting for the member leaving until the
+    /// registry has recorded it.
+    #[test]
+    fn an_isr_shrink_takes_effect_only_once_recorded() {
+        let mut l = leading();
+        fetched(&mut l, 1, 5);
+        let wanted: BTreeSet<u32> = [0].into_iter().collect();
+        l.propose(&wanted);
+        assert_eq!(l.advance(9).0, 5, "member 1 is still waited for");
+        l.recorded(wanted);
+        assert_eq!(l.advance(9).0, 9);
+    }
 }
