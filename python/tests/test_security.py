@@ -123,11 +123,14 @@ def test_confluent_kafka_with_an_oauthbearer_token_in_a_group(secured):
     p.flush(30)
     assert errors and errors[0] is not None
     assert errors[0].name() == "TOPIC_AUTHORIZATION_FAILED", errors[0]
-    # The client is kept while its future is pending: a temporary one is
-    # destroyed at once, and its unserved answer never resolves the future.
+    # Deleting k.secret, on which bob has no ACL, is refused with Kafka's
+    # code. The client is kept while its future is pending: a temporary
+    # one is destroyed at once, failing the future whatever the answer.
     bob_admin = AdminClient(bob)
-    with pytest.raises(KafkaException):
-        bob_admin.delete_topics(["k.jobs"])["k.jobs"].result(30)
+    with pytest.raises(KafkaException) as refused:
+        bob_admin.delete_topics(["k.secret"])["k.secret"].result(30)
+    assert refused.value.args[0].name() == "TOPIC_AUTHORIZATION_FAILED", refused.value
+    assert "k.secret" in admin.list_topics(timeout=30).topics
 
 
 def test_kafka_admin_tools_manage_the_acls(secured):
