@@ -88,6 +88,23 @@ fn an_anonymous_kafka_client_can_delete_or_write_nothing() {
         3
     );
     assert!(admin.describe("kept").is_ok(), "the topic is still there");
+    // Both refusals are in the audit topic, as the Kafka front end's.
+    let refused = |rs: &[serde_json::Value], op: &str| {
+        rs.iter().any(|r| {
+            r["front_end"] == "kafka"
+                && r["outcome"] == "refused"
+                && r["principal"] == "User:ANONYMOUS"
+                && r["operation"] == op
+                && r["resource"] == "topic 'kept'"
+                && r["peer"]
+                    .as_str()
+                    .is_some_and(|p| p.starts_with("127.0.0.1:"))
+        })
+    };
+    wait_for("the Kafka refusals in strom.audit", || {
+        let rs = common::audit::records(&admin, "auditor").unwrap_or_default();
+        refused(&rs, "delete") && refused(&rs, "write")
+    });
     drop(s);
 }
 

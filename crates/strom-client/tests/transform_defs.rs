@@ -90,7 +90,13 @@ fn a_transform_host_runs_at_most_its_cap_and_reads_definitions_once() {
     defs::create(&d, &spec("t1", "src", "o1")).unwrap();
     defs::create(&d, &spec("t2", "src", "o2")).unwrap();
     let me = d.members().unwrap()[0].clone();
-    let host = TransformHost::start(None, me.addr.clone(), move || me.id, 2, Box::new(|| None));
+    let host = TransformHost::start(
+        None,
+        me.addr.clone(),
+        move || me.id,
+        2,
+        Box::new(|| Ok(None)),
+    );
     let stats = host.stats();
     wait_until("three rounds of the host", || {
         stats.rounds.load(Ordering::Acquire) >= 3

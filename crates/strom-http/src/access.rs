@@ -13,6 +13,7 @@ use std::net::IpAddr;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use strom_auth::{Operation, Principal, Resource};
+use strom_server::audit::{Actor, FrontEnd};
 use strom_server::Services;
 
 /// The cookie the dashboard's requests carry the token in.
@@ -125,8 +126,9 @@ impl Sees {
 }
 
 /// What the request may see if it may read what `need` names; the
-/// refusal otherwise. `/metrics` needs the cluster's `describe`; `/api/*`
-/// takes any valid token and shows the topics its principal may describe.
+/// refusal otherwise (in the audit trail, with the principal if its token
+/// proved one). `/metrics` needs the cluster's `describe`; `/api/*` takes
+/// any valid token and shows the topics its principal may describe.
 pub fn check(
     svc: &Services,
     headers: &HeaderMap,
@@ -140,22 +142,49 @@ pub fn check(
     if need == Need::Metrics && nets.iter().any(|n| in_network(peer, n)) {
         return Ok(Sees::All);
     }
+    decide(svc, headers, need).map_err(|(who, refusal)| {
+        let who = who.map_or_else(Principal::anonymous, |w| *w);
+        let actor = Actor {
+            front_end: FrontEnd::Http,
+            peer: Some(&peer),
+            principal: &who,
+        };
+        let path = match need {
+            Need::Metrics => "http:/metrics",
+            Need::Api => "http:/api",
+        };
+        let member = svc.control.member();
+        svc.audit.refused(member, &actor, &"get", &path, &refusal.1);
+        refusal
+    })
+}
+
+/// [`check`] for a request from outside the scraper networks: the
+/// refusal comes with the principal, if the token proved one.
+fn decide(
+    svc: &Services,
+    headers: &HeaderMap,
+    need: Need,
+) -> Result<Sees, (Option<Box<Principal>>, Refusal)> {
     let Some(t) = token(headers) else {
-        return Err(refuse(
+        return Err((None, refuse(
             StatusCode::UNAUTHORIZED,
             "a token is needed: send `Authorization: Bearer <token>`, or open /login?token=<token> once in the browser".into(),
-        ));
+        )));
     };
     let who = svc
         .authenticate_token(t)
-        .map_err(|e| refuse(StatusCode::UNAUTHORIZED, e.to_string()))?;
+        .map_err(|e| (None, refuse(StatusCode::UNAUTHORIZED, e.to_string())))?;
     match svc
         .access
         .check(&who, Operation::Describe, &Resource::cluster())
     {
         Ok(()) => Ok(Sees::All),
         Err(_) if need == Need::Api => Ok(Sees::TopicsOf(who)),
-        Err(e) => Err(refuse(StatusCode::FORBIDDEN, e.to_string())),
+        Err(e) => Err((
+            Some(Box::new(who)),
+            refuse(StatusCode::FORBIDDEN, e.to_string()),
+        )),
     }
 }
 

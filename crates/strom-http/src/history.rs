@@ -251,6 +251,7 @@ mod tests {
             group_partitions: vec![],
             leases: Default::default(),
             kafka: Default::default(),
+            audit: Default::default(),
         }
     }
 

@@ -1,7 +1,8 @@
 //! The part of `/metrics` about work in flight: shared consumer groups
 //! (pending, redelivered and dead-lettered events, per group and per
 //! consumer), producer leases, transforms' lag and the Kafka front end's
-//! requests, errors, groups and members. docs/observability.md lists them.
+//! requests, errors, groups and members, and the audit trail's counts.
+//! docs/observability.md lists them.
 
 use prometheus_client::encoding::DescriptorEncoder;
 use strom_server::health::SharedGroupSnapshot;
@@ -20,7 +21,8 @@ pub(crate) fn encode(enc: &mut DescriptorEncoder, s: &ServerSnapshot) -> Fmt {
     shared_groups(enc, &s.partitions)?;
     leases(enc, s)?;
     transforms(enc, &s.partitions)?;
-    kafka(enc, s)
+    kafka(enc, s)?;
+    audit(enc, s)
 }
 
 fn group_labels(p: &PartitionSnapshot, g: &SharedGroupSnapshot) -> Labels {
@@ -125,6 +127,34 @@ fn transforms(enc: &mut DescriptorEncoder, parts: &[PartitionSnapshot]) -> Fmt {
                 Some((labels, Value::Gauge(gauge(c.lag))))
             })
         }),
+    )
+}
+
+fn audit(enc: &mut DescriptorEncoder, s: &ServerSnapshot) -> Fmt {
+    let a = &s.audit;
+    family(
+        enc,
+        "strom_audit_records",
+        "Audit records made here (changes and refusals; each is a strom::audit log line).",
+        None,
+        [(Labels::new(), Value::Counter(a.recorded))],
+    )?;
+    if !a.to_topic {
+        return Ok(());
+    }
+    family(
+        enc,
+        "strom_audit_written",
+        "Audit records appended to this member's partition of strom.audit.",
+        None,
+        [(Labels::new(), Value::Counter(a.written))],
+    )?;
+    family(
+        enc,
+        "strom_audit_dropped",
+        "Audit records left out of strom.audit because its queue was full (still logged).",
+        None,
+        [(Labels::new(), Value::Counter(a.dropped))],
     )
 }
 

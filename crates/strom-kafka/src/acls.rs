@@ -200,9 +200,11 @@ async fn table(ctx: &Ctx) -> Result<SecurityTable, (i16, String)> {
 async fn alter(ctx: &Ctx, add: bool, entries: &[AclEntry]) -> Result<(), (i16, String)> {
     let json =
         serde_json::to_string(entries).map_err(|e| (kcode::UNKNOWN_SERVER_ERROR, e.to_string()))?;
-    ctx.services
-        .control
-        .ask_registry(Request::AlterAcls { add, json })
+    let detail = match add {
+        true => format!("CreateAcls {json}"),
+        false => format!("DeleteAcls {json}"),
+    };
+    ctx.change(Request::AlterAcls { add, json }, &detail)
         .await
         .map(drop)
         .map_err(|e| (kafka_code(&e), e.to_string()))

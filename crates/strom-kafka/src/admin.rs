@@ -132,7 +132,7 @@ pub fn metadata(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply, Fr
         // Topics the principal may not describe: refused when named,
         // left out of "all topics" (as Kafka).
         found.retain_mut(|t| match t {
-            Ok(info) if !ctx.may(Operation::Describe, &Resource::topic(&info.spec.name)) => {
+            Ok(info) if !describable(&ctx, wanted.is_some(), &info.spec.name) => {
                 *t = Err((info.spec.name.clone(), kcode::TOPIC_AUTHORIZATION_FAILED));
                 wanted.is_some()
             }
@@ -213,6 +213,16 @@ pub fn metadata(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply, Fr
     }))
 }
 
+/// Whether the connection may describe topic `name`: a refusal (audited)
+/// when it `named` the topic, else a listing that leaves it out.
+fn describable(ctx: &Ctx, named: bool, name: &str) -> bool {
+    let res = Resource::topic(name);
+    match named {
+        true => ctx.may(Operation::Describe, &res),
+        false => ctx.sees(&res),
+    }
+}
+
 /// Creates `name` with `kafka_auto_create_partitions` partitions (on the
 /// registry master; elsewhere `None`: the client is told the topic is
 /// unknown, and asks again); its description, or `None` if it could not.
@@ -221,6 +231,8 @@ async fn create_on_first_use(ctx: &Ctx, name: &str) -> Option<TopicInfo> {
     let partitions = ctx.services.config.kafka_auto_create_partitions;
     match reg.create(TopicSpec::new(name, partitions), None).await {
         Ok(_) => {
+            let created = [(Operation::Create, Resource::topic(name))];
+            ctx.audited(&created, "Metadata (kafka_auto_create_topics)");
             tracing::info!(topic = %name, partitions, "Kafka: topic created on first use (kafka_auto_create_topics)")
         }
         Err(e) if e.code() == strom_proto::ErrorCode::TOPIC_EXISTS => {}
@@ -273,9 +285,7 @@ pub fn create_topics(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Repl
                         spec: TopicSpec::new(n.clone(), partitions as u32),
                         member: None,
                     };
-                    ctx.services
-                        .control
-                        .ask_registry(req)
+                    ctx.change(req, "CreateTopics")
                         .await
                         .map(|_| ())
                         .map_err(|e| (kafka_code(&e), e.to_string()))
@@ -304,7 +314,7 @@ pub fn delete_topics(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Repl
             let n = str_of(&t.0);
             let req = Request::DeleteTopic { name: n.clone() };
             let code = match ctx.topic_code(Operation::Delete, &n) {
-                kcode::NONE => ctx.services.control.ask_registry(req).await,
+                kcode::NONE => ctx.change(req, "DeleteTopics").await,
                 refused => {
                     results.push(
                         DeletableTopicResult::default()

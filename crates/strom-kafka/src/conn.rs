@@ -106,6 +106,7 @@ pub async fn serve_stream<S>(sock: S, peer: SocketAddr, mut ctx: Arc<Ctx>)
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
 {
+    ctx = ctx.for_connection(peer);
     let (mut rd, mut wr) = tokio::io::split(sock);
     let (tx, mut rx) = mpsc::channel::<Reply>(PIPELINE);
     let writer = tokio::spawn(async move {

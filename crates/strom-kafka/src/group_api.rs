@@ -329,10 +329,12 @@ pub fn offset_fetch(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply
         };
         let mut topics = Vec::with_capacity(wanted.len());
         for (name, parts) in wanted {
-            let hidden = ctx.topic_code(Operation::Describe, &name);
-            if all && hidden != kcode::NONE {
+            // Every topic: what it may not describe is left out; a named
+            // one: refused.
+            if all && !ctx.sees(&strom_auth::Resource::topic(&name)) {
                 continue;
             }
+            let hidden = ctx.topic_code(Operation::Describe, &name);
             let mut partitions = Vec::with_capacity(parts.len());
             for i in parts {
                 if hidden != kcode::NONE {
@@ -407,7 +409,7 @@ pub fn list_groups(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply,
         .groups
         .list()
         .into_iter()
-        .filter(|(name, ..)| ctx.may(Operation::Describe, &strom_auth::Resource::group(name)))
+        .filter(|(name, ..)| ctx.sees(&strom_auth::Resource::group(name)))
         .map(|(name, ptype, _)| {
             ListedGroup::default()
                 .with_group_id(GroupId(sb(name)))

@@ -166,6 +166,7 @@ pub async fn serve(services: Arc<Services>, addr: &str) -> Result<KafkaHandle, K
     let ctx = Arc::new(request::Ctx {
         services,
         who: Arc::new(strom_auth::Principal::anonymous()),
+        peer: None,
         host,
         port: i32::from(local.port()),
         producer_ids: Arc::new(producer_ids),

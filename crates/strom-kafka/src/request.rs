@@ -12,7 +12,9 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::ApiKey;
 use kafka_protocol::protocol::{Decodable, Encodable};
 use strom_auth::{Operation, Principal, Resource};
-use strom_server::Services;
+use strom_proto::{Request, Response};
+use strom_server::audit::{Actor, FrontEnd};
+use strom_server::{ServerError, Services};
 
 use crate::error::FrameError;
 use crate::error_counts::ErrorCounts;
@@ -25,6 +27,9 @@ pub struct Ctx {
     pub services: Arc<Services>,
     /// The connection's principal (anonymous until SASL, `sasl.rs`).
     pub who: Arc<Principal>,
+    /// The connection's client address (`None` in the listener's own
+    /// context), for the audit trail.
+    pub peer: Option<std::net::SocketAddr>,
     /// The Kafka listener's address, advertised in `Metadata`.
     pub host: String,
     pub port: i32,
@@ -40,9 +45,19 @@ pub struct Ctx {
 impl Ctx {
     /// The same context for a connection that is `who`.
     pub fn for_principal(&self, who: Principal) -> Arc<Ctx> {
+        self.with(Arc::new(who), self.peer)
+    }
+
+    /// The same context for a new connection from `peer`.
+    pub fn for_connection(&self, peer: std::net::SocketAddr) -> Arc<Ctx> {
+        self.with(self.who.clone(), Some(peer))
+    }
+
+    fn with(&self, who: Arc<Principal>, peer: Option<std::net::SocketAddr>) -> Arc<Ctx> {
         Arc::new(Ctx {
             services: self.services.clone(),
-            who: Arc::new(who),
+            who,
+            peer,
             host: self.host.clone(),
             port: self.port,
             producer_ids: self.producer_ids.clone(),
@@ -51,14 +66,54 @@ impl Ctx {
         })
     }
 
-    /// Whether the connection may do `op` to `res`; refusals are logged.
+    /// Whether the connection may do `op` to `res`; refusals go to the
+    /// audit trail.
     pub fn may(&self, op: Operation, res: &Resource) -> bool {
         match self.services.access.check(&self.who, op, res) {
             Ok(()) => true,
             Err(e) => {
-                tracing::info!(principal = %self.who, error = %e, "Kafka request refused");
+                let member = self.services.control.member();
+                let why = e.to_string();
+                self.services
+                    .audit
+                    .refused(member, &self.actor(), &op, res, &why);
                 false
             }
+        }
+    }
+
+    /// Whether the connection may see `res` in a listing: a check that
+    /// hides what it may not describe, not a refusal to audit.
+    pub fn sees(&self, res: &Resource) -> bool {
+        self.services
+            .access
+            .check(&self.who, Operation::Describe, res)
+            .is_ok()
+    }
+
+    /// Runs a registry request that changes something (creates, deletes,
+    /// alters: [`strom_server::audit::changes`]) and records
+    /// what it changed in the audit trail.
+    pub async fn change(&self, req: Request, detail: &str) -> Result<Response, ServerError> {
+        let changes = strom_server::audit::changes(&req);
+        let r = self.services.control.ask_registry(req).await?;
+        self.audited(&changes, detail);
+        Ok(r)
+    }
+
+    /// Records changes made for this connection.
+    pub fn audited(&self, changes: &[(Operation, Resource)], detail: &str) {
+        let member = self.services.control.member();
+        self.services
+            .audit
+            .done(member, &self.actor(), changes, Some(detail));
+    }
+
+    fn actor(&self) -> Actor<'_> {
+        Actor {
+            front_end: FrontEnd::Kafka,
+            peer: self.peer.as_ref().map(|p| p as &dyn std::fmt::Display),
+            principal: &self.who,
         }
     }
 

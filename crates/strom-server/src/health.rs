@@ -99,6 +99,19 @@ pub struct LeaseSnapshot {
     pub expired: u64,
 }
 
+/// The audit trail's counts since this server started.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct AuditSnapshot {
+    /// Whether records also go to the `strom.audit` topic (`auth` on).
+    pub to_topic: bool,
+    /// Records made (each also a log line).
+    pub recorded: u64,
+    /// Records appended to `strom.audit`.
+    pub written: u64,
+    /// Records the full queue kept from `strom.audit` (in the log only).
+    pub dropped: u64,
+}
+
 /// Requests (or errors) of one Kafka API.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct ApiCount {

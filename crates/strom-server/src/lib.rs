@@ -7,6 +7,7 @@
 //! never depend on the client or CLI crates.
 
 mod accept_errors;
+pub mod audit;
 mod batch;
 mod config;
 mod error;

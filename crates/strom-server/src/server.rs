@@ -228,6 +228,7 @@ impl Server {
         let state = Arc::new(Services {
             data: DataService::new(host, &config),
             access: Access::new(config.auth, super_users(&config)),
+            audit: crate::audit::AuditLog::new(config.auth),
             control,
             config,
             stats: Default::default(),
@@ -244,6 +245,7 @@ impl Server {
             .collect();
         tasks.push(spawn_retention(state.clone(), stop.subscribe()));
         tasks.extend(spawn_security_sync(state.clone(), stop.subscribe()));
+        tasks.extend(crate::audit::writer::spawn(state.clone(), stop.subscribe()));
         if quorum {
             crate::quorum_boot::boot(&state, matches!(role, Role::Master { .. })).await?;
         }

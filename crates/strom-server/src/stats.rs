@@ -429,6 +429,9 @@ pub struct ServerSnapshot {
     /// The Kafka front end, when this server runs one.
     #[serde(default)]
     pub kafka: KafkaSnapshot,
+    /// The audit trail.
+    #[serde(default)]
+    pub audit: crate::health::AuditSnapshot,
 }
 
 /// The process's resident set size, from `/proc/self/statm` (Linux).

@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+pub mod audit;
 pub mod auth;
 pub mod certs;
 pub mod cluster;

@@ -45,8 +45,10 @@ pub struct HostStats {
 }
 
 /// How the host proves itself to its server: a token the server made for
-/// its own in-process clients (`None` without `auth`).
-pub type TokenSource = Box<dyn Fn() -> Option<String> + Send>;
+/// its own in-process clients (`Ok(None)` without `auth`; an error while
+/// the server cannot make one yet, e.g. a member that has not read its
+/// group's secret: the host waits rather than connect anonymously).
+pub type TokenSource = Box<dyn Fn() -> std::result::Result<Option<String>, String> + Send>;
 
 /// A client of the member's group, retried until it answers.
 fn connect(
@@ -56,7 +58,14 @@ fn connect(
     stop: &AtomicBool,
 ) -> Option<Driver> {
     while !stop.load(Ordering::Acquire) {
-        let t = token();
+        let t = match token() {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::debug!(error = %e, "transforms: waiting for a token from this server");
+                pause(EVERY, stop);
+                continue;
+            }
+        };
         let d = match group_file {
             Some(f) => Driver::connect_as(f, Default::default(), t),
             None => Driver::connect_addr_as(addr, Default::default(), t),

@@ -8,24 +8,37 @@ use strom_auth::{Operation, Principal, Resource, ResourceKind};
 use strom_proto::{ErrorCode, Request, Response};
 
 use super::Session;
+use crate::audit::{Actor, FrontEnd};
 use crate::error::ServerError;
 
 impl Session {
     /// Checks `req` for this connection's principal; a refusal goes to
     /// the audit log (target `strom::audit`).
     pub(super) fn authorize(&self, req: &Request) -> Result<(), ServerError> {
-        let r = self.svc.access.check_request(&self.principal, req);
-        if let Err(e) = &r {
-            tracing::warn!(target: "strom::audit", peer = %self.peer, principal = %self.principal, opcode = req.opcode(), error = %e, "refused");
-        }
-        r
+        self.svc
+            .access
+            .check_request(&self.principal, req)
+            .map_err(|(op, res, e)| {
+                let why = format!("{e} (opcode {})", req.opcode());
+                let member = self.svc.control.member();
+                self.svc
+                    .audit
+                    .refused(member, &self.actor(), &op, &res, &why);
+                e
+            })
     }
 
-    /// Logs the changes a request made, with who made them (target
-    /// `strom::audit`).
+    /// Records the changes a request made, with who made them.
     pub(super) fn audit(&self, changes: &[(Operation, Resource)]) {
-        for (op, res) in changes {
-            tracing::info!(target: "strom::audit", peer = %self.peer, principal = %self.principal, operation = %op, resource = %res, "done");
+        let member = self.svc.control.member();
+        self.svc.audit.done(member, &self.actor(), changes, None);
+    }
+
+    fn actor(&self) -> Actor<'_> {
+        Actor {
+            front_end: FrontEnd::Native,
+            peer: Some(&self.peer),
+            principal: &self.principal,
         }
     }
 
@@ -106,13 +119,6 @@ impl Session {
             other => other,
         }
     }
-}
-
-/// What `req` creates, deletes or alters (for the audit log).
-pub(super) fn changes(req: &Request) -> Vec<(Operation, Resource)> {
-    let mut v = crate::service::access::needs(req);
-    v.retain(|(op, _)| matches!(op, Operation::Create | Operation::Delete | Operation::Alter));
-    v
 }
 
 /// The principal a connection starts as: the subject of its verified

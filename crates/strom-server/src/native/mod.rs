@@ -370,7 +370,7 @@ impl Session {
             }
             // Topics, producers and the group: the control operations.
             req => {
-                let changes = authn::changes(&req);
+                let changes = crate::service::access::changes(&req);
                 let r = control::handle(&self.svc.control, self.member, req).await;
                 if r.is_ok() {
                     self.audit(&changes);

@@ -77,6 +77,14 @@ impl Access {
         if !self.enabled || who.is_member() {
             return Ok(());
         }
+        if written_by_servers(op, res) {
+            return Err(refused(
+                who,
+                op,
+                res,
+                "the audit topic is created and written only by the servers",
+            ));
+        }
         if !self.loaded.load(Ordering::Acquire) {
             return Err(refused(
                 who,
@@ -95,14 +103,22 @@ impl Access {
         }
     }
 
-    /// Every check [`needs`] lists for `req`.
-    pub fn check_request(&self, who: &Principal, req: &Request) -> Result<(), ServerError> {
+    /// Every check [`needs`] lists for `req`; the first refused, with
+    /// what it was for.
+    pub fn check_request(
+        &self,
+        who: &Principal,
+        req: &Request,
+    ) -> Result<(), (Operation, Resource, ServerError)> {
         if !self.enabled || who.is_member() {
             return Ok(());
         }
         needs(req)
-            .iter()
-            .try_for_each(|(op, res)| self.check(who, *op, res))
+            .into_iter()
+            .try_for_each(|(op, res)| match self.check(who, op, &res) {
+                Ok(()) => Ok(()),
+                Err(e) => Err((op, res, e)),
+            })
     }
 
     /// The principal a Strom token proves, signed with the key of
@@ -131,6 +147,14 @@ impl Access {
     }
 }
 
+/// Whether `op` on `res` is one only members may do: creating, writing
+/// or altering the audit topic.
+fn written_by_servers(op: Operation, res: &Resource) -> bool {
+    res.kind == strom_auth::ResourceKind::Topic
+        && res.name == crate::audit::AUDIT_TOPIC
+        && matches!(op, Operation::Create | Operation::Write | Operation::Alter)
+}
+
 fn refused(who: &Principal, op: Operation, res: &Resource, why: &str) -> ServerError {
     let hint = match who.is_anonymous() {
         true => " (this connection is anonymous: present a token with --token or STROM_TOKEN, or connect over shm:// on this node)",
@@ -140,6 +164,13 @@ fn refused(who: &Principal, op: Operation, res: &Resource, why: &str) -> ServerE
         ErrorCode::NOT_AUTHORIZED,
         format!("{who} may not {op} {res}: {why}{hint}"),
     )
+}
+
+/// What `req` creates, deletes or alters (for the audit trail).
+pub fn changes(req: &Request) -> Vec<(Operation, Resource)> {
+    let mut v = needs(req);
+    v.retain(|(op, _)| matches!(op, Operation::Create | Operation::Delete | Operation::Alter));
+    v
 }
 
 /// What `req` does to which resources. Requests only members send (which

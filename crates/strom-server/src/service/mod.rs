@@ -42,6 +42,8 @@ pub struct Services {
     pub control: ControlService,
     /// Who may do what: the security table and the decision.
     pub access: Access,
+    /// The audit trail: changes and refusals, to the log and `strom.audit`.
+    pub audit: crate::audit::AuditLog,
     /// Server-wide counters the front ends update (the metrics tap).
     pub stats: crate::stats::ServerStats,
     /// Set once the registry says this member left the group (it was
@@ -77,17 +79,28 @@ impl Services {
             })
     }
 
-    /// A token for this server's own in-process clients (with `auth`
-    /// on and the cluster secret known); it never leaves the process.
-    pub fn internal_token(&self) -> Option<String> {
+    /// A token for this server's own in-process clients; it never leaves
+    /// the process. `Ok(None)` without `auth`; an error until the cluster
+    /// secret is known (a joining member reads it before it joins).
+    pub fn internal_token(&self) -> Result<Option<String>, String> {
         if !self.access.enabled() {
-            return None;
+            return Ok(None);
         }
-        let secret = self.control.link().peers().identity().secret()?;
+        let secret = self
+            .control
+            .link()
+            .peers()
+            .identity()
+            .secret()
+            .ok_or("this member has not read its group's cluster secret yet")?;
         let claims =
             strom_auth::Claims::new(INTERNAL_SUBJECT, access::now_secs(), 10 * 365 * 86_400)
-                .ok()?;
-        secret.token_key().sign(&claims).ok()
+                .map_err(|e| e.to_string())?;
+        secret
+            .token_key()
+            .sign(&claims)
+            .map(Some)
+            .map_err(|e| e.to_string())
     }
 
     /// The principal a Strom token proves, checked with this group's key

@@ -53,6 +53,7 @@ impl Services {
             group_partitions: self.group_partitions().await,
             leases: self.lease_snapshot().await,
             kafka: self.stats.kafka.snapshot(),
+            audit: self.audit.snapshot(),
         }
     }
 
