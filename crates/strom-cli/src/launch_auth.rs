@@ -67,11 +67,7 @@ pub fn launcher_defaults(config: &mut ServerConfig) -> Option<String> {
     if size < 2 {
         return None;
     }
-    let exposed = std::iter::once(&config.listen)
-        .chain(&config.also_listen)
-        .chain(&config.http_listen)
-        .chain(&config.kafka_listen)
-        .any(|a| !strom_server::local_only(a));
+    let exposed = config.exposed_address().is_some();
     if exposed && !config.auth && !config.insecure {
         config.auth = true;
         eprintln!("strom server: rank {rank} of {size} on a network address: authentication is on (--auth); pass --insecure to serve without it");

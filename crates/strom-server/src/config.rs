@@ -415,12 +415,7 @@ impl ServerConfig {
         if self.auth || self.insecure {
             return Ok(());
         }
-        let exposed = std::iter::once(&self.listen)
-            .chain(&self.also_listen)
-            .chain(&self.http_listen)
-            .chain(&self.kafka_listen)
-            .find(|a| !local_only(a));
-        match exposed {
+        match self.exposed_address() {
             Some(a) => Err(format!(
                 "refusing to serve {a} without authentication: anyone who reaches it could read, write and delete every topic. Turn on auth (--auth, docs/security.md), listen on a loopback or shm:// address, or pass --insecure to accept the risk"
             )),
@@ -430,13 +425,18 @@ impl ServerConfig {
 
     /// Whether this server serves anyone beyond loopback without `auth`.
     pub fn exposed_without_auth(&self) -> bool {
-        !self.auth
-            && self.insecure
-            && std::iter::once(&self.listen)
-                .chain(&self.also_listen)
-                .chain(&self.http_listen)
-                .chain(&self.kafka_listen)
-                .any(|a| !local_only(a))
+        !self.auth && self.insecure && self.exposed_address().is_some()
+    }
+
+    /// The first address this server listens on (native, HTTP or Kafka)
+    /// that reaches beyond this node, if any.
+    pub fn exposed_address(&self) -> Option<&str> {
+        std::iter::once(&self.listen)
+            .chain(&self.also_listen)
+            .chain(&self.http_listen)
+            .chain(&self.kafka_listen)
+            .map(String::as_str)
+            .find(|a| !local_only(a))
     }
 
     /// The HTTP and Kafka front ends' limits.

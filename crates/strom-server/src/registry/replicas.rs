@@ -168,45 +168,30 @@ impl Registry {
         isr: Vec<u32>,
     ) -> Result<(), ServerError> {
         let mut inner = self.inner.lock().await;
-        let current = inner
-            .state
-            .topics
-            .get(topic)
-            .and_then(|t| t.replicas.get(partition as usize))
-            .map(|s| s.epoch);
-        match current {
-            Some(e) if e == epoch => {}
-            Some(e) => {
-                return Err(ServerError::coded(
-                    ErrorCode::FENCED,
-                    format!("partition {topic}/{partition}: epoch {epoch} is over, the partition is in epoch {e}"),
-                ))
-            }
-            None => {
-                return Err(ServerError::coded(
-                    ErrorCode::PARTITION_NOT_FOUND,
-                    format!("partition {topic}/{partition} is not replicated"),
-                ))
-            }
+        let meta = inner.state.topics.get(topic);
+        let Some(set) = meta.and_then(|t| t.replicas.get(partition as usize)) else {
+            return Err(ServerError::coded(
+                ErrorCode::PARTITION_NOT_FOUND,
+                format!("partition {topic}/{partition} is not replicated"),
+            ));
+        };
+        if set.epoch != epoch {
+            return Err(ServerError::coded(
+                ErrorCode::FENCED,
+                format!(
+                    "partition {topic}/{partition}: epoch {epoch} is over, the partition is in epoch {}",
+                    set.epoch
+                ),
+            ));
         }
-        let leader = inner
-            .state
-            .topics
-            .get(topic)
-            .and_then(|t| t.placement.get(partition as usize).copied());
+        let leader = meta.and_then(|t| t.placement.get(partition as usize).copied());
         if leader.is_some_and(|l| l != reporter) {
             return Err(ServerError::coded(
                 ErrorCode::NOT_A_MEMBER,
                 format!("partition {topic}/{partition}: member {reporter} reported its in-sync replicas, but it does not lead it"),
             ));
         }
-        let recorded = inner
-            .state
-            .topics
-            .get(topic)
-            .and_then(|t| t.replicas.get(partition as usize))
-            .is_some_and(|s| s.isr == isr);
-        if recorded {
+        if set.isr == isr {
             // A leader asking again after an answer it did not get.
             return Ok(());
         }

@@ -27,23 +27,15 @@ pub(crate) fn adopt_segment(
     vfs: &Arc<dyn Vfs>,
     seg: &ClosedSegment,
 ) -> Result<Option<TieredSegment>> {
-    let Some((log_len, log_crc)) = matching_file(store, prefix, vfs, seg, "log")? else {
+    let Some(log) = matching_file(store, prefix, vfs, seg, "log")? else {
         return Ok(None);
     };
-    let Some((data_len, data_crc)) = matching_file(store, prefix, vfs, seg, "data")? else {
+    let Some(data) = matching_file(store, prefix, vfs, seg, "data")? else {
         return Ok(None);
     };
     tracing::info!(tier = %store.describe(), segment = seg.base, next_offset = seg.next,
-        bytes = log_len + data_len, "the tier holds this copy's segment; recorded it");
-    Ok(Some(TieredSegment {
-        base: seg.base,
-        next: seg.next,
-        max_ts: seg.max_ts,
-        log_len,
-        data_len,
-        log_crc,
-        data_crc,
-    }))
+        bytes = log.0 + data.0, "the tier holds this copy's segment; recorded it");
+    Ok(Some(TieredSegment::of(seg, log, data)))
 }
 
 /// Length and CRC of one local file of `seg` when the tier object under

@@ -21,19 +21,11 @@ pub(crate) fn copy_segment(
     vfs: &Arc<dyn Vfs>,
     seg: &ClosedSegment,
 ) -> Result<TieredSegment> {
-    let (log_len, log_crc) = copy_file(store, prefix, vfs, seg, "log")?;
-    let (data_len, data_crc) = copy_file(store, prefix, vfs, seg, "data")?;
+    let log = copy_file(store, prefix, vfs, seg, "log")?;
+    let data = copy_file(store, prefix, vfs, seg, "data")?;
     tracing::info!(tier = %store.describe(), segment = seg.base, next_offset = seg.next,
-        bytes = log_len + data_len, "segment copied to the tier and verified");
-    Ok(TieredSegment {
-        base: seg.base,
-        next: seg.next,
-        max_ts: seg.max_ts,
-        log_len,
-        data_len,
-        log_crc,
-        data_crc,
-    })
+        bytes = log.0 + data.0, "segment copied to the tier and verified");
+    Ok(TieredSegment::of(seg, log, data))
 }
 
 /// Puts one file of `seg` and verifies it; returns its length and CRC.

@@ -47,6 +47,20 @@ pub struct TieredSegment {
 }
 
 impl TieredSegment {
+    /// The entry of closed segment `seg` whose `.log` and `.data` files
+    /// have these `(length, CRC32C)` in the tier.
+    pub(crate) fn of(seg: &crate::file::ClosedSegment, log: (u64, u32), data: (u64, u32)) -> Self {
+        TieredSegment {
+            base: seg.base,
+            next: seg.next,
+            max_ts: seg.max_ts,
+            log_len: log.0,
+            data_len: data.0,
+            log_crc: log.1,
+            data_crc: data.1,
+        }
+    }
+
     pub fn size(&self) -> u64 {
         self.log_len + self.data_len
     }
