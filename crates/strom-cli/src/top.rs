@@ -139,15 +139,16 @@ fn get_json(http: &str, path: &str) -> anyhow::Result<Value> {
         .with_context(|| format!("{}: the answer is not JSON", what()))
 }
 
-/// TLS over `tcp` to `addr`, trusting `--tls-ca` (`STROM_TLS_CA`).
+/// TLS over `tcp` to `addr`, trusting `--tls-ca` (`STROM_TLS_CA`), and
+/// presenting `--tls-cert` with `--tls-key` if given (mutual TLS: the
+/// certificate's subject is the principal when no token is sent).
 fn tls_stream(addr: &str, tcp: TcpStream) -> anyhow::Result<impl Stream> {
     use strom_server::tls::tokio_rustls::rustls::{
         pki_types::ServerName, ClientConnection, StreamOwned,
     };
-    let ca = std::env::var_os(strom_client::TLS_CA_ENV)
-        .filter(|v| !v.is_empty())
-        .context("an https:// endpoint needs --tls-ca (or STROM_TLS_CA): the CA its certificate chains to")?;
-    let config = strom_server::tls::client_config(std::path::Path::new(&ca), None)?;
+    let config = strom_server::tls::client_config_from_env().context(
+        "an https:// endpoint needs --tls-ca (or STROM_TLS_CA): the CA its certificate chains to",
+    )??;
     let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
     let name = ServerName::try_from(host.trim_matches(['[', ']']).to_string())
         .with_context(|| format!("'{host}' is not a host name or address"))?;

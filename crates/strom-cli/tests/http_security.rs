@@ -138,12 +138,14 @@ fn over_https_strom_top_shows_a_user_only_the_topics_it_may_describe() {
             key.to_str().unwrap(),
         ],
     );
+    // http_addr waits for the line; the server prints it after the group
+    // file names the server, so it may come after start_with returns.
+    let http = http_addr(&s);
     assert!(
         s.stderr().contains("strom http listening on https://"),
         "{}",
         s.stderr()
     );
-    let http = http_addr(&s);
     let url = format!("https://{http}");
     let ops = token_for(&s, "ops", 600);
     let as_ops = [("STROM_TOKEN", std::ffi::OsStr::new(&ops))];
@@ -209,4 +211,68 @@ fn over_https_strom_top_shows_a_user_only_the_topics_it_may_describe() {
     assert!(err.contains("certificate"), "{err}");
     let plain = top(&s, &http, &[("STROM_TOKEN", std::ffi::OsStr::new(&ops))]);
     assert!(!plain.status.success(), "plain HTTP to the TLS port");
+}
+
+#[test]
+fn over_mutual_tls_the_client_certificates_subject_is_the_http_principal() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let server_ca = ca(d, "server");
+    let client_ca = ca(d, "clients");
+    let (cert, key) = issue(d, &server_ca, "localhost", true);
+    let s = ServerProcess::start_with(
+        &d.join("s"),
+        &[
+            "--auth",
+            "--super-user",
+            "User:ops",
+            "--http-listen",
+            "127.0.0.1:0",
+            "--http-tls",
+            "--tls-cert",
+            cert.to_str().unwrap(),
+            "--tls-key",
+            key.to_str().unwrap(),
+            "--tls-client-ca",
+            client_ca.pem.to_str().unwrap(),
+        ],
+    );
+    let url = format!("https://{}", http_addr(&s));
+    let ops_token = token_for(&s, "ops", 600);
+    let as_ops = [("STROM_TOKEN", std::ffi::OsStr::new(&ops_token))];
+    for t in ["mine", "theirs"] {
+        succeeded(
+            &cli(&s, &["topic", "create", t], &as_ops, ""),
+            "topic create",
+        );
+    }
+    let acl = [
+        "acl",
+        "add",
+        "--principal",
+        "User:alice",
+        "--topic",
+        "mine",
+        "--operation",
+        "describe",
+    ];
+    succeeded(&cli(&s, &acl, &as_ops, ""), "acl add");
+    // No token: the certificate says who the request is.
+    let with_cert = |cn: &str, ca: &common::certs::Ca| {
+        let (c, k) = issue(d, ca, cn, false);
+        let env = [
+            ("STROM_TLS_CA", server_ca.pem.as_os_str()),
+            ("STROM_TLS_CERT", c.as_os_str()),
+            ("STROM_TLS_KEY", k.as_os_str()),
+        ];
+        top(&s, &url, &env)
+    };
+    let all = topics_shown(&succeeded(&with_cert("ops", &client_ca), "top as ops"));
+    assert!(all.contains("mine") && all.contains("theirs"), "{all:?}");
+    let hers = topics_shown(&succeeded(&with_cert("alice", &client_ca), "top as alice"));
+    assert_eq!(hers.into_iter().collect::<Vec<_>>(), ["mine"]);
+    // A certificate the client CA did not sign gets nothing.
+    let other = ca(d, "other");
+    let forged = with_cert("ops", &other);
+    assert!(!forged.status.success(), "a certificate from another CA");
 }

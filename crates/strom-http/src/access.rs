@@ -10,9 +10,10 @@
 
 use std::net::IpAddr;
 
+use crate::listener::PeerAddr;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use strom_auth::{Operation, Principal, Resource};
+use strom_auth::{Mechanism, Operation, Principal, Resource};
 use strom_server::audit::{Actor, FrontEnd};
 use strom_server::Services;
 
@@ -132,9 +133,10 @@ impl Sees {
 pub fn check(
     svc: &Services,
     headers: &HeaderMap,
-    peer: IpAddr,
+    conn: &PeerAddr,
     need: Need,
 ) -> Result<Sees, Refusal> {
+    let peer = conn.addr.ip();
     if !svc.access.enabled() {
         return Ok(Sees::All);
     }
@@ -142,7 +144,7 @@ pub fn check(
     if need == Need::Metrics && nets.iter().any(|n| in_network(peer, n)) {
         return Ok(Sees::All);
     }
-    decide(svc, headers, need).map_err(|(who, refusal)| {
+    decide(svc, headers, conn.cert_subject.as_deref(), need).map_err(|(who, refusal)| {
         let who = who.map_or_else(Principal::anonymous, |w| *w);
         let actor = Actor {
             front_end: FrontEnd::Http,
@@ -160,21 +162,25 @@ pub fn check(
 }
 
 /// [`check`] for a request from outside the scraper networks: the
-/// refusal comes with the principal, if the token proved one.
+/// refusal comes with the principal, if the request proved one. A token
+/// says who the request is; without one, the subject of a verified client
+/// certificate (mutual TLS, `tls_client_ca`) does, as on the native port.
 fn decide(
     svc: &Services,
     headers: &HeaderMap,
+    cert_subject: Option<&str>,
     need: Need,
 ) -> Result<Sees, (Option<Box<Principal>>, Refusal)> {
-    let Some(t) = token(headers) else {
-        return Err((None, refuse(
+    let who = match (token(headers), cert_subject) {
+        (Some(t), _) => svc
+            .authenticate_token(t)
+            .map_err(|e| (None, refuse(StatusCode::UNAUTHORIZED, e.to_string())))?,
+        (None, Some(cn)) => Principal::user(cn.to_string(), Mechanism::Certificate),
+        (None, None) => return Err((None, refuse(
             StatusCode::UNAUTHORIZED,
-            "a token is needed: send `Authorization: Bearer <token>`, or open /login?token=<token> once in the browser".into(),
-        )));
+            "a token is needed: send `Authorization: Bearer <token>`, or open /login?token=<token> once in the browser (or present a client certificate over mutual TLS)".into(),
+        ))),
     };
-    let who = svc
-        .authenticate_token(t)
-        .map_err(|e| (None, refuse(StatusCode::UNAUTHORIZED, e.to_string())))?;
     match svc
         .access
         .check(&who, Operation::Describe, &Resource::cluster())

@@ -177,7 +177,7 @@ fn allowed(
     peer: &PeerAddr,
     need: Need,
 ) -> Result<access::Sees, access::Refusal> {
-    access::check(&s.services, headers, peer.0.ip(), need)
+    access::check(&s.services, headers, peer, need)
 }
 
 /// `/login?token=…`: checks the token and keeps it in a cookie for the

@@ -56,9 +56,13 @@ impl Default for Limits {
     }
 }
 
-/// The address of the connection a request came on.
-#[derive(Clone, Copy, Debug)]
-pub struct PeerAddr(pub SocketAddr);
+/// Who a request's connection is: its address, and over mutual TLS the
+/// subject of the client certificate the listener verified.
+#[derive(Clone, Debug)]
+pub struct PeerAddr {
+    pub addr: SocketAddr,
+    pub cert_subject: Option<Arc<str>>,
+}
 
 /// Serves `app` on `listener` within `limits` (over TLS with `tls`) until
 /// `stopped` turns true. `name` names the listener in logs.
@@ -81,7 +85,7 @@ pub async fn serve(
                     Ok(slot) => {
                         let conn = Conn { peer, app: app.clone(), limits, _slot: slot, stopped: for_conns.clone() };
                         match tls.clone() {
-                            None => tokio::spawn(conn.serve(sock)),
+                            None => tokio::spawn(conn.serve(sock, None)),
                             Some(a) => tokio::spawn(conn.handshake(a, sock)),
                         };
                     }
@@ -116,7 +120,10 @@ impl Conn {
     async fn handshake(self, tls: TlsAcceptor, sock: TcpStream) {
         let peer = self.peer;
         match tokio::time::timeout(self.limits.header_timeout, tls.accept(sock)).await {
-            Ok(Ok(stream)) => self.serve(stream).await,
+            Ok(Ok(stream)) => {
+                let subject = strom_server::tls::client_subject(stream.get_ref().1);
+                self.serve(stream, subject.map(Arc::from)).await
+            }
             Ok(Err(e)) => {
                 tracing::debug!(peer = %peer, error = %e, "HTTPS handshake failed; connection closed")
             }
@@ -128,7 +135,7 @@ impl Conn {
 
     /// Serves the connection until it closes, breaks a bound, or the
     /// listener stops.
-    async fn serve<S>(self, sock: S)
+    async fn serve<S>(self, sock: S, cert_subject: Option<Arc<str>>)
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
@@ -151,7 +158,10 @@ impl Conn {
             .timer(TokioTimer::new())
             .header_read_timeout(limits.header_timeout);
         // Handlers that decide by the peer's address read it from here.
-        let app = app.layer(axum::Extension(PeerAddr(peer)));
+        let app = app.layer(axum::Extension(PeerAddr {
+            addr: peer,
+            cert_subject,
+        }));
         let conn = builder.serve_connection(io, TowerToHyperService::new(app));
         tokio::pin!(conn);
         let mut closing = false;

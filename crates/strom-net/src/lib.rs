@@ -47,8 +47,8 @@ pub use ofi::{OfiTransport, OFI_DOMAIN_ENV};
 pub use shm::{shm_stats, ShmStats, ShmTransport, SHM_AUTO, SHM_INLINE_MAX};
 pub use tcp::TcpTransport;
 pub use tls::{
-    client_config, client_subject, server_config, TlsTransport, TLS_CA_ENV, TLS_CERT_ENV,
-    TLS_KEY_ENV,
+    client_config, client_config_from_env, client_subject, server_config, TlsTransport, TLS_CA_ENV,
+    TLS_CERT_ENV, TLS_KEY_ENV,
 };
 /// The TLS library, for front ends that terminate TLS themselves (Kafka).
 pub use tokio_rustls;

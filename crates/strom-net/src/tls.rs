@@ -140,20 +140,33 @@ impl TlsTransport {
     /// A client side from `STROM_TLS_CA` (and `STROM_TLS_CERT` with
     /// `STROM_TLS_KEY`); `None` if `STROM_TLS_CA` is unset.
     pub fn from_env(max_frame: u32) -> Option<Result<Self, NetError>> {
-        let ca = std::env::var_os(TLS_CA_ENV).filter(|v| !v.is_empty())?;
-        let cert = std::env::var_os(TLS_CERT_ENV).filter(|v| !v.is_empty());
-        let key = std::env::var_os(TLS_KEY_ENV).filter(|v| !v.is_empty());
-        let identity = match (&cert, &key) {
-            (Some(c), Some(k)) => Some((Path::new(c), Path::new(k))),
-            (None, None) => None,
-            _ => {
-                return Some(Err(bad(format!(
-                    "set both {TLS_CERT_ENV} and {TLS_KEY_ENV}, or neither"
-                ))))
-            }
-        };
-        Some(Self::new(max_frame).with_client(Path::new(&ca), identity))
+        let client = client_config_from_env()?;
+        Some(client.map(|c| {
+            let mut t = Self::new(max_frame);
+            t.client = Some(c);
+            t
+        }))
     }
+}
+
+/// A rustls client configuration from `STROM_TLS_CA` (and `STROM_TLS_CERT`
+/// with `STROM_TLS_KEY`, presented for mutual TLS); `None` if
+/// `STROM_TLS_CA` is unset. Every TLS client of Strom's (the native
+/// transport, `strom top` over HTTPS) reads its settings here.
+pub fn client_config_from_env() -> Option<Result<Arc<ClientConfig>, NetError>> {
+    let ca = std::env::var_os(TLS_CA_ENV).filter(|v| !v.is_empty())?;
+    let cert = std::env::var_os(TLS_CERT_ENV).filter(|v| !v.is_empty());
+    let key = std::env::var_os(TLS_KEY_ENV).filter(|v| !v.is_empty());
+    let identity = match (&cert, &key) {
+        (Some(c), Some(k)) => Some((Path::new(c), Path::new(k))),
+        (None, None) => None,
+        _ => {
+            return Some(Err(bad(format!(
+                "set both {TLS_CERT_ENV} and {TLS_KEY_ENV}, or neither"
+            ))))
+        }
+    };
+    Some(client_config(Path::new(&ca), identity))
 }
 
 /// A rustls client configuration trusting servers whose certificate

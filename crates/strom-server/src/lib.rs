@@ -49,7 +49,7 @@ pub use service::access::now_secs;
 /// TLS for front ends that terminate it themselves (the Kafka listener):
 /// the acceptor's library and a client certificate's subject.
 pub mod tls {
-    pub use strom_net::{client_config, client_subject, tokio_rustls};
+    pub use strom_net::{client_config, client_config_from_env, client_subject, tokio_rustls};
 }
 pub use service::{CheckError, Invalid, Services, Validation};
 // What other front ends (strom-kafka) need to produce into and read from
