@@ -2,7 +2,8 @@
 //! `/metrics` is open to the scraper networks (`http_metrics_networks`,
 //! loopback by default) and otherwise needs a bearer token; the dashboard's
 //! data (`/api/*`) needs a token, from an `Authorization: Bearer` header or
-//! the `strom_token` cookie that `/login?token=…` sets, and shows only the
+//! the `strom_token` cookie that `/login?token=…` sets (or, over mutual
+//! TLS, a verified client certificate), and shows only the
 //! topics its principal may describe (all of them if it may describe the
 //! cluster). Tokens are checked by the service layer, as on
 //! the native and Kafka ports. Without `auth` everything is open (the
