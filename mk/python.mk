@@ -14,7 +14,9 @@ PY := $(PY_VENV)/bin/python
 # Kafka front end (docs/kafka.md).
 # moto[server]: the S3-compatible server the object-store tier tests run
 # against (crates/*/tests/tiering.rs find python/.venv/bin/moto_server).
-PY_PKGS := maturin numpy pytest pytest-timeout pyzmq confluent-kafka kafka-python 'moto[server]'
+# dask, distributed: strom.dask (workflow provenance) and its example,
+# examples/provenance (docs/provenance.md).
+PY_PKGS := maturin numpy pytest pytest-timeout pyzmq confluent-kafka kafka-python 'moto[server]' dask distributed
 # One shared target directory, so the Strom crates are not compiled twice.
 PY_TARGET := $(CURDIR)/target
 # Where `make wheel` puts strom-<version>-cp311-abi3-<platform>.whl.
@@ -27,7 +29,7 @@ python-setup: $(PY_VENV)/.strom-setup
 $(PY_VENV)/.strom-setup: mk/python.mk
 	@test -x $(PY) || python3 -m venv $(PY_VENV) || { \
 		apt-get install -y -qq python3-venv >/dev/null && python3 -m venv $(PY_VENV); }
-	@$(PY) -c 'import maturin, numpy, pytest, pytest_timeout, zmq, confluent_kafka, kafka, moto.server' 2>/dev/null || \
+	@$(PY) -c 'import maturin, numpy, pytest, pytest_timeout, zmq, confluent_kafka, kafka, moto.server, dask, distributed' 2>/dev/null || \
 		$(PY) -m pip install --quiet --no-cache-dir --disable-pip-version-check $(PY_PKGS)
 	@touch $@
 
@@ -52,7 +54,7 @@ python-test: python-build wheel
 	$(CARGO) build --quiet -p strom-cli
 	cd $(PY_DIR) && CARGO_TARGET_DIR=$(PY_TARGET) $(CARGO) test --release --lib --quiet
 	STROM_BIN=$(CURDIR)/target/debug/strom STROM_WHEEL_DIR=$(PY_WHEELS) \
-		$(PY) -m pytest -q -p no:cacheprovider --timeout=300 $(PY_DIR)/tests examples/tomography examples/task-queue
+		$(PY) -m pytest -q -p no:cacheprovider --timeout=300 $(PY_DIR)/tests examples/tomography examples/task-queue examples/provenance
 
 python-bench: python-build
 	$(PY) -m strom.bench
