@@ -172,6 +172,75 @@ def test_kafka_admin_tools_manage_the_acls(secured):
     assert "CLUSTER_AUTHORIZATION_FAILED" in str(e.value) or "uthoriz" in str(e.value), e.value
 
 
+def test_kafka_admin_tools_manage_scram_users(secured):
+    """AlterUserScramCredentials and DescribeUserScramCredentials, as
+    kafka-configs and confluent-kafka's AdminClient use them: a user set
+    through Kafka logs in with SCRAM, a deleted one no longer does, and only
+    a principal that may alter the cluster may change users."""
+    from confluent_kafka import KafkaException, Producer
+    from confluent_kafka.admin import (AdminClient, NewTopic, ScramCredentialInfo, ScramMechanism,
+                                       UserScramCredentialDeletion,
+                                       UserScramCredentialUpsertion)
+
+    s = secured
+
+    def plain(subject: str) -> dict:
+        return {
+            "bootstrap.servers": s.broker,
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanisms": "PLAIN",
+            "sasl.username": subject,
+            "sasl.password": token(s, subject),
+        }
+
+    admin = AdminClient(plain("admin"))
+    admin.create_topics([NewTopic("carol.t", num_partitions=1, replication_factor=1)])["carol.t"].result(30)
+    sha256 = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096)
+    sha512 = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192)
+    up = [UserScramCredentialUpsertion("carol", sha256, b"carol-pw"),
+          UserScramCredentialUpsertion("carol", sha512, b"carol-pw-512")]
+    for f in admin.alter_user_scram_credentials(up).values():
+        f.result(30)
+    described = admin.describe_user_scram_credentials(["carol"])["carol"].result(30)
+    infos = sorted((i.mechanism, i.iterations) for i in described.scram_credential_infos)
+    assert infos == sorted([(ScramMechanism.SCRAM_SHA_256, 4096),
+                            (ScramMechanism.SCRAM_SHA_512, 8192)]), infos
+
+    def logs_in(mechanism: str, password: str) -> bool:
+        """Whether carol authenticates: her write to a topic she has no ACL
+        on is then refused as unauthorized, not as unauthenticated."""
+        p = Producer({"bootstrap.servers": s.broker, "security.protocol": "SASL_PLAINTEXT",
+                      "sasl.mechanisms": mechanism, "sasl.username": "carol",
+                      "sasl.password": password, "message.timeout.ms": 5000})
+        errs: list = []
+        p.produce("carol.t", b"x", partition=0, on_delivery=lambda e, m: errs.append(e))
+        p.flush(15)
+        return bool(errs) and errs[0] is not None and errs[0].name() == "TOPIC_AUTHORIZATION_FAILED"
+
+    until("carol's credentials to reach the Kafka listener",
+          lambda: logs_in("SCRAM-SHA-256", "carol-pw"))
+    assert logs_in("SCRAM-SHA-512", "carol-pw-512")
+    assert not logs_in("SCRAM-SHA-256", "wrong")
+    # Deleting one mechanism keeps the other.
+    gone = [UserScramCredentialDeletion("carol", ScramMechanism.SCRAM_SHA_256)]
+    for f in admin.alter_user_scram_credentials(gone).values():
+        f.result(30)
+    described = admin.describe_user_scram_credentials(["carol"])["carol"].result(30)
+    assert [i.mechanism for i in described.scram_credential_infos] == [ScramMechanism.SCRAM_SHA_512]
+    until("the deletion to reach the Kafka listener",
+          lambda: not logs_in("SCRAM-SHA-256", "carol-pw"))
+    assert logs_in("SCRAM-SHA-512", "carol-pw-512")
+    # Deleting what is not there is RESOURCE_NOT_FOUND, as in Kafka.
+    with pytest.raises(KafkaException) as e:
+        admin.alter_user_scram_credentials(gone)["carol"].result(30)
+    assert e.value.args[0].name() == "RESOURCE_NOT_FOUND", e.value
+    # A user without alter on the cluster may not change users.
+    bob = AdminClient(plain("bob"))
+    with pytest.raises(KafkaException) as e:
+        bob.alter_user_scram_credentials(up[:1])["carol"].result(30)
+    assert e.value.args[0].name() == "CLUSTER_AUTHORIZATION_FAILED", e.value
+
+
 def make_certs(d):
     """A CA and a certificate for 127.0.0.1 it signs (PEM files in `d`)."""
     import datetime

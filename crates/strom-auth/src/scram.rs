@@ -96,13 +96,39 @@ impl ScramCredential {
 
     fn derive(mechanism: Mechanism, password: &str, salt: &[u8], iterations: u32) -> Self {
         let salted = mechanism.hi(password.as_bytes(), salt, iterations);
-        let client_key = mechanism.hmac(&salted, b"Client Key");
+        Self::of_salted(mechanism, salt, iterations, &salted)
+    }
+
+    /// The credential of an already salted password (`Hi(password, salt,
+    /// iterations)`), as Kafka's `AlterUserScramCredentials` sends it; the
+    /// password itself never reaches the server. Checked as
+    /// [`check`](Self::check) does.
+    pub fn from_salted(
+        mechanism: Mechanism,
+        salt: &[u8],
+        iterations: u32,
+        salted_password: &[u8],
+    ) -> Result<Self, String> {
+        if salted_password.len() != mechanism.hash(b"").len() {
+            return Err(format!(
+                "a {} salted password is {} bytes",
+                mechanism.name(),
+                mechanism.hash(b"").len()
+            ));
+        }
+        let c = Self::of_salted(mechanism, salt, iterations, salted_password);
+        c.check()?;
+        Ok(c)
+    }
+
+    fn of_salted(mechanism: Mechanism, salt: &[u8], iterations: u32, salted: &[u8]) -> Self {
+        let client_key = mechanism.hmac(salted, b"Client Key");
         ScramCredential {
             mechanism: mechanism.name().to_string(),
             salt: B64.encode(salt),
             iterations,
             stored_key: B64.encode(mechanism.hash(&client_key)),
-            server_key: B64.encode(mechanism.hmac(&salted, b"Server Key")),
+            server_key: B64.encode(mechanism.hmac(salted, b"Server Key")),
         }
     }
 
@@ -122,6 +148,41 @@ impl ScramCredential {
             );
         }
         Ok(())
+    }
+}
+
+/// A change to one user's SCRAM credentials, applied at once by the
+/// registry: all of them replaced (`strom user set`; empty removes the
+/// user), or single mechanisms set and removed (Kafka's
+/// `AlterUserScramCredentials`), the others kept.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum ScramUpdate {
+    Replace(Vec<ScramCredential>),
+    Alter {
+        set: Vec<ScramCredential>,
+        remove: Vec<String>,
+    },
+}
+
+impl ScramUpdate {
+    /// The user's credentials after this change to `current`.
+    pub fn apply(self, current: &[ScramCredential]) -> Vec<ScramCredential> {
+        match self {
+            ScramUpdate::Replace(all) => all,
+            ScramUpdate::Alter { set, remove } => {
+                let same = |a: &str, b: &str| a.eq_ignore_ascii_case(b);
+                let mut out: Vec<ScramCredential> = current
+                    .iter()
+                    .filter(|c| !remove.iter().any(|m| same(m, &c.mechanism)))
+                    .filter(|c| !set.iter().any(|s| same(&s.mechanism, &c.mechanism)))
+                    .cloned()
+                    .collect();
+                out.extend(set);
+                out.sort_by(|a, b| a.mechanism.cmp(&b.mechanism));
+                out
+            }
+        }
     }
 }
 
@@ -265,5 +326,45 @@ mod tests {
         assert!(ServerExchange::start(Mechanism::Sha512, "n,,n=a", some).is_err());
         let (ex, first) = ServerExchange::start(Mechanism::Sha512, "n,,n=a,r=abc", some).unwrap();
         assert!(first.starts_with("r=abc") && ex.user() == "a");
+    }
+
+    #[test]
+    fn a_salted_password_gives_the_same_credential_as_the_password() {
+        let salt = B64.decode("W22ZaJ0SNY7soEsUEjb6gQ==").unwrap();
+        let salted = Mechanism::Sha256.hi(b"pencil", &salt, 4096);
+        let from = ScramCredential::from_salted(Mechanism::Sha256, &salt, 4096, &salted).unwrap();
+        assert_eq!(
+            from,
+            ScramCredential::derive(Mechanism::Sha256, "pencil", &salt, 4096)
+        );
+        // Wrong length, too few iterations, no salt: refused.
+        assert!(ScramCredential::from_salted(Mechanism::Sha512, &salt, 4096, &salted).is_err());
+        assert!(ScramCredential::from_salted(Mechanism::Sha256, &salt, 10, &salted).is_err());
+        assert!(ScramCredential::from_salted(Mechanism::Sha256, b"", 4096, &salted).is_err());
+    }
+
+    #[test]
+    fn an_alteration_sets_and_removes_single_mechanisms_and_keeps_the_rest() {
+        let a = ScramCredential::new(Mechanism::Sha256, "a").unwrap();
+        let b = ScramCredential::new(Mechanism::Sha512, "b").unwrap();
+        let b2 = ScramCredential::new(Mechanism::Sha512, "b2").unwrap();
+        let both = vec![a.clone(), b.clone()];
+        let set = ScramUpdate::Alter {
+            set: vec![b2.clone()],
+            remove: vec![],
+        };
+        assert_eq!(set.apply(&both), vec![a.clone(), b2]);
+        let rm = ScramUpdate::Alter {
+            set: vec![],
+            remove: vec!["scram-sha-256".into()],
+        };
+        assert_eq!(rm.apply(&both), vec![b.clone()]);
+        assert_eq!(ScramUpdate::Replace(vec![]).apply(&both), vec![]);
+        // The wire forms: an array replaces, an object alters.
+        let r: ScramUpdate = serde_json::from_str("[]").unwrap();
+        assert_eq!(r, ScramUpdate::Replace(vec![]));
+        let o: ScramUpdate =
+            serde_json::from_str(r#"{"set":[],"remove":["SCRAM-SHA-512"]}"#).unwrap();
+        assert!(matches!(o, ScramUpdate::Alter { .. }));
     }
 }

@@ -172,7 +172,7 @@ fn s(x: &StrBytes) -> String {
 
 /// Whether the connection may do `op` on the cluster: `NONE`, the refusal,
 /// or `SECURITY_DISABLED` without `auth`.
-fn gate(ctx: &Ctx, op: Operation) -> i16 {
+pub(crate) fn gate(ctx: &Ctx, op: Operation) -> i16 {
     if !ctx.services.access.enabled() {
         return SECURITY_DISABLED;
     }

@@ -67,6 +67,8 @@ pub fn handle(ctx: &Arc<Ctx>, h: Header, body: Bytes) -> Result<Reply, FrameErro
         ApiKey::CreateAcls => crate::acls::create_acls(ctx, v, c, body),
         ApiKey::DescribeAcls => crate::acls::describe_acls(ctx, v, c, body),
         ApiKey::DeleteAcls => crate::acls::delete_acls(ctx, v, c, body),
+        ApiKey::DescribeUserScramCredentials => crate::scram_admin::describe(ctx, v, c, body),
+        ApiKey::AlterUserScramCredentials => crate::scram_admin::alter(ctx, v, c, body),
         _ => Ok(ready(unsupported(c))),
     }
 }
@@ -190,6 +192,22 @@ pub fn check_request(mut frame: Bytes) -> Result<(), FrameError> {
             guard::SASL_AUTHENTICATE,
             v,
             false,
+            frame,
+        )
+        .map(drop),
+        ApiKey::DescribeUserScramCredentials => decode::<m::DescribeUserScramCredentialsRequest>(
+            "DescribeUserScramCredentials",
+            guard::DESCRIBE_USER_SCRAM,
+            v,
+            true,
+            frame,
+        )
+        .map(drop),
+        ApiKey::AlterUserScramCredentials => decode::<m::AlterUserScramCredentialsRequest>(
+            "AlterUserScramCredentials",
+            guard::ALTER_USER_SCRAM,
+            v,
+            true,
             frame,
         )
         .map(drop),

@@ -132,6 +132,19 @@ impl ErrorCounts for m::CreateAclsResponse {
     }
 }
 
+impl ErrorCounts for m::DescribeUserScramCredentialsResponse {
+    fn error_codes(&self, f: &mut dyn FnMut(i16)) {
+        f(self.error_code);
+        self.results.iter().for_each(|r| f(r.error_code));
+    }
+}
+
+impl ErrorCounts for m::AlterUserScramCredentialsResponse {
+    fn error_codes(&self, f: &mut dyn FnMut(i16)) {
+        self.results.iter().for_each(|r| f(r.error_code));
+    }
+}
+
 impl ErrorCounts for m::DeleteAclsResponse {
     fn error_codes(&self, f: &mut dyn FnMut(i16)) {
         for r in &self.filter_results {
@@ -192,6 +205,9 @@ fn known_name(code: i16) -> &'static str {
         81 => "GROUP_MAX_SIZE_REACHED",
         82 => "FENCED_INSTANCE_ID",
         87 => "INVALID_RECORD",
+        91 => "RESOURCE_NOT_FOUND",
+        92 => "DUPLICATE_RESOURCE",
+        93 => "UNACCEPTABLE_CREDENTIAL",
         _ => "OTHER",
     }
 }

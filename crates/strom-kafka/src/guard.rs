@@ -412,6 +412,26 @@ pub const DELETE_ACLS: &[F] = &[F(0, ALL, Arr(ACL_FILTER))];
 
 pub const SASL_AUTHENTICATE: &[F] = &[F(0, ALL, Bytes)];
 
+/// The users asked for (a nullable array of names); flexible from v0.
+pub const DESCRIBE_USER_SCRAM: &[F] = &[F(0, ALL, Arr(&[F(0, ALL, Str)]))];
+
+/// Deletions (name, mechanism), then upsertions (name, mechanism,
+/// iterations, salt, salted password); flexible from v0.
+pub const ALTER_USER_SCRAM: &[F] = &[
+    F(0, ALL, Arr(&[F(0, ALL, Str), F(0, ALL, I8)])),
+    F(
+        0,
+        ALL,
+        Arr(&[
+            F(0, ALL, Str),
+            F(0, ALL, I8),
+            F(0, ALL, I32),
+            F(0, ALL, Bytes),
+            F(0, ALL, Bytes),
+        ]),
+    ),
+];
+
 /// The layout of a served API key's request body, and whether `version`
 /// uses the flexible (compact, tagged) encoding.
 pub fn layout_of(
@@ -442,6 +462,8 @@ pub fn layout_of(
         K::CreateAcls => CREATE_ACLS,
         K::DescribeAcls => DESCRIBE_ACLS,
         K::DeleteAcls => DELETE_ACLS,
+        K::DescribeUserScramCredentials => return Some((DESCRIBE_USER_SCRAM, true)),
+        K::AlterUserScramCredentials => return Some((ALTER_USER_SCRAM, true)),
         _ => return None,
     };
     Some((layout, false))

@@ -45,6 +45,7 @@ pub mod records;
 mod report;
 mod request;
 mod sasl;
+mod scram_admin;
 mod tls;
 
 use std::net::SocketAddr;

@@ -190,6 +190,8 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::CreateAcls, 1, 1),
     (ApiKey::DescribeAcls, 1, 1),
     (ApiKey::DeleteAcls, 1, 1),
+    (ApiKey::DescribeUserScramCredentials, 0, 0),
+    (ApiKey::AlterUserScramCredentials, 0, 0),
 ];
 
 /// The name of an API this front end serves, as Kafka's request metrics
@@ -218,6 +220,8 @@ pub(crate) fn api_name(key: ApiKey) -> &'static str {
         ApiKey::CreateAcls => "CreateAcls",
         ApiKey::DescribeAcls => "DescribeAcls",
         ApiKey::DeleteAcls => "DeleteAcls",
+        ApiKey::DescribeUserScramCredentials => "DescribeUserScramCredentials",
+        ApiKey::AlterUserScramCredentials => "AlterUserScramCredentials",
         _ => "Unsupported",
     }
 }

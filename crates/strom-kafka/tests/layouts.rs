@@ -196,6 +196,30 @@ fn sample(key: ApiKey, v: i16) -> Bytes {
                 .with_auth_bytes(Bytes::from_static(b"\0alice\0token")),
             v,
         ),
+        ApiKey::DescribeUserScramCredentials => enc(
+            &DescribeUserScramCredentialsRequest::default().with_users(Some(vec![
+                describe_user_scram_credentials_request::UserName::default().with_name(st("alice")),
+                describe_user_scram_credentials_request::UserName::default().with_name(st("bob")),
+            ])),
+            v,
+        ),
+        ApiKey::AlterUserScramCredentials => enc(
+            &AlterUserScramCredentialsRequest::default()
+                .with_deletions(vec![
+                    alter_user_scram_credentials_request::ScramCredentialDeletion::default()
+                        .with_name(st("bob"))
+                        .with_mechanism(2),
+                ])
+                .with_upsertions(vec![
+                    alter_user_scram_credentials_request::ScramCredentialUpsertion::default()
+                        .with_name(st("alice"))
+                        .with_mechanism(1)
+                        .with_iterations(4096)
+                        .with_salt(Bytes::from_static(b"salt"))
+                        .with_salted_password(Bytes::from_static(&[7; 32])),
+                ]),
+            v,
+        ),
         other => panic!("no sample for {other:?}"),
     }
 }

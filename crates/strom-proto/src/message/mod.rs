@@ -359,8 +359,10 @@ pub enum Request {
     RevokeToken {
         id: String,
     },
-    /// Sets a SCRAM user's credentials for the Kafka port (`json`: an
-    /// array of `strom_auth::scram::ScramCredential`; empty removes it).
+    /// Changes a SCRAM user's credentials for the Kafka port (`json`: a
+    /// `strom_auth::scram::ScramUpdate`: an array of credentials replaces
+    /// them all, empty removes the user; `{"set": [...], "remove":
+    /// [mechanism, ...]}` changes single mechanisms).
     SetScramUser {
         user: String,
         json: String,

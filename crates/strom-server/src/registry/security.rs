@@ -35,14 +35,23 @@ impl Registry {
             .await
     }
 
-    /// Sets (or, with no credentials, removes) a SCRAM user.
+    /// Changes a SCRAM user's credentials (`update` replaces them all, or
+    /// sets and removes single mechanisms), under the registry's lock so
+    /// that concurrent changes of one user's mechanisms do not undo each
+    /// other; a user left with none is removed.
     pub async fn set_scram(
         &self,
         user: String,
-        credentials: Vec<strom_auth::scram::ScramCredential>,
+        update: strom_auth::scram::ScramUpdate,
     ) -> Result<(), ServerError> {
-        self.commit_security(SecurityCommand::SetScram { user, credentials })
-            .await
+        let mut inner = self.inner.lock().await;
+        let current = inner.state.security.scram.get(&user).cloned();
+        let credentials = update.apply(current.as_deref().unwrap_or_default());
+        let cmd = RegistryCommand::Security(SecurityCommand::SetScram { user, credentials });
+        if let Err(e) = inner.state.check(&cmd) {
+            return Err(ServerError::coded(ErrorCode::INVALID_ARGUMENT, e.0));
+        }
+        inner.commit(cmd).await
     }
 
     /// The security table.

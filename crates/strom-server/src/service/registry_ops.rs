@@ -147,13 +147,13 @@ impl ControlService {
                 Response::Done
             }
             Request::SetScramUser { user, json } => {
-                let credentials = serde_json::from_str(&json).map_err(|e| {
+                let update = serde_json::from_str(&json).map_err(|e| {
                     ServerError::coded(
                         ErrorCode::INVALID_ARGUMENT,
                         format!("the SCRAM credentials do not parse: {e}"),
                     )
                 })?;
-                r.set_scram(user, credentials).await?;
+                r.set_scram(user, update).await?;
                 Response::Done
             }
             Request::RevokeToken { id } => {
