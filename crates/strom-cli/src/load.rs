@@ -65,9 +65,6 @@ impl Rows {
     }
 }
 
-/// The default largest event, as `strom produce`'s.
-pub const DEFAULT_MAX_EVENT_BYTES: u64 = 64 << 20;
-
 pub fn run(a: LoadArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> {
     let source = Source::parse(&a.source)?;
     let rows = Rows::parse(a.chunk.as_deref())?;
@@ -107,6 +104,8 @@ mod imp {
 
     /// Events in flight before the oldest is awaited.
     const MAX_PENDING: usize = 256;
+    /// The default largest event, as `strom produce`'s.
+    const DEFAULT_MAX_EVENT_BYTES: u64 = 64 << 20;
 
     /// What each event holds, checked against the limits.
     struct Plan {
@@ -213,7 +212,7 @@ mod imp {
             debug_assert!(len <= p.event_bytes);
             let mut buf = vec![0u8; len as usize];
             if let Err(e) = l.read_rows(start, if scalar { 1 } else { n }, &mut buf) {
-                failure = Some(format!("{shown}: rows {start}..{}: {e}", start + n));
+                failure = Some(format!("{shown}: {e}"));
                 break;
             }
             let shape = match (scalar, p.keep_axis) {

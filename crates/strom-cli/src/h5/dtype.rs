@@ -133,7 +133,7 @@ impl Dtype {
     }
 
     /// A new transient HDF5 datatype for this dtype.
-    pub fn to_hdf5(&self) -> Result<Datatype, Hdf5Error> {
+    pub fn to_hdf5(self) -> Result<Datatype, Hdf5Error> {
         match self.elem {
             Elem::Bool => {
                 let id = h5("creating the bool enum type", || unsafe {
@@ -543,10 +543,10 @@ mod tests {
             assert_eq!(d.numpy(), s);
         }
         assert_eq!(
-            Dtype::parse_numpy("<i1").map(|d| d.numpy()),
-            Ok("|i1".into())
+            Dtype::parse_numpy("<i1").map(|d| d.numpy()).ok(),
+            Some("|i1".into())
         );
-        assert_eq!(Dtype::parse_numpy("f8").map(|d| d.itemsize()), Ok(8));
+        assert_eq!(Dtype::parse_numpy("f8").map(|d| d.itemsize()).ok(), Some(8));
     }
 
     #[test]
