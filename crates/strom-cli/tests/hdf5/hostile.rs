@@ -178,3 +178,37 @@ fn hostile_sources_are_refused_before_anything_is_produced() {
     untouched(&server, "t");
     eprintln!("hostile sources took {:.2?}", t0.elapsed());
 }
+
+/// Writes a checksummed dataset, then flips bytes inside its third chunk
+/// (rows 20..30): the damage is only found when that chunk is read.
+const WRITE_DAMAGED_CHUNK: &str = r#"
+import sys, h5py, numpy as np
+with h5py.File(sys.argv[1], "w") as f:
+    d = f.create_dataset("sum", data=np.arange(160.0).reshape(40, 4), chunks=(10, 4), fletcher32=True)
+    at = d.id.get_chunk_info(2).byte_offset
+with open(sys.argv[1], "r+b") as f:
+    f.seek(at + 8)
+    f.write(b"\xff" * 16)
+"#;
+
+#[test]
+fn a_chunk_damaged_part_way_stops_the_load_and_holds_the_stream_open() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let server = ServerProcess::start(tmp.path());
+    create_topic(&server, "t");
+    let f = tmp.path().join("damaged.h5");
+    py::run(WRITE_DAMAGED_CHUNK, &[path(&f)]);
+    let src = format!("{}:/sum", path(&f));
+    let err = refused(
+        &server,
+        &[&src, "--topic", "t"],
+        &["reading rows 20..21", "20 events", "stored before the failure"],
+    );
+    assert!(err.contains("holds the stream open"), "{err}");
+    eprintln!("the damaged chunk: {err}");
+    let out = cli(&server, &["topic", "describe", "t", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).expect("describe JSON");
+    assert_eq!(v["partitions"][0]["next_offset"], 20, "the rows before the damage: {v}");
+    assert_eq!(v["state"]["ended"], false, "the stream is held open: {v}");
+    assert_eq!(v["state"]["open_producers"], 1, "{v}");
+}
