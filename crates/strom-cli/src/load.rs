@@ -111,8 +111,6 @@ mod imp {
     struct Plan {
         rows_per_event: u64,
         keep_axis: bool,
-        /// Bytes of the largest event.
-        event_bytes: u64,
     }
 
     fn plan(l: &Loadable, rows: Rows, limit: u64, shown: &str) -> anyhow::Result<Plan> {
@@ -149,7 +147,6 @@ mod imp {
         Ok(Plan {
             rows_per_event,
             keep_axis,
-            event_bytes,
         })
     }
 
@@ -208,9 +205,22 @@ mod imp {
                 break;
             }
             let n = p.rows_per_event.min(total_rows - start).max(1);
+            // At most the event size plan() checked against the limit; a
+            // limit this machine cannot allocate is an error, not an abort.
             let len = l.row_bytes().unwrap_or(0) * n;
-            debug_assert!(len <= p.event_bytes);
-            let mut buf = vec![0u8; len as usize];
+            let mut buf = Vec::new();
+            let Some(len) = usize::try_from(len)
+                .ok()
+                .filter(|len| buf.try_reserve_exact(*len).is_ok())
+            else {
+                failure = Some(format!(
+                    "{shown}: cannot allocate {len} bytes for rows {start}..{}; lower \
+                     --max-event-bytes or give --chunk with fewer rows",
+                    start + n
+                ));
+                break;
+            };
+            buf.resize(len, 0);
             if let Err(e) = l.read_rows(start, if scalar { 1 } else { n }, &mut buf) {
                 failure = Some(format!("{shown}: {e}"));
                 break;

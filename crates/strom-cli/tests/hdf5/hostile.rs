@@ -202,13 +202,20 @@ fn a_chunk_damaged_part_way_stops_the_load_and_holds_the_stream_open() {
     let err = refused(
         &server,
         &[&src, "--topic", "t"],
-        &["reading rows 20..21", "20 events", "stored before the failure"],
+        &[
+            "reading rows 20..21",
+            "20 events",
+            "stored before the failure",
+        ],
     );
     assert!(err.contains("holds the stream open"), "{err}");
     eprintln!("the damaged chunk: {err}");
     let out = cli(&server, &["topic", "describe", "t", "--json"]);
     let v: serde_json::Value = serde_json::from_str(&out.stdout).expect("describe JSON");
-    assert_eq!(v["partitions"][0]["next_offset"], 20, "the rows before the damage: {v}");
+    assert_eq!(
+        v["partitions"][0]["next_offset"], 20,
+        "the rows before the damage: {v}"
+    );
     assert_eq!(v["state"]["ended"], false, "the stream is held open: {v}");
     assert_eq!(v["state"]["open_producers"], 1, "{v}");
 }
