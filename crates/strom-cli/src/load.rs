@@ -39,6 +39,10 @@ pub struct LoadArgs {
     /// the server's max_frame_bytes must allow it too.
     #[arg(long)]
     max_event_bytes: Option<u64>,
+    /// Refuse a dataset that would make more events than this (a huge
+    /// first dimension, often unwritten fill values, is rarely meant).
+    #[arg(long, default_value_t = 100_000_000)]
+    max_events: u64,
 }
 
 /// Rows per event, and whether an event keeps axis 0.
@@ -113,7 +117,13 @@ mod imp {
         keep_axis: bool,
     }
 
-    fn plan(l: &Loadable, rows: Rows, limit: u64, shown: &str) -> anyhow::Result<Plan> {
+    fn plan(
+        l: &Loadable,
+        rows: Rows,
+        limit: u64,
+        max_events: u64,
+        shown: &str,
+    ) -> anyhow::Result<Plan> {
         let row_bytes = l.row_bytes().with_context(|| {
             format!(
                 "{shown}: one row of shape {:?} and dtype {} does not fit in 2^64 bytes",
@@ -143,6 +153,13 @@ mod imp {
              rows, or raise --max-event-bytes (the server's max_frame_bytes must allow it too)",
             l.shape.get(1..).unwrap_or(&[]),
             l.dtype.numpy()
+        );
+        let events = l.rows().div_ceil(rows_per_event.max(1));
+        anyhow::ensure!(
+            events <= max_events,
+            "{shown}: {} rows of axis 0 make {events} events, over --max-events {max_events}; \
+             give --chunk N to put N rows in each event, or raise --max-events",
+            l.rows()
         );
         Ok(Plan {
             rows_per_event,
@@ -177,7 +194,7 @@ mod imp {
         let limit = a.max_event_bytes.unwrap_or(DEFAULT_MAX_EVENT_BYTES);
         anyhow::ensure!(limit > 0, "--max-event-bytes must be positive");
         let l = Loadable::open(&source)?;
-        let p = plan(&l, rows, limit, &shown)?;
+        let p = plan(&l, rows, limit, a.max_events, &shown)?;
         let file = std::fs::canonicalize(&source.file)
             .with_context(|| format!("{}", source.file.display()))?
             .display()

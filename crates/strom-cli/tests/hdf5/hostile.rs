@@ -30,6 +30,7 @@ with h5py.File(sys.argv[1], "w") as f:
     f.create_dataset("ref", (2,), dtype=h5py.ref_dtype)
     f.create_dataset("huge", shape=(2**40, 2**40), dtype="u1", chunks=(1, 1024))
     f.create_dataset("wide", shape=(3, 2**30), dtype="<f8", chunks=(1, 1024))
+    f.create_dataset("long_axis", shape=(2**40,), dtype="u1", chunks=(4096,))
     f["ext"] = h5py.ExternalLink("other.h5", "/secret")
     f.create_dataset("extstore", shape=(16,), dtype="u1", external=[("raw.bin", 0, 16)])
     f.create_dataset("nullspace", data=h5py.Empty("f4"))
