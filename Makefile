@@ -12,9 +12,10 @@ export CARGO_TERM_COLOR ?= never
 
 # `make run` builds the strom binary with its default features only. The
 # tests also build the client's Kafka backend (`kafka://`, librdkafka from
-# source); every cargo command of make test passes the same features, so
-# lint, build and test share one set of artifacts.
-TEST_FEATURES := --features strom-cli/kafka
+# source) and HDF5 in and out (libhdf5-dev, docs/hdf5.md); every cargo
+# command of make test passes the same features, so lint, build and test
+# share one set of artifacts.
+TEST_FEATURES := --features strom-cli/kafka,strom-cli/hdf5
 
 .PHONY: all setup setup-test build build-release run test test-rust test-smoke lint fmt clean fresh-check
 

@@ -16,7 +16,9 @@ PY := $(PY_VENV)/bin/python
 # against (crates/*/tests/tiering.rs find python/.venv/bin/moto_server).
 # dask, distributed: strom.dask (workflow provenance) and its example,
 # examples/provenance (docs/provenance.md).
-PY_PKGS := maturin numpy pytest pytest-timeout pyzmq confluent-kafka kafka-python 'moto[server]' dask distributed
+# h5py: crates/strom-cli/tests/hdf5.rs writes the files `strom topic load`
+# reads and reads what `stage-out --format hdf5` writes (docs/hdf5.md).
+PY_PKGS := maturin numpy pytest pytest-timeout pyzmq confluent-kafka kafka-python 'moto[server]' dask distributed h5py
 # One shared target directory, so the Strom crates are not compiled twice.
 PY_TARGET := $(CURDIR)/target
 # Where `make wheel` puts strom-<version>-cp311-abi3-<platform>.whl.
@@ -29,7 +31,7 @@ python-setup: $(PY_VENV)/.strom-setup
 $(PY_VENV)/.strom-setup: mk/python.mk
 	@test -x $(PY) || python3 -m venv $(PY_VENV) || { \
 		apt-get install -y -qq python3-venv >/dev/null && python3 -m venv $(PY_VENV); }
-	@$(PY) -c 'import maturin, numpy, pytest, pytest_timeout, zmq, confluent_kafka, kafka, moto.server, dask, distributed' 2>/dev/null || \
+	@$(PY) -c 'import maturin, numpy, pytest, pytest_timeout, zmq, confluent_kafka, kafka, moto.server, dask, distributed, h5py' 2>/dev/null || \
 		$(PY) -m pip install --quiet --no-cache-dir --disable-pip-version-check $(PY_PKGS)
 	@touch $@
 
@@ -63,5 +65,6 @@ EXTRA_BUILD += python-build
 EXTRA_TEST += python-test
 
 # The Rust suite's stage-out test reads the files it wrote back with numpy
-# from this venv (crates/strom-cli/tests/stage_out.rs): set it up first.
+# from this venv (crates/strom-cli/tests/stage_out.rs), and its HDF5 test
+# uses h5py from it (crates/strom-cli/tests/hdf5.rs): set it up first.
 test-rust: python-setup

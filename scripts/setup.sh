@@ -60,6 +60,10 @@ test_pkgs=(
   chromium
   # the Kafka front end's tests produce and consume with kcat (librdkafka)
   kcat
+  # HDF5 in and out (strom-cli's `hdf5` feature, which make test turns on;
+  # docs/hdf5.md). Not a run package: the default strom binary does not
+  # link libhdf5, so `make run` builds and runs without it.
+  libhdf5-dev
 )
 
 if have apt-get && have dpkg; then

@@ -230,7 +230,7 @@ impl<W: Write> Results<W> {
 /// returns its id. A leased producer hands over to a new one (and closes:
 /// its lease would run out soon after this process exits, and that would
 /// end the stream); a `--keep-open` one is such a producer already.
-fn hold_open(
+pub(crate) fn hold_open(
     topic: &strom_client::Topic,
     producer: &strom_client::Producer,
     keep_open: bool,

@@ -42,6 +42,9 @@ pub enum TopicCmd {
     /// Write a topic's events out as plain files (a JSON-lines index, raw
     /// data or .npy arrays) that tools read without Strom (docs/stage-out.md).
     StageOut(Box<crate::stage_out::StageOutArgs>),
+    /// Produce events from an HDF5 dataset, one per row or per --chunk
+    /// rows, with their dtype and shape (docs/hdf5.md).
+    Load(Box<crate::load::LoadArgs>),
 }
 
 #[derive(Args)]
@@ -104,6 +107,11 @@ pub struct CreateArgs {
 }
 
 pub fn run(cmd: TopicCmd, group_file: Option<PathBuf>) -> anyhow::Result<()> {
+    // Load checks its source file before it connects.
+    let cmd = match cmd {
+        TopicCmd::Load(a) => return crate::load::run(*a, group_file),
+        cmd => cmd,
+    };
     let d = crate::connect(group_file)?;
     match cmd {
         TopicCmd::Create(a) => {
@@ -243,6 +251,7 @@ pub fn run(cmd: TopicCmd, group_file: Option<PathBuf>) -> anyhow::Result<()> {
             );
         }
         TopicCmd::StageOut(a) => crate::stage_out::run(*a, &d)?,
+        TopicCmd::Load(_) => unreachable!("handled before connecting"),
         TopicCmd::Delete { name } => {
             d.delete_topic(&name)?;
             eprintln!("deleted topic '{name}'");

@@ -531,8 +531,8 @@ fn unknown_topic_format_partition_and_from_are_refused() {
     refused(&stage_out(&server, "nope", &to, &[]), "nope");
     assert!(!to.exists(), "nothing is created for an unknown topic");
     refused(
-        &stage_out(&server, "t", &to, &["--format", "hdf5"]),
-        "possible values: raw, npy, jsonl",
+        &stage_out(&server, "t", &to, &["--format", "parquet"]),
+        "possible values: raw, npy, jsonl, hdf5",
     );
     refused(
         &stage_out(&server, "t", &to, &["--partitions", "0,7"]),

@@ -2,12 +2,14 @@
 //! plain files that analysis tools read without Strom: per partition a
 //! JSON-lines index (`DIR/TOPIC/pN/events.jsonl`) and, by `--format`, the
 //! data concatenated in `data.bin` (`raw`), one `.npy` file per array event
-//! (`npy`), or no data at all (`jsonl`). It reads each partition up to its
+//! (`npy`), the arrays in one HDF5 file (`hdf5`, docs/hdf5.md), or no data
+//! at all (`jsonl`). It reads each partition up to its
 //! end as of the start (or, with `--follow`, to the end of the stream),
 //! then writes `MANIFEST.json` last and moves the directory into place, so
 //! an unfinished stage-out never looks like a finished one. It never acks.
 //! The format is documented in docs/stage-out.md.
 
+mod hdf5;
 mod npy;
 mod partition;
 mod target;
@@ -33,9 +35,22 @@ pub struct StageOutArgs {
     to: PathBuf,
     /// raw: data concatenated in data.bin per partition; npy: one .npy
     /// file per event whose descriptor describes an array (others as raw);
-    /// jsonl: the index alone, no data.
+    /// hdf5: the arrays in pN/events.h5 (docs/hdf5.md); jsonl: the index
+    /// alone, no data.
     #[arg(long, value_enum, default_value = "raw")]
     format: Format,
+    /// hdf5: per-event (a dataset per event, metadata as attributes),
+    /// append (one row of /data per event, all of one dtype and shape) or
+    /// concat (events joined along their axis 0 into /data).
+    #[arg(long, value_enum, default_value = "per-event")]
+    hdf5_layout: hdf5::Layout,
+    /// hdf5 with append or concat: an event that does not fit /data gets
+    /// its own dataset instead of failing the stage-out.
+    #[arg(long)]
+    hdf5_fallback: bool,
+    /// hdf5: none | gzip | gzip:0..9 (chunks are compressed).
+    #[arg(long, default_value = "none")]
+    compress: String,
     /// Only these partitions (comma separated).
     #[arg(long, value_delimiter = ',')]
     partitions: Option<Vec<u32>>,
@@ -56,6 +71,33 @@ pub struct StageOutArgs {
     /// Not with --follow, which waits for the end of the stream.
     #[arg(long, default_value_t = 30.0)]
     idle_timeout: f64,
+}
+
+/// What `--format hdf5` says when this strom was built without it.
+pub const NO_HDF5: &str = "this strom was built without HDF5 support; build it with \
+     `--features hdf5` (needs libhdf5-dev; see docs/hdf5.md)";
+
+/// The HDF5 options, checked: only with `--format hdf5`.
+fn hdf5_options(a: &StageOutArgs) -> anyhow::Result<hdf5::Options> {
+    let gzip = hdf5::parse_compress(&a.compress)?;
+    if a.format != Format::Hdf5 {
+        anyhow::ensure!(
+            a.hdf5_layout == hdf5::Layout::PerEvent && !a.hdf5_fallback && gzip.is_none(),
+            "--hdf5-layout, --hdf5-fallback and --compress apply only to --format hdf5"
+        );
+    } else {
+        anyhow::ensure!(cfg!(feature = "hdf5"), NO_HDF5);
+        anyhow::ensure!(
+            !a.hdf5_fallback || a.hdf5_layout != hdf5::Layout::PerEvent,
+            "--hdf5-fallback applies to --hdf5-layout append or concat"
+        );
+    }
+    Ok(hdf5::Options {
+        topic: a.topic.clone(),
+        layout: a.hdf5_layout,
+        gzip,
+        fallback: a.hdf5_fallback,
+    })
 }
 
 /// How long a pull waits before the loop looks at signals and timeouts.
@@ -270,8 +312,14 @@ fn read_all(
     }
 }
 
-fn manifest_partition(id: u32, span: &Span, next: u64, s: &Stats) -> serde_json::Value {
-    json!({
+fn manifest_partition(
+    id: u32,
+    span: &Span,
+    next: u64,
+    s: &Stats,
+    format: Format,
+) -> serde_json::Value {
+    let mut v = json!({
         "id": id,
         "dir": format!("p{id}"),
         "index": format!("p{id}/{}", partition::INDEX),
@@ -285,7 +333,12 @@ fn manifest_partition(id: u32, span: &Span, next: u64, s: &Stats) -> serde_json:
         "gaps": s.gaps.iter().map(|g| json!({
             "first": g.first, "last": g.last, "reason": g.reason,
         })).collect::<Vec<_>>(),
-    })
+    });
+    if format == Format::Hdf5 {
+        v["hdf5_file"] = format!("p{id}/{}", hdf5::FILE).into();
+        v["hdf5_datasets"] = s.hdf5_datasets.into();
+    }
+    v
 }
 
 /// Totals over the partitions: events, data bytes, files, bytes written.
@@ -308,12 +361,18 @@ fn finish(r: Reader, a: &StageOutArgs, ended: bool) -> anyhow::Result<(serde_jso
         t.data_bytes += s.data_bytes;
         t.files += s.files;
         t.bytes_written += s.bytes_written;
-        parts.push(manifest_partition(id, &r.spans[&id], r.next[&id], &s));
+        parts.push(manifest_partition(
+            id,
+            &r.spans[&id],
+            r.next[&id],
+            &s,
+            a.format,
+        ));
     }
     let created_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64);
-    let manifest = json!({
+    let mut manifest = json!({
         "format_name": target::FORMAT_NAME,
         "format_version": 1,
         "strom_version": env!("CARGO_PKG_VERSION"),
@@ -327,6 +386,13 @@ fn finish(r: Reader, a: &StageOutArgs, ended: bool) -> anyhow::Result<(serde_jso
         "files": t.files + 1,
         "partitions": parts,
     });
+    if a.format == Format::Hdf5 {
+        manifest["hdf5"] = json!({
+            "layout": a.hdf5_layout.as_str(),
+            "compress": a.compress,
+            "fallback": a.hdf5_fallback,
+        });
+    }
     Ok((manifest, t))
 }
 
@@ -381,6 +447,7 @@ fn report(a: &StageOutArgs, dir: &std::path::Path, t: &Totals, ended: bool, secs
 pub fn run(a: StageOutArgs, d: &Driver) -> anyhow::Result<()> {
     let started = Instant::now();
     let from = parse_from(&a.from)?;
+    let h5 = hdf5_options(&a)?;
     let idle_timeout = Duration::try_from_secs_f64(a.idle_timeout)
         .map_err(|_| anyhow::anyhow!("--idle-timeout takes seconds, not {}", a.idle_timeout))?;
     let topic = d
@@ -396,7 +463,10 @@ pub fn run(a: StageOutArgs, d: &Driver) -> anyhow::Result<()> {
     let target = Target::prepare(&a.to, &a.topic, a.force)?;
     let mut writers = BTreeMap::new();
     for id in spans.keys() {
-        writers.insert(*id, PartitionWriter::create(target.dir(), *id, a.format)?);
+        writers.insert(
+            *id,
+            PartitionWriter::create(target.dir(), *id, a.format, &h5)?,
+        );
     }
     let consumer = open_consumer(&topic, &a, from, &spans)?;
     let mut reader = Reader {

@@ -1,7 +1,8 @@
 //! One partition's files in a stage-out: `pN/events.jsonl` (one index line
-//! per event), and by format `pN/data.bin` (data parts concatenated) or one
-//! `pN/<offset>.npy` per array event. The index line format is documented
-//! in docs/stage-out.md; [`index_line`] builds it.
+//! per event), and by format `pN/data.bin` (data parts concatenated), one
+//! `pN/<offset>.npy` per array event, or the arrays in `pN/events.h5`
+//! (`hdf5.rs`). The index line format is documented in docs/stage-out.md;
+//! [`index_line`] builds it.
 
 use std::fs::{self, File};
 use std::io::{BufWriter, Write};
@@ -11,6 +12,7 @@ use anyhow::Context;
 use serde_json::{json, Map, Value};
 use strom_client::select::{ArrayLayout, Order};
 
+use super::hdf5::{self, H5Part, Placed};
 use super::npy;
 use super::target::{sync_dir, sync_file};
 
@@ -23,6 +25,9 @@ pub enum Format {
     Npy,
     /// The index alone: no data is fetched or written.
     Jsonl,
+    /// Arrays in one HDF5 file per partition (docs/hdf5.md); other data
+    /// as in `raw`.
+    Hdf5,
 }
 
 impl Format {
@@ -31,6 +36,7 @@ impl Format {
             Format::Raw => "raw",
             Format::Npy => "npy",
             Format::Jsonl => "jsonl",
+            Format::Hdf5 => "hdf5",
         }
     }
 }
@@ -74,6 +80,8 @@ pub struct Stats {
     /// Bytes of all those files.
     pub bytes_written: u64,
     pub npy_files: u64,
+    /// Datasets in `events.h5` (`hdf5` only).
+    pub hdf5_datasets: u64,
     pub raw_fallbacks: u64,
     pub gaps: Vec<Gap>,
 }
@@ -88,6 +96,8 @@ pub struct PartitionWriter {
     data: Option<(BufWriter<File>, u64)>,
     /// `.npy` files written; fsynced in [`finish`](Self::finish).
     npy_paths: Vec<PathBuf>,
+    /// `events.h5` (`hdf5` only).
+    h5: Option<H5Part>,
     pub stats: Stats,
 }
 
@@ -163,11 +173,20 @@ fn write_all(w: &mut impl Write, parts: &[&[u8]]) -> std::io::Result<()> {
 
 impl PartitionWriter {
     /// Creates `root/pN/` and its index file.
-    pub fn create(root: &Path, id: u32, format: Format) -> anyhow::Result<PartitionWriter> {
+    pub fn create(
+        root: &Path,
+        id: u32,
+        format: Format,
+        h5: &hdf5::Options,
+    ) -> anyhow::Result<PartitionWriter> {
         let dir = root.join(format!("p{id}"));
         fs::create_dir(&dir).with_context(|| format!("creating {}", dir.display()))?;
         let path = dir.join(INDEX);
         let f = File::create(&path).with_context(|| format!("creating {}", path.display()))?;
+        let (h5, files) = match format {
+            Format::Hdf5 => (Some(H5Part::create(&dir, id, h5)?), 2),
+            _ => (None, 1),
+        };
         Ok(PartitionWriter {
             id,
             dir,
@@ -175,8 +194,9 @@ impl PartitionWriter {
             index: BufWriter::with_capacity(1 << 20, f),
             data: None,
             npy_paths: Vec::new(),
+            h5,
             stats: Stats {
-                files: 1,
+                files,
                 ..Stats::default()
             },
         })
@@ -197,6 +217,20 @@ impl PartitionWriter {
                     self.write_raw(r)?
                 }
             },
+            Format::Hdf5 => {
+                let Some(h5) = self.h5.as_mut() else {
+                    anyhow::bail!("{} is not open", hdf5::FILE);
+                };
+                match h5.write(r)? {
+                    Placed::Hdf5(v) => v,
+                    Placed::None => Value::Null,
+                    Placed::Raw(note) => {
+                        self.stats.raw_fallbacks += 1;
+                        line.insert("note".into(), note.into());
+                        self.write_raw(r)?
+                    }
+                }
+            }
         };
         line.insert("data".into(), data);
         serde_json::to_writer(&mut self.index, &line)?;
@@ -277,6 +311,12 @@ impl PartitionWriter {
         }
         for p in &self.npy_paths {
             sync_file(p)?;
+        }
+        if let Some(h5) = self.h5.take() {
+            self.stats.hdf5_datasets = h5.datasets();
+            let path = h5.finish()?;
+            sync_file(&path)?;
+            self.stats.bytes_written += fs::metadata(&path)?.len();
         }
         sync_dir(&self.dir)?;
         Ok(self.stats)
