@@ -656,13 +656,13 @@ impl PyTopic {
             }
             None => py.detach(|| t.consumer_with(name, opts)).py(py)?,
         };
-        Ok(PyConsumer {
-            inner: Mutex::new(Some(ForkSafe::new(Arc::new(c), "Consumer"))),
-            ctx: Ctx {
+        Ok(PyConsumer::new(
+            c,
+            Ctx {
                 layouts,
                 failure,
                 rebalance,
             },
-        })
+        ))
     }
 }
