@@ -222,8 +222,11 @@ pub struct ArrayType {
     order: Py<PyString>,
 }
 
+/// A descriptor's bytes and what they parse to.
+type Parsed = (Box<[u8]>, Arc<ArrayType>);
+
 /// Parsed descriptors of recent events (most recent last).
-static ARRAY_TYPES: Mutex<Vec<(Box<[u8]>, Arc<ArrayType>)>> = Mutex::new(Vec::new());
+static ARRAY_TYPES: Mutex<Vec<Parsed>> = Mutex::new(Vec::new());
 
 static NUMPY: PyOnceLock<Option<Py<PyModule>>> = PyOnceLock::new();
 
