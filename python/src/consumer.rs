@@ -216,6 +216,17 @@ impl PyConsumer {
         timeout: Option<f64>,
         end_raises: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
+        let limit = match timeout {
+            Some(t) if t.is_nan() || t < 0.0 => {
+                return Err(errors::invalid(
+                    py,
+                    format!("timeout must be >= 0, not {t}"),
+                ))
+            }
+            // Too large for a Duration (or infinite): no limit.
+            Some(t) => Duration::try_from_secs_f64(t).ok(),
+            None => None,
+        };
         match self.take_carried(1) {
             Some(Ok(v)) => {
                 let out = match v.into_iter().next() {
@@ -249,7 +260,6 @@ impl PyConsumer {
             }
             Err(e) => return Err(ctx.error(py, &e)),
         }
-        let limit = timeout.map(Duration::from_secs_f64);
         aio::await_on(
             py,
             async move {
