@@ -20,6 +20,12 @@ median of a few repetitions. Systems:
                 (the clients pick shm; data parts move with
                 ``process_vm_readv``). The server's log is read to confirm
                 that every client connection was an shm one.
+* ``strom-tcp+many``, ``strom-shm+many``  the same servers, the many-event
+                calls: the producer hands ``--many`` arrays to one
+                ``push_many(arrays, metadata=b"")``, the consumer takes
+                ``pull_many(--many)``. ``--api event,many`` adds these to
+                the Strom systems of ``--systems`` (``--api many``: these
+                only).
 
 Strom topics are one memory partition bounded at ``--bound`` bytes (64 MiB)
 with overflow ``block``: the producer waits when it is full, like a zmq
@@ -40,6 +46,8 @@ program exits non-zero.
     python/.venv/bin/python bench/python/pipeline.py --sizes 4MiB --systems zmq-ipc,strom-shm
     python/.venv/bin/python bench/python/pipeline.py --json             # plus one JSON object
     python/.venv/bin/python bench/python/pipeline.py --smoke            # tiny, for tests
+    python/.venv/bin/python bench/python/pipeline.py --sizes 1KiB,4KiB,16KiB,64KiB \
+        --systems zmq-ipc,strom-tcp,strom-shm --api event,many          # push vs push_many
 
 The ``strom`` binary is ``$STROM_BIN``, else ``target/release/strom`` or
 ``target/debug/strom`` of this repository; the ``strom`` package must be
@@ -69,6 +77,8 @@ for _v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 
 ROOT = Path(__file__).resolve().parents[2]
 SYSTEMS = ("zmq-ipc", "zmq-tcp", "strom-tcp", "strom-shm")
+APIS = ("event", "many")  # Strom: push + pull_batch, or push_many + pull_many
+MANY = "+many"  # the suffix of a Strom system run with the many-event calls
 DEFAULT_SIZES = ("1KiB", "64KiB", "256KiB", "4MiB")
 SUM_EVERY = 32  # events between two sampled-sum checks
 SAMPLE = 64  # elements in the sampled sum
@@ -137,6 +147,15 @@ def make_ring(size: int, ring: int):
     return arrs
 
 
+def many_default(size: int, bound: int) -> int:
+    """Events per push_many / pull_many call: about 4 MiB, 8 to 512 events,
+    and at most a quarter of a bounded partition."""
+    n = max(8, min(512, (4 << 20) // size))
+    if bound:
+        n = min(n, max(1, bound // 4 // size))
+    return n
+
+
 def sample_step(size: int) -> int:
     return max(1, (size // 8) // SAMPLE)
 
@@ -191,7 +210,7 @@ def cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def producer_main(system, endpoint, topic, size, warm, events, ring, ready, warmed, out):
+def producer_main(system, endpoint, topic, size, warm, events, ring, ready, warmed, out, many=0):
     try:
         arrs = make_ring(size, ring)
         if system.startswith("zmq"):
@@ -219,14 +238,25 @@ def producer_main(system, endpoint, topic, size, warm, events, ring, ready, warm
             p = d.open_topic(topic).producer()
             if not ready.wait(RUN_TIMEOUT):
                 raise RuntimeError("consumer not ready")
-            for k in range(warm):
-                p.push(b"", arrs[k % ring])
+            if many:
+                # arrays k..k+n-1 are cycle[k % ring : k % ring + n]
+                cycle = [arrs[k % ring] for k in range(ring + many)]
+
+                def send(lo, hi):
+                    for k in range(lo, hi, many):
+                        j = k % ring
+                        p.push_many(cycle[j:j + min(many, hi - k)], metadata=b"")
+            else:
+                def send(lo, hi):
+                    push = p.push
+                    for k in range(lo, hi):
+                        push(b"", arrs[k % ring])  # zero-copy: the ring is never modified
+            send(0, warm)
             p.flush()
             if not warmed.wait(RUN_TIMEOUT):
                 raise RuntimeError("consumer did not receive the warm-up events")
             c0, t0 = cpu(), now()
-            for k in range(warm, warm + events):
-                p.push(b"", arrs[k % ring])  # zero-copy: the ring is never modified
+            send(warm, warm + events)
             t_sent = now()
             p.close()  # flushes, then ends the stream
             del p, d
@@ -236,7 +266,7 @@ def producer_main(system, endpoint, topic, size, warm, events, ring, ready, warm
 
 
 def consumer_main(system, endpoint, topic, size, warm, events, ring, ready, warmed, out,
-                  ack_every_batch=False):
+                  many=0, ack_every_batch=False):
     try:
         import numpy as np
 
@@ -273,7 +303,12 @@ def consumer_main(system, endpoint, topic, size, warm, events, ring, ready, warm
                 warmed.set()
             check, last = chk.check, None
             while True:
-                batch = c.pull_batch(512, timeout=RUN_TIMEOUT)
+                if many:
+                    # never more than the warm-up (the producer waits for it), nor the run
+                    left = (warm if chk.count < warm else total) - chk.count
+                    batch = c.pull_many(min(many, left) or many, timeout=RUN_TIMEOUT)
+                else:
+                    batch = c.pull_batch(512, timeout=RUN_TIMEOUT)
                 if batch is None:  # end of stream: the producer closed
                     break
                 if not batch:
@@ -366,8 +401,14 @@ class StromServer:
 
 # --- one run -------------------------------------------------------------------
 
-def one_run(system, size, events, warm, ring, ctx, tmp: Path, servers, admin, bound=None) -> dict:
+def one_run(system, size, events, warm, ring, ctx, tmp: Path, servers, admin, bound=None,
+            many=0) -> dict:
     run = {"system": system, "size": size, "events": events, "warmup": warm}
+    if system.endswith(MANY):
+        system = system[: -len(MANY)]
+        run["many"] = many
+    else:
+        many = 0
     topic = None
     if system == "zmq-ipc":
         endpoint = f"ipc://{tmp}/z{time.monotonic_ns() % 10**9}.sock"  # sun_path: 107 bytes
@@ -393,7 +434,7 @@ def one_run(system, size, events, warm, ring, ctx, tmp: Path, servers, admin, bo
         shm_before = srv.shm_connections()
         server_cpu0 = srv.cpu()
     ready, warmed, out = ctx.Event(), ctx.Event(), ctx.Queue()
-    args = (system, endpoint, topic, size, warm, events, ring, ready, warmed, out)
+    args = (system, endpoint, topic, size, warm, events, ring, ready, warmed, out, many)
     cons = ctx.Process(target=consumer_main, args=(*args, bool(bound)), name="consumer")
     prod = ctx.Process(target=producer_main, args=args, name="producer")
     child_env = {}
@@ -491,16 +532,35 @@ def main(argv=None) -> int:
                          "(backpressure, like a zmq high-water mark; the consumer acks every "
                          "batch); default 64MiB; 0: a partition sized for the whole run, one "
                          "ack at the end")
+    ap.add_argument("--api", default="event",
+                    help="Strom calls, comma-separated: event (push + pull_batch, the systems' "
+                         "own names) and/or many (push_many + pull_many, as <system>+many); "
+                         "default %(default)s")
+    ap.add_argument("--many", type=int, default=None,
+                    help="events per push_many / pull_many call (default: about 4 MiB, "
+                         "8 to 512, at most a quarter of --bound)")
     ap.add_argument("--ring", type=int, default=8, help="distinct arrays the producer cycles through")
     ap.add_argument("--json", action="store_true", help="also print one JSON object (last line)")
     ap.add_argument("--smoke", action="store_true",
                     help="tiny run for tests: 1 KiB and 64 KiB, 200 events, 1 repetition")
     args = ap.parse_args(argv)
     sizes = [parse_size(s) for s in args.sizes.split(",") if s.strip()]
-    systems = [s.strip() for s in args.systems.split(",") if s.strip()]
-    for s in systems:
-        if s not in SYSTEMS:
-            ap.error(f"unknown system {s!r} (of {', '.join(SYSTEMS)})")
+    apis = [a.strip() for a in args.api.split(",") if a.strip()]
+    for a in apis:
+        if a not in APIS:
+            ap.error(f"unknown api {a!r} (of {', '.join(APIS)})")
+    known = SYSTEMS + tuple(s + MANY for s in SYSTEMS if s.startswith("strom"))
+    systems = []
+    for s in (s.strip() for s in args.systems.split(",") if s.strip()):
+        if s not in known:
+            ap.error(f"unknown system {s!r} (of {', '.join(known)})")
+        if s.startswith("strom") and not s.endswith(MANY):
+            variants = [s if a == "event" else s + MANY for a in apis]
+        else:
+            variants = [s]
+        systems += [v for v in variants if v not in systems]
+    if args.many is not None and args.many < 1:
+        ap.error("--many must be at least 1")
     if args.smoke:
         if args.sizes == ",".join(DEFAULT_SIZES):
             sizes = [1024, 65536]
@@ -538,7 +598,7 @@ def main(argv=None) -> int:
 
             binary = strom_binary()
             log(f"strom binary: {binary}")
-            for s in systems:
+            for s in dict.fromkeys(s.removesuffix(MANY) for s in systems):
                 if s.startswith("strom"):
                     servers[s] = StromServer(binary, tmp / s, shm=(s == "strom-shm"))
                     log(f"{s} server: {', '.join(servers[s].addrs)}")
@@ -547,9 +607,10 @@ def main(argv=None) -> int:
             for size in sizes:
                 events = args.events or default_events(size, args.budget)
                 warm = args.warmup if args.warmup is not None else max(4, min(500, events // 20))
+                many = args.many or many_default(size, args.bound)
                 for system in systems:  # the systems take turns within a repetition
                     r = one_run(system, size, events, warm, args.ring, ctx, tmp, servers, admin,
-                                args.bound)
+                                args.bound, many)
                     r["rep"] = rep
                     results.append(r)
                     if r.get("failed"):
@@ -602,7 +663,7 @@ def main(argv=None) -> int:
     ratios = {}
     for size in sizes:
         base = med(size, "zmq-ipc")
-        for system in ("strom-shm", "strom-tcp"):
+        for system in [s for s in systems if s.startswith("strom")]:
             v = med(size, system)
             if base and v:
                 ratios.setdefault(system, {})[size] = v / base

@@ -80,6 +80,64 @@ impl Export {
         Ok(Export(unsafe { view.assume_init() }))
     }
 
+    /// Exports `obj`'s memory with its struct format, shape and strides,
+    /// contiguous or not (read-only is fine): what describing a numpy
+    /// array needs, in one call.
+    pub fn get_records(obj: &Bound<'_, PyAny>) -> PyResult<Export> {
+        let mut view: Box<std::mem::MaybeUninit<ffi::Py_buffer>> = Box::new_uninit();
+        // SAFETY: `view` is valid writable memory for one Py_buffer.
+        let rc = unsafe {
+            ffi::PyObject_GetBuffer(obj.as_ptr(), view.as_mut_ptr(), ffi::PyBUF_RECORDS_RO)
+        };
+        if rc != 0 {
+            return Err(PyErr::fetch(obj.py()));
+        }
+        // SAFETY: initialized by a successful PyObject_GetBuffer.
+        Ok(Export(unsafe { view.assume_init() }))
+    }
+
+    /// The struct format (`"<f4"`-like codes such as `"f"`, `">d"`), or
+    /// `"B"` when the exporter gave none.
+    pub fn format(&self) -> &[u8] {
+        if self.0.format.is_null() {
+            return b"B";
+        }
+        // SAFETY: a non-null format is a NUL-terminated string owned by
+        // the export, valid until it is released (it outlives `&self`).
+        unsafe { std::ffi::CStr::from_ptr(self.0.format) }.to_bytes()
+    }
+
+    pub fn itemsize(&self) -> isize {
+        self.0.itemsize
+    }
+
+    /// The extent of each axis; `None` if the exporter gave no shape.
+    pub fn shape(&self) -> Option<&[isize]> {
+        let nd = self.0.ndim.max(0) as usize;
+        if nd == 0 {
+            return Some(&[]);
+        }
+        if self.0.shape.is_null() {
+            return None;
+        }
+        // SAFETY: `ndim` extents owned by the export (see `format`).
+        Some(unsafe { std::slice::from_raw_parts(self.0.shape, nd) })
+    }
+
+    /// Bytes between neighbours along each axis; `None` if the exporter
+    /// gave none (the buffer protocol's way of saying C-contiguous).
+    pub fn strides(&self) -> Option<&[isize]> {
+        let nd = self.0.ndim.max(0) as usize;
+        if nd == 0 {
+            return Some(&[]);
+        }
+        if self.0.strides.is_null() {
+            return None;
+        }
+        // SAFETY: `ndim` strides owned by the export (see `format`).
+        Some(unsafe { std::slice::from_raw_parts(self.0.strides, nd) })
+    }
+
     pub fn ptr(&self) -> *mut u8 {
         self.0.buf as *mut u8
     }
@@ -175,6 +233,24 @@ pub fn release_pending(_py: Python<'_>) {
 /// How long one GIL-free wait lasts before checking for signals (Ctrl-C).
 pub const SLICE: Duration = Duration::from_millis(100);
 
+/// When a wait of `timeout` seconds from now ends: `None` for ever (no
+/// timeout, or an infinite one); an `InvalidArgument` if negative or NaN.
+pub fn deadline(py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<Instant>> {
+    match timeout {
+        Some(t) if t.is_finite() && t >= 0.0 => {
+            // A timeout too large for an Instant waits for ever.
+            Ok(Duration::try_from_secs_f64(t)
+                .ok()
+                .and_then(|d| Instant::now().checked_add(d)))
+        }
+        Some(t) if t < 0.0 || t.is_nan() => Err(errors::invalid(
+            py,
+            format!("timeout must be >= 0, not {t}"),
+        )),
+        _ => Ok(None),
+    }
+}
+
 /// Repeats `step(slice)` with the GIL released until it returns `Some`,
 /// the timeout passes (`None`), or a signal handler raises.
 pub fn wait_loop<T: Send>(
@@ -182,16 +258,7 @@ pub fn wait_loop<T: Send>(
     timeout: Option<f64>,
     mut step: impl FnMut(Duration) -> Option<T> + Send,
 ) -> PyResult<Option<T>> {
-    let deadline = match timeout {
-        Some(t) if t.is_finite() && t >= 0.0 => Some(Instant::now() + Duration::from_secs_f64(t)),
-        Some(t) if t < 0.0 || t.is_nan() => {
-            return Err(errors::invalid(
-                py,
-                format!("timeout must be >= 0, not {t}"),
-            ))
-        }
-        _ => None,
-    };
+    let deadline = deadline(py, timeout)?;
     loop {
         let slice = match deadline {
             Some(d) => d.saturating_duration_since(Instant::now()).min(SLICE),

@@ -1,8 +1,10 @@
 //! `Consumer`: pull (blocking with the GIL released, or awaitable),
-//! iteration, `async for`, `process` callbacks and `seek`.
+//! `pull_batch` / `pull_many` (many events per call), iteration,
+//! `async for`, `process` callbacks and `seek`.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use pyo3::exceptions::{PyStopAsyncIteration, PyTypeError};
@@ -11,7 +13,7 @@ use pyo3::types::{PyString, PyTuple};
 use strom_client::{Consumer, Error, ErrorCode, Event, Next, StartPos};
 
 use crate::aio;
-use crate::common::{release_pending, wait_loop, ForkSafe};
+use crate::common::{deadline, release_pending, wait_loop, ForkSafe, SLICE};
 use crate::errors;
 use crate::event::PyEvent;
 use crate::select::Layouts;
@@ -83,11 +85,73 @@ pub fn start_pos(py: Python<'_>, pos: &Bound<'_, PyAny>) -> PyResult<StartPos> {
 /// of the stream, call `pull()`, or drive it with `process(...)`.
 #[pyclass(module = "strom._strom", name = "Consumer", frozen)]
 pub struct PyConsumer {
-    pub inner: Mutex<Option<ForkSafe<Arc<Consumer>>>>,
-    pub ctx: Ctx,
+    inner: Mutex<Option<ForkSafe<Arc<Consumer>>>>,
+    ctx: Ctx,
+    carry: Mutex<Carry>,
+}
+
+/// What `pull_many` took from the client's queue but could not return:
+/// the events it held when a signal handler raised (Ctrl-C), or the error
+/// that followed the events it returned. Every pull returns these first.
+#[derive(Default)]
+struct Carry {
+    events: VecDeque<Event>,
+    error: Option<Error>,
+}
+
+/// Why `fill` stopped.
+enum Stop {
+    /// `n` events taken.
+    Full,
+    /// The slice ran out first.
+    Slice,
+    /// The end of the stream.
+    End,
+    /// An error followed the events taken.
+    Failed(Error),
+}
+
+/// Takes events into `got` until it holds `n`, `until` passes, the stream
+/// ends or an error comes. Called with the GIL released.
+fn fill(c: &Consumer, got: &mut Vec<Event>, n: usize, until: Instant) -> Stop {
+    loop {
+        let left = until.saturating_duration_since(Instant::now());
+        match c.pull_many(n - got.len(), left) {
+            Ok(Some(v)) if v.is_empty() => return Stop::Slice,
+            Ok(Some(v)) => {
+                got.extend(v);
+                if got.len() >= n {
+                    return Stop::Full;
+                }
+            }
+            Ok(None) => return Stop::End,
+            Err(e) => return Stop::Failed(e),
+        }
+    }
 }
 
 impl PyConsumer {
+    pub fn new(consumer: Consumer, ctx: Ctx) -> Self {
+        PyConsumer {
+            inner: Mutex::new(Some(ForkSafe::new(Arc::new(consumer), "Consumer"))),
+            ctx,
+            carry: Mutex::new(Carry::default()),
+        }
+    }
+
+    /// Up to `max` carried events, else the carried error, else `None`.
+    fn take_carried(&self, max: usize) -> Option<Result<Vec<Event>, Error>> {
+        let mut c = self.carry.lock();
+        if !c.events.is_empty() {
+            let k = max.min(c.events.len());
+            return Some(Ok(c.events.drain(..k).collect()));
+        }
+        c.error.take().map(Err)
+    }
+
+    fn events(&self, v: Vec<Event>) -> Vec<PyEvent> {
+        v.into_iter().map(|e| self.ctx.event(e)).collect()
+    }
     fn consumer(&self, py: Python<'_>) -> PyResult<Arc<Consumer>> {
         match &*self.inner.lock() {
             Some(c) => Ok(c.get(py)?.clone()),
@@ -103,6 +167,11 @@ impl PyConsumer {
     /// The next item, or `None` when `timeout` passed.
     fn next(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<Next>> {
         release_pending(py);
+        match self.take_carried(1) {
+            Some(Ok(mut v)) => return Ok(v.pop().map(Next::Event)),
+            Some(Err(e)) => return Err(self.ctx.error(py, &e)),
+            None => {}
+        }
         let c = self.consumer(py)?;
         // Fast path: an event already queued is taken without releasing the GIL.
         match c.pull_timeout(Duration::ZERO) {
@@ -147,6 +216,28 @@ impl PyConsumer {
         timeout: Option<f64>,
         end_raises: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
+        let limit = match timeout {
+            Some(t) if t.is_nan() || t < 0.0 => {
+                return Err(errors::invalid(
+                    py,
+                    format!("timeout must be >= 0, not {t}"),
+                ))
+            }
+            // Too large for a Duration (or infinite): no limit.
+            Some(t) => Duration::try_from_secs_f64(t).ok(),
+            None => None,
+        };
+        match self.take_carried(1) {
+            Some(Ok(v)) => {
+                let out = match v.into_iter().next() {
+                    Some(e) => Py::new(py, self.ctx.event(e))?.into_any(),
+                    None => py.None(),
+                };
+                return aio::ready(py, Ok(out));
+            }
+            Some(Err(e)) => return Err(self.ctx.error(py, &e)),
+            None => {}
+        }
         let c = self.consumer(py)?;
         let ctx = self.ctx.clone();
         let end = move |py: Python<'_>| -> aio::Outcome {
@@ -169,7 +260,6 @@ impl PyConsumer {
             }
             Err(e) => return Err(ctx.error(py, &e)),
         }
-        let limit = timeout.map(Duration::from_secs_f64);
         aio::await_on(
             py,
             async move {
@@ -218,6 +308,11 @@ impl PyConsumer {
             return Err(errors::invalid(py, "pull_batch needs max >= 1"));
         }
         self.raise_rebalance()?;
+        match self.take_carried(max) {
+            Some(Ok(v)) => return Ok(Some(self.events(v))),
+            Some(Err(e)) => return Err(self.ctx.error(py, &e)),
+            None => {}
+        }
         let c = self.consumer(py)?;
         // Fast path: events already queued are taken without releasing the GIL.
         let r = match c.pull_many(max, Duration::ZERO) {
@@ -231,9 +326,77 @@ impl PyConsumer {
             r => r,
         };
         match r {
-            Ok(Some(v)) => Ok(Some(v.into_iter().map(|e| self.ctx.event(e)).collect())),
+            Ok(Some(v)) => Ok(Some(self.events(v))),
             Ok(None) => Ok(None),
             Err(e) => Err(self.ctx.error(py, &e)),
+        }
+    }
+
+    /// `n` events as a list, in one call: waits (GIL released) until `n`
+    /// have arrived, the stream ends, or `timeout` seconds (default: for
+    /// ever) pass. The list is shorter than `n` only at the end of the
+    /// stream, when `timeout` passed (it may then be empty; `timeout=0`
+    /// takes what has arrived without waiting), when an error followed
+    /// the events in it (the next call raises it), or after a call a
+    /// signal handler interrupted (its events come first). `None` at the
+    /// end of the stream. Fewer, fuller lists than `pull_batch` when the
+    /// consumer outpaces the producer, at the price of waiting for them.
+    #[pyo3(signature = (n, timeout=None))]
+    fn pull_many(
+        &self,
+        py: Python<'_>,
+        n: usize,
+        timeout: Option<f64>,
+    ) -> PyResult<Option<Vec<PyEvent>>> {
+        release_pending(py);
+        if n == 0 {
+            return Err(errors::invalid(py, "pull_many needs n >= 1"));
+        }
+        let deadline = deadline(py, timeout)?;
+        self.raise_rebalance()?;
+        match self.take_carried(n) {
+            Some(Ok(v)) => return Ok(Some(self.events(v))),
+            Some(Err(e)) => return Err(self.ctx.error(py, &e)),
+            None => {}
+        }
+        let c = self.consumer(py)?;
+        // Fast path: events already queued are taken without releasing the GIL.
+        let mut got = match c.pull_many(n, Duration::ZERO) {
+            Ok(Some(v)) => v,
+            Ok(None) => return Ok(None),
+            Err(e) => return Err(self.ctx.error(py, &e)),
+        };
+        let mut stop = if got.len() >= n {
+            Stop::Full
+        } else {
+            Stop::Slice
+        };
+        while matches!(stop, Stop::Slice) {
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
+                break;
+            }
+            let until = deadline.map_or(now + SLICE, |d| d.min(now + SLICE));
+            let c = &c;
+            (got, stop) = py.detach(move || {
+                let stop = fill(c, &mut got, n, until);
+                (got, stop)
+            });
+            if matches!(stop, Stop::Slice) {
+                if let Err(interrupted) = py.check_signals() {
+                    self.carry.lock().events.extend(got);
+                    return Err(interrupted);
+                }
+            }
+        }
+        match stop {
+            Stop::End if got.is_empty() => Ok(None),
+            Stop::Failed(e) if got.is_empty() => Err(self.ctx.error(py, &e)),
+            Stop::Failed(e) => {
+                self.carry.lock().error = Some(e);
+                Ok(Some(self.events(got)))
+            }
+            _ => Ok(Some(self.events(got))),
         }
     }
 
@@ -295,6 +458,7 @@ impl PyConsumer {
         let pos = start_pos(py, position)?;
         let c = self.consumer(py)?;
         let r = py.detach(|| c.seek(pos));
+        *self.carry.lock() = Carry::default();
         if let Some(l) = &self.ctx.layouts {
             l.lock().clear();
         }

@@ -431,10 +431,17 @@ impl PyTopic {
             idempotent,
             batch: batching,
             max_batches,
-            linger: Duration::from_secs_f64(linger.max(0.0)),
+            linger: Duration::try_from_secs_f64(linger.max(0.0)).map_err(|_| {
+                errors::invalid(
+                    py,
+                    format!("linger must be a number of seconds >= 0, not {linger}"),
+                )
+            })?,
             lease: match lease {
                 None => None,
-                Some(s) if s.is_finite() && s >= 0.0 => Some(Duration::from_secs_f64(s)),
+                Some(s) if s >= 0.0 && Duration::try_from_secs_f64(s).is_ok() => {
+                    Some(Duration::from_secs_f64(s))
+                }
                 Some(s) => {
                     return Err(errors::invalid(
                         py,
@@ -656,13 +663,13 @@ impl PyTopic {
             }
             None => py.detach(|| t.consumer_with(name, opts)).py(py)?,
         };
-        Ok(PyConsumer {
-            inner: Mutex::new(Some(ForkSafe::new(Arc::new(c), "Consumer"))),
-            ctx: Ctx {
+        Ok(PyConsumer::new(
+            c,
+            Ctx {
                 layouts,
                 failure,
                 rebalance,
             },
-        })
+        ))
     }
 }

@@ -61,6 +61,14 @@ pub fn to_py_caused(py: Python<'_>, e: &Error, cause: Option<PyErr>) -> PyErr {
     err
 }
 
+/// `err` with `note` added (`BaseException.add_note`: shown under the
+/// message in tracebacks, kept in `__notes__`).
+pub fn with_note(py: Python<'_>, err: PyErr, note: &str) -> PyErr {
+    // add_note only fails on a non-str note, which this is not.
+    let _ = err.value(py).call_method1("add_note", (note,));
+    err
+}
+
 /// An `InvalidArgument` (code 504) for misuse the client library does not see.
 pub fn invalid(py: Python<'_>, message: impl AsRef<str>) -> PyErr {
     coded_named(

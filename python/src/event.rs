@@ -12,10 +12,11 @@ use pyo3::exceptions::PyBufferError;
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyBytes, PyList, PyMemoryView, PyTuple};
+use pyo3::types::{PyBytes, PyList, PyMemoryView};
 use strom_client::{AckFuture, DataBuffer, Error, Event, PooledBuffer};
 
 use crate::aio;
+use crate::array::ArrayType;
 use crate::common::{release_pending, wait_loop};
 use crate::errors;
 use crate::select::PyDest;
@@ -103,29 +104,6 @@ impl PyDataBuffer {
     unsafe fn __releasebuffer__(&self, _view: *mut ffi::Py_buffer) {}
 }
 
-static NUMPY: PyOnceLock<Option<Py<PyModule>>> = PyOnceLock::new();
-
-fn numpy(py: Python<'_>) -> Option<&Bound<'_, PyModule>> {
-    NUMPY
-        .get_or_init(py, || PyModule::import(py, "numpy").ok().map(Bound::unbind))
-        .as_ref()
-        .map(|m| m.bind(py))
-}
-
-/// A numpy array of `layout` over `buffer`, without copying.
-fn as_array<'py>(
-    py: Python<'py>,
-    buffer: &Bound<'py, PyAny>,
-    layout: &Layout,
-) -> PyResult<Option<Bound<'py, PyAny>>> {
-    let Some(np) = numpy(py) else { return Ok(None) };
-    let flat = np.call_method1("frombuffer", (buffer, layout.dtype.as_str()))?;
-    let shape = PyTuple::new(py, &layout.shape)?;
-    let kw = pyo3::types::PyDict::new(py);
-    kw.set_item("order", layout.order.to_string())?;
-    Ok(Some(flat.call_method("reshape", (shape,), Some(&kw))?))
-}
-
 /// One consumed event: `metadata`, `data`, `offset`, `partition`,
 /// `timestamp` (µs since the UNIX epoch, assigned by the server), and
 /// `ack()`.
@@ -173,21 +151,21 @@ impl PyEvent {
         }
     }
 
-    /// The layout the fetched bytes have, if they form an array.
-    fn layout(&self) -> Option<Layout> {
+    /// The array type the fetched bytes have, if they form an array (and
+    /// numpy is installed).
+    fn array_type(&self, py: Python<'_>) -> PyResult<Option<Arc<ArrayType>>> {
         if let Some(l) = &self.selected {
-            return Some(l.clone());
+            return ArrayType::of_layout(py, l.clone());
         }
         if self.fetched_size != self.data_size {
-            return None;
+            return Ok(None);
         }
         let ev = self.ev.lock();
-        Layout::parse(ev.descriptor()).filter(|l| l.nbytes() == Some(self.data_size))
+        ArrayType::of_descriptor(py, ev.descriptor(), self.data_size)
     }
 
     fn build_data(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         let bufs = self.ev.lock().take_buffers();
-        let layout = self.layout();
         let mut objs: Vec<Bound<'_, PyAny>> = Vec::with_capacity(bufs.len());
         let mut ours = true;
         for b in bufs {
@@ -241,10 +219,8 @@ impl PyEvent {
                 return Ok(PyList::new(py, views)?.into_any().unbind());
             }
         };
-        if let Some(l) = layout {
-            if let Some(a) = as_array(py, &one, &l)? {
-                return Ok(a.unbind());
-            }
+        if let Some(t) = self.array_type(py)? {
+            return Ok(t.view(&one)?.unbind());
         }
         Ok(PyMemoryView::from(&one)?.into_any().unbind())
     }

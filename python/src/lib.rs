@@ -9,6 +9,7 @@
 use pyo3::prelude::*;
 
 mod aio;
+mod array;
 mod bench;
 mod common;
 mod consumer;
@@ -18,6 +19,7 @@ mod event;
 mod group;
 mod json;
 mod producer;
+mod push_future;
 mod select;
 mod transform;
 
@@ -26,8 +28,9 @@ fn _strom(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<driver::PyDriver>()?;
     m.add_class::<driver::PyTopic>()?;
     m.add_class::<producer::PyProducer>()?;
-    m.add_class::<producer::PyPushFuture>()?;
-    m.add_class::<producer::PyEventId>()?;
+    m.add_class::<push_future::PyPushFuture>()?;
+    m.add_class::<push_future::PyPushFutures>()?;
+    m.add_class::<push_future::PyEventId>()?;
     m.add_class::<consumer::PyConsumer>()?;
     m.add_class::<event::PyEvent>()?;
     m.add_class::<event::PyAckFuture>()?;

@@ -1,205 +1,32 @@
-//! `Producer` and `PushFuture`. `push` converts the metadata to JSON bytes
-//! in Rust, lends the data's buffers to Strom without copying them (the
-//! Python objects stay alive until their batch is acknowledged), and queues
-//! the event with the GIL released; batches go out from Strom's own threads.
+//! `Producer`: `push` and `push_many` convert the metadata to JSON bytes
+//! in Rust, lend the data's buffers to Strom without copying them (the
+//! Python objects stay alive until their batch is acknowledged), and queue
+//! the events with the GIL released (once per call); batches go out from
+//! Strom's own threads. What they return is `push_future.rs`.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::Bytes;
-use parking_lot::Mutex;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyByteArray, PyBytes, PyList, PyString, PyTuple, PyType};
-use strom_client::{Data, Error, EventId, MetadataInput, Producer, PushFuture};
+use pyo3::types::{PyByteArray, PyBytes, PyList, PyString, PyTuple};
+use strom_client::{Data, MetadataInput, Producer};
 
-use crate::aio;
-use crate::common::{release_pending, wait_loop, Export, ForkSafe, Held, Lent};
+use crate::array;
+use crate::common::{release_pending, Export, ForkSafe, Held, Lent};
 use crate::errors::{self, IntoPy};
 use crate::json;
-use strom_client::select::{itemsize, ArrayLayout as Layout, Order};
+use crate::push_future::{PyPushFuture, PyPushFutures, Queued};
 
-/// Where an acknowledged event was stored: `partition` and `offset`.
-/// Unpacks like a tuple: `partition, offset = future.result()`.
-#[pyclass(module = "strom._strom", name = "EventId", frozen, eq, hash)]
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub struct PyEventId {
-    /// The partition the event went to.
-    #[pyo3(get)]
-    pub partition: u32,
-    /// The event's offset within its partition.
-    #[pyo3(get)]
-    pub offset: u64,
-}
-
-#[pymethods]
-impl PyEventId {
-    #[new]
-    fn new(partition: u32, offset: u64) -> Self {
-        PyEventId { partition, offset }
+/// Lends an export's memory to Strom as `Bytes`, without copying.
+fn lend(buf: Export) -> Bytes {
+    let (ptr, len) = (buf.ptr() as *const u8, buf.len());
+    if len == 0 {
+        return Bytes::new();
     }
-    fn __len__(&self) -> usize {
-        2
-    }
-    fn __getitem__(&self, py: Python<'_>, i: isize) -> PyResult<Py<PyAny>> {
-        match i {
-            0 | -2 => Ok(self.partition.into_pyobject(py)?.into_any().unbind()),
-            1 | -1 => Ok(self.offset.into_pyobject(py)?.into_any().unbind()),
-            _ => Err(pyo3::exceptions::PyIndexError::new_err(
-                "EventId has 2 items",
-            )),
-        }
-    }
-    fn __repr__(&self) -> String {
-        format!(
-            "EventId(partition={}, offset={})",
-            self.partition, self.offset
-        )
-    }
-}
-
-impl From<EventId> for PyEventId {
-    fn from(e: EventId) -> Self {
-        PyEventId {
-            partition: e.partition,
-            offset: e.offset,
-        }
-    }
-}
-
-/// The future of one pushed event: resolves to its `EventId` once the
-/// event's batch is acknowledged by the server. Wait with `wait()` /
-/// `result()`, poll with `done()`, or `await` it in asyncio.
-#[pyclass(module = "strom._strom", name = "PushFuture", frozen)]
-pub struct PyPushFuture {
-    fut: Arc<Mutex<PushFuture>>,
-    outcome: PyOnceLock<Result<PyEventId, Error>>,
-}
-
-impl PyPushFuture {
-    fn settle(&self, py: Python<'_>, r: Result<EventId, Error>) -> &Result<PyEventId, Error> {
-        self.outcome.get_or_init(py, || r.map(PyEventId::from))
-    }
-
-    fn answer(py: Python<'_>, r: &Result<PyEventId, Error>) -> PyResult<PyEventId> {
-        r.as_ref().map(|id| *id).map_err(|e| errors::to_py(py, e))
-    }
-}
-
-#[pymethods]
-impl PyPushFuture {
-    /// Waits (with the GIL released) until the event is stored and returns
-    /// its `EventId`. Raises `strom.TimeoutError` after `timeout` seconds,
-    /// or the error that failed the event's batch.
-    #[pyo3(signature = (timeout=None))]
-    fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<PyEventId> {
-        release_pending(py);
-        if let Some(r) = self.outcome.get(py) {
-            return Self::answer(py, r);
-        }
-        let fut = self.fut.clone();
-        let got = wait_loop(py, timeout, move |slice| {
-            match fut.lock().wait_timeout(Some(slice)) {
-                Err(Error::Timeout(_)) => None,
-                r => Some(r),
-            }
-        })?;
-        match got {
-            Some(r) => Self::answer(py, self.settle(py, r)),
-            None => Err(errors::to_py(
-                py,
-                &Error::Timeout(Duration::from_secs_f64(timeout.unwrap_or(0.0))),
-            )),
-        }
-    }
-
-    /// Same as `wait`, in the style of `concurrent.futures.Future`.
-    #[pyo3(signature = (timeout=None))]
-    fn result(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<PyEventId> {
-        self.wait(py, timeout)
-    }
-
-    /// True once the event is stored or its batch failed.
-    fn done(&self, py: Python<'_>) -> bool {
-        self.outcome.get(py).is_some() || self.fut.lock().is_done()
-    }
-
-    fn __await__(slf: Bound<'_, Self>) -> PyResult<Bound<'_, PyAny>> {
-        let py = slf.py();
-        let this = slf.get();
-        if let Some(r) = this.outcome.get(py) {
-            let outcome = Self::answer(py, r).and_then(|id| Ok(Py::new(py, id)?.into_any()));
-            return aio::ready(py, outcome)?.call_method0("__await__");
-        }
-        let fut = this.fut.clone();
-        let me = slf.clone().unbind();
-        let fut = aio::await_on(
-            py,
-            async move {
-                std::future::poll_fn(|cx| {
-                    let mut g = fut.lock();
-                    std::pin::Pin::new(&mut *g).poll(cx)
-                })
-                .await
-            },
-            move |py, r| {
-                let settled = me.get().settle(py, r);
-                Self::answer(py, settled).and_then(|id| Ok(Py::new(py, id)?.into_any()))
-            },
-        )?;
-        fut.call_method0("__await__")
-    }
-
-    fn __repr__(&self, py: Python<'_>) -> String {
-        match self.outcome.get(py) {
-            Some(Ok(id)) => format!("<PushFuture done {}>", id.__repr__()),
-            Some(Err(e)) => format!("<PushFuture failed: {e}>"),
-            None => "<PushFuture pending>".into(),
-        }
-    }
-}
-
-use std::future::Future;
-
-static NDARRAY: PyOnceLock<Py<PyType>> = PyOnceLock::new();
-
-/// numpy's ndarray type, if numpy is imported (never imports it).
-fn ndarray<'py>(py: Python<'py>) -> Option<&'py Bound<'py, PyType>> {
-    if let Some(t) = NDARRAY.get(py) {
-        return Some(t.bind(py));
-    }
-    let modules = PyModule::import(py, "sys").ok()?.getattr("modules").ok()?;
-    let np = modules.get_item("numpy").ok()?;
-    let t = np.getattr("ndarray").ok()?.cast_into::<PyType>().ok()?;
-    let _ = NDARRAY.set(py, t.unbind());
-    NDARRAY.get(py).map(|t| t.bind(py))
-}
-
-/// The descriptor of a numpy array: dtype, shape and memory order.
-fn array_layout(a: &Bound<'_, PyAny>) -> PyResult<Layout> {
-    let dtype: String = a.getattr("dtype")?.getattr("str")?.extract()?;
-    if itemsize(&dtype).is_none() {
-        return Err(PyTypeError::new_err(format!(
-            "cannot push a numpy array of dtype {dtype}: only fixed-size element types have a byte layout"
-        )));
-    }
-    let shape: Vec<u64> = a.getattr("shape")?.extract()?;
-    let flags = a.getattr("flags")?;
-    let order = if flags.getattr("c_contiguous")?.extract::<bool>()? {
-        Order::C
-    } else if flags.getattr("f_contiguous")?.extract::<bool>()? {
-        Order::F
-    } else {
-        return Err(PyValueError::new_err(
-            "cannot push a non-contiguous numpy array without copying; pass numpy.ascontiguousarray(a)",
-        ));
-    };
-    Ok(Layout {
-        dtype,
-        shape,
-        order,
-    })
+    // SAFETY: the export pins the memory until released.
+    let lent = unsafe { Lent::new(Held::Buffer(buf), ptr, len) };
+    Bytes::from_owner(lent)
 }
 
 /// Lends one Python object's bytes to Strom as `Bytes`, without copying.
@@ -231,20 +58,14 @@ fn segment(obj: &Bound<'_, PyAny>) -> PyResult<Bytes> {
             )))
             }
         };
-    let (ptr, len) = (buf.ptr() as *const u8, buf.len());
-    if len == 0 {
-        return Ok(Bytes::new());
-    }
-    // SAFETY: the export pins the memory until released.
-    let lent = unsafe { Lent::new(Held::Buffer(buf), ptr, len) };
-    Ok(Bytes::from_owner(lent))
+    Ok(lend(buf))
 }
 
 /// Event data and, for a numpy array, its descriptor.
 pub(crate) fn event_data(
     py: Python<'_>,
     data: Option<&Bound<'_, PyAny>>,
-) -> PyResult<(Data, Option<Vec<u8>>)> {
+) -> PyResult<(Data, Option<Bytes>)> {
     let Some(obj) = data.filter(|d| !d.is_none()) else {
         return Ok((Data::none(), None));
     };
@@ -262,10 +83,10 @@ pub(crate) fn event_data(
             .collect::<PyResult<Vec<_>>>()?;
         return Ok((Data(segs), None));
     }
-    if let Some(nd) = ndarray(py) {
+    if let Some(nd) = array::ndarray(py) {
         if obj.is_instance(nd)? {
-            let layout = array_layout(obj)?;
-            return Ok((Data(vec![segment(obj)?]), Some(layout.to_descriptor())));
+            let (buf, desc) = array::export(obj)?;
+            return Ok((Data(vec![lend(buf)]), Some(desc)));
         }
     }
     Ok((Data(vec![segment(obj)?]), None))
@@ -287,6 +108,51 @@ pub(crate) fn metadata(obj: &Bound<'_, PyAny>) -> PyResult<MetadataInput> {
     let mut out = Vec::with_capacity(128);
     json::write(obj, &mut out)?;
     Ok(MetadataInput::Json(Bytes::from(out)))
+}
+
+/// One event of a `push_many` call, converted: metadata, data, descriptor.
+type Prepared = (MetadataInput, Data, Option<Bytes>);
+
+fn prepare(
+    py: Python<'_>,
+    item: &Bound<'_, PyAny>,
+    shared: Option<&MetadataInput>,
+) -> PyResult<Prepared> {
+    let (meta, data) = match shared {
+        Some(m) => (m.clone(), item.clone()),
+        None => {
+            let pair = match item.cast::<PyTuple>() {
+                Ok(t) if t.len() == 2 => t,
+                _ => {
+                    return Err(PyTypeError::new_err(format!(
+                        "without metadata=, push_many takes (metadata, data) pairs; got {}",
+                        item.get_type()
+                            .name()
+                            .map(|n| n.to_string())
+                            .unwrap_or_default()
+                    )))
+                }
+            };
+            (metadata(&pair.get_item(0)?)?, pair.get_item(1)?)
+        }
+    };
+    let (data, desc) = event_data(py, Some(&data))?;
+    Ok((meta, data, desc))
+}
+
+/// The exception of a `push_many` call that failed at event `k`, with
+/// the futures of the events queued before it as `queued`.
+fn batch_error(py: Python<'_>, err: PyErr, k: usize, queued: Queued) -> PyErr {
+    let queued = Py::new(py, PyPushFutures::new(queued));
+    if let Ok(q) = queued {
+        // Exceptions take attributes; a failure here leaves `err` as is.
+        let _ = err.value(py).setattr("queued", q);
+    }
+    errors::with_note(
+        py,
+        err,
+        &format!("raised by event {k} of this push_many call"),
+    )
 }
 
 /// Pushes events to a topic. Made by `Topic.producer()`. A producer is a
@@ -326,10 +192,80 @@ impl PyProducer {
         let fut = py
             .detach(|| producer.push_with(meta, data, partition, desc))
             .py(py)?;
-        Ok(PyPushFuture {
-            fut: Arc::new(Mutex::new(fut)),
-            outcome: PyOnceLock::new(),
-        })
+        Ok(PyPushFuture::new(Arc::new([fut]), 0))
+    }
+
+    /// Queues many events in one call and returns one `PushFutures` for
+    /// all of them at once (blocking only for backpressure, like `push`).
+    ///
+    /// With `metadata` given, every item of `events` is one event's data
+    /// (anything `push` takes as `data`) and every event gets that
+    /// metadata, encoded once. Without it, every item is a
+    /// `(metadata, data)` pair. `partition` applies to every event. The
+    /// data is lent, not copied, as with `push`.
+    ///
+    /// Every item is converted before any is queued: a conversion error
+    /// (`TypeError`, `ValueError`) queues nothing. An error while queuing
+    /// (say, an event larger than the partition accepts, or metadata the
+    /// topic's validator refuses) leaves the events before it queued, to
+    /// be sent as usual. Either way the exception carries `queued`, the
+    /// `PushFutures` of the events that were queued (empty when none
+    /// were), and a note naming the failing event's index.
+    #[pyo3(signature = (events, metadata=None, partition=None))]
+    fn push_many(
+        &self,
+        py: Python<'_>,
+        events: &Bound<'_, PyAny>,
+        metadata: Option<&Bound<'_, PyAny>>,
+        partition: Option<u32>,
+    ) -> PyResult<PyPushFutures> {
+        release_pending(py);
+        let producer = self.inner.get(py)?;
+        let shared = match metadata.filter(|m| !m.is_none()) {
+            Some(m) => Some(self::metadata(m)?),
+            None => None,
+        };
+        // A list or tuple is read in place; any other iterable is taken
+        // whole first, so no generator code runs between conversions.
+        let owned;
+        let items: &Bound<'_, PyAny> =
+            if events.is_instance_of::<PyList>() || events.is_instance_of::<PyTuple>() {
+                events
+            } else {
+                owned = PyList::new(py, events.try_iter()?.collect::<PyResult<Vec<_>>>()?)?;
+                owned.as_any()
+            };
+        let n = items.len()?;
+        let mut prepared = Vec::with_capacity(n);
+        for k in 0..n {
+            let item = items.get_item(k)?;
+            match prepare(py, &item, shared.as_ref()) {
+                Ok(p) => prepared.push(p),
+                Err(e) => return Err(batch_error(py, e, k, Arc::new([]))),
+            }
+        }
+        // The GIL is released once for the whole call.
+        let (futs, failed) = py.detach(move || {
+            let mut futs = Vec::with_capacity(prepared.len());
+            for (k, (meta, data, desc)) in prepared.into_iter().enumerate() {
+                let desc = desc.as_deref().unwrap_or(&[]);
+                match producer.push_with(meta, data, partition, desc) {
+                    Ok(f) => futs.push(f),
+                    // The events not queued are dropped here; their loans
+                    // are released by the next call holding the GIL.
+                    Err(e) => return (futs, Some((k, e))),
+                }
+            }
+            (futs, None)
+        });
+        let futs: Queued = futs.into();
+        match failed {
+            None => Ok(PyPushFutures::new(futs)),
+            Some((k, e)) => {
+                release_pending(py);
+                Err(batch_error(py, errors::to_py(py, &e), k, futs))
+            }
+        }
     }
 
     /// Sends every pending event and waits until all are acknowledged.

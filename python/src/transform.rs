@@ -48,7 +48,7 @@ fn one(py: Python<'_>, item: &Bound<'_, PyAny>) -> PyResult<Out> {
     let (data, array_desc) = event_data(py, Some(&data_obj))?;
     let descriptor = match t.len() {
         3 => Bytes::from(t.get_item(2)?.extract::<Vec<u8>>()?),
-        _ => Bytes::from(array_desc.unwrap_or_default()),
+        _ => array_desc.unwrap_or_default(),
     };
     let data = match data.0.len() {
         0 => Bytes::new(),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterable, Iterator, Sequence
 from typing import Any, Literal, Optional, Union
 
 __version__: str
@@ -33,6 +33,22 @@ class PushFuture:
     def done(self) -> bool:
         """True once stored or failed."""
     def __await__(self) -> Generator[Any, None, EventId]: ...
+
+class PushFutures(Sequence[PushFuture]):
+    """The futures of the events one ``Producer.push_many`` call queued, in
+    push order: one object for the call; ``futures[i]`` is event ``i``'s
+    ``PushFuture``."""
+
+    def wait(self, timeout: Optional[float] = None) -> list[EventId]:
+        """Waits (GIL released) until every event is stored; their ``EventId``s
+        in push order. Raises the first failed event's error (in push order)."""
+    def result(self, timeout: Optional[float] = None) -> list[EventId]:
+        """Same as ``wait``."""
+    def done(self) -> bool:
+        """True once every event is stored or failed."""
+    def __len__(self) -> int: ...
+    def __getitem__(self, i: int) -> PushFuture: ...  # type: ignore[override]
+    def __await__(self) -> Generator[Any, None, list[EventId]]: ...
 
 class AckFuture:
     """Resolves once an ack is persisted on the server."""
@@ -105,6 +121,24 @@ class Producer:
         or ``flush()``/``close()``): a change made earlier may or may not
         reach the stored event. Push a copy to reuse the buffer at once.
         """
+    def push_many(
+        self,
+        events: Iterable[Any],
+        metadata: Optional[Metadata] = None,
+        partition: Optional[int] = None,
+    ) -> PushFutures:
+        """Queues many events in one call; one ``PushFutures`` for all.
+
+        With ``metadata``, every item is one event's data (as ``push``
+        takes it) and every event gets that metadata, encoded once; without
+        it, every item is a ``(metadata, data)`` pair. The GIL is released
+        once per call, and the data is lent, not copied, as with ``push``.
+        Every item is converted before any is queued: a conversion error
+        (``TypeError``, ``ValueError``) queues nothing; an error while
+        queuing leaves the events before it queued. Either way the
+        exception's ``queued`` is the ``PushFutures`` of the queued events
+        (empty when none were), and a note names the failing index.
+        """
     def flush(self) -> None:
         """Sends everything pending and waits for the acknowledgements."""
     def close(self) -> None:
@@ -132,6 +166,17 @@ class Consumer(Iterator[Event], AsyncIterator[Event]):
         event, never for more. Returns an empty list when the timeout passed
         with nothing to take (``timeout=0`` drains without waiting), and
         None at the end of the stream.
+        """
+    def pull_many(self, n: int, timeout: Optional[float] = None) -> Optional[list[Event]]:
+        """``n`` events in one call.
+
+        Waits (GIL released) until ``n`` events have arrived, the stream
+        ends, or ``timeout`` seconds (default: for ever) pass. The list is
+        shorter than ``n`` only at the end of the stream, when the timeout
+        passed (possibly empty; ``timeout=0`` takes what has arrived), when
+        an error followed its events (the next call raises it), or after a
+        call a signal handler interrupted (whose events come first). None
+        at the end of the stream.
         """
     def pull_async(self, timeout: Optional[float] = None) -> Awaitable[Optional[Event]]:
         """Awaitable pull: next event or None at the end of the stream."""

@@ -36,7 +36,7 @@ def test_every_public_class_and_method_has_a_docstring():
 
 def test_type_stubs_cover_every_exported_class():
     stub = (Path(strom.__file__).parent / "_strom.pyi").read_text()
-    for name in ("Driver", "Topic", "Producer", "PushFuture", "EventId", "Consumer", "Event", "AckFuture", "Buffer", "Selection"):
+    for name in ("Driver", "Topic", "Producer", "PushFuture", "PushFutures", "EventId", "Consumer", "Event", "AckFuture", "Buffer", "Selection"):
         assert f"class {name}" in stub, name
     assert (Path(strom.__file__).parent / "py.typed").exists()
 

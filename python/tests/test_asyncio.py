@@ -102,3 +102,18 @@ def test_a_cancelled_pull_takes_no_event(driver):
         return [(await c.pull_async(timeout=30)).metadata["i"] for _ in range(2)]
 
     assert asyncio.run(main()) == [0, 1]
+
+
+def test_pull_async_refuses_a_negative_timeout_and_takes_a_huge_one_as_none(driver):
+    t = driver.create_topic("aio-bad", 1, type="memory")
+    c = t.consumer("c")
+
+    async def main():
+        with pytest.raises(strom.InvalidArgument):
+            await c.pull_async(timeout=-1)
+        with t.producer() as p:
+            p.push({"i": 1}, b"x")
+        ev = await c.pull_async(timeout=1e300)  # beyond any Duration: no limit
+        return ev.metadata
+
+    assert asyncio.run(main()) == {"i": 1}

@@ -21,7 +21,8 @@ def test_pipeline_smoke_every_system_delivers_every_event():
     if importlib.util.find_spec("zmq") is not None:
         systems = ["zmq-ipc", "zmq-tcp", *systems]
     r = subprocess.run(
-        [sys.executable, str(PIPELINE), "--smoke", "--json", "--systems", ",".join(systems)],
+        [sys.executable, str(PIPELINE), "--smoke", "--json", "--systems", ",".join(systems),
+         "--api", "event,many"],
         capture_output=True,
         text=True,
         timeout=300,
@@ -30,6 +31,8 @@ def test_pipeline_smoke_every_system_delivers_every_event():
     assert r.returncode == 0, f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}"
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out["failed_runs"] == 0, out
+    # each Strom system also runs with push_many / pull_many, as "<system>+many"
+    systems = [v for s in systems for v in ((s, s + "+many") if s.startswith("strom") else (s,))]
     assert out["systems"] == systems
     assert len(out["runs"]) == len(systems) * len(out["sizes"]) == len(systems) * 2
     for run in out["runs"]:
@@ -37,8 +40,10 @@ def test_pipeline_smoke_every_system_delivers_every_event():
         assert run["events"] == 200
         assert run["received"] == run["events"] + run["warmup"], run
         assert run["events_per_s"] > 0 and run["mb_per_s"] > 0
-    shm = [run for run in out["runs"] if run["system"] == "strom-shm"]
+    shm = [run for run in out["runs"] if run["system"].startswith("strom-shm")]
     assert all(run["shm_connections"] >= 2 for run in shm), shm
-    assert all(run["shm_connections"] == 0 for run in out["runs"] if run["system"] == "strom-tcp")
-    for needle in ("events/s", "MB/s", "strom-shm", "strom-tcp"):
+    tcp = [run for run in out["runs"] if run["system"].startswith("strom-tcp")]
+    assert all(run["shm_connections"] == 0 for run in tcp), tcp
+    assert all(run["many"] >= 1 for run in out["runs"] if run["system"].endswith("+many"))
+    for needle in ("events/s", "MB/s", "strom-shm", "strom-tcp", "strom-shm+many"):
         assert needle in r.stdout

@@ -65,3 +65,11 @@ def test_pull_batch_takes_what_has_arrived_and_none_at_the_end(driver):
         c.pull_batch(0)
     p.close()
     assert c.pull_batch(10, timeout=10) is None
+
+
+def test_a_linger_or_lease_beyond_any_duration_is_refused(driver):
+    t = driver.create_topic("long", partitions=1)
+    with pytest.raises(strom.InvalidArgument):
+        t.producer(linger=1e300)
+    with pytest.raises(strom.InvalidArgument):
+        t.producer(lease=1e300)
