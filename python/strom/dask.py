@@ -64,6 +64,13 @@ class StromSink:
     ``$STROM_TOKEN`` / ``$STROM_TOKEN_FILE``). A record that cannot be
     queued (the topic was deleted, the server is gone) is counted in
     :attr:`failed`, never raised into the workflow.
+
+    Records are small and come a few hundred a second, so the producer
+    batches up to ``batch`` of them for up to ``linger`` seconds, and a
+    topic it creates syncs to disk in the background (``durability``,
+    default ``interval:1000``: a server crash loses nothing, a power cut
+    at most the last second), not once per batch: capture then costs the
+    server a few per cent of what one fsync per record would.
     """
 
     def __init__(
@@ -74,8 +81,14 @@ class StromSink:
         address: Optional[str] = None,
         token: Optional[str] = None,
         partitions: int = 1,
+        durability: str = "interval:1000",
+        batch: int = 256,
+        linger: float = 0.01,
     ) -> None:
         self.topic = topic
+        self.durability = durability
+        self.batch = batch
+        self.linger = linger
         self.group_file = os.fspath(group_file) if group_file is not None else None
         self.address = address
         self.token = token
@@ -96,8 +109,10 @@ class StromSink:
         if self._producer is not None:
             return
         self._driver = Driver.connect(self.group_file, address=self.address, token=self.token)
-        topic = self._driver.create_topic(self.topic, partitions=self.partitions, exist_ok=True)
-        self._producer = topic.producer()
+        topic = self._driver.create_topic(
+            self.topic, partitions=self.partitions, durability=self.durability, exist_ok=True
+        )
+        self._producer = topic.producer(batch=self.batch, linger=self.linger)
 
     def publish(self, record: dict[str, Any]) -> None:
         if self._producer is None:
