@@ -182,17 +182,9 @@ def _json_safe(v: Any) -> Any:
     return repr(v)
 
 
-class ProvenancePlugin(SchedulerPlugin):
-    """Publishes a record for every task the scheduler sees finish.
-
-    Register it with ``client.register_plugin(ProvenancePlugin(...))``.
-    With no ``sink``, records go to ``topic`` through a :class:`StromSink`
-    on ``group_file`` or ``address``. The scheduler learns of a task when
-    its worker reports it, so ``start`` and ``stop`` are the worker's
-    clock and ``worker`` is its address.
-    """
-
-    name = "strom-provenance"
+class _Capture:
+    """What both plugins are made with: a ``sink``, else a
+    :class:`StromSink` on ``topic`` of ``group_file`` or ``address``."""
 
     def __init__(
         self,
@@ -204,7 +196,21 @@ class ProvenancePlugin(SchedulerPlugin):
         token: Optional[str] = None,
     ) -> None:
         self.sink = sink or StromSink(topic, group_file, address=address, token=token)
-        self.scheduler: Any = None
+
+
+class ProvenancePlugin(_Capture, SchedulerPlugin):
+    """Publishes a record for every task the scheduler sees finish.
+
+    Register it with ``client.register_plugin(ProvenancePlugin(...))``.
+    With no ``sink``, records go to ``topic`` through a :class:`StromSink`
+    on ``group_file`` or ``address``. The scheduler learns of a task when
+    its worker reports it, so ``start`` and ``stop`` are the worker's
+    clock and ``worker`` is its address.
+    """
+
+    name = "strom-provenance"
+
+    scheduler: Any = None
 
     async def start(self, scheduler: Any) -> None:
         self.scheduler = scheduler
@@ -235,7 +241,7 @@ class ProvenancePlugin(SchedulerPlugin):
         await asyncio.get_running_loop().run_in_executor(None, self.sink.close)
 
 
-class WorkerProvenancePlugin(WorkerPlugin):
+class WorkerProvenancePlugin(_Capture, WorkerPlugin):
     """Publishes, from each worker, a record for every task it finishes.
 
     Register it with ``client.register_plugin(WorkerProvenancePlugin(...))``;
@@ -246,17 +252,7 @@ class WorkerProvenancePlugin(WorkerPlugin):
 
     name = "strom-provenance-worker"
 
-    def __init__(
-        self,
-        sink: Optional[Sink] = None,
-        *,
-        topic: str = DEFAULT_TOPIC,
-        group_file: Union[str, os.PathLike[str], None] = None,
-        address: Optional[str] = None,
-        token: Optional[str] = None,
-    ) -> None:
-        self.sink = sink or StromSink(topic, group_file, address=address, token=token)
-        self.worker: Any = None
+    worker: Any = None
 
     def setup(self, worker: Any) -> None:
         self.worker = worker

@@ -182,7 +182,13 @@ pub(crate) fn gate(ctx: &Ctx, op: Operation) -> i16 {
     }
 }
 
-async fn table(ctx: &Ctx) -> Result<SecurityTable, (i16, String)> {
+/// The registry's security table, read now: here if this server holds
+/// the registry (whole, SCRAM users included), else from it (a member's
+/// request, so SCRAM users too).
+pub(crate) async fn table(ctx: &Ctx) -> Result<SecurityTable, (i16, String)> {
+    if let Some(r) = ctx.services.control.master_registry() {
+        return Ok(r.security_table().await);
+    }
     match ctx
         .services
         .control

@@ -58,26 +58,6 @@ fn text(m: String) -> Option<StrBytes> {
     Some(StrBytes::from_string(m))
 }
 
-/// The registry's table with the SCRAM users (members get them; a client
-/// connection's own `SecurityTable` request does not), read now.
-async fn users(ctx: &Ctx) -> Result<SecurityTable, (i16, String)> {
-    if let Some(r) = ctx.services.control.master_registry() {
-        return Ok(r.security_table().await);
-    }
-    match ctx
-        .services
-        .control
-        .ask_registry(Request::SecurityTable { have: u64::MAX })
-        .await
-    {
-        Ok(strom_proto::Response::SecurityTable { json, .. }) => {
-            serde_json::from_str(&json).map_err(|e| (kcode::UNKNOWN_SERVER_ERROR, e.to_string()))
-        }
-        Ok(_) => Err((kcode::UNKNOWN_SERVER_ERROR, "unexpected answer".into())),
-        Err(e) => Err((kafka_code(&e), e.to_string())),
-    }
-}
-
 pub fn describe(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply, FrameError> {
     let req: DescribeUserScramCredentialsRequest = decode(
         "DescribeUserScramCredentials",
@@ -91,7 +71,7 @@ pub fn describe(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply, Fr
     Ok(Box::pin(async move {
         let mut resp = DescribeUserScramCredentialsResponse::default();
         let table = match gated {
-            kcode::NONE => users(&ctx).await,
+            kcode::NONE => crate::acls::table(&ctx).await,
             code => Err((code, "not allowed".into())),
         };
         match table {
@@ -239,7 +219,7 @@ async fn apply(
     remove: Vec<String>,
 ) -> Result<(), (i16, String)> {
     if !remove.is_empty() {
-        let t = users(ctx).await?;
+        let t = crate::acls::table(ctx).await?;
         let has = t.scram.get(user).cloned().unwrap_or_default();
         if let Some(m) = remove
             .iter()
