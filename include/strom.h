@@ -218,6 +218,31 @@ typedef struct {
   uint64_t segment_bytes;
 } strom_topic_spec;
 
+// How to start a server inside this process with
+// `strom_driver_embedded_ex`. Fill with `strom_server_options_init`.
+// Every string is borrowed for the duration of the call; NULL means the
+// default.
+typedef struct {
+  // The server's data directory (required).
+  const char *data_dir;
+  // The address to listen on (default `127.0.0.1:0`: loopback, a free
+  // port). Other members reach the server here.
+  const char *listen;
+  // More addresses to serve clients on, comma-separated (for example
+  // `shm://auto`).
+  const char *also_listen;
+  // Start a new group and write its group file here (and the cluster
+  // secret beside it, `<file>.secret`, readable by this user only).
+  const char *group_file;
+  // Join the running group this group file describes, as a new member.
+  const char *join;
+  // With `join`: the group's cluster secret (default: beside `join`).
+  const char *cluster_secret_file;
+  // Non-zero: serve a network (non-loopback) address without
+  // authentication (`strom server --insecure`, docs/security.md).
+  int32_t insecure;
+} strom_server_options;
+
 // How a producer batches. Fill with `strom_producer_options_init`.
 typedef struct {
   // Batches per partition sent and not yet acknowledged (0: default, 2).
@@ -470,6 +495,21 @@ strom_status strom_driver_connect_addr(const char *addr, strom_driver **out);
 // alone even inside an MPI or Slurm job (it ignores the launcher's rank
 // variables, which `strom server` uses to form a group).
 strom_status strom_driver_embedded(const char *data_dir, strom_driver **out);
+
+// Fills `opts` with the defaults for a server with its data in `data_dir`
+// (borrowed, not copied).
+strom_status strom_server_options_init(strom_server_options *opts, const char *data_dir);
+
+// Starts a Strom server inside this process as `opts` says, and connects
+// to the group through it: a new group of its own, or a member of the
+// group `opts->join` names. It stops when the driver and everything made
+// from it are freed. Like `strom_driver_embedded`, it ignores the
+// launcher's rank variables.
+strom_status strom_driver_embedded_ex(const strom_server_options *opts, strom_driver **out);
+
+// The group's members: `*total` receives how many the registry lists,
+// `*alive` how many of them it heard from lately (either may be NULL).
+strom_status strom_driver_members(const strom_driver *driver, uint32_t *total, uint32_t *alive);
 
 // The registry master's address (`host:port`). Borrowed: valid until the
 // driver is freed.

@@ -64,3 +64,6 @@ pub use strom_proto::{
     Overflow, PartitionInfo, PartitionType, Selection, StartPos, TopicInfo, TopicSpec,
 };
 pub use topic::Topic;
+/// The embedded server's configuration, for [`Driver::embedded_with`].
+#[cfg(feature = "embedded")]
+pub use strom_server::ServerConfig;

@@ -169,6 +169,115 @@ pub unsafe extern "C" fn strom_driver_embedded(
     })
 }
 
+/// How to start a server inside this process with
+/// `strom_driver_embedded_ex`. Fill with `strom_server_options_init`.
+/// Every string is borrowed for the duration of the call; NULL means the
+/// default.
+#[repr(C)]
+pub struct strom_server_options {
+    /// The server's data directory (required).
+    pub data_dir: *const c_char,
+    /// The address to listen on (default `127.0.0.1:0`: loopback, a free
+    /// port). Other members reach the server here.
+    pub listen: *const c_char,
+    /// More addresses to serve clients on, comma-separated (for example
+    /// `shm://auto`).
+    pub also_listen: *const c_char,
+    /// Start a new group and write its group file here (and the cluster
+    /// secret beside it, `<file>.secret`, readable by this user only).
+    pub group_file: *const c_char,
+    /// Join the running group this group file describes, as a new member.
+    pub join: *const c_char,
+    /// With `join`: the group's cluster secret (default: beside `join`).
+    pub cluster_secret_file: *const c_char,
+    /// Non-zero: serve a network (non-loopback) address without
+    /// authentication (`strom server --insecure`, docs/security.md).
+    pub insecure: i32,
+}
+
+/// Fills `opts` with the defaults for a server with its data in `data_dir`
+/// (borrowed, not copied).
+#[no_mangle]
+pub unsafe extern "C" fn strom_server_options_init(
+    opts: *mut strom_server_options,
+    data_dir: *const c_char,
+) -> strom_status {
+    guard(|| {
+        let opts = out_arg(opts, "opts")?;
+        *opts = strom_server_options {
+            data_dir,
+            listen: std::ptr::null(),
+            also_listen: std::ptr::null(),
+            group_file: std::ptr::null(),
+            join: std::ptr::null(),
+            cluster_secret_file: std::ptr::null(),
+            insecure: 0,
+        };
+        Ok(())
+    })
+}
+
+/// Starts a Strom server inside this process as `opts` says, and connects
+/// to the group through it: a new group of its own, or a member of the
+/// group `opts->join` names. It stops when the driver and everything made
+/// from it are freed. Like `strom_driver_embedded`, it ignores the
+/// launcher's rank variables.
+#[no_mangle]
+pub unsafe extern "C" fn strom_driver_embedded_ex(
+    opts: *const strom_server_options,
+    out: *mut *mut strom_driver,
+) -> strom_status {
+    guard(|| {
+        let opts = opts.as_ref().ok_or_else(|| Fail::null("opts"))?;
+        let out = out_arg(out, "out")?;
+        new_driver(Driver::embedded_with(server_config(opts)?)?, out)
+    })
+}
+
+unsafe fn server_config(o: &strom_server_options) -> FfiResult<strom_client::ServerConfig> {
+    let path = |p, what| opt_str_arg(p, what).map(|s| s.map(std::path::PathBuf::from));
+    let mut c = strom_client::ServerConfig {
+        data_dir: str_arg(o.data_dir, "data_dir")?.into(),
+        group_file: path(o.group_file, "group_file")?,
+        join: path(o.join, "join")?,
+        cluster_secret_file: path(o.cluster_secret_file, "cluster_secret_file")?,
+        insecure: o.insecure != 0,
+        ..Default::default()
+    };
+    if c.join.is_none() {
+        // A new group of one, whatever a launcher's environment says.
+        (c.rank, c.size) = (Some(0), Some(1));
+    }
+    if let Some(l) = opt_str_arg(o.listen, "listen")? {
+        c.listen = l.to_string();
+    }
+    if let Some(a) = opt_str_arg(o.also_listen, "also_listen")? {
+        c.also_listen = a.split(',').filter(|s| !s.is_empty()).map(String::from).collect();
+    }
+    Ok(c)
+}
+
+/// The group's members: `*total` receives how many the registry lists,
+/// `*alive` how many of them it heard from lately (either may be NULL).
+#[no_mangle]
+pub unsafe extern "C" fn strom_driver_members(
+    driver: *const strom_driver,
+    total: *mut u32,
+    alive: *mut u32,
+) -> strom_status {
+    guard(|| {
+        let members = driver_ref(driver)?.inner.members()?;
+        let live = members.iter().filter(|m| m.alive).count();
+        if !total.is_null() {
+            *total = u32::try_from(members.len()).unwrap_or(u32::MAX);
+        }
+        if !alive.is_null() {
+            *alive = u32::try_from(live).unwrap_or(u32::MAX);
+        }
+        Ok(())
+    })
+}
+
 /// The registry master's address (`host:port`). Borrowed: valid until the
 /// driver is freed.
 #[no_mangle]
