@@ -21,7 +21,16 @@ FFI_SAN := -O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitiz
 # LeakSanitizer is on: freeing every handle must free everything.
 FFI_SAN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 
-.PHONY: header ffi install test-ffi ffi-c-tests ffi-tls-token ffi-install-test ffi-doc-example ffi-mpi
+.PHONY: header ffi install test-ffi ffi-c-tests ffi-tls-token ffi-install-test ffi-doc-example ffi-mpi \
+	ffi-mpi-lib ffi-mpi-channel
+
+# libstrom_mpi (include/strom_mpi.h, docs/mpi.md): the MPI channels, C over
+# libstrom, built with the MPI compiler wrapper of the MPI it is used with.
+MPICC ?= mpicc
+MPIRUN ?= mpirun --allow-run-as-root --oversubscribe
+FFI_MPI_SRC := $(wildcard crates/strom-ffi/mpi/*.c)
+FFI_MPI_LIB := $(FFI_OUT)/libstrom_mpi.a
+FFI_MPI_CFLAGS := -std=c11 -Wall -Wextra -Werror -O2 -g -fPIC -Iinclude
 
 EXTRA_TEST += test-ffi
 
@@ -38,10 +47,27 @@ install: ffi
 	ln -sf libstrom.so.$(FFI_VERSION) $(PREFIX)/lib/libstrom.so.0
 	ln -sf libstrom.so.0 $(PREFIX)/lib/libstrom.so
 	install -m 644 include/strom.h include/strom.hpp include/strom.f90 $(PREFIX)/include/
+	if command -v $(MPICC) >/dev/null; then $(MAKE) --no-print-directory ffi-mpi-lib && \
+		install -m 644 $(FFI_MPI_LIB) $(PREFIX)/lib/ && \
+		install -m 644 include/strom_mpi.h include/strom_mpi.f90 $(PREFIX)/include/; fi
 	sed -e 's|@PREFIX@|$(abspath $(PREFIX))|' -e 's|@VERSION@|$(FFI_VERSION)|' \
 		crates/strom-ffi/strom.pc.in > $(PREFIX)/lib/pkgconfig/strom.pc
 
-test-ffi: ffi ffi-c-tests ffi-tls-token ffi-install-test ffi-doc-example ffi-mpi
+test-ffi: ffi ffi-c-tests ffi-tls-token ffi-install-test ffi-doc-example ffi-mpi-channel ffi-mpi
+
+ffi-mpi-lib: $(FFI_MPI_LIB)
+
+$(FFI_MPI_LIB): $(FFI_MPI_SRC) crates/strom-ffi/mpi/channel_internal.h include/strom_mpi.h include/strom.h
+	@mkdir -p $(FFI_OUT)/mpi-lib
+	for f in $(FFI_MPI_SRC); do \
+		$(MPICC) $(FFI_MPI_CFLAGS) -c $$f -o $(FFI_OUT)/mpi-lib/$$(basename $$f .c).o || exit 1; done
+	rm -f $@ && ar rcs $@ $(patsubst crates/strom-ffi/mpi/%.c,$(FFI_OUT)/mpi-lib/%.o,$(FFI_MPI_SRC))
+
+# The channel API's own tests under mpirun (tests/mpi/).
+ffi-mpi-channel: ffi $(FFI_MPI_LIB)
+	$(MPICC) -std=c11 -D_GNU_SOURCE $(FFI_CFLAGS) tests/mpi/test_channel.c $(FFI_MPI_LIB) \
+		$(FFI_LIB_DIR)/libstrom.a $(FFI_LIBS) -o $(FFI_OUT)/test_mpi_channel
+	timeout -k 10 180 $(MPIRUN) -n 4 $(FFI_OUT)/test_mpi_channel
 
 # libstrom with a token over TLS against a real `strom server --auth` on
 # tls:// (tests/c/tls_token.sh makes the certificates and tokens).
@@ -84,6 +110,6 @@ ffi-doc-example: ffi
 	timeout 120 $(FFI_OUT)/doc_example
 
 # The MPI examples (examples/mpi/README.md) at small size under mpirun.
-ffi-mpi: ffi
+ffi-mpi: ffi $(FFI_MPI_LIB)
 	$(MAKE) --no-print-directory -C examples/mpi check STROM_LIB=$(CURDIR)/$(FFI_LIB_DIR)/libstrom.a \
-		OUT=$(CURDIR)/$(FFI_OUT)/mpi
+		STROM_MPI_LIB=$(CURDIR)/$(FFI_MPI_LIB) OUT=$(CURDIR)/$(FFI_OUT)/mpi
