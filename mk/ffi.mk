@@ -63,11 +63,16 @@ $(FFI_MPI_LIB): $(FFI_MPI_SRC) crates/strom-ffi/mpi/channel_internal.h include/s
 		$(MPICC) $(FFI_MPI_CFLAGS) -c $$f -o $(FFI_OUT)/mpi-lib/$$(basename $$f .c).o || exit 1; done
 	rm -f $@ && ar rcs $@ $(patsubst crates/strom-ffi/mpi/%.c,$(FFI_OUT)/mpi-lib/%.o,$(FFI_MPI_SRC))
 
-# The channel API's own tests under mpirun (tests/mpi/).
+# The channel API's own tests under mpirun (tests/mpi/), and what happens
+# when a consumer rank dies (tests/mpi/kill.sh, against a real server).
 ffi-mpi-channel: ffi $(FFI_MPI_LIB)
 	$(MPICC) -std=c11 -D_GNU_SOURCE $(FFI_CFLAGS) tests/mpi/test_channel.c $(FFI_MPI_LIB) \
 		$(FFI_LIB_DIR)/libstrom.a $(FFI_LIBS) -o $(FFI_OUT)/test_mpi_channel
 	timeout -k 10 180 $(MPIRUN) -n 4 $(FFI_OUT)/test_mpi_channel
+	$(CARGO) build -p strom-cli $(TEST_FEATURES) --bin strom
+	$(MPICC) -std=c11 -D_GNU_SOURCE $(FFI_CFLAGS) tests/mpi/test_kill.c $(FFI_MPI_LIB) \
+		$(FFI_LIB_DIR)/libstrom.a $(FFI_LIBS) -o $(FFI_OUT)/test_mpi_kill
+	tests/mpi/kill.sh target/debug/strom $(FFI_OUT)/test_mpi_kill $(MPIRUN)
 
 # libstrom with a token over TLS against a real `strom server --auth` on
 # tls:// (tests/c/tls_token.sh makes the certificates and tokens).
