@@ -1,146 +1,217 @@
-!> fortran_push.f90: every MPI rank of a Fortran program streams arrays.
+!> fortran_push.f90: a Fortran program producing and consuming arrays over
+!> an MPI channel (include/strom_mpi.f90).
 !>
-!> The MPI pattern:
-!>   1. rank 0 makes a temporary directory (mkdtemp), starts an embedded
-!>      server in it (strom_driver_embedded) and broadcasts its address
-!>      (MPI_Bcast); the other ranks strom_driver_connect_addr to it;
-!>   2. rank 0 creates topic "fortran" (one memory partition per rank),
-!>      MPI_Barrier, the others open it;
-!>   3. every rank opens a producer, MPI_Barrier (so the stream cannot end
-!>      before every rank is registered), then pushes one real(c_double)
-!>      array per step, metadata {"rank":r,"step":s}, keeping each push's
-!>      future; it waits for the futures (where each event was stored),
-!>      checks them, and closes its producer;
-!>   4. rank 0 reads the whole stream back through a small C function
-!>      (fortran_check.c) that checks every value; MPI_Allreduce spreads the
-!>      verdict, MPI_Barrier, then rank 0 frees its driver (stopping the
-!>      server) and removes the directory.
+!> Roles (P ranks, P >= 2): ranks [0, (P+1)/2) produce, the others consume.
+!>
+!> What it shows:
+!>   1. strom_mpi_channel_open_f on MPI_COMM_WORLD%MPI_VAL (collective; the
+!>      channel starts the embedded servers, no server or address is
+!>      handled here); options from strom_mpi_channel_options_init, with
+!>      `STROM_GROUP_FILE` (if set) as options%group_file: attached to a
+!>      shared group, the topic is "fortran-<pid of rank 0>", deleted at the
+!>      end (strom_topic_delete on strom_mpi_channel_driver);
+!>   2. each producer pushes one real(c_double) array per step as n
+!>      elements of MPI_DOUBLE_PRECISION (strom_mpi_channel_push_f),
+!>      metadata {"rank":r,"step":s}, then strom_mpi_channel_end;
+!>   3. each consumer pulls (strom_mpi_channel_pull) until
+!>      STROM_END_OF_STREAM, reads rank and step from the metadata, counts
+!>      the elements (strom_mpi_event_count_f), unpacks them into its own
+!>      array (strom_mpi_event_unpack_f), and checks every value and the
+!>      array's sum against what that producer pushed;
+!>   4. MPI_Allreduce: every (rank, step) reached exactly one consumer, and
+!>      every rank agrees on the verdict; strom_mpi_channel_close.
 !>
 !> Exit status 0 when everything pushed came back, else non-zero.
 program fortran_push
   use, intrinsic :: iso_c_binding
   use mpi_f08
-  use strom
+  use strom, only: STROM_OK, STROM_END_OF_STREAM, strom_status_name, f_c_string
+  use strom_mpi
   implicit none
 
   interface
-    ! libc: fills the XXXXXX of `template` in place; NULL on failure.
-    function mkdtemp(template) bind(C, name="mkdtemp")
-      import :: c_char, c_ptr
-      character(kind=c_char), intent(inout) :: template(*)
-      type(c_ptr) :: mkdtemp
-    end function
-    ! fortran_check.c
-    function strom_example_check(topic, nranks, nsteps, n) bind(C, name="strom_example_check")
-      import :: c_ptr, c_int
-      type(c_ptr), value :: topic
-      integer(c_int), value :: nranks, nsteps, n
-      integer(c_int) :: strom_example_check
-    end function
-    function strom_example_rmtree(dir) bind(C, name="strom_example_rmtree")
-      import :: c_char, c_int
-      character(kind=c_char), intent(in) :: dir(*)
-      integer(c_int) :: strom_example_rmtree
+    ! POSIX: this process's id, for a topic name unique on a shared group.
+    function getpid() bind(C, name="getpid")
+      import :: c_int
+      integer(c_int) :: getpid
     end function
   end interface
 
   integer, parameter :: n = 1000, nsteps = 8
-  real(c_double), target :: x(n)
-  type(c_ptr), target :: futures(nsteps)
-  type(c_ptr) :: driver, topic, producer
-  type(strom_topic_spec) :: spec
-  type(strom_iovec) :: iov(1)
-  type(strom_event_id) :: id
-  character(len=:, kind=c_char), allocatable, target :: topic_name, memory
-  character(len=:), allocatable :: dir
-  character(len=256) :: addr, tmp
-  character(len=64) :: meta
-  integer :: rank, nranks, step, i, tmplen, problems, all_problems
+  integer(c_int64_t), parameter :: timeout_ms = 60000
+  type(strom_mpi_channel_options) :: opts
+  type(c_ptr) :: ch
+  character(len=:, kind=c_char), allocatable, target :: group_file
+  character(len=32) :: topic
+  integer(c_int) :: pid
+  integer, allocatable :: seen(:, :), all_seen(:, :)
+  integer :: rank, nranks, producers, role, problems, all_problems, events, all_events
 
   call MPI_Init()
   call MPI_Comm_rank(MPI_COMM_WORLD, rank)
   call MPI_Comm_size(MPI_COMM_WORLD, nranks)
+  if (nranks < 2) then
+    if (rank == 0) print '(a)', "fortran_push needs at least 2 ranks"
+    call MPI_Abort(MPI_COMM_WORLD, 2)
+  end if
+  producers = (nranks + 1) / 2
+  allocate (seen(0:producers - 1, nsteps), all_seen(0:producers - 1, nsteps))
+  seen = 0
   problems = 0
-  dir = ""
+  events = 0
 
-  ! 1. The server on rank 0, its address to everyone.
-  addr = ""
-  if (rank == 0) then
-    call get_environment_variable("TMPDIR", tmp, tmplen)
-    if (tmplen == 0) tmp = "/tmp"
-    dir = f_c_string(trim(tmp) // "/strom-fortran-XXXXXX")
-    if (.not. c_associated(mkdtemp(dir))) call fail("mkdtemp", 0_c_int32_t)
-    dir = dir(1:len(dir) - 1) ! without the NUL
-    call check("strom_driver_embedded", strom_driver_embedded(f_c_string(dir), driver))
-    addr = strom_driver_master_addr(driver)
+  call check("strom_mpi_channel_options_init", strom_mpi_channel_options_init(opts))
+  call group_from_env(opts, group_file)
+  topic = "fortran"
+  pid = getpid()
+  call MPI_Bcast(pid, 1, MPI_INTEGER, 0, MPI_COMM_WORLD)
+  if (allocated(group_file)) write (topic, '(a,i0)') "fortran-", pid
+  role = STROM_MPI_CONSUMER
+  if (rank < producers) role = STROM_MPI_PRODUCER
+  call check("strom_mpi_channel_open_f", strom_mpi_channel_open_f(MPI_COMM_WORLD%MPI_VAL, role, &
+             f_c_string(trim(topic)), opts, ch))
+
+  if (role == STROM_MPI_PRODUCER) then
+    call produce()
+  else
+    call consume()
   end if
-  call MPI_Bcast(addr, len(addr), MPI_CHARACTER, 0, MPI_COMM_WORLD)
-  if (rank /= 0) then
-    call check("strom_driver_connect_addr", strom_driver_connect_addr(f_c_string(trim(addr)), driver))
+
+  ! Every (rank, step) exactly once, and the verdict everywhere.
+  call MPI_Allreduce(seen, all_seen, size(seen), MPI_INTEGER, MPI_SUM, MPI_COMM_WORLD)
+  call MPI_Allreduce(events, all_events, 1, MPI_INTEGER, MPI_SUM, MPI_COMM_WORLD)
+  if (rank == 0 .and. any(all_seen /= 1)) then
+    print '(a,i0,a)', "fortran_push: ", count(all_seen /= 1), " (rank, step) pairs not seen once"
+    problems = problems + 1
   end if
-
-  ! 2. The topic: created on rank 0, opened elsewhere.
-  topic_name = f_c_string("fortran")
-  memory = f_c_string("memory")
-  if (rank == 0) then
-    call check("strom_topic_spec_init", strom_topic_spec_init(spec, c_loc(topic_name), int(nranks, c_int32_t)))
-    spec%partition_type = c_loc(memory)
-    call check("strom_topic_create", strom_topic_create(driver, spec, topic))
-  end if
-  call MPI_Barrier(MPI_COMM_WORLD)
-  if (rank /= 0) call check("strom_topic_open", strom_topic_open(driver, topic_name, topic))
-
-  ! 3. Every rank produces.
-  call check("strom_producer_open", strom_producer_open(topic, c_null_ptr, producer))
-  call MPI_Barrier(MPI_COMM_WORLD)
-  do step = 1, nsteps
-    do i = 1, n
-      x(i) = real(rank, c_double) * 1000.0_c_double + real(step, c_double) &
-             + real(i - 1, c_double) * 0.001_c_double
-    end do
-    write (meta, '(a,i0,a,i0,a)') '{"rank":', rank, ',"step":', step, '}'
-    iov(1) = strom_iovec(c_loc(x), int(size(x), c_size_t) * c_sizeof(x(1)))
-    call check("strom_producer_push", strom_producer_push(producer, trim(meta), &
-               int(len_trim(meta), c_size_t), iov, 1_c_size_t, c_loc(futures(step))))
-  end do
-  do step = 1, nsteps ! every push acknowledged, each at its own place
-    call check("strom_future_wait", strom_future_wait(futures(step), id))
-    if (id%partition < 0 .or. id%partition >= nranks .or. id%offset < 0) then
-      print '(a,i0,a,i0,a,i0)', "rank ", rank, ": bad event id ", id%partition, "/", id%offset
-      problems = problems + 1
-    end if
-    call strom_future_free(futures(step))
-  end do
-  call check("strom_producer_close", strom_producer_close(producer))
-  call strom_producer_free(producer)
-
-  ! 4. Rank 0 reads everything back (in C) and checks it.
-  if (rank == 0) problems = problems + strom_example_check(topic, nranks, nsteps, n)
   call MPI_Allreduce(problems, all_problems, 1, MPI_INTEGER, MPI_SUM, MPI_COMM_WORLD)
-  call strom_topic_free(topic)
-  call MPI_Barrier(MPI_COMM_WORLD) ! nobody talks to rank 0's server any more
-  call strom_driver_free(driver)
   if (rank == 0) then
-    if (strom_example_rmtree(f_c_string(dir)) /= 0) print '(a)', "could not remove " // dir
+    if (all_problems == 0) then
+      print '(a,i0,a,i0,a,i0,a,i0,a)', "fortran_push: ", producers, " producer ranks x ", nsteps, &
+        " arrays of ", n, " doubles -> ", nranks - producers, &
+        " consumer ranks: every array once, values and sums as pushed"
+    else
+      print '(a,i0,a,i0,a)', "fortran_push: MISMATCH (", all_problems, " problems, ", &
+        all_events, " events)"
+    end if
   end if
+  if (rank == 0 .and. allocated(group_file)) then ! everyone is done: all_problems is in
+    call check("strom_topic_delete", strom_topic_delete(strom_mpi_channel_driver(ch), &
+               f_c_string(trim(topic))))
+  end if
+  call check("strom_mpi_channel_close", strom_mpi_channel_close(ch))
   call MPI_Finalize()
   if (all_problems /= 0) error stop 1
 
 contains
 
+  !> The array rank r pushes at step s.
+  pure subroutine fill(x, r, s)
+    real(c_double), intent(out) :: x(:)
+    integer, intent(in) :: r, s
+    integer :: i
+    do i = 1, size(x)
+      x(i) = real(r, c_double) * 1000.0_c_double + real(s, c_double) &
+             + real(i - 1, c_double) * 0.001_c_double
+    end do
+  end subroutine fill
+
+  !> STROM_GROUP_FILE, when set, attaches the channel to a running group.
+  subroutine group_from_env(o, path)
+    type(strom_mpi_channel_options), intent(inout) :: o
+    character(len=:, kind=c_char), allocatable, target, intent(inout) :: path
+    character(len=4096) :: value
+    integer :: length, stat
+    call get_environment_variable("STROM_GROUP_FILE", value, length, stat)
+    if (stat /= 0 .or. length == 0) return
+    path = f_c_string(value(1:length))
+    o%group_file = c_loc(path)
+  end subroutine group_from_env
+
+  !> A producer: one array per step, then the end of its stream.
+  subroutine produce()
+    real(c_double), target :: x(n)
+    character(len=64) :: meta
+    integer :: step
+    do step = 1, nsteps
+      call fill(x, rank, step)
+      write (meta, '(a,i0,a,i0,a)') '{"rank":', rank, ',"step":', step, '}'
+      call check("strom_mpi_channel_push_f", strom_mpi_channel_push_f(ch, c_loc(x), n, &
+                 MPI_DOUBLE_PRECISION%MPI_VAL, f_c_string(trim(meta))))
+      events = events + 1
+    end do
+    call check("strom_mpi_channel_end", strom_mpi_channel_end(ch))
+  end subroutine produce
+
+  !> A consumer: pulls and checks to the end of the stream.
+  subroutine consume()
+    type(c_ptr) :: ev
+    integer(c_int32_t) :: status
+    do
+      status = strom_mpi_channel_pull(ch, timeout_ms, ev)
+      if (status == STROM_END_OF_STREAM) exit
+      call check("strom_mpi_channel_pull", status)
+      call check_event(ev)
+      call check("strom_event_ack", strom_event_ack(ev))
+      call strom_event_free(ev)
+      events = events + 1
+    end do
+  end subroutine consume
+
+  !> Checks one event against the array its producer pushed.
+  subroutine check_event(ev)
+    type(c_ptr), intent(in) :: ev
+    real(c_double), target :: y(n)
+    real(c_double) :: want(n)
+    character(len=:), allocatable :: meta
+    integer(c_int) :: got
+    integer :: r, s
+    meta = strom_event_metadata(ev)
+    r = json_int(meta, "rank")
+    s = json_int(meta, "step")
+    call check("strom_mpi_event_count_f", strom_mpi_event_count_f(ev, &
+               MPI_DOUBLE_PRECISION%MPI_VAL, got))
+    if (r < 0 .or. r >= producers .or. s < 1 .or. s > nsteps .or. got /= n) then
+      print '(3a,i0,a)', "fortran_push: unexpected event ", meta, " of ", got, " doubles"
+      problems = problems + 1
+      return
+    end if
+    call check("strom_mpi_event_unpack_f", strom_mpi_event_unpack_f(ev, c_loc(y), got, &
+               MPI_DOUBLE_PRECISION%MPI_VAL))
+    call fill(want, r, s)
+    if (any(y /= want) .or. sum(y) /= sum(want)) then
+      print '(2a,i0,a)', meta, ": ", count(y /= want), " wrong values"
+      problems = problems + 1
+    end if
+    seen(r, s) = seen(r, s) + 1
+  end subroutine check_event
+
+  !> The integer value of "key" in flat JSON metadata; -1 if absent.
+  function json_int(json, key) result(v)
+    character(len=*), intent(in) :: json, key
+    integer :: v, k, e, stat
+    v = -1
+    k = index(json, '"' // key // '":')
+    if (k == 0) return
+    k = k + len(key) + 3
+    e = k
+    do while (e <= len(json))
+      if (verify(json(e:e), "0123456789") /= 0) exit
+      e = e + 1
+    end do
+    if (e == k) return
+    read (json(k:e - 1), *, iostat=stat) v
+    if (stat /= 0) v = -1
+  end function json_int
+
   !> Aborts the job when a call did not return STROM_OK.
   subroutine check(what, status)
     character(len=*), intent(in) :: what
     integer(c_int32_t), intent(in) :: status
-    if (status /= STROM_OK) call fail(what, status)
-  end subroutine check
-
-  subroutine fail(what, status)
-    character(len=*), intent(in) :: what
-    integer(c_int32_t), intent(in) :: status
+    if (status == STROM_OK) return
     write (*, '(a,i0,5a)') "rank ", rank, ": ", what, " -> ", strom_status_name(status), &
-      ": " // strom_last_error()
+      ": " // strom_mpi_last_error()
     call MPI_Abort(MPI_COMM_WORLD, 2)
-  end subroutine fail
+  end subroutine check
 
 end program fortran_push
