@@ -127,7 +127,8 @@ static void advance(struct particle *ps, long n, int step) {
  * each step's count and checksum sum. */
 static void simulate(strom_mpi_channel *ch, const params *pa, MPI_Datatype type, int rank,
                      uint64_t *mine) {
-  struct particle *ps = malloc((size_t)pa->n * sizeof *ps), *hot = malloc((size_t)pa->n * sizeof *hot);
+  struct particle *ps = malloc((size_t)pa->n * sizeof *ps);
+  struct particle *hot = malloc((size_t)pa->n * sizeof *hot);
   init_particles(ps, pa->n, rank);
   for (int s = 0; s < pa->steps; s++) {
     advance(ps, pa->n, s);

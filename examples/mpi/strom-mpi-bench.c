@@ -207,7 +207,9 @@ int main(int argc, char **argv) {
   o.selector = "round-robin";
   char topic[64];
   ex_topic(&o, "bench", topic, sizeof topic);
-  int role = (is_producer ? STROM_MPI_PRODUCER : 0) | (is_consumer && !seq ? STROM_MPI_CONSUMER : 0);
+  /* With -S the consumers join a second channel, after the produce phase. */
+  int role = (is_producer ? STROM_MPI_PRODUCER : STROM_MPI_NONE) |
+             (is_consumer && !seq ? STROM_MPI_CONSUMER : STROM_MPI_NONE);
   strom_mpi_channel *ch, *consumers = NULL;
   OK(strom_mpi_channel_open(MPI_COMM_WORLD, role, topic, &o, &ch));
 

@@ -17,7 +17,9 @@
  *      each count with strom_mpi_event_unpack and sums;
  *   4. MPI_Reduce gathers the sums on rank 0, which counts the same text
  *      sequentially and compares word by word (and checks that no word
- *      reached two reducers); every rank agrees on the verdict.
+ *      reached two reducers, and that the group has as many servers as
+ *      options.servers_per_node, from STROM_MPI_SERVERS_PER_NODE, asks);
+ *      every rank agrees on the verdict.
  *
  * Usage: wordcount [-l lines] [-w words_per_line] [-k lines_per_chunk]
  * Exit status 0 when the streamed counts equal the sequential ones.
@@ -142,6 +144,20 @@ static int compare(const text *t, const long total[VOCAB], const long owners[VOC
   return wrong == 0;
 }
 
+/* How many embedded servers the channel should have started: each node's
+ * lowest servers_per_node ranks (0 when attached to a running group). */
+static int expected_servers(const strom_mpi_channel_options *o) {
+  if (o->group_file || o->master_addr) return 0;
+  MPI_Comm node;
+  int node_rank, hosts, total = 0;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  MPI_Comm_rank(node, &node_rank);
+  MPI_Comm_free(&node);
+  hosts = node_rank < (o->servers_per_node > 0 ? o->servers_per_node : 1);
+  MPI_Allreduce(&hosts, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  return total;
+}
+
 static void parse(int argc, char **argv, text *t) {
   int opt;
   while ((opt = getopt(argc, argv, "l:w:k:")) != -1) {
@@ -193,7 +209,13 @@ int main(int argc, char **argv) {
   MPI_Reduce(owners, total_owners, VOCAB, MPI_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
   MPI_Reduce(ev, total_ev, 2, MPI_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
   uint32_t servers = 0;
+  int want = expected_servers(&o);
   if (rank == 0) OK(strom_driver_members(strom_mpi_channel_driver(ch), &servers, NULL));
+  if (rank == 0 && want && servers != (uint32_t)want) {
+    fprintf(stderr, "wordcount: %u servers, want %d (servers_per_node %d)\n", servers, want,
+            o.servers_per_node);
+    ok = 0;
+  }
   if (rank == 0 && !compare(&t, total, total_owners, total_ev, mappers, reducers, servers)) ok = 0;
 
   ok = ex_all_ok(ok);
