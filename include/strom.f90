@@ -2,8 +2,9 @@
 !>
 !> A thin `iso_c_binding` layer over include/strom.h (read it for what
 !> each call does): drivers, topics, producers, futures, and status
-!> messages as Fortran strings. Consumers stay in C (see
-!> examples/mpi/fortran_check.c for a C function a Fortran program calls).
+!> messages as Fortran strings. Fortran consumers read through the MPI
+!> channels of include/strom_mpi.f90 (module strom_mpi, docs/mpi.md; see
+!> examples/mpi/fortran_push.f90).
 !>
 !> Build the module with your compiler and link libstrom:
 !>

@@ -80,6 +80,10 @@ typedef struct {
   uint32_t partitions;
   const char *partition_type;
   const char *selector;
+  /* File topics: "always" (default), "never" or "interval:<ms>". */
+  const char *durability;
+  /* How each producer rank batches (NULL: libstrom's defaults). */
+  const strom_producer_options *producer;
   /* STROM_MPI_SHARE (default) or STROM_MPI_BROADCAST. */
   int distribution;
   /* Consumers are named consumers, `<consumer_name>-<i>` for the i-th

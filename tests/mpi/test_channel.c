@@ -9,7 +9,8 @@
  *   - broadcast: every consumer reads every element
  *   - datatypes: a strided column (MPI_Type_vector) pushed and unpacked
  *                contiguous, a subarray unpacked into a strided layout, the
- *                descriptor a consumer reads, and a type mismatch refused
+ *                descriptor a consumer reads, a type mismatch refused, a
+ *                freed type's reused handle, and records (an MPI struct)
  *   - operate:   the Operate callbacks, with acks that a second open of the
  *                channel resumes after
  *   - errors:    a bad argument on one rank fails the open on every rank
@@ -132,6 +133,45 @@ static void broadcast(void) {
   OK(strom_mpi_channel_close(&ch));
 }
 
+/* {double x; int32_t id;} as an MPI struct type. */
+static MPI_Datatype record_type(void) {
+  int lens[2] = {1, 1};
+  MPI_Aint displs[2] = {0, 8};
+  MPI_Datatype types[2] = {MPI_DOUBLE, MPI_INT32_T}, t, resized;
+  MPI_Type_create_struct(2, lens, displs, types, &t);
+  MPI_Type_create_resized(t, 0, 16, &resized);
+  MPI_Type_free(&t);
+  MPI_Type_commit(&resized);
+  return resized;
+}
+
+/* Records: described as such, read back as records or raw bytes, and
+ * refused as anything else. */
+static void records(strom_mpi_channel *ch) {
+  strom_event *e;
+  OK(strom_mpi_channel_pull(ch, TIMEOUT, &e));
+  strom_event_meta m;
+  OK(strom_event_info(e, &m));
+  const char *want = "{\"dtype\":\"|V12\",\"shape\":[2],\"order\":\"C\",\"mpi\":\"struct(1@0:MPI_DOUBLE,1@8:MPI_INT32_T)\"}";
+  CHECK(m.descriptor_len == strlen(want) && memcmp(m.descriptor, want, m.descriptor_len) == 0,
+        "records: descriptor %.*s", (int)m.descriptor_len, (const char *)m.descriptor);
+  struct {
+    double x;
+    int32_t id;
+  } back[2];
+  MPI_Datatype rec = record_type();
+  OK(strom_mpi_event_unpack(e, back, 2, rec));
+  CHECK(back[0].x == 1.5 && back[1].id == 2, "records: read back %g %d", back[0].x, back[1].id);
+  int n = 0;
+  OK(strom_mpi_event_count(e, MPI_BYTE, &n));
+  CHECK(n == 24, "records: %d raw bytes", n);
+  int wrong[6];
+  strom_status s = strom_mpi_event_unpack(e, wrong, 6, MPI_INT);
+  CHECK(s == STROM_ERR_INVALID_ARGUMENT, "records: as ints gave %s", strom_status_name(s));
+  MPI_Type_free(&rec);
+  strom_event_free(e);
+}
+
 /* Strided layouts both ways, the descriptor, and a mismatch. */
 static void datatypes(void) {
   int role = rank == 0 ? STROM_MPI_PRODUCER : rank == 1 ? STROM_MPI_CONSUMER : STROM_MPI_NONE;
@@ -150,6 +190,26 @@ static void datatypes(void) {
     OK(strom_mpi_channel_push(ch, &grid[0][2], 1, column, "{\"what\":\"column 2\"}"));
     double flat[6] = {11, 12, 13, 21, 22, 23};
     OK(strom_mpi_channel_push(ch, flat, 6, MPI_DOUBLE, "{\"what\":\"block\"}"));
+    /* A derived type freed and another made (MPI may reuse the handle):
+     * the second push is described as what it is. */
+    MPI_Datatype pair, triple;
+    MPI_Type_vector(2, 1, 2, MPI_DOUBLE, &pair);
+    MPI_Type_commit(&pair);
+    OK(strom_mpi_channel_push(ch, flat, 1, pair, NULL));
+    MPI_Type_free(&pair);
+    MPI_Type_contiguous(3, MPI_INT, &triple);
+    MPI_Type_commit(&triple);
+    int ints[3] = {7, 8, 9};
+    OK(strom_mpi_channel_push(ch, ints, 1, triple, NULL));
+    MPI_Type_free(&triple);
+    /* A record of two types. */
+    struct rec {
+      double x;
+      int32_t id;
+    } recs[2] = {{1.5, 1}, {2.5, 2}};
+    MPI_Datatype rec = record_type();
+    OK(strom_mpi_channel_push(ch, recs, 2, rec, NULL));
+    MPI_Type_free(&rec);
     OK(strom_mpi_channel_end(ch));
   } else if (role == STROM_MPI_CONSUMER) {
     strom_event *e;
@@ -177,6 +237,19 @@ static void datatypes(void) {
               into[0][0] == 0 && into[3][4] == 0,
           "datatypes: the block landed wrong");
     strom_event_free(e);
+    OK(strom_mpi_channel_pull(ch, TIMEOUT, &e));
+    strom_event_free(e);
+    OK(strom_mpi_channel_pull(ch, TIMEOUT, &e));
+    OK(strom_event_info(e, &m));
+    want = "{\"dtype\":\"<i4\",\"shape\":[3],\"order\":\"C\",\"mpi\":\"contiguous(3,MPI_INT)\"}";
+    CHECK(m.descriptor_len == strlen(want) && memcmp(m.descriptor, want, m.descriptor_len) == 0,
+          "datatypes: a reused handle's descriptor %.*s", (int)m.descriptor_len,
+          (const char *)m.descriptor);
+    int three[3];
+    OK(strom_mpi_event_unpack(e, three, 3, MPI_INT));
+    CHECK(three[0] == 7 && three[2] == 9, "datatypes: ints %d %d", three[0], three[2]);
+    strom_event_free(e);
+    records(ch);
     CHECK(strom_mpi_channel_pull(ch, TIMEOUT, &e) == STROM_END_OF_STREAM, "datatypes: no end");
   }
   MPI_Type_free(&column);

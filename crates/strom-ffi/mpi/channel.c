@@ -199,13 +199,15 @@ static strom_status start_servers(strom_mpi_channel *ch, const strom_mpi_channel
   MPI_Allreduce(&is_server, &nservers, 1, MPI_INT, MPI_SUM, ch->comm);
   strom_status s = ch->rank == 0 ? start_server(ch, o, NULL, 0, NULL, 0) : STROM_OK;
   s = agree(ch, s, "starting the first server");
-  static char group[FILE_CAP], secret[FILE_CAP];
+  char *group = calloc(2, FILE_CAP), *secret = group ? group + FILE_CAP : NULL;
   int glen = 0, slen = 0;
+  if (!group) s = smi_fail(STROM_ERR_INTERNAL, "out of memory");
   if (s == STROM_OK && servers != MPI_COMM_NULL && nservers > 1)
     s = share_group(ch, servers, group, &glen, secret, &slen);
   if (s == STROM_OK && is_server && ch->rank != 0)
     s = start_server(ch, o, group, glen, secret, slen);
-  memset(secret, 0, sizeof secret);
+  if (group) explicit_bzero(secret, FILE_CAP);
+  free(group);
   if (servers != MPI_COMM_NULL) MPI_Comm_free(&servers);
   s = agree(ch, s, "starting the servers");
   if (s == STROM_OK && ch->rank == 0) {
@@ -263,6 +265,7 @@ static strom_status open_topic(strom_mpi_channel *ch, const char *name,
     strom_topic_spec_init(&spec, name, parts);
     spec.partition_type = o->partition_type ? o->partition_type : "memory";
     spec.selector = o->selector;
+    spec.durability = o->durability;
     strom_topic *t = NULL;
     s = strom_topic_create(driver_of(ch), &spec, &t);
     strom_topic_free(t);
@@ -277,9 +280,9 @@ static strom_status open_topic(strom_mpi_channel *ch, const char *name,
   return STROM_OK;
 }
 
-static strom_status open_producer(strom_mpi_channel *ch) {
+static strom_status open_producer(strom_mpi_channel *ch, const strom_mpi_channel_options *o) {
   if (ch->producer_index < 0) return STROM_OK;
-  strom_status s = strom_producer_open(ch->topic, NULL, &ch->producer);
+  strom_status s = strom_producer_open(ch->topic, o->producer, &ch->producer);
   return s == STROM_OK ? s : smi_strom(s, "opening the producer");
 }
 
@@ -378,7 +381,7 @@ strom_status strom_mpi_channel_open(MPI_Comm comm, int role, const char *topic,
   if (s == STROM_OK) s = agree(ch, connect_group(ch, o), "connecting to the group");
   if (s == STROM_OK) s = open_topic(ch, topic, o);
   /* Every producer is registered before any consumer can see the end. */
-  if (s == STROM_OK) s = agree(ch, open_producer(ch), "opening the producers");
+  if (s == STROM_OK) s = agree(ch, open_producer(ch, o), "opening the producers");
   if (s == STROM_OK) s = agree(ch, open_consumer(ch, topic, o), "opening the consumers");
   if (s != STROM_OK) {
     char kept[sizeof last_error];
@@ -411,10 +414,13 @@ strom_status strom_mpi_channel_push(strom_mpi_channel *ch, const void *buf, int 
                                     MPI_Datatype type, const char *metadata) {
   if (!ch || !ch->producer)
     return smi_fail(STROM_ERR_INVALID_ARGUMENT, "this rank is not a producer of the channel");
+  /* A derived type's handle may name another type once it is freed (MPI
+   * reuses handles), so only predefined types' descriptors are kept. */
   if (ch->desc_type != type || ch->desc_count != count || !ch->desc[0]) {
     strom_status s = smi_describe(type, count, ch->desc, sizeof ch->desc);
     if (s != STROM_OK) return s;
-    ch->desc_type = type, ch->desc_count = count;
+    ch->desc_type = smi_predefined(type) ? type : MPI_DATATYPE_NULL;
+    ch->desc_count = count;
   }
   const void *run = NULL;
   size_t len = 0;

@@ -25,6 +25,10 @@ strom_status smi_mpi(int rc, const char *what);
  * strom_mpi_channel_push), written into out[cap]. */
 strom_status smi_describe(MPI_Datatype type, int count, char *out, size_t cap);
 
+/* Whether `type` is a predefined (named) type, whose handle never changes
+ * meaning. */
+int smi_predefined(MPI_Datatype type);
+
 /* `count` elements of `type` at `buf` as one contiguous run: `*run` is
  * `buf` itself when the layout is contiguous (`*owned` NULL), else a
  * malloc'd packed copy (`*owned` = `*run`, for the caller to free). */

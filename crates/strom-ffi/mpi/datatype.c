@@ -85,6 +85,23 @@ static void note_base(walk *w, MPI_Datatype t) {
 
 static strom_status walk_type(MPI_Datatype t, walk *w, int depth);
 
+/* The text a constructor without a shape of its own starts with. */
+static const char *combiner_name(int comb) {
+  if (comb == MPI_COMBINER_STRUCT) return "struct(";
+  if (comb == MPI_COMBINER_INDEXED) return "indexed(";
+  if (comb == MPI_COMBINER_HINDEXED) return "hindexed(";
+  if (comb == MPI_COMBINER_INDEXED_BLOCK) return "indexed_block(";
+  if (comb == MPI_COMBINER_HINDEXED_BLOCK) return "hindexed_block(";
+  if (comb == MPI_COMBINER_DARRAY) return "darray(";
+  return "derived(";
+}
+
+int smi_predefined(MPI_Datatype type) {
+  int ni, na, nd, comb;
+  return MPI_Type_get_envelope(type, &ni, &na, &nd, &comb) == MPI_SUCCESS &&
+         comb == MPI_COMBINER_NAMED;
+}
+
 /* Walks the contents of a derived type (combiner `comb`). */
 static strom_status walk_derived(MPI_Datatype t, int comb, int ni, int na, int nd, walk *w,
                                  int depth) {
@@ -119,11 +136,17 @@ static strom_status walk_derived(MPI_Datatype t, int comb, int ni, int na, int n
   } else if (comb == MPI_COMBINER_DUP || comb == MPI_COMBINER_RESIZED) {
     /* the same elements */
   } else {
-    append(w->text, sizeof w->text, "derived%d(", comb);
+    append_str(w->text, sizeof w->text, combiner_name(comb));
     w->shaped = 0;
   }
-  for (int i = 0; s == STROM_OK && i < (comb == MPI_COMBINER_STRUCT ? nd : nd > 0); i++)
+  int members = comb == MPI_COMBINER_STRUCT ? nd : nd > 0;
+  for (int i = 0; s == STROM_OK && i < members; i++) {
+    if (comb == MPI_COMBINER_STRUCT) { /* blocklength@displacement:type */
+      append(w->text, sizeof w->text, i ? ",%d@" : "%d@", ints[1 + i]);
+      append(w->text, sizeof w->text, "%d:", (int)addrs[i]);
+    }
     s = walk_type(types[i], w, depth + 1);
+  }
   if (comb != MPI_COMBINER_DUP && comb != MPI_COMBINER_RESIZED)
     append_str(w->text, sizeof w->text, ")");
   for (int i = 0; i < nd; i++) {
@@ -249,17 +272,19 @@ static int event_dtype(const strom_event *ev, char *out, size_t cap) {
   return 1;
 }
 
-/* Checks the event's element type against `type`'s. */
+/* Checks the event's element type against `type`'s. MPI_BYTE reads any
+ * event's bytes as they are, as it matches any type in MPI. Records
+ * (|V<size>) match records of the same size only. */
 static strom_status same_elements(const strom_event *ev, MPI_Datatype type) {
   char theirs[64], ours[512];
-  if (!event_dtype(ev, theirs, sizeof theirs)) return STROM_OK;
+  if (type == MPI_BYTE || !event_dtype(ev, theirs, sizeof theirs)) return STROM_OK;
   strom_status s = smi_describe(type, 1, ours, sizeof ours);
   if (s != STROM_OK) return s;
   char mine[64] = "";
   const char *p = strstr(ours, "\"dtype\":\"") + 9;
   size_t n = strcspn(p, "\"");
   memcpy(mine, p, n < sizeof mine ? n : sizeof mine - 1);
-  if (strcmp(mine, theirs) == 0 || theirs[1] == 'V' || mine[1] == 'V') return STROM_OK;
+  if (strcmp(mine, theirs) == 0) return STROM_OK;
   return smi_fail(STROM_ERR_INVALID_ARGUMENT,
                   "the event holds %s elements; the datatype given has %s elements", theirs, mine);
 }
