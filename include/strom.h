@@ -579,6 +579,14 @@ strom_status strom_event_ack(const strom_event *event);
 // server has persisted the ack.
 strom_status strom_event_ack_sync(const strom_event *event, int64_t timeout_ms);
 
+// Acks the event once every one of the `n` futures (the pushes of its
+// results) is stored, and returns at once; the futures may be freed
+// right after. With `n` 0 it acks now. If a push fails the event is not
+// acked (in a shared group it is given back for another delivery).
+strom_status strom_event_ack_when(const strom_event *event,
+                                  const strom_future *const *futures,
+                                  size_t n);
+
 // Shared consumer groups: gives the event back for another delivery now.
 strom_status strom_event_nack(const strom_event *event);
 

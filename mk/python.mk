@@ -18,7 +18,9 @@ PY := $(PY_VENV)/bin/python
 # examples/provenance (docs/provenance.md).
 # h5py: crates/strom-cli/tests/hdf5.rs writes the files `strom topic load`
 # reads and reads what `stage-out --format hdf5` writes (docs/hdf5.md).
-PY_PKGS := maturin numpy pytest pytest-timeout pyzmq confluent-kafka kafka-python 'moto[server]' dask distributed h5py
+# mpi4py: strom.mpi, MPI channels for Python (docs/mpi.md; its wheel loads
+# the Open MPI that scripts/setup.sh installs).
+PY_PKGS := maturin numpy pytest pytest-timeout pyzmq confluent-kafka kafka-python 'moto[server]' dask distributed h5py mpi4py
 # One shared target directory, so the Strom crates are not compiled twice.
 PY_TARGET := $(CURDIR)/target
 # Where `make wheel` puts strom-<version>-cp311-abi3-<platform>.whl.
@@ -31,7 +33,7 @@ python-setup: $(PY_VENV)/.strom-setup
 $(PY_VENV)/.strom-setup: mk/python.mk
 	@test -x $(PY) || python3 -m venv $(PY_VENV) || { \
 		apt-get install -y -qq python3-venv >/dev/null && python3 -m venv $(PY_VENV); }
-	@$(PY) -c 'import maturin, numpy, pytest, pytest_timeout, zmq, confluent_kafka, kafka, moto.server, dask, distributed, h5py' 2>/dev/null || \
+	@$(PY) -c 'import maturin, numpy, pytest, pytest_timeout, zmq, confluent_kafka, kafka, moto.server, dask, distributed, h5py, mpi4py' 2>/dev/null || \
 		$(PY) -m pip install --quiet --no-cache-dir --disable-pip-version-check $(PY_PKGS)
 	@touch $@
 

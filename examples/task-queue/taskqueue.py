@@ -59,23 +59,17 @@ def worker(args) -> None:
     )
     results = d.open_topic("results").producer()
     done = 0
-    while (batch := tasks.pull_batch(32, timeout=args.idle)) is not None:
-        if not batch:
-            continue
-        stored = []
-        for ev in batch:
-            t = ev.metadata
-            if args.work_ms:
-                time.sleep(args.work_ms / 1000.0)
-            y = objective(t["x"])
-            r = {"task": t["task"], "gen": t["gen"], "x": t["x"], "y": y,
-                 "sent": t["sent"], "deliveries": ev.deliveries}
-            stored.append((ev, results.push(r)))
-        # Ack a task only once its result is stored: at least once.
-        acks = [ev.ack() for ev, fut in stored if fut.wait(timeout=60.0) is not None]
-        for a in acks:
-            a.wait(timeout=60.0)
-        done += len(batch)
+    for ev in tasks:  # until the dispatcher ends the task stream
+        t = ev.metadata
+        if args.work_ms:
+            time.sleep(args.work_ms / 1000.0)
+        y = objective(t["x"])
+        r = {"task": t["task"], "gen": t["gen"], "x": t["x"], "y": y,
+             "sent": t["sent"], "deliveries": ev.deliveries}
+        # Ack the task once its result is stored (at least once), without
+        # waiting here: the loop takes the next task meanwhile.
+        ev.ack_when(results.push(r))
+        done += 1
     results.close()
     print(json.dumps({"worker": args.name, "tasks": done}), flush=True)
 
@@ -169,7 +163,6 @@ def main(argv=None) -> None:
         if role == "worker":
             p.add_argument("--name", default=None, help="label shown by `strom group describe`")
             p.add_argument("--prefetch", type=int, default=16)
-            p.add_argument("--idle", type=float, default=30.0, help="seconds between idle polls")
     args = ap.parse_args(argv)
     {"run": run, "dispatcher": dispatcher, "worker": worker}[args.role](args)
 

@@ -1,6 +1,7 @@
 //! `Driver` and `Topic`: connecting (or embedding a server), topic
 //! administration, and the factories for producers and consumers.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -89,7 +90,7 @@ impl PyDriver {
     #[pyo3(signature = (group_file=None, *, address=None, token=None))]
     fn connect(
         py: Python<'_>,
-        group_file: Option<std::path::PathBuf>,
+        group_file: Option<PathBuf>,
         address: Option<String>,
         token: Option<String>,
     ) -> PyResult<Self> {
@@ -119,12 +120,58 @@ impl PyDriver {
 
     /// Starts a server inside this process with its data under `path`, and
     /// connects to it. Nothing else needs to run.
+    ///
+    /// By default the server is a group of its own on a free loopback
+    /// port. `listen` names another address; `group_file` writes the new
+    /// group's file there (and its cluster secret beside it, for members
+    /// that join); `join` makes the server a member of the running group
+    /// that group file describes (`cluster_secret_file`: default beside
+    /// it); `insecure` serves a network address without authentication.
     #[staticmethod]
-    fn embedded(py: Python<'_>, path: std::path::PathBuf) -> PyResult<Self> {
-        let d = py.detach(|| Driver::embedded(path)).py(py)?;
+    #[pyo3(signature = (path, *, listen=None, group_file=None, join=None, cluster_secret_file=None, insecure=false))]
+    fn embedded(
+        py: Python<'_>,
+        path: PathBuf,
+        listen: Option<String>,
+        group_file: Option<PathBuf>,
+        join: Option<PathBuf>,
+        cluster_secret_file: Option<PathBuf>,
+        insecure: bool,
+    ) -> PyResult<Self> {
+        let alone = join.is_none();
+        let mut config = strom_client::ServerConfig {
+            data_dir: path,
+            group_file,
+            join,
+            cluster_secret_file,
+            insecure,
+            // A new group of one, whatever a launcher's environment says.
+            rank: alone.then_some(0),
+            size: alone.then_some(1),
+            ..Default::default()
+        };
+        if let Some(l) = listen {
+            config.listen = l;
+        }
+        let d = py.detach(|| Driver::embedded_with(config)).py(py)?;
         Ok(PyDriver {
             inner: ForkSafe::new(d, "Driver"),
         })
+    }
+
+    /// The group's members: a list of dicts with `id`, `addr` and `alive`.
+    fn members<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let d = self.inner.get(py)?;
+        let all = py.detach(|| d.members()).py(py)?;
+        let l = PyList::empty(py);
+        for m in &all {
+            let e = PyDict::new(py);
+            e.set_item("id", m.id)?;
+            e.set_item("addr", &m.addr)?;
+            e.set_item("alive", m.alive)?;
+            l.append(e)?;
+        }
+        Ok(l)
     }
 
     /// `host:port` of the server holding the topic registry.

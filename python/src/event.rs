@@ -277,6 +277,33 @@ impl PyEvent {
         }
     }
 
+    /// Acks this event once every push future given (`PushFuture` or
+    /// `PushFutures`: the event's results) is stored, and returns at once:
+    /// a worker's `for ev in consumer` loop goes on to the next task while
+    /// the results are in flight, and each ack frees its place in the
+    /// consumer's prefetch window by itself. No futures: acks now. If a
+    /// result's push fails the event is not acked (a shared group's member
+    /// gives it back for another delivery).
+    #[pyo3(signature = (*results))]
+    fn ack_when(&self, results: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<()> {
+        let mut futs = Vec::with_capacity(results.len());
+        for r in results.iter() {
+            if let Ok(f) = r.cast::<crate::push_future::PyPushFuture>() {
+                futs.push(f.get().queued());
+            } else if let Ok(fs) = r.cast::<crate::push_future::PyPushFutures>() {
+                futs.extend(fs.get().queued());
+            } else {
+                return Err(pyo3::exceptions::PyTypeError::new_err(format!(
+                    "ack_when takes PushFuture or PushFutures, not {}",
+                    r.get_type().name()?
+                )));
+            }
+        }
+        let ev = self.ev.lock();
+        ev.ack_when(futs.iter().flat_map(|(q, range)| q[range.clone()].iter()));
+        Ok(())
+    }
+
     /// Shared consumer groups: gives the event back, to be delivered again
     /// (to any member) now; it counts as a delivery. Other consumers get
     /// an error when the future is waited on.

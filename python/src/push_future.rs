@@ -82,6 +82,11 @@ pub struct PyPushFuture {
 }
 
 impl PyPushFuture {
+    /// Its futures and the index range of this one (for `Event.ack_when`).
+    pub fn queued(&self) -> (Queued, std::ops::Range<usize>) {
+        (self.futs.clone(), self.i..self.i + 1)
+    }
+
     pub fn new(futs: Queued, i: usize) -> Self {
         PyPushFuture {
             futs,
@@ -177,6 +182,11 @@ pub struct PyPushFutures {
 }
 
 impl PyPushFutures {
+    /// Every future of the call (for `Event.ack_when`).
+    pub fn queued(&self) -> Option<(Queued, std::ops::Range<usize>)> {
+        Some((self.futs.clone(), 0..self.futs.len()))
+    }
+
     pub fn new(futs: Queued) -> Self {
         PyPushFutures {
             futs,

@@ -97,6 +97,11 @@ class Event:
     def ack(self) -> AckFuture:
         """Commits this event (and every earlier one of its partition) for the consumer's name;
         in a shared consumer group, this event alone."""
+    def ack_when(self, *results: Union[PushFuture, PushFutures]) -> None:
+        """Acks this event once every given push (its results) is stored, and returns
+        at once: a worker loop needs no polling, and each ack frees its place in the
+        consumer's prefetch window by itself. If a push fails the event is not acked
+        (a shared group's member gives it back for another delivery)."""
     def nack(self) -> AckFuture:
         """Shared consumer groups: gives the event back for redelivery now."""
 
@@ -278,8 +283,20 @@ class Driver:
         """Connects to the group of a group file, or to ``host:port``,
         presenting ``token`` (else ``$STROM_TOKEN`` / ``$STROM_TOKEN_FILE``)."""
     @staticmethod
-    def embedded(path: Union[str, os.PathLike[str]]) -> Driver:
-        """Starts a server inside this process with its data under ``path``."""
+    def embedded(
+        path: Union[str, os.PathLike[str]],
+        *,
+        listen: Optional[str] = None,
+        group_file: Union[str, os.PathLike[str], None] = None,
+        join: Union[str, os.PathLike[str], None] = None,
+        cluster_secret_file: Union[str, os.PathLike[str], None] = None,
+        insecure: bool = False,
+    ) -> Driver:
+        """Starts a server inside this process with its data under ``path``: a group
+        of its own (writing its group file to ``group_file``), or a member of the
+        group ``join`` (a group file) describes."""
+    def members(self) -> list[dict[str, Any]]:
+        """The group's members: ``id``, ``addr`` and ``alive`` of each."""
     @property
     def address(self) -> str:
         """host:port of the server holding the topic registry."""

@@ -475,6 +475,52 @@ static void test_shared_group(void) {
   strom_topic_free(t);
 }
 
+/* A worker acks each task once its result is stored (strom_event_ack_when),
+ * never waiting: with a prefetch window of 4, 200 tasks still all pass
+ * through one worker, each delivered once. */
+static void test_ack_when(void) {
+  strom_topic *tasks = make_topic("ack-when-tasks", 1, NULL);
+  strom_topic *results = make_topic("ack-when-results", 1, NULL);
+  strom_producer *p, *out;
+  OK(strom_producer_open(tasks, NULL, &p));
+  OK(strom_producer_open(results, NULL, &out));
+  for (int i = 0; i < 200; i++) OK(push_text(p, "{}", NULL, 0, NULL));
+  OK(strom_producer_close(p));
+  strom_consumer_options o;
+  strom_consumer_options_init(&o);
+  o.group = "ack-when";
+  o.group_mode = "shared";
+  o.prefetch = 4;
+  strom_consumer *worker;
+  OK(strom_consumer_open(tasks, "worker", &o, &worker));
+  int done = 0;
+  strom_event *e;
+  strom_status s;
+  while ((s = strom_consumer_pull(worker, 20000, &e)) == STROM_OK) {
+    strom_event_meta m;
+    OK(strom_event_info(e, &m));
+    strom_future *result;
+    OK(push_text(out, "{\"r\":1}", NULL, 0, &result));
+    const strom_future *results_of_task[1] = {result};
+    OK(strom_event_ack_when(e, results_of_task, 1));
+    strom_future_free(result); /* the ack does not need the handle */
+    strom_event_free(e);
+    CHECK(m.offset == (uint64_t)done, "task %llu came after %d tasks (a redelivery?)",
+          (unsigned long long)m.offset, done);
+    done++;
+  }
+  CHECK(s == STROM_END_OF_STREAM, "the worker stopped with %s after %d tasks: %s",
+        strom_status_name(s), done, strom_last_error());
+  CHECK(done == 200, "the worker did %d tasks", done);
+  CHECK(strom_event_ack_when(NULL, NULL, 0) == STROM_ERR_NULL_ARGUMENT, "a NULL event passed");
+  OK(strom_producer_close(out));
+  strom_consumer_free(worker);
+  strom_producer_free(p);
+  strom_producer_free(out);
+  strom_topic_free(tasks);
+  strom_topic_free(results);
+}
+
 /* strom_topic_complete ends the stream while a producer is still open. */
 static void test_complete(void) {
   strom_topic *t = make_topic("complete", 1, NULL);
@@ -609,6 +655,7 @@ int main(void) {
   test_callback_error();
   test_shared_handles();
   test_shared_group();
+  test_ack_when();
   test_complete();
   test_lent_data();
   test_errors();

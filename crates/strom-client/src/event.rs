@@ -44,6 +44,10 @@ impl LaterAck {
     pub fn ack(&self) -> AckFuture {
         self.acks.clone().ack_event(self.offset)
     }
+
+    pub fn nack(&self) -> AckFuture {
+        self.acks.clone().nack_event(self.offset)
+    }
 }
 
 /// What [`Consumer::pull`](crate::Consumer::pull) gives: an event, or the

@@ -12,6 +12,7 @@
 //! `kafka` feature the same API runs on a Kafka cluster
 //! (`Driver::connect_addr("kafka://host:port")`, librdkafka inside).
 
+mod ack_when;
 mod acks;
 mod backend;
 mod batching;
@@ -63,7 +64,7 @@ pub use strom_proto::{
     Compression, ConsumerGroupInfo, Durability, ErrorCode, GroupPartitionInfo, MemberInfo,
     Overflow, PartitionInfo, PartitionType, Selection, StartPos, TopicInfo, TopicSpec,
 };
-pub use topic::Topic;
 /// The embedded server's configuration, for [`Driver::embedded_with`].
 #[cfg(feature = "embedded")]
 pub use strom_server::ServerConfig;
+pub use topic::Topic;

@@ -252,7 +252,11 @@ unsafe fn server_config(o: &strom_server_options) -> FfiResult<strom_client::Ser
         c.listen = l.to_string();
     }
     if let Some(a) = opt_str_arg(o.also_listen, "also_listen")? {
-        c.also_listen = a.split(',').filter(|s| !s.is_empty()).map(String::from).collect();
+        c.also_listen = a
+            .split(',')
+            .filter(|s| !s.is_empty())
+            .map(String::from)
+            .collect();
     }
     Ok(c)
 }

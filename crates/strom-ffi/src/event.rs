@@ -152,6 +152,32 @@ pub unsafe extern "C" fn strom_event_ack_sync(
     })
 }
 
+/// Acks the event once every one of the `n` futures (the pushes of its
+/// results) is stored, and returns at once; the futures may be freed
+/// right after. With `n` 0 it acks now. If a push fails the event is not
+/// acked (in a shared group it is given back for another delivery).
+#[no_mangle]
+pub unsafe extern "C" fn strom_event_ack_when(
+    event: *const strom_event,
+    futures: *const *const crate::producer::strom_future,
+    n: usize,
+) -> strom_status {
+    guard(|| {
+        let ev = event_ref(event)?;
+        let ptrs: &[*const crate::producer::strom_future] = match (futures.is_null(), n) {
+            (_, 0) => &[],
+            (true, _) => return Err(Fail::null("futures")),
+            (false, _) => std::slice::from_raw_parts(futures, n),
+        };
+        let futs = ptrs
+            .iter()
+            .map(|f| crate::producer::future_ref(*f))
+            .collect::<FfiResult<Vec<_>>>()?;
+        ev.ack_when(futs);
+        Ok(())
+    })
+}
+
 /// Shared consumer groups: gives the event back for another delivery now.
 #[no_mangle]
 pub unsafe extern "C" fn strom_event_nack(event: *const strom_event) -> strom_status {

@@ -367,7 +367,7 @@ pub unsafe extern "C" fn strom_producer_free(producer: *mut strom_producer) {
     }
 }
 
-unsafe fn future_ref<'a>(f: *const strom_future) -> FfiResult<&'a PushFuture> {
+pub(crate) unsafe fn future_ref<'a>(f: *const strom_future) -> FfiResult<&'a PushFuture> {
     f.as_ref()
         .map(|f| &f.inner)
         .ok_or_else(|| Fail::null("future"))
