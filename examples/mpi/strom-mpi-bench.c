@@ -10,9 +10,8 @@
  * What it shows:
  *   1. strom_mpi_channel_open on a topic of -P partitions (default M) of
  *      type -t (options.partition_type: "memory" or "file"), events spread
- *      round-robin (options.selector); attached to a group, rank 0 creates
- *      the topic first with durability "never" (the channel has no such
- *      option; see precreate); SHARE distribution: consumer j reads
+ *      round-robin (options.selector), durability "never" as `strom bench`
+ *      uses (options.durability); SHARE distribution: consumer j reads
  *      the partitions p with p % M == j. A barrier starts the clock (every
  *      wait in the timed part sleeps instead of spinning in MPI);
  *   2. each producer pushes E events of META bytes of JSON metadata and
@@ -121,30 +120,6 @@ static void quiet_barrier(void) {
   }
 }
 
-/* Attached to a running group, rank 0 creates the topic first, with
- * durability "never" as `strom bench` does: a channel's options have no
- * durability, and the channel opens an existing topic as it is. (Embedded
- * servers only exist once the channel is open: their topic has the
- * default durability, which costs a file topic most of its produce rate.) */
-static int precreate(const strom_mpi_channel_options *o, const config *c, const char *topic) {
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  if (!o->group_file) return 0;
-  if (rank != 0) return 1;
-  strom_driver *d = NULL;
-  strom_topic *t = NULL;
-  strom_topic_spec spec;
-  OK(strom_driver_connect(o->group_file, &d));
-  OK(strom_topic_spec_init(&spec, topic, (uint32_t)c->partitions));
-  spec.partition_type = c->type;
-  spec.durability = "never";
-  spec.selector = o->selector;
-  OK(strom_topic_create(d, &spec, &t));
-  strom_topic_free(t);
-  strom_driver_free(d);
-  return 1;
-}
-
 /* A producer's E events, then the end of its stream. */
 static void produce(strom_mpi_channel *ch, const config *c, int rank, long long counts[NCOUNTS]) {
   char *meta = calloc(1, (size_t)c->meta_size + 1); /* NUL-terminated */
@@ -192,7 +167,7 @@ static int report(const config *c, int attached, int ranks, const double slowest
          "\"consume_seconds\":%.6f,\"consume_events_per_s\":%.1f,\"consume_MB_per_s\":%.3f,"
          "\"seconds\":%.6f,\"events_per_s\":%.1f,\"mb_per_s\":%.3f,\"ok\":%s}\n",
          attached ? "group" : "embedded", c->producers, c->consumers, ranks, c->partitions,
-         c->type, c->meta_size, c->data_size, attached ? "never" : "default",
+         c->type, c->meta_size, c->data_size, "never",
          c->sequential ? "true" : "false", expect, t[PUSHED], t[PULLED],
          t[PUSHED_BYTES], ps, t[PUSHED] / ps, t[PUSHED_BYTES] / ps / 1e6, cs, t[PULLED] / cs,
          t[PULLED_BYTES] / cs / 1e6, e2e, t[PULLED] / e2e, t[PULLED_BYTES] / e2e / 1e6,
@@ -233,9 +208,10 @@ int main(int argc, char **argv) {
   o.partitions = (uint32_t)c.partitions;
   o.partition_type = c.type;
   o.selector = "round-robin";
+  o.durability = "never";
   char topic[64];
   ex_topic(&o, "bench", topic, sizeof topic);
-  const int attached = precreate(&o, &c, topic);
+  const int attached = o.group_file != NULL;
   /* With -S the consumers join a second channel, after the produce phase. */
   int role = (is_producer ? STROM_MPI_PRODUCER : STROM_MPI_NONE) |
              (is_consumer && !seq ? STROM_MPI_CONSUMER : STROM_MPI_NONE);
