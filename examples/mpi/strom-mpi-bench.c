@@ -35,9 +35,9 @@
  *
  * Usage: strom-mpi-bench [-p producers] [-c consumers] [-e events_per_producer]
  *          [-m metadata_bytes] [-d data_bytes] [-P partitions]
- *          [-t memory|file] [-S]
- * (-b batch_events is refused: a channel's producers take libstrom's
- * default, adaptive batching.)
+ *          [-t memory|file] [-b batch_events] [-S]
+ * (-b: batches of that many events through options.producer; 0, the
+ * default, is libstrom's adaptive batching.)
  */
 #include "example.h"
 
@@ -46,7 +46,7 @@
 
 typedef struct {
   int producers, consumers, partitions, sequential;
-  long events, meta_size, data_size;
+  long events, meta_size, data_size, batch;
   const char *type;
 } config;
 
@@ -56,7 +56,7 @@ static void usage(const char *argv0) {
   fprintf(stderr,
           "usage: %s [-p producers] [-c consumers] [-e events_per_producer]\n"
           "          [-m metadata_bytes] [-d data_bytes] [-P partitions]\n"
-          "          [-t memory|file] [-S]\n",
+          "          [-t memory|file] [-b batch_events] [-S]\n",
           argv0);
 }
 
@@ -72,11 +72,7 @@ static void parse(int argc, char **argv, config *c) {
       case 'P': c->partitions = atoi(optarg); break;
       case 't': c->type = optarg; break;
       case 'S': c->sequential = 1; break;
-      case 'b':
-        if (atoi(optarg) == 0) break;
-        fprintf(stderr, "%s: -b: a channel's producers batch adaptively (no producer options)\n",
-                argv[0]);
-        exit(2);
+      case 'b': c->batch = atol(optarg); break;
       default: usage(argv[0]); exit(2);
     }
   }
@@ -88,7 +84,7 @@ static int settle(config *c, int ranks) {
   if (c->producers < 0) c->producers = ranks - c->consumers;
   if (c->partitions < 0) c->partitions = c->consumers > 0 ? c->consumers : 1;
   return c->producers >= 1 && c->consumers >= 1 && c->producers + c->consumers <= ranks &&
-         c->events >= 0 && c->meta_size >= 50 && c->data_size >= 0 &&
+         c->events >= 0 && c->meta_size >= 50 && c->data_size >= 0 && c->batch >= 0 &&
          c->partitions >= c->consumers;
 }
 
@@ -209,6 +205,10 @@ int main(int argc, char **argv) {
   o.partition_type = c.type;
   o.selector = "round-robin";
   o.durability = "never";
+  strom_producer_options batching;
+  OK(strom_producer_options_init(&batching));
+  batching.batch_events = (uint32_t)c.batch;
+  o.producer = &batching;
   char topic[64];
   ex_topic(&o, "bench", topic, sizeof topic);
   const int attached = o.group_file != NULL;
