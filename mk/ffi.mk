@@ -22,7 +22,7 @@ FFI_SAN := -O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitiz
 FFI_SAN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 
 .PHONY: header ffi install test-ffi ffi-c-tests ffi-tls-token ffi-install-test ffi-doc-example ffi-mpi \
-	ffi-mpi-lib ffi-mpi-channel
+	ffi-mpi-lib ffi-mpi-channel ffi-mpich
 
 # libstrom_mpi (include/strom_mpi.h, docs/mpi.md): the MPI channels, C over
 # libstrom, built with the MPI compiler wrapper of the MPI it is used with.
@@ -53,7 +53,8 @@ install: ffi
 	sed -e 's|@PREFIX@|$(abspath $(PREFIX))|' -e 's|@VERSION@|$(FFI_VERSION)|' \
 		crates/strom-ffi/strom.pc.in > $(PREFIX)/lib/pkgconfig/strom.pc
 
-test-ffi: ffi ffi-c-tests ffi-tls-token ffi-install-test ffi-doc-example ffi-mpi-channel ffi-mpi
+test-ffi: ffi ffi-c-tests ffi-tls-token ffi-install-test ffi-doc-example ffi-mpi-channel ffi-mpi \
+	ffi-mpich
 
 ffi-mpi-lib: $(FFI_MPI_LIB)
 
@@ -62,6 +63,22 @@ $(FFI_MPI_LIB): $(FFI_MPI_SRC) crates/strom-ffi/mpi/channel_internal.h include/s
 	for f in $(FFI_MPI_SRC); do \
 		$(MPICC) $(FFI_MPI_CFLAGS) -c $$f -o $(FFI_OUT)/mpi-lib/$$(basename $$f .c).o || exit 1; done
 	rm -f $@ && ar rcs $@ $(patsubst crates/strom-ffi/mpi/%.c,$(FFI_OUT)/mpi-lib/%.o,$(FFI_MPI_SRC))
+
+# The channel tests again under MPICH (scripts/setup.sh installs it beside
+# Open MPI): libstrom_mpi is compiled with MPICH's mpicc, as an MPICH user
+# would.
+FFI_MPICH := $(FFI_OUT)/mpich
+ffi-mpich: ffi
+	@mkdir -p $(FFI_MPICH)
+	for f in $(FFI_MPI_SRC); do \
+		mpicc.mpich $(FFI_MPI_CFLAGS) -c $$f -o $(FFI_MPICH)/$$(basename $$f .c).o || exit 1; done
+	rm -f $(FFI_MPICH)/libstrom_mpi.a && ar rcs $(FFI_MPICH)/libstrom_mpi.a $(FFI_MPICH)/*.o
+	for t in test_channel test_kill; do \
+		mpicc.mpich -std=c11 -D_GNU_SOURCE $(FFI_CFLAGS) tests/mpi/$$t.c $(FFI_MPICH)/libstrom_mpi.a \
+			$(FFI_LIB_DIR)/libstrom.a $(FFI_LIBS) -o $(FFI_MPICH)/$$t || exit 1; done
+	timeout -k 10 180 mpirun.mpich -n 4 $(FFI_MPICH)/test_channel
+	$(CARGO) build -p strom-cli $(TEST_FEATURES) --bin strom
+	tests/mpi/kill.sh target/debug/strom $(FFI_MPICH)/test_kill mpirun.mpich
 
 # The channel API's own tests under mpirun (tests/mpi/), and what happens
 # when a consumer rank dies (tests/mpi/kill.sh, against a real server).

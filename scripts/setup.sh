@@ -52,6 +52,10 @@ test_pkgs=(
   cmake libcurl4-openssl-dev
   # the mpirun launcher test; libstrom's MPI examples (mpicc, mpicxx, mpifort)
   openmpi-bin libopenmpi-dev gfortran
+  # the MPI channels' tests once more under MPICH (mpicc.mpich,
+  # mpirun.mpich); Open MPI stays the default mpicc and mpirun (its
+  # alternatives have the higher priority)
+  mpich
   # `strom sink postgres` tests start a throw-away cluster with initdb/postgres
   postgresql
   # `promtool check metrics` on the /metrics endpoint
