@@ -10,6 +10,7 @@
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdatomic.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -638,15 +639,47 @@ static void test_errors(void) {
   strom_event_free(NULL);
 }
 
+/* Whatever transport ran (libfabric and its providers, loaded on first
+ * use, install handlers for SIGINT, SIGTERM, SIGSEGV and more when they
+ * load), this program's signal dispositions are still its own: as they
+ * were when main started. */
+static void *dispositions_at_start[32];
+
+static void *disposition(int sig) {
+  struct sigaction a;
+  if (sigaction(sig, NULL, &a) != 0) return NULL;
+  return (a.sa_flags & SA_SIGINFO) ? (void *)a.sa_sigaction : (void *)a.sa_handler;
+}
+
+static void keep_signal_dispositions(void) {
+  for (int sig = 1; sig < 32; sig++) dispositions_at_start[sig] = disposition(sig);
+}
+
+static void test_signals_untouched(void) {
+  for (int sig = 1; sig < 32; sig++)
+    CHECK(disposition(sig) == dispositions_at_start[sig],
+          "signal %d's handler changed while the tests ran (libfabric's providers?)", sig);
+}
+
 int main(void) {
   if (!mkdtemp(data_dir)) {
     perror("mkdtemp");
     return 2;
   }
-  if (strom_driver_embedded(data_dir, &driver) != STROM_OK) {
-    fprintf(stderr, "embedded server: %s\n", strom_last_error());
+  /* STROM_TEST_LISTEN runs the whole suite over another transport, e.g.
+   * ofi+tcp://auto or ofi+shm://auto (make test-ffi does both). */
+  keep_signal_dispositions();
+  const char *listen = getenv("STROM_TEST_LISTEN");
+  strom_server_options so;
+  strom_server_options_init(&so, data_dir);
+  so.listen = listen && listen[0] ? listen : NULL;
+  /* ofi+tcp://auto binds the provider's network address: no auth here. */
+  so.insecure = so.listen != NULL;
+  if (strom_driver_embedded_ex(&so, &driver) != STROM_OK) {
+    fprintf(stderr, "embedded server on %s: %s\n", listen ? listen : "tcp", strom_last_error());
     return 2;
   }
+  printf("libstrom C tests over %s\n", strom_driver_master_addr(driver));
   test_order_and_data();
   test_selection();
   test_broker();
@@ -659,6 +692,7 @@ int main(void) {
   test_complete();
   test_lent_data();
   test_errors();
+  test_signals_untouched();
   strom_driver_free(driver);
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf %s", data_dir);

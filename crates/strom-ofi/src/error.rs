@@ -39,6 +39,9 @@ pub enum OfiError {
     /// The endpoint is shutting down.
     #[error("the endpoint is closed")]
     Closed,
+    /// libfabric could not be loaded (it is opened on first use).
+    #[error("libfabric is not available: {0}")]
+    Unavailable(String),
 }
 
 /// `fi_strerror`'s text for a (positive or negative) error code.

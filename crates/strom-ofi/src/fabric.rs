@@ -135,6 +135,7 @@ unsafe fn cstr(p: *const libc::c_char) -> String {
 
 /// The first `fi_info` matching `spec`.
 unsafe fn getinfo(spec: &ProviderSpec) -> Result<*mut sys::fi_info, OfiError> {
+    crate::dynload::api()?; // loaded on first use
     let h = hints(spec)?;
     let mut info = ptr::null_mut();
     let ret = sys::fi_getinfo(
@@ -160,6 +161,9 @@ impl Resources {
     /// Opens fabric, domain, AV (table), CQ (data format) and an enabled
     /// RDM endpoint for `spec`.
     pub(crate) fn open(spec: &ProviderSpec) -> Result<(Resources, Traits), OfiError> {
+        // Providers install signal handlers as they set up (shm: SIGINT,
+        // to unlink its regions); the process's own are put back.
+        let _kept = crate::dynload::KeptSignals::save();
         // SAFETY: standard libfabric object setup; each handle is checked
         // before use and `Resources::drop` closes whatever was opened.
         unsafe {

@@ -15,6 +15,7 @@
 //! [`Traits`]).
 
 mod completion;
+mod dynload;
 mod endpoint;
 mod error;
 mod fabric;

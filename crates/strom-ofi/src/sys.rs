@@ -15,3 +15,66 @@ pub const FI_VERSION_1_17: u32 = (1 << 16) | 17;
 
 /// `FI_ADDR_UNSPEC`: "no address" for an `fi_addr_t`.
 pub const FI_ADDR_UNSPEC: u64 = u64::MAX;
+
+// The five functions libfabric exports that Strom calls directly, resolved
+// when libfabric is loaded (`dynload`); bindgen leaves them out. Each
+// returns what libfabric's own returns, or an error code if libfabric
+// could not be loaded (callers load it first, through `dynload::api`).
+
+const NOT_LOADED: ::std::os::raw::c_int = -(FI_ENOSYS as ::std::os::raw::c_int);
+
+pub unsafe fn fi_getinfo(
+    version: u32,
+    node: *const ::std::os::raw::c_char,
+    service: *const ::std::os::raw::c_char,
+    flags: u64,
+    hints: *const fi_info,
+    info: *mut *mut fi_info,
+) -> ::std::os::raw::c_int {
+    match crate::dynload::loaded() {
+        Some(api) => {
+            // Providers initialize on the first fi_getinfo.
+            let _kept = crate::dynload::KeptSignals::save();
+            (api.getinfo)(version, node, service, flags, hints, info)
+        }
+        None => NOT_LOADED,
+    }
+}
+
+pub unsafe fn fi_freeinfo(info: *mut fi_info) {
+    if let Some(api) = crate::dynload::loaded() {
+        (api.freeinfo)(info)
+    }
+}
+
+pub unsafe fn fi_fabric(
+    attr: *mut fi_fabric_attr,
+    fabric: *mut *mut fid_fabric,
+    context: *mut ::std::os::raw::c_void,
+) -> ::std::os::raw::c_int {
+    match crate::dynload::loaded() {
+        Some(api) => {
+            let _kept = crate::dynload::KeptSignals::save();
+            (api.fabric)(attr, fabric, context)
+        }
+        None => NOT_LOADED,
+    }
+}
+
+pub unsafe fn fi_strerror(errnum: ::std::os::raw::c_int) -> *const ::std::os::raw::c_char {
+    match crate::dynload::loaded() {
+        Some(api) => (api.strerror)(errnum),
+        None => ::std::ptr::null(),
+    }
+}
+
+/// `fi_dupinfo`, for the C wrapper of `fi_allocinfo` (compiled with
+/// `-Dfi_dupinfo=strom_ofi_fi_dupinfo`, so that no libfabric symbol is
+/// linked).
+#[no_mangle]
+pub unsafe extern "C" fn strom_ofi_fi_dupinfo(info: *const fi_info) -> *mut fi_info {
+    match crate::dynload::loaded() {
+        Some(api) => (api.dupinfo)(info),
+        None => ::std::ptr::null_mut(),
+    }
+}
