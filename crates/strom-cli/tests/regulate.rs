@@ -237,7 +237,11 @@ fn members_are_added_as_the_rate_rises_and_drained_as_it_falls() {
     let server = ServerProcess::start(&tmp.path().join("g"));
     let gf = server.group_file.to_str().unwrap().to_string();
     ok(
-        server.cli(&["topic", "create", "ramp", "--partitions", "6"], "", CLI_TIMEOUT),
+        server.cli(
+            &["topic", "create", "ramp", "--partitions", "6"],
+            "",
+            CLI_TIMEOUT,
+        ),
         "topic create",
     );
     let dir = tmp.path().join("members");
@@ -252,12 +256,26 @@ fn members_are_added_as_the_rate_rises_and_drained_as_it_falls() {
     let d = reg.until("a decision with rates", |v| {
         v["type"] == "decision" && v["group"].is_object()
     });
-    assert_eq!((d["action"].as_str(), d["members"].as_u64()), (Some("hold"), Some(1)), "{d}");
+    assert_eq!(
+        (d["action"].as_str(), d["members"].as_u64()),
+        (Some("hold"), Some(1)),
+        "{d}"
+    );
 
     let mut gen = Piped::start(
         &[
-            "--group-file", &gf, "gen", "--topic", "ramp", "--devices", "60", "--idempotent",
-            "true", "--json", "--control-listen", "127.0.0.1:0",
+            "--group-file",
+            &gf,
+            "gen",
+            "--topic",
+            "ramp",
+            "--devices",
+            "60",
+            "--idempotent",
+            "true",
+            "--json",
+            "--control-listen",
+            "127.0.0.1:0",
         ],
         "control listening on http://",
     );
@@ -276,13 +294,23 @@ fn members_are_added_as_the_rate_rises_and_drained_as_it_falls() {
         assert!(per > 20000.0 * 1.2, "{d}");
         let o = reg.until("the add's outcome", |v| is(v, "outcome", "add"));
         assert_eq!(o["ok"], true, "{o}");
-        assert!(o["moves"].as_u64().unwrap() > 0, "the rebalance moves partitions: {o}");
+        assert!(
+            o["moves"].as_u64().unwrap() > 0,
+            "the rebalance moves partitions: {o}"
+        );
         added.push(o["member"].as_u64().unwrap());
     }
     let d = reg.until("held at the maximum", |v| {
-        v["type"] == "decision" && v["reason"].as_str().is_some_and(|r| r.contains("at the maximum of 3"))
+        v["type"] == "decision"
+            && v["reason"]
+                .as_str()
+                .is_some_and(|r| r.contains("at the maximum of 3"))
     });
-    assert_eq!((d["members"].as_u64(), d["started"].as_u64()), (Some(3), Some(2)), "{d}");
+    assert_eq!(
+        (d["members"].as_u64(), d["started"].as_u64()),
+        (Some(3), Some(2)),
+        "{d}"
+    );
     let mut ids = member_ids(&server);
     ids.sort_unstable();
     assert_eq!(ids, [0, added[0], added[1]]);
@@ -297,13 +325,20 @@ fn members_are_added_as_the_rate_rises_and_drained_as_it_falls() {
     }
     let text = metrics(&http);
     promtool_check(&text);
-    assert_eq!(sample_sum(&text, "strom_regulator_members", ""), 3.0, "{text}");
+    assert_eq!(
+        sample_sum(&text, "strom_regulator_members", ""),
+        3.0,
+        "{text}"
+    );
     assert_eq!(
         sample_sum(&text, "strom_regulator_decisions_total", "action=\"add\""),
         2.0,
         "{text}"
     );
-    assert!(sample_sum(&text, "strom_regulator_produce_bytes_per_second", "") > 60000.0, "{text}");
+    assert!(
+        sample_sum(&text, "strom_regulator_produce_bytes_per_second", "") > 60000.0,
+        "{text}"
+    );
 
     // Down: the members it started are drained, the latest first, until
     // the minimum; each leaves the group and its server stops by itself.
@@ -311,7 +346,10 @@ fn members_are_added_as_the_rate_rises_and_drained_as_it_falls() {
     let mut drained = Vec::new();
     for _ in 0..2 {
         let d = reg.until("a drain", |v| is(v, "decision", "drain"));
-        assert!(d["reason"].as_str().unwrap().contains("under target"), "{d}");
+        assert!(
+            d["reason"].as_str().unwrap().contains("under target"),
+            "{d}"
+        );
         let o = reg.until("the drain's outcome", |v| is(v, "outcome", "drain"));
         assert_eq!(o["ok"], true, "{o}");
         drained.push(o["member"].as_u64().unwrap());
@@ -343,7 +381,16 @@ fn members_are_added_as_the_rate_rises_and_drained_as_it_falls() {
     assert_eq!(adds, 2, "never more than the maximum");
 
     let out = server.cli(
-        &["verify", "--topic", "ramp", "--name", "checker", "--json", "--idle-timeout", "10"],
+        &[
+            "verify",
+            "--topic",
+            "ramp",
+            "--name",
+            "checker",
+            "--json",
+            "--idle-timeout",
+            "10",
+        ],
         "",
         CLI_TIMEOUT,
     );
@@ -377,9 +424,18 @@ fn a_dry_run_decides_and_prints_but_starts_nothing() {
         .iter()
         .find(|v| is(v, "decision", "add"))
         .unwrap_or_else(|| panic!("no add decision:\n{}", out.stdout));
-    assert!(add["reason"].as_str().unwrap().contains("below the minimum 2"), "{add}");
+    assert!(
+        add["reason"]
+            .as_str()
+            .unwrap()
+            .contains("below the minimum 2"),
+        "{add}"
+    );
     assert_eq!(add["dry_run"], true);
-    assert!(lines.iter().all(|v| v["type"] == "decision"), "no outcome in a dry run");
+    assert!(
+        lines.iter().all(|v| v["type"] == "decision"),
+        "no outcome in a dry run"
+    );
     assert!(!dir.exists(), "a dry run launches nothing");
     assert_eq!(member_ids(&server), [0]);
 }
@@ -397,19 +453,38 @@ fn a_bad_policy_is_refused_with_a_reason() {
         assert!(!out.stderr.contains("panicked"), "{}", out.stderr);
     };
     refused(&[], "no target");
-    refused(&["--target-produce", "-5"], "positive");
+    refused(&["--target-produce=-5"], "positive");
     refused(&["--target-lag", "NaN"], "positive");
-    refused(&["--target-disk", "1", "--min-members", "4", "--max-members", "2"], "max_members");
+    refused(
+        &[
+            "--target-disk",
+            "1",
+            "--min-members",
+            "4",
+            "--max-members",
+            "2",
+        ],
+        "max_members",
+    );
     refused(&["--target-disk", "1", "--hysteresis", "1.5"], "hysteresis");
     refused(&["--target-disk", "1", "--interval", "0"], "interval");
-    refused(&["--target-disk", "1", "--launch", "strom {nope}"], "unknown placeholder");
-    refused(&["--target-disk", "1", "--launch", "sh -c 'x"], "unterminated");
+    refused(
+        &["--target-disk", "1", "--launch", "strom {nope}"],
+        "unknown placeholder",
+    );
+    refused(
+        &["--target-disk", "1", "--launch", "sh -c 'x"],
+        "unterminated",
+    );
     write(&policy, "max_members = 3\nmin_memebrs = 1\n");
     let p = policy.to_str().unwrap();
     refused(&["--policy", p], "min_memebrs");
     write(&policy, "[targets]\nproduce_bytes_per_s = \"lots\"\n");
     refused(&["--policy", p], "produce_bytes_per_s");
-    refused(&["--policy", "/nonexistent/policy.toml"], "reading the policy file");
+    refused(
+        &["--policy", "/nonexistent/policy.toml"],
+        "reading the policy file",
+    );
     // Without --dry-run, the launcher needs a directory.
     let out = run_cli(
         &["--address", "127.0.0.1:1", "regulate", "--target-disk", "1"],

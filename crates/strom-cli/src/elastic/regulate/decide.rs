@@ -241,7 +241,10 @@ fn choose(p: &Policy, o: &Observed, s: &State, pressure: &Pressure) -> (Action, 
         )),
         Pressure::Down if s.below >= p.down_samples => {
             if o.active <= p.min_members {
-                return hold(format!("under target, but at the minimum of {} members", p.min_members));
+                return hold(format!(
+                    "under target, but at the minimum of {} members",
+                    p.min_members
+                ));
             }
             let why = format!(
                 "every target under target × {:.2} for {} samples",
@@ -279,13 +282,19 @@ fn drain(p: &Policy, o: &Observed, why: String) -> (Action, String) {
         } else if c.under_replicated > 0 {
             "holds under-replicated partitions"
         } else {
-            return (Action::Drain(c.id), format!("{why}; member {} drains", c.id));
+            return (
+                Action::Drain(c.id),
+                format!("{why}; member {} drains", c.id),
+            );
         };
         refused.push(format!("{}: {not}", c.id));
     }
     (
         Action::Hold,
-        format!("{why}; but no member may be drained ({})", refused.join("; ")),
+        format!(
+            "{why}; but no member may be drained ({})",
+            refused.join("; ")
+        ),
     )
 }
 
@@ -384,7 +393,11 @@ mod tests {
         let p = policy();
         let mut s = State::default();
         // 3 members, 600 B/s: 200 each, under 750; 300 each with 2 left.
-        let a = run(&p, &mut s, &[obs(0.0, 3, 600.0), obs(1.0, 3, 600.0), obs(2.0, 3, 600.0)]);
+        let a = run(
+            &p,
+            &mut s,
+            &[obs(0.0, 3, 600.0), obs(1.0, 3, 600.0), obs(2.0, 3, 600.0)],
+        );
         assert_eq!(a, [Action::Hold, Action::Hold, Action::Drain(2)]);
     }
 
@@ -527,6 +540,9 @@ mod tests {
         });
         assert_eq!(decide(&p, &o, &mut State::default()).action, Action::Hold);
         o.load = Some(Load::default());
-        assert_eq!(decide(&p, &o, &mut State::default()).action, Action::Drain(1));
+        assert_eq!(
+            decide(&p, &o, &mut State::default()).action,
+            Action::Drain(1)
+        );
     }
 }

@@ -142,12 +142,16 @@ pub struct Launcher {
 }
 
 impl Launcher {
-    pub fn new(template: Template, dir: PathBuf, group_file: Option<&Path>) -> anyhow::Result<Self> {
+    pub fn new(
+        template: Template,
+        dir: PathBuf,
+        group_file: Option<&Path>,
+    ) -> anyhow::Result<Self> {
         let group_file = match group_file {
             Some(g) => path_str(g)?.to_string(),
-            None if template.uses("{group_file}") => bail!(
-                "the launcher needs the group file ({{group_file}}): pass --group-file"
-            ),
+            None if template.uses("{group_file}") => {
+                bail!("the launcher needs the group file ({{group_file}}): pass --group-file")
+            }
             None => String::new(),
         };
         std::fs::create_dir_all(&dir)
@@ -167,7 +171,10 @@ impl Launcher {
     /// fresh), its output goes to `dir/m{n}.log`.
     pub fn launch(&mut self) -> anyhow::Result<&Launched> {
         let n = (1..u32::MAX)
-            .find(|n| !self.dir.join(format!("m{n}")).exists() && !self.dir.join(format!("m{n}.log")).exists())
+            .find(|n| {
+                !self.dir.join(format!("m{n}")).exists()
+                    && !self.dir.join(format!("m{n}.log")).exists()
+            })
             .context("no free member number")?;
         let data_dir = self.dir.join(format!("m{n}"));
         let vars = Vars {
@@ -230,7 +237,10 @@ impl Launcher {
 
     /// Members the launched processes became that are still in `group`.
     pub fn in_group(&self, group: &BTreeSet<u32>) -> Vec<u32> {
-        self.members().into_iter().filter(|m| group.contains(m)).collect()
+        self.members()
+            .into_iter()
+            .filter(|m| group.contains(m))
+            .collect()
     }
 }
 
@@ -245,8 +255,10 @@ mod tests {
 
     #[test]
     fn words_split_like_a_shell_without_expansion() {
-        let w = split_words(r#"srun --jobid 12 sh -c 'exec strom server --join {group_file}' a\ b "x \"y\" $HOME""#)
-            .unwrap();
+        let w = split_words(
+            r#"srun --jobid 12 sh -c 'exec strom server --join {group_file}' a\ b "x \"y\" $HOME""#,
+        )
+        .unwrap();
         assert_eq!(
             w,
             [
@@ -268,8 +280,10 @@ mod tests {
 
     #[test]
     fn placeholders_are_filled_in_and_unknown_ones_refused() {
-        let t = Template::parse("{strom} server --join {group_file} --data-dir {dir}/m{n} --x {data_dir}")
-            .unwrap();
+        let t = Template::parse(
+            "{strom} server --join {group_file} --data-dir {dir}/m{n} --x {data_dir}",
+        )
+        .unwrap();
         let v = Vars {
             group_file: "/g.json".into(),
             dir: "/scratch".into(),
@@ -279,7 +293,16 @@ mod tests {
         };
         assert_eq!(
             t.expand(&v),
-            ["/bin/strom", "server", "--join", "/g.json", "--data-dir", "/scratch/m3", "--x", "/scratch/m3"]
+            [
+                "/bin/strom",
+                "server",
+                "--join",
+                "/g.json",
+                "--data-dir",
+                "/scratch/m3",
+                "--x",
+                "/scratch/m3"
+            ]
         );
         assert!(Template::parse("strom {groupfile}").is_err());
         assert!(Template::parse("strom {").is_err());

@@ -52,21 +52,53 @@ impl Metrics {
         let mut gauge = |name: &str, help: &str, v: f64| {
             let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
         };
-        gauge("strom_regulator_members", "Members alive and not draining.", f64::from(self.members));
-        gauge("strom_regulator_draining_members", "Members being drained.", f64::from(self.draining));
+        gauge(
+            "strom_regulator_members",
+            "Members alive and not draining.",
+            f64::from(self.members),
+        );
+        gauge(
+            "strom_regulator_draining_members",
+            "Members being drained.",
+            f64::from(self.draining),
+        );
         gauge(
             "strom_regulator_started_members",
             "Members the regulator started that are still in the group.",
             f64::from(self.started),
         );
-        gauge("strom_regulator_min_members", "The policy's minimum.", f64::from(self.min_members));
-        gauge("strom_regulator_max_members", "The policy's maximum.", f64::from(self.max_members));
+        gauge(
+            "strom_regulator_min_members",
+            "The policy's minimum.",
+            f64::from(self.min_members),
+        );
+        gauge(
+            "strom_regulator_max_members",
+            "The policy's maximum.",
+            f64::from(self.max_members),
+        );
         if let Some(l) = self.load {
             for (name, help, v) in [
-                ("produce_bytes_per_second", "Bytes produced per second, the whole group.", l.produce_bytes_per_s),
-                ("consume_bytes_per_second", "Bytes consumed per second, the whole group.", l.consume_bytes_per_s),
-                ("consumer_lag_events", "Events consumer names are behind, the whole group.", l.lag_events),
-                ("stored_bytes", "Bytes stored, every copy, the whole group.", l.disk_bytes),
+                (
+                    "produce_bytes_per_second",
+                    "Bytes produced per second, the whole group.",
+                    l.produce_bytes_per_s,
+                ),
+                (
+                    "consume_bytes_per_second",
+                    "Bytes consumed per second, the whole group.",
+                    l.consume_bytes_per_s,
+                ),
+                (
+                    "consumer_lag_events",
+                    "Events consumer names are behind, the whole group.",
+                    l.lag_events,
+                ),
+                (
+                    "stored_bytes",
+                    "Bytes stored, every copy, the whole group.",
+                    l.disk_bytes,
+                ),
             ] {
                 gauge(&format!("strom_regulator_{name}"), help, v);
             }
@@ -85,7 +117,10 @@ impl Metrics {
              # TYPE strom_regulator_decisions_total counter"
         );
         for (action, n) in ["hold", "add", "drain"].iter().zip(self.decisions) {
-            let _ = writeln!(s, "strom_regulator_decisions_total{{action=\"{action}\"}} {n}");
+            let _ = writeln!(
+                s,
+                "strom_regulator_decisions_total{{action=\"{action}\"}} {n}"
+            );
         }
         let _ = writeln!(
             s,
@@ -172,7 +207,10 @@ mod tests {
         assert!(text.contains("strom_regulator_target{metric=\"produce_bytes_per_s\"} 1000\n"));
         for line in text.lines().filter(|l| !l.starts_with('#')) {
             let name = line.split(['{', ' ']).next().unwrap();
-            assert!(text.contains(&format!("# TYPE {name} ")), "no TYPE for {name}");
+            assert!(
+                text.contains(&format!("# TYPE {name} ")),
+                "no TYPE for {name}"
+            );
         }
     }
 }

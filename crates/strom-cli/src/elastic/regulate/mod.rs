@@ -192,7 +192,10 @@ impl Regulator {
     }
 
     fn started(&self) -> Vec<u32> {
-        self.launcher.as_ref().map(Launcher::members).unwrap_or_default()
+        self.launcher
+            .as_ref()
+            .map(Launcher::members)
+            .unwrap_or_default()
     }
 
     /// Samples, decides and acts once per interval until a signal or the
@@ -244,7 +247,10 @@ impl Regulator {
             _ => None,
         };
         let per = dec.per_member.map(|l| l.to_json());
-        let started = self.launcher.as_ref().map_or(0, |l| l.in_group(group).len());
+        let started = self
+            .launcher
+            .as_ref()
+            .map_or(0, |l| l.in_group(group).len());
         let targets: serde_json::Map<String, Value> = self
             .policy
             .targets
@@ -370,18 +376,29 @@ impl Regulator {
             }
             let floor = self.policy.min_members.max(o.max_copies);
             if o.active.saturating_sub(1) < floor {
-                tracing::warn!(member = m, members = o.active, floor, "left running: draining it would go below the minimum or the copies");
-                emit(&json!({"type": "outcome", "action": "stop", "ok": false, "member": m,
-                    "error": format!("{} members; draining one would go below {floor}", o.active)}))?;
+                tracing::warn!(
+                    member = m,
+                    members = o.active,
+                    floor,
+                    "left running: draining it would go below the minimum or the copies"
+                );
+                emit(
+                    &json!({"type": "outcome", "action": "stop", "ok": false, "member": m,
+                    "error": format!("{} members; draining one would go below {floor}", o.active)}),
+                )?;
                 continue;
             }
             let began = Instant::now();
-            let r = self.d.drain_member(m, false).map_err(anyhow::Error::from).and_then(|()| {
-                wait_gone(&self.d, m, timeout)
-            });
+            let r = self
+                .d
+                .drain_member(m, false)
+                .map_err(anyhow::Error::from)
+                .and_then(|()| wait_gone(&self.d, m, timeout));
             let seconds = round3(began.elapsed().as_secs_f64());
             let line = match r {
-                Ok(()) => json!({"type": "outcome", "action": "stop", "ok": true, "member": m, "seconds": seconds}),
+                Ok(()) => {
+                    json!({"type": "outcome", "action": "stop", "ok": true, "member": m, "seconds": seconds})
+                }
                 Err(e) => json!({"type": "outcome", "action": "stop", "ok": false, "member": m,
                                  "error": format!("{e:#}"), "seconds": seconds}),
             };
@@ -415,7 +432,10 @@ fn wait_join(
     loop {
         if let Some(x) = l.launched.iter_mut().find(|x| x.n == n) {
             if let Ok(Some(status)) = x.child.try_wait() {
-                bail!("the launcher exited ({status}) before a member joined; see {}", x.log.display());
+                bail!(
+                    "the launcher exited ({status}) before a member joined; see {}",
+                    x.log.display()
+                );
             }
         }
         match d.members() {
@@ -430,7 +450,11 @@ fn wait_join(
             bail!("{} before the new member joined", interrupt::name(sig));
         }
         if Instant::now() >= deadline {
-            bail!("no member joined within {} s; see {}", timeout.as_secs_f64(), log(l));
+            bail!(
+                "no member joined within {} s; see {}",
+                timeout.as_secs_f64(),
+                log(l)
+            );
         }
         std::thread::sleep(POLL);
     }
@@ -446,7 +470,10 @@ fn wait_gone(d: &Driver, m: u32, timeout: Duration) -> anyhow::Result<()> {
             Err(e) => tracing::debug!(error = %e, "listing members failed; retrying"),
         }
         if Instant::now() >= deadline {
-            bail!("member {m} still in the group after {} s (its drain goes on)", timeout.as_secs_f64());
+            bail!(
+                "member {m} still in the group after {} s (its drain goes on)",
+                timeout.as_secs_f64()
+            );
         }
         std::thread::sleep(POLL);
     }
@@ -467,4 +494,3 @@ fn lock(m: &metrics::Shared) -> std::sync::MutexGuard<'_, metrics::Metrics> {
 fn round3(x: f64) -> f64 {
     (x * 1000.0).round() / 1000.0
 }
-

@@ -155,9 +155,15 @@ fn check(p: &Policy) -> anyhow::Result<()> {
         );
     }
     if !(p.hysteresis.is_finite() && (0.0..1.0).contains(&p.hysteresis)) {
-        bail!("hysteresis must be at least 0 and below 1, not {}", p.hysteresis);
+        bail!(
+            "hysteresis must be at least 0 and below 1, not {}",
+            p.hysteresis
+        );
     }
-    for (what, n) in [("up_samples", p.up_samples), ("down_samples", p.down_samples)] {
+    for (what, n) in [
+        ("up_samples", p.up_samples),
+        ("down_samples", p.down_samples),
+    ] {
         if !(1..=MAX_SAMPLES).contains(&n) {
             bail!("{what} must be 1 to {MAX_SAMPLES}, not {n}");
         }
@@ -226,18 +232,52 @@ mod tests {
         };
         assert!(base().validate().is_ok());
         let bad = [
-            PolicyFile { min_members: Some(0), ..base() },
-            PolicyFile { min_members: Some(3), max_members: Some(2), ..base() },
-            PolicyFile { max_members: Some(MAX_MEMBERS + 1), ..base() },
-            PolicyFile { hysteresis: Some(1.0), ..base() },
-            PolicyFile { hysteresis: Some(f64::NAN), ..base() },
-            PolicyFile { up_samples: Some(0), ..base() },
-            PolicyFile { interval_s: Some(0.0), ..base() },
-            PolicyFile { cooldown_s: Some(-1.0), ..base() },
-            PolicyFile { cooldown_s: Some(f64::INFINITY), ..base() },
-            PolicyFile { targets: Targets::default(), ..base() },
             PolicyFile {
-                targets: Targets { disk_bytes: Some(-5.0), ..Targets::default() },
+                min_members: Some(0),
+                ..base()
+            },
+            PolicyFile {
+                min_members: Some(3),
+                max_members: Some(2),
+                ..base()
+            },
+            PolicyFile {
+                max_members: Some(MAX_MEMBERS + 1),
+                ..base()
+            },
+            PolicyFile {
+                hysteresis: Some(1.0),
+                ..base()
+            },
+            PolicyFile {
+                hysteresis: Some(f64::NAN),
+                ..base()
+            },
+            PolicyFile {
+                up_samples: Some(0),
+                ..base()
+            },
+            PolicyFile {
+                interval_s: Some(0.0),
+                ..base()
+            },
+            PolicyFile {
+                cooldown_s: Some(-1.0),
+                ..base()
+            },
+            PolicyFile {
+                cooldown_s: Some(f64::INFINITY),
+                ..base()
+            },
+            PolicyFile {
+                targets: Targets::default(),
+                ..base()
+            },
+            PolicyFile {
+                targets: Targets {
+                    disk_bytes: Some(-5.0),
+                    ..Targets::default()
+                },
                 ..base()
             },
         ];
