@@ -360,8 +360,7 @@ fn members_are_added_as_the_rate_rises_and_drained_as_it_falls() {
     });
     assert_eq!(member_ids(&server), [0]);
     for n in 1..=2 {
-        let log = std::fs::read_to_string(dir.join(format!("m{n}.log"))).unwrap();
-        assert!(log.contains("left its group"), "m{n}.log:\n{log}");
+        stops_having_left(&dir.join(format!("m{n}.log")));
     }
 
     // No acknowledged event lost: the generator's every push acknowledged
@@ -400,6 +399,73 @@ fn members_are_added_as_the_rate_rises_and_drained_as_it_falls() {
     assert_eq!(report["ok"], true, "{report}");
     assert_eq!(report["events"].as_u64(), Some(sent), "{report}");
     assert_eq!(report["end"], "end_of_stream", "{report}");
+}
+
+#[test]
+fn members_it_started_are_drained_when_it_stops_with_stop_started() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = ServerProcess::start(&tmp.path().join("g"));
+    let gf = server.group_file.to_str().unwrap().to_string();
+    ok(
+        server.cli(
+            &["topic", "create", "t", "--partitions", "2"],
+            "",
+            CLI_TIMEOUT,
+        ),
+        "topic create",
+    );
+    let dir = tmp.path().join("members");
+    let dir_s = dir.to_str().unwrap().to_string();
+    let _launched = Launched(dir_s.clone());
+    let mut args = regulate_args(&gf, &dir_s, &["--stop-started", "--stop-timeout", "60"]);
+    let i = args.iter().position(|a| *a == "--min-members").unwrap();
+    args[i + 1] = "2";
+    let mut reg = Piped::start(&args, "no address is printed");
+    // Below its minimum: it adds a member at once, which takes a partition.
+    let d = reg.until("an add", |v| is(v, "decision", "add"));
+    assert!(
+        d["reason"]
+            .as_str()
+            .unwrap()
+            .contains("below the minimum 2"),
+        "{d}"
+    );
+    let o = reg.until("the add's outcome", |v| is(v, "outcome", "add"));
+    assert_eq!(o["ok"], true, "{o}");
+    let m = o["member"].as_u64().unwrap();
+    reg.until("the rebalance done", |v| {
+        v["type"] == "decision" && v["members"] == 2 && v["moving"] == false
+    });
+    let info = server.connect().describe("t").unwrap();
+    assert!(
+        info.partitions.iter().any(|p| u64::from(p.member) == m),
+        "{info:?}"
+    );
+
+    send(&reg.child, libc::SIGTERM);
+    let o = reg.until("the stop's outcome", |v| is(v, "outcome", "stop"));
+    assert_eq!(
+        (o["ok"].as_bool(), o["member"].as_u64()),
+        (Some(true), Some(m)),
+        "{o}"
+    );
+    let (code, err) = reg.finish("regulate");
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(member_ids(&server), [0]);
+    let info = server.connect().describe("t").unwrap();
+    assert!(info.partitions.iter().all(|p| p.member == 0), "{info:?}");
+    stops_having_left(&dir.join("m1.log"));
+}
+
+/// The server whose output is `log` stops, saying it left its group (it
+/// learns so on its next heartbeat after the registry let it go).
+fn stops_having_left(log: &Path) {
+    let said = || {
+        std::fs::read_to_string(log)
+            .unwrap_or_default()
+            .contains("strom server: this member left its group")
+    };
+    common::wait_for(&format!("{} to say it left", log.display()), said);
 }
 
 #[test]

@@ -93,8 +93,8 @@ pub struct RegulateArgs {
     #[arg(long)]
     dry_run: bool,
     /// On SIGINT/SIGTERM (or --duration), drain the members it started
-    /// (as far as --min-members and the copies allow) and wait until they
-    /// left; without it they keep running.
+    /// (as far as the partitions' copies allow) and wait until they left;
+    /// without it they keep running.
     #[arg(long)]
     stop_started: bool,
     /// Seconds --stop-started waits for each drain.
@@ -362,7 +362,8 @@ impl Regulator {
     }
 
     /// Drains the members it started, the latest first, while the group
-    /// keeps its minimum and each partition's copies; waits for each.
+    /// keeps each partition's copies (the minimum no longer applies: the
+    /// user asked for them to stop); waits for each.
     fn stop_started(&mut self, timeout: Duration) -> anyhow::Result<()> {
         let Some(l) = self.launcher.as_ref() else {
             return Ok(());
@@ -374,18 +375,11 @@ impl Regulator {
             if !s.members.contains(&m) {
                 continue;
             }
-            let floor = self.policy.min_members.max(o.max_copies);
-            if o.active.saturating_sub(1) < floor {
-                tracing::warn!(
-                    member = m,
-                    members = o.active,
-                    floor,
-                    "left running: draining it would go below the minimum or the copies"
-                );
-                emit(
-                    &json!({"type": "outcome", "action": "stop", "ok": false, "member": m,
-                    "error": format!("{} members; draining one would go below {floor}", o.active)}),
-                )?;
+            if let Some(why) = stop_refusal(o, m) {
+                tracing::warn!(member = m, members = o.active, reason = %why, "left running");
+                let line = json!({"type": "outcome", "action": "stop", "ok": false,
+                                  "member": m, "error": why});
+                emit(&line)?;
                 continue;
             }
             let began = Instant::now();
@@ -409,6 +403,21 @@ impl Regulator {
         }
         Ok(())
     }
+}
+
+/// Why member `m` may not be drained as the regulator stops, if it may not:
+/// the copies of a partition would not fit on the members left, or it
+/// holds a copy of an under-replicated partition.
+fn stop_refusal(o: &Observed, m: u32) -> Option<String> {
+    let left = o.active.saturating_sub(1);
+    if left < o.max_copies.max(1) {
+        return Some(format!(
+            "a partition has {} copies and only {left} members would remain",
+            o.max_copies
+        ));
+    }
+    let under = o.candidates.iter().find(|c| c.id == m)?.under_replicated;
+    (under > 0).then(|| format!("it holds {under} under-replicated partitions"))
 }
 
 /// Waits until a member not in `before` is alive in the group (the one
