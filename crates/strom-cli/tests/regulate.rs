@@ -403,6 +403,22 @@ fn members_are_added_as_the_rate_rises_and_drained_as_it_falls() {
 
 #[test]
 fn members_it_started_are_drained_when_it_stops_with_stop_started() {
+    stop_started(&[]);
+}
+
+#[test]
+fn a_launcher_that_returns_at_once_like_a_job_submission_works_too() {
+    // The server runs on in the background; the launcher exits 0 at once.
+    stop_started(&[
+        "--launch",
+        "sh -c '{strom} server --join {group_file} --data-dir {data_dir} 2> {dir}/bg.log &'",
+    ]);
+}
+
+/// Below its minimum of 2 the regulator (with `launch` arguments) adds a
+/// member, whose rebalance gives it a partition; on SIGTERM with
+/// `--stop-started` it drains it, and the member leaves and stops.
+fn stop_started(launch: &[&str]) {
     let tmp = tempfile::tempdir().unwrap();
     let server = ServerProcess::start(&tmp.path().join("g"));
     let gf = server.group_file.to_str().unwrap().to_string();
@@ -417,7 +433,9 @@ fn members_it_started_are_drained_when_it_stops_with_stop_started() {
     let dir = tmp.path().join("members");
     let dir_s = dir.to_str().unwrap().to_string();
     let _launched = Launched(dir_s.clone());
-    let mut args = regulate_args(&gf, &dir_s, &["--stop-started", "--stop-timeout", "60"]);
+    let mut extra = vec!["--stop-started", "--stop-timeout", "60"];
+    extra.extend_from_slice(launch);
+    let mut args = regulate_args(&gf, &dir_s, &extra);
     let i = args.iter().position(|a| *a == "--min-members").unwrap();
     args[i + 1] = "2";
     let mut reg = Piped::start(&args, "no address is printed");
@@ -454,7 +472,12 @@ fn members_it_started_are_drained_when_it_stops_with_stop_started() {
     assert_eq!(member_ids(&server), [0]);
     let info = server.connect().describe("t").unwrap();
     assert!(info.partitions.iter().all(|p| p.member == 0), "{info:?}");
-    stops_having_left(&dir.join("m1.log"));
+    let log = if launch.is_empty() {
+        "m1.log"
+    } else {
+        "bg.log"
+    };
+    stops_having_left(&dir.join(log));
 }
 
 /// The server whose output is `log` stops, saying it left its group (it

@@ -139,6 +139,9 @@ pub struct Launcher {
     group_file: String,
     strom: String,
     pub launched: Vec<Launched>,
+    /// Members it started, the earliest first, whether or not their
+    /// launcher still runs (a batch submission returns at once).
+    started: Vec<u32>,
 }
 
 impl Launcher {
@@ -163,6 +166,7 @@ impl Launcher {
             strom: path_str(&strom)?.to_string(),
             dir,
             launched: Vec::new(),
+            started: Vec::new(),
         })
     }
 
@@ -205,9 +209,17 @@ impl Launcher {
         Ok(self.launched.last().expect("just pushed"))
     }
 
-    /// Members the launched processes became, the earliest first.
+    /// Launch `n` became `member`.
+    pub fn joined(&mut self, n: u32, member: u32) {
+        if let Some(x) = self.launched.iter_mut().find(|x| x.n == n) {
+            x.member = Some(member);
+        }
+        self.started.push(member);
+    }
+
+    /// Members it started, the earliest first.
     pub fn members(&self) -> Vec<u32> {
-        self.launched.iter().filter_map(|l| l.member).collect()
+        self.started.clone()
     }
 
     /// Reaps launched processes that ended, logging how; keeps the rest.
@@ -235,7 +247,7 @@ impl Launcher {
         }
     }
 
-    /// Members the launched processes became that are still in `group`.
+    /// Members it started that are still in `group`.
     pub fn in_group(&self, group: &BTreeSet<u32>) -> Vec<u32> {
         self.members()
             .into_iter()

@@ -353,9 +353,7 @@ impl Regulator {
                 return Err(e);
             }
         };
-        if let Some(x) = l.launched.iter_mut().find(|x| x.n == n) {
-            x.member = Some(member);
-        }
+        l.joined(n, member);
         let moves = crate::elastic::rebalance::start(&self.d)
             .with_context(|| format!("member {member} joined, but the rebalance failed"))?;
         Ok((member, moves))
@@ -421,8 +419,8 @@ fn stop_refusal(o: &Observed, m: u32) -> Option<String> {
 }
 
 /// Waits until a member not in `before` is alive in the group (the one
-/// launch `n` started); fails if its process ends first, on the timeout,
-/// or on a signal.
+/// launch `n` started); fails if its process fails first, on the
+/// timeout, or on a signal.
 fn wait_join(
     d: &Driver,
     l: &mut Launcher,
@@ -440,7 +438,9 @@ fn wait_join(
     };
     loop {
         if let Some(x) = l.launched.iter_mut().find(|x| x.n == n) {
-            if let Ok(Some(status)) = x.child.try_wait() {
+            // A launcher that submits a job (sbatch, qsub, flux submit)
+            // returns 0 at once: the member joins later.
+            if let Ok(Some(status)) = x.child.try_wait().map(|s| s.filter(|s| !s.success())) {
                 bail!(
                     "the launcher exited ({status}) before a member joined; see {}",
                     x.log.display()
