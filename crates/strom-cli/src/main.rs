@@ -103,6 +103,9 @@ enum Command {
     /// Spread partitions and leaders evenly over the members,
     /// by bytes stored and recent traffic; shows the plan first.
     Rebalance(elastic::RebalanceArgs),
+    /// Grow and shrink the group from its load, by a policy: start members
+    /// through a launcher, drain the ones it started (docs/elasticity.md).
+    Regulate(elastic::regulate::RegulateArgs),
     /// Define, list or delete in-transit transforms, run by the servers
     /// that lead the source partitions.
     #[command(subcommand)]
@@ -204,6 +207,11 @@ fn main() {
             init_logging("info,openraft=off");
             server::run(a, cli.group_file, cli.tls_ca)
         }
+        Command::Regulate(a) => {
+            // Its decisions are logged at info.
+            init_logging("info,strom_client=warn");
+            elastic::regulate::run(a, cli.group_file)
+        }
         Command::Consume(a) => {
             // consume reports an unreachable partition itself, once.
             init_logging("warn,strom_client::subscription=error");
@@ -231,7 +239,9 @@ fn main() {
                 Command::Token(c) => security::run_token(c, cli.group_file),
                 Command::Acl(c) => security::run_acl(c, cli.group_file),
                 Command::User(c) => security::run_user(c, cli.group_file),
-                Command::Server(_) | Command::Consume(_) => unreachable!("handled above"),
+                Command::Server(_) | Command::Consume(_) | Command::Regulate(_) => {
+                    unreachable!("handled above")
+                }
             }
         }
     };

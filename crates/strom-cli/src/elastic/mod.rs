@@ -2,8 +2,10 @@
 //! replicated partitions between the members of a running group
 //! (docs/elasticity.md). The registry carries every move out; these
 //! commands start moves and, unless `--no-wait`, show them until done.
+//! `strom regulate` (`regulate/`) runs them by itself from the group's load.
 
 pub(crate) mod rebalance;
+pub(crate) mod regulate;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};

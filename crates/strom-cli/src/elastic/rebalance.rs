@@ -139,24 +139,14 @@ fn extremes(l: &BTreeMap<u32, f64>) -> (u32, u32) {
 
 pub fn run(a: RebalanceArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> {
     let d = crate::connect(group_file)?;
-    let members: Vec<u32> = d
-        .members()?
-        .into_iter()
-        .filter(|m| m.alive && !m.draining)
-        .map(|m| m.id)
-        .collect();
+    let members = placeable(&d)?;
     let parts = gather(&d)?;
     let moves = plan(&members, &parts);
     print_plan(&members, &parts, &moves);
     if a.dry_run || moves.is_empty() {
         return Ok(());
     }
-    let mut started = Vec::new();
-    for (i, target) in &moves {
-        let p = &parts[*i];
-        d.move_partition(&p.topic, p.partition, target.clone())?;
-        started.push((p.topic.clone(), p.partition));
-    }
+    let started = start_moves(&d, &parts, &moves)?;
     eprintln!("{} partition moves started", started.len());
     if a.wait.no_wait {
         return Ok(());
@@ -165,6 +155,40 @@ pub fn run(a: RebalanceArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> 
     wait_for_moves(&d, &a.wait, &started)?;
     eprintln!("rebalanced in {:.1} s", start.elapsed().as_secs_f64());
     Ok(())
+}
+
+/// The live members that are not being drained.
+fn placeable(d: &Driver) -> anyhow::Result<Vec<u32>> {
+    Ok(d.members()?
+        .into_iter()
+        .filter(|m| m.alive && !m.draining)
+        .map(|m| m.id)
+        .collect())
+}
+
+/// Starts `moves`; returns the partitions that move.
+fn start_moves(
+    d: &Driver,
+    parts: &[Part],
+    moves: &[(usize, Vec<u32>)],
+) -> anyhow::Result<Vec<(String, u32)>> {
+    let mut started = Vec::new();
+    for (i, target) in moves {
+        let p = &parts[*i];
+        d.move_partition(&p.topic, p.partition, target.clone())?;
+        started.push((p.topic.clone(), p.partition));
+    }
+    Ok(started)
+}
+
+/// The rebalance `strom regulate` runs after a member joins: plans as
+/// `strom rebalance` does and starts the moves without printing the plan
+/// or waiting; returns how many partitions move.
+pub(crate) fn start(d: &Driver) -> anyhow::Result<usize> {
+    let members = placeable(d)?;
+    let parts = gather(d)?;
+    let moves = plan(&members, &parts);
+    Ok(start_moves(d, &parts, &moves)?.len())
 }
 
 /// Every partition with its size and recent write rate, from

@@ -68,6 +68,11 @@ pub struct GenArgs {
     /// Report as JSON lines on stdout instead of text on stderr.
     #[arg(long)]
     json: bool,
+    /// Idempotent producers (`true`/`false`; default: on for replicated
+    /// topics): pushes ride through partition moves without failing, also
+    /// on a topic without replication whose partitions move.
+    #[arg(long)]
+    idempotent: Option<bool>,
     /// Serve the HTTP control endpoint on HOST:PORT (port 0 picks one;
     /// the address is printed on stderr). Without --rate or --ramp the
     /// generator starts stopped with a target of 0.
@@ -181,7 +186,7 @@ pub fn run(a: GenArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> {
         control::spawn(addr, shared.clone())?;
     }
     interrupt::install()?;
-    let producers = open_producers(&topic, a.workers)?;
+    let producers = open_producers(&topic, a.workers, a.idempotent)?;
     let handles = spawn_workers(&a, partitions, producers, &shared)?;
     let mut report = Reporter::new(a.json);
     // Whatever ends the loop (a failed report write too), the workers
@@ -205,10 +210,15 @@ pub fn run(a: GenArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> {
 fn open_producers(
     topic: &strom_client::Topic,
     workers: u64,
+    idempotent: Option<bool>,
 ) -> anyhow::Result<Vec<strom_client::Producer>> {
     let mut producers = Vec::new();
+    let opts = ProducerOptions {
+        idempotent,
+        ..ProducerOptions::default()
+    };
     for _ in 0..workers {
-        match topic.producer_with(ProducerOptions::default()) {
+        match topic.producer_with(opts.clone()) {
             Ok(p) => producers.push(p),
             Err(e) => {
                 for p in &producers {

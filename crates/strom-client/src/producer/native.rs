@@ -281,6 +281,7 @@ impl Inner {
                     resend: Default::default(),
                     resending: false,
                     gave_up: false,
+                    not_hosted: None,
                 }),
                 cond: Condvar::new(),
                 outbox,

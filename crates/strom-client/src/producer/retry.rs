@@ -56,6 +56,17 @@ pub(crate) fn worth_resending(e: &Error) -> bool {
     )
 }
 
+/// The server holds no copy of the partition: after a move, a former
+/// owner that already released it answers so, where it answered
+/// `NOT_PARTITION_LEADER` a moment before. Worth a resend to the leader the
+/// registry names now, if it names one.
+fn moved_away(e: &Error) -> bool {
+    matches!(
+        e.code(),
+        ErrorCode::PARTITION_NOT_FOUND | ErrorCode::TOPIC_NOT_FOUND
+    )
+}
+
 /// Takes a failed batch of an idempotent producer for a later resend
 /// (`None`), or hands back the error its push fails with.
 pub(super) fn resend_later(
@@ -65,8 +76,11 @@ pub(super) fn resend_later(
     e: Error,
 ) -> Option<Error> {
     let mut st = q.state.lock();
-    if st.gave_up || !worth_resending(&e) {
+    if st.gave_up || !(worth_resending(&e) || moved_away(&e)) {
         return Some(e);
+    }
+    if moved_away(&e) {
+        st.not_hosted.get_or_insert_with(|| e.shared());
     }
     let first = *b.failed_at.get_or_insert_with(Instant::now);
     if first.elapsed() > inner.opts.retry_for {
@@ -104,8 +118,17 @@ async fn resend_loop(weak: Weak<Inner>, q: Arc<PartQueue>) {
                 continue;
             }
         }
-        follow_leader(&inner, &q).await;
+        let named = follow_leader(&inner, &q).await;
         let mut st = q.state.lock();
+        if let Some(e) = st.not_hosted.take() {
+            if !named {
+                // The topic or partition is gone, not moved: later
+                // batches cannot follow the failed ones in order.
+                st.gave_up = true;
+                drop(st);
+                return fail_all(&q, e);
+            }
+        }
         let batches = std::mem::take(&mut st.resend);
         st.resending = false;
         for (i, (_, mut b)) in batches.into_iter().enumerate() {
@@ -129,13 +152,14 @@ async fn resend_loop(weak: Weak<Inner>, q: Arc<PartQueue>) {
     }
 }
 
-/// Points the partition at the leader the registry names now.
-async fn follow_leader(inner: &Inner, q: &PartQueue) {
+/// Points the partition at the leader the registry names now; false if
+/// the registry could not be asked or does not know the partition.
+async fn follow_leader(inner: &Inner, q: &PartQueue) -> bool {
     let Ok(info) = inner.topic.refresh().await else {
-        return;
+        return false;
     };
     let Some(p) = info.partitions.get(q.partition as usize) else {
-        return;
+        return false;
     };
     let moved = {
         let mut owner = q.owner.lock();
@@ -149,6 +173,7 @@ async fn follow_leader(inner: &Inner, q: &PartQueue) {
     if moved || conn.as_ref().is_some_and(|c| c.is_dead()) {
         conn.take();
     }
+    true
 }
 
 /// The producer is gone: every batch waiting for a resend fails.

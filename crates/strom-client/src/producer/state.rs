@@ -54,6 +54,10 @@ pub(super) struct QueueState {
     pub(super) resending: bool,
     /// A batch was given up: later ones cannot follow it in order.
     pub(super) gave_up: bool,
+    /// A batch waiting for a resend was answered that the server holds no
+    /// copy of the partition (it moved away): the resend goes ahead only
+    /// if the registry still names the partition, else it fails with this.
+    pub(super) not_hosted: Option<Error>,
 }
 
 pub(super) struct PartQueue {
