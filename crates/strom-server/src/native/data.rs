@@ -3,6 +3,8 @@
 //! on file work are sent from their own task, so the connection keeps
 //! reading requests meanwhile.
 
+use std::sync::Arc;
+
 use strom_net::OutFrame;
 use strom_proto::message::DataItem;
 use strom_proto::{ErrorCode, Response, StartPos};
@@ -11,9 +13,25 @@ use super::{stream, Session};
 use crate::batch::ValidBatch;
 use crate::error::ServerError;
 use crate::partition::AppendReply;
+use crate::quota::Limit;
 use crate::sink::Credit;
 
 impl Session {
+    /// Who reads this connection's streams, for their consume quota.
+    pub(super) fn stream_reader(&self) -> Arc<stream::Reader> {
+        Arc::new(stream::Reader {
+            quotas: self.svc.quotas.clone(),
+            who: self.principal.clone(),
+        })
+    }
+
+    /// Until when a quota holds the answer to a request of this
+    /// connection moving `bytes` of `topic`; `None`: not held.
+    fn held(&self, kind: Limit, topic: &str, bytes: u64) -> Option<tokio::time::Instant> {
+        let wait = self.svc.quotas.delay(kind, &self.principal, topic, bytes);
+        (!wait.is_zero()).then(|| tokio::time::Instant::now() + wait)
+    }
+
     pub(super) fn produce(
         &mut self,
         id: u64,
@@ -34,6 +52,9 @@ impl Session {
             }
         };
         let (p, batch) = p;
+        // A produce quota holds the answer (never the append) until the
+        // principal's and the topic's traffic is back within its rate.
+        let held = self.held(Limit::Produce, topic, batch.size());
         let writer = self.writer.clone();
         let version = self.version;
         let svc = self.svc.clone();
@@ -48,7 +69,15 @@ impl Session {
                 },
                 Err(e) => super::failure(&svc, &e),
             };
-            if let Err(frame) = writer.try_send_frame(OutFrame::response(version, id, &resp)) {
+            let frame = OutFrame::response(version, id, &resp);
+            if let Some(until) = held {
+                handle.spawn(async move {
+                    tokio::time::sleep_until(until).await;
+                    let _ = writer.send(frame).await;
+                });
+                return;
+            }
+            if let Err(frame) = writer.try_send_frame(frame) {
                 handle.spawn(async move {
                     let _ = writer.send(frame).await;
                 });
@@ -82,6 +111,7 @@ impl Session {
             pos,
             credit.clone(),
             self.writer.clone(),
+            self.stream_reader(),
         ));
         self.streams.insert(stream, (task, credit));
         Ok(Response::Subscribed { start_offset: pos })
@@ -125,10 +155,18 @@ impl Session {
         let writer = self.writer.clone();
         let svc = self.svc.clone();
         let version = self.version;
+        let who = self.principal.clone();
+        let topic = topic.to_string();
         tokio::spawn(async move {
             let frame = match svc.data.fetch(p, items).await {
                 Ok(bulk) => {
                     let total = bulk.iter().map(|b| b.len() as u64).sum();
+                    // A consume quota holds the answer, and with it this
+                    // connection's fetch budget.
+                    let wait = svc.quotas.delay(Limit::Consume, &who, &topic, total);
+                    if !wait.is_zero() {
+                        tokio::time::sleep(wait).await;
+                    }
                     OutFrame::response(version, id, &Response::Data { total })
                         .with_bulk(bulk)
                         .with_hold(permit)
