@@ -46,6 +46,15 @@ pub struct Throttled {
     pub micros: u64,
 }
 
+/// The quotas in a server's snapshot (the metrics tap).
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
+pub struct QuotaSnapshot {
+    /// The version of the table this server enforces.
+    pub version: u64,
+    /// The quotas that held answers, and for how long in all.
+    pub throttled: Vec<Throttled>,
+}
+
 /// This server's copy of the quota table, and the meters of its traffic.
 #[derive(Default)]
 pub struct Quotas {
@@ -120,6 +129,13 @@ impl Quotas {
                 micros: *micros,
             })
             .collect()
+    }
+
+    pub fn snapshot(&self) -> QuotaSnapshot {
+        QuotaSnapshot {
+            version: self.version(),
+            throttled: self.throttled(),
+        }
     }
 
     /// The stored-bytes quota of `topic`, if one applies.
