@@ -76,7 +76,11 @@ fn produce_for(d: &Driver, topic: &str, run: Duration, cap: u64) -> f64 {
         pending.push_back(p.push_with("{}", vec![7u8; EVENT], Some(0), &[]).unwrap());
         sent += EVENT as u64;
         while pending.len() > 64 {
-            pending.pop_front().unwrap().wait().expect("an acknowledged push");
+            pending
+                .pop_front()
+                .unwrap()
+                .wait()
+                .expect("an acknowledged push");
         }
     }
     p.flush().unwrap();
@@ -103,7 +107,11 @@ fn consume(d: &Driver, topic: &str, name: &str, n: usize) -> f64 {
 
 fn assert_near(rate: f64, quota: u64, what: &str) {
     let q = quota as f64;
-    eprintln!("{what}: {:.3} MiB/s (quota {:.3} MiB/s)", rate / MIB as f64, q / MIB as f64);
+    eprintln!(
+        "{what}: {:.3} MiB/s (quota {:.3} MiB/s)",
+        rate / MIB as f64,
+        q / MIB as f64
+    );
     assert!(
         (rate - q).abs() <= q * 0.10,
         "{what}: {rate:.0} B/s is not within 10% of its quota of {q:.0} B/s"
@@ -117,7 +125,9 @@ fn a_produce_quota_holds_its_principal_at_the_rate_while_another_runs_free() {
     let admin = connect_as(&s, "admin");
     open_topics(&admin);
     for t in ["slow", "fast"] {
-        admin.create_topic(strom_client::TopicSpec::new(t, 1)).unwrap();
+        admin
+            .create_topic(strom_client::TopicSpec::new(t, 1))
+            .unwrap();
     }
     set_quota(&s, &["--user", "alice", "--produce-bytes-per-sec", "1MiB"]);
     let (alice, bob) = (connect_as(&s, "alice"), connect_as(&s, "bob"));
@@ -125,7 +135,10 @@ fn a_produce_quota_holds_its_principal_at_the_rate_while_another_runs_free() {
     let slow = produce_for(&alice, "slow", RUN, u64::MAX);
     let fast = fast.join().unwrap();
     assert_near(slow, MIB, "alice, with a produce quota");
-    eprintln!("bob, unthrottled at the same time: {:.1} MiB/s", fast / MIB as f64);
+    eprintln!(
+        "bob, unthrottled at the same time: {:.1} MiB/s",
+        fast / MIB as f64
+    );
     assert!(
         fast > 4.0 * MIB as f64,
         "bob has no quota but produced at only {fast:.0} B/s"
@@ -135,9 +148,12 @@ fn a_produce_quota_holds_its_principal_at_the_rate_while_another_runs_free() {
     let v: serde_json::Value = serde_json::from_str(&json).unwrap();
     let held = &v["quotas"]["throttled"];
     assert!(
-        held.as_array().unwrap().iter().any(|t| t["kind"] == "produce"
-            && t["key"] == "user User:alice"
-            && t["answers"].as_u64() > Some(0)),
+        held.as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["kind"] == "produce"
+                && t["key"] == "user User:alice"
+                && t["answers"].as_u64() > Some(0)),
         "no throttled answers counted for alice: {held}"
     );
 }
@@ -148,7 +164,9 @@ fn a_consume_quota_holds_its_principal_at_the_rate_while_another_runs_free() {
     let s = ServerProcess::start_with(tmp.path(), AUTH);
     let admin = connect_as(&s, "admin");
     open_topics(&admin);
-    admin.create_topic(strom_client::TopicSpec::new("data", 1)).unwrap();
+    admin
+        .create_topic(strom_client::TopicSpec::new("data", 1))
+        .unwrap();
     let _open = admin.open_topic("data").unwrap().producer().unwrap();
     // 3 MiB: three seconds at alice's quota.
     let n = (3 * MIB) as usize / EVENT;
@@ -166,7 +184,10 @@ fn a_consume_quota_holds_its_principal_at_the_rate_while_another_runs_free() {
     let slow = consume(&alice, "data", "alice", n);
     let fast = fast.join().unwrap();
     assert_near(slow, MIB, "alice, with a consume quota");
-    eprintln!("bob, unthrottled at the same time: {:.1} MiB/s", fast / MIB as f64);
+    eprintln!(
+        "bob, unthrottled at the same time: {:.1} MiB/s",
+        fast / MIB as f64
+    );
     assert!(
         fast > 4.0 * MIB as f64,
         "bob has no quota but consumed at only {fast:.0} B/s"
@@ -179,16 +200,26 @@ fn a_storage_quota_refuses_appends_with_its_code_and_loses_nothing_acknowledged(
     let s = ServerProcess::start_with(tmp.path(), AUTH);
     let admin = connect_as(&s, "admin");
     open_topics(&admin);
-    admin.create_topic(strom_client::TopicSpec::new("sim.full", 1)).unwrap();
+    admin
+        .create_topic(strom_client::TopicSpec::new("sim.full", 1))
+        .unwrap();
     let _open = admin.open_topic("sim.full").unwrap().producer().unwrap();
     set_quota(&s, &["--topic-prefix", "sim.", "--stored-bytes", "1MiB"]);
     let alice = connect_as(&s, "alice");
     let p = alice.open_topic("sim.full").unwrap().producer().unwrap();
     let mut acked = 0u64;
     let refusal = loop {
-        assert!(acked < 64, "1 MiB of quota took more than 64 events of 64 KiB");
+        assert!(
+            acked < 64,
+            "1 MiB of quota took more than 64 events of 64 KiB"
+        );
         let r = p
-            .push_with(format!("{{\"i\":{acked}}}"), vec![acked as u8; EVENT], Some(0), &[])
+            .push_with(
+                format!("{{\"i\":{acked}}}"),
+                vec![acked as u8; EVENT],
+                Some(0),
+                &[],
+            )
             .and_then(|f| {
                 p.flush()?;
                 f.wait()
@@ -224,10 +255,17 @@ fn strom_quota_sets_lists_and_removes_and_only_cluster_admins_change_them() {
     let tmp = tempfile::tempdir().unwrap();
     let s = ServerProcess::start_with(tmp.path(), AUTH);
     open_topics(&connect_as(&s, "admin"));
-    let refused = quota(&s, "mallory", &["set", "--user", "mallory", "--produce-bytes-per-sec", "1G"]);
+    let refused = quota(
+        &s,
+        "mallory",
+        &["set", "--user", "mallory", "--produce-bytes-per-sec", "1G"],
+    );
     assert!(!refused.status.success());
     let err = String::from_utf8_lossy(&refused.stderr);
-    assert!(err.contains("NOT_AUTHORIZED") || err.contains("may not alter"), "{err}");
+    assert!(
+        err.contains("NOT_AUTHORIZED") || err.contains("may not alter"),
+        "{err}"
+    );
     set_quota(&s, &["--user", "alice", "--produce-bytes-per-sec", "2MiB"]);
     set_quota(&s, &["--topic", "t1", "--consume-bytes-per-sec", "500k"]);
     set_quota(&s, &["--user", "alice", "--consume-bytes-per-sec", "1MiB"]);
@@ -236,8 +274,14 @@ fn strom_quota_sets_lists_and_removes_and_only_cluster_admins_change_them() {
         list.contains("user User:alice\tproduce_bytes_per_sec=2097152\tconsume_bytes_per_sec=1048576\tstored_bytes=-"),
         "{list}"
     );
-    assert!(list.contains("topic t1\tproduce_bytes_per_sec=-\tconsume_bytes_per_sec=512000"), "{list}");
-    succeeded(&quota(&s, "admin", &["remove", "--topic", "t1"]), "strom quota remove");
+    assert!(
+        list.contains("topic t1\tproduce_bytes_per_sec=-\tconsume_bytes_per_sec=512000"),
+        "{list}"
+    );
+    succeeded(
+        &quota(&s, "admin", &["remove", "--topic", "t1"]),
+        "strom quota remove",
+    );
     let list = succeeded(&quota(&s, "admin", &["list"]), "strom quota list");
     assert!(!list.contains("topic t1"), "{list}");
     // Hostile or malformed values are refused before anything is sent.
@@ -246,7 +290,13 @@ fn strom_quota_sets_lists_and_removes_and_only_cluster_admins_change_them() {
         &["set", "--topic", "../x", "--stored-bytes", "1"],
         &["set", "--user", "a", "--stored-bytes", "1"],
         &["set", "--topic", "t"],
-        &["set", "--topic", "t", "--produce-bytes-per-sec", "99999999999999999999"],
+        &[
+            "set",
+            "--topic",
+            "t",
+            "--produce-bytes-per-sec",
+            "99999999999999999999",
+        ],
     ] {
         let o = quota(&s, "admin", bad);
         assert!(!o.status.success(), "{bad:?} was accepted");
@@ -254,7 +304,12 @@ fn strom_quota_sets_lists_and_removes_and_only_cluster_admins_change_them() {
 }
 
 /// Kafka Produce v3 of one record batch to `topic`/0: (error, throttle_time_ms).
-fn kafka_produce(s: &mut std::net::TcpStream, corr: i32, topic: &str, records: &[u8]) -> (i16, i32) {
+fn kafka_produce(
+    s: &mut std::net::TcpStream,
+    corr: i32,
+    topic: &str,
+    records: &[u8],
+) -> (i16, i32) {
     let mut b = (-1i16).to_be_bytes().to_vec(); // transactional id
     b.extend_from_slice(&1i16.to_be_bytes()); // acks 1
     b.extend_from_slice(&10_000i32.to_be_bytes());
@@ -277,9 +332,21 @@ fn kafka_produce_answers_report_throttle_time_and_hold_the_client_at_the_quota()
     let tmp = tempfile::tempdir().unwrap();
     let (s, kafka) = common::kafka::start(tmp.path());
     let d = s.connect();
-    d.create_topic(strom_client::TopicSpec::new("k", 1)).unwrap();
+    d.create_topic(strom_client::TopicSpec::new("k", 1))
+        .unwrap();
     let before = enforced_open(&s);
-    let out = s.cli(&["quota", "set", "--topic", "k", "--produce-bytes-per-sec", "512KiB"], "", Duration::from_secs(20));
+    let out = s.cli(
+        &[
+            "quota",
+            "set",
+            "--topic",
+            "k",
+            "--produce-bytes-per-sec",
+            "512KiB",
+        ],
+        "",
+        Duration::from_secs(20),
+    );
     assert!(out.status.success(), "{}", out.stderr);
     wait_for("the quota to be enforced", || enforced_open(&s) > before);
     let value = vec![3u8; EVENT];
@@ -294,7 +361,10 @@ fn kafka_produce_answers_report_throttle_time_and_hold_the_client_at_the_quota()
         throttled += i32::from(throttle_ms > 0);
     }
     let rate = (n as usize * batch.len()) as f64 / start.elapsed().as_secs_f64();
-    assert!(throttled > n / 2, "only {throttled} of {n} answers reported a throttle time");
+    assert!(
+        throttled > n / 2,
+        "only {throttled} of {n} answers reported a throttle time"
+    );
     assert_near(rate, 512 << 10, "a Kafka producer with a topic quota");
     let got = read_all(&d, "k", "check", Duration::from_secs(20));
     assert_eq!(got.len(), n as usize, "every produced record is stored");

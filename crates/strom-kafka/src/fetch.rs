@@ -299,7 +299,11 @@ pub fn fetch(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply, Frame
         let sizes: Vec<(String, u64)> = topics
             .iter()
             .map(|t| {
-                let n = t.partitions.iter().map(|p| p.records.as_ref().map_or(0, |r| r.len() as u64)).sum();
+                let n = t
+                    .partitions
+                    .iter()
+                    .map(|p| p.records.as_ref().map_or(0, |r| r.len() as u64))
+                    .sum();
                 (t.topic.0.as_str().to_string(), n)
             })
             .collect();

@@ -29,10 +29,10 @@ use crate::error::{kafka_code, kcode, FrameError};
 use crate::guard;
 use crate::mapping::record_meta;
 use crate::records;
-use crate::throttle;
-use strom_server::quota::Limit;
 use crate::request::{decode, Ctx, Reply};
+use crate::throttle;
 use strom_policy::frame::FrameCodec;
+use strom_server::quota::Limit;
 
 /// How one partition's part of a request ends: an offset, or an error.
 enum Outcome {

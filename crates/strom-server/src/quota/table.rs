@@ -39,8 +39,7 @@ impl QuotaKey {
             QuotaKey::Topic(t) => crate::names::check_topic_name(t).map_err(|e| e.to_string()),
             QuotaKey::TopicPrefix(p) => {
                 let ok = p.len() <= MAX_NAME
-                    && p
-                        .chars()
+                    && p.chars()
                         .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c));
                 match ok {
                     true => Ok(()),
@@ -107,11 +106,8 @@ impl QuotaChange {
                 if limits.is_empty() {
                     return Err("a quota sets at least one limit".into());
                 }
-                let zero = [
-                    limits.produce_bytes_per_sec,
-                    limits.consume_bytes_per_sec,
-                ]
-                .contains(&Some(0));
+                let zero =
+                    [limits.produce_bytes_per_sec, limits.consume_bytes_per_sec].contains(&Some(0));
                 if zero {
                     return Err(
                         "a rate quota is at least 1 byte per second (remove it for no limit)"
@@ -341,7 +337,10 @@ mod tests {
             },
         });
         let l = t.quotas[&key];
-        assert_eq!((l.produce_bytes_per_sec, l.stored_bytes), (Some(5), Some(9)));
+        assert_eq!(
+            (l.produce_bytes_per_sec, l.stored_bytes),
+            (Some(5), Some(9))
+        );
         t.apply(&QuotaChange::Remove { key });
         assert!(t.for_topic("t", Limit::Produce).is_none());
         let json = serde_json::to_string(&t).unwrap();
