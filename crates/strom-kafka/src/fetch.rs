@@ -308,7 +308,8 @@ pub fn fetch(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply, Frame
             })
             .collect();
         let wait = throttle::delay(&ctx, Limit::Consume, &sizes);
-        let throttle_ms = throttle::hold(&ctx, ApiKey::Fetch, v, wait).await;
+        throttle::mute(&ctx, wait);
+        let throttle_ms = throttle::answer(ApiKey::Fetch, v, wait).await;
         let mut resp = FetchResponse::default().with_responses(topics);
         if v >= 1 {
             resp = resp.with_throttle_time_ms(throttle_ms);

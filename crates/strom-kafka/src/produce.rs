@@ -145,13 +145,9 @@ pub fn produce(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply, Fra
     }
     // Produce quotas meter what was sent, and throttle the answer.
     let wait = throttle::delay(ctx, Limit::Produce, &sizes);
+    throttle::mute(ctx, wait);
     if req.acks == 0 {
-        // No answer to hold: the connection is muted instead.
-        let ctx = ctx.clone();
-        return Ok(Box::pin(async move {
-            throttle::hold(&ctx, ApiKey::Produce, i16::MAX, wait).await;
-            None
-        }));
+        return Ok(Box::pin(std::future::ready(None)));
     }
     let ctx = ctx.clone();
     Ok(Box::pin(async move {
@@ -210,7 +206,7 @@ pub fn produce(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply, Fra
             );
         }
         let mut resp = ProduceResponse::default().with_responses(responses);
-        let throttle_ms = throttle::hold(&ctx, ApiKey::Produce, v, wait).await;
+        let throttle_ms = throttle::answer(ApiKey::Produce, v, wait).await;
         if v >= 1 {
             resp = resp.with_throttle_time_ms(throttle_ms);
         }

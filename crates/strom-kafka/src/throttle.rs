@@ -2,11 +2,11 @@
 //! bytes put its principal or topic over a rate quota is throttled, as a
 //! Kafka broker does. The answer carries `throttle_time_ms`, and:
 //!
+//! - the connection is muted for that long: its next request waits (a
+//!   produce's from the moment it arrives, so requests pipelined behind
+//!   it wait too), so a client that ignores the field gains nothing;
 //! - to a client that throttles itself (KIP-219: Produce v6+, Fetch v8+)
-//!   the answer goes at once, and the connection is muted for that long
-//!   (its next request waits), so a client that ignores the field gains
-//!   nothing;
-//! - to an older client the answer itself is held that long.
+//!   the answer goes at once; to an older client it is held that long.
 
 use std::time::Duration;
 
@@ -58,16 +58,25 @@ pub fn delay(ctx: &Ctx, kind: Limit, bytes: &[(String, u64)]) -> Duration {
         .unwrap_or(Duration::ZERO)
 }
 
-/// Applies a throttle of `wait` to an answer of `api` at version `v`
-/// (mutes the connection, or holds the answer); the `throttle_time_ms`
-/// to report.
-pub async fn hold(ctx: &Ctx, api: ApiKey, v: i16, wait: Duration) -> i32 {
+/// Mutes the connection for `wait` from now: its next request waits
+/// that long (a produce's at once, as the request arrives, so that
+/// requests a client pipelines behind it wait too).
+pub fn mute(ctx: &Ctx, wait: Duration) {
+    if !wait.is_zero() {
+        ctx.mute.extend(Instant::now() + wait);
+    }
+}
+
+/// The `throttle_time_ms` of an answer of `api` at version `v` that a
+/// quota throttles by `wait` (the caller muted the connection): an older
+/// client, which does not back off by itself, gets the answer that much
+/// later.
+pub async fn answer(api: ApiKey, v: i16, wait: Duration) -> i32 {
     if wait.is_zero() {
         return 0;
     }
-    match client_throttles(api, v) {
-        true => ctx.mute.extend(Instant::now() + wait),
-        false => tokio::time::sleep(wait).await,
+    if !client_throttles(api, v) {
+        tokio::time::sleep(wait).await;
     }
     // Rounded up: a wait of a fraction of a millisecond is still one.
     i32::try_from(wait.as_micros().div_ceil(1000)).unwrap_or(i32::MAX)
