@@ -231,6 +231,7 @@ fn a_storage_quota_refuses_appends_with_its_code_and_loses_nothing_acknowledged(
     };
     assert_eq!(refusal.code(), ErrorCode::QUOTA_EXCEEDED, "{refusal}");
     let text = refusal.to_string();
+    eprintln!("the refusal: {text}");
     assert!(
         text.contains("topic prefix sim.*") && text.contains("1048576"),
         "the refusal names the quota: {text}"
