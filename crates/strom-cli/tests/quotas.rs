@@ -302,6 +302,20 @@ fn strom_quota_sets_lists_and_removes_and_only_cluster_admins_change_them() {
         let o = quota(&s, "admin", bad);
         assert!(!o.status.success(), "{bad:?} was accepted");
     }
+    // The registry keeps them across a restart (here without auth, so
+    // that any local client may list them).
+    let (status, _) = s.terminate(Duration::from_secs(20));
+    assert!(status.success());
+    let s = ServerProcess::start(tmp.path());
+    let out = s.cli(&["quota", "list"], "", Duration::from_secs(20));
+    assert!(out.status.success(), "{}", out.stderr);
+    assert!(
+        out.stdout
+            .contains("user User:alice\tproduce_bytes_per_sec=2097152"),
+        "{}",
+        out.stdout
+    );
+    assert!(!out.stdout.contains("topic t1"), "{}", out.stdout);
 }
 
 /// Kafka Produce v3 of one record batch to `topic`/0: (error, throttle_time_ms).

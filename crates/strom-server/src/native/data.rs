@@ -32,7 +32,7 @@ impl Session {
         (!wait.is_zero()).then(|| tokio::time::Instant::now() + wait)
     }
 
-    pub(super) fn produce(
+    pub(super) async fn produce(
         &mut self,
         id: u64,
         topic: &str,
@@ -54,7 +54,17 @@ impl Session {
         let (p, batch) = p;
         // A produce quota holds the answer (never the append) until the
         // principal's and the topic's traffic is back within its rate.
-        let held = self.held(Limit::Produce, topic, batch.size());
+        let held = match self.held(Limit::Produce, topic, batch.size()) {
+            Some(until) => {
+                let cap = self.svc.config.max_connection_buffer_bytes;
+                let n = batch.size().clamp(1, cap).min(u64::from(u32::MAX)) as u32;
+                let Ok(permit) = self.throttled.clone().acquire_many_owned(n).await else {
+                    return;
+                };
+                Some((until, permit))
+            }
+            None => None,
+        };
         let writer = self.writer.clone();
         let version = self.version;
         let svc = self.svc.clone();
@@ -70,10 +80,11 @@ impl Session {
                 Err(e) => super::failure(&svc, &e),
             };
             let frame = OutFrame::response(version, id, &resp);
-            if let Some(until) = held {
+            if let Some((until, permit)) = held {
                 handle.spawn(async move {
                     tokio::time::sleep_until(until).await;
                     let _ = writer.send(frame).await;
+                    drop(permit);
                 });
                 return;
             }
