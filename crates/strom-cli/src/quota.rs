@@ -51,6 +51,10 @@ pub struct SetArgs {
     /// Bytes stored on each member (topics and prefixes only).
     #[arg(long, value_name = "BYTES")]
     stored_bytes: Option<String>,
+    /// Weight (1 to 1000) of the key's appends and data reads when the
+    /// server is contended; everything else weighs 1.
+    #[arg(long, value_name = "WEIGHT")]
+    priority: Option<u64>,
 }
 
 fn key(a: KeyArgs) -> anyhow::Result<QuotaKey> {
@@ -84,6 +88,7 @@ fn change(cmd: QuotaCmd) -> anyhow::Result<Option<QuotaChange>> {
                 produce_bytes_per_sec: size(a.produce_bytes_per_sec)?,
                 consume_bytes_per_sec: size(a.consume_bytes_per_sec)?,
                 stored_bytes: size(a.stored_bytes)?,
+                priority: a.priority,
             },
         },
         QuotaCmd::Remove(k) => QuotaChange::Remove { key: key(k)? },
@@ -121,10 +126,11 @@ pub fn run(cmd: QuotaCmd, group_file: Option<std::path::PathBuf>) -> anyhow::Res
 fn line(k: &QuotaKey, l: &QuotaLimits) -> String {
     let show = |v: Option<u64>| v.map_or("-".to_string(), |n| n.to_string());
     format!(
-        "{k}\tproduce_bytes_per_sec={}\tconsume_bytes_per_sec={}\tstored_bytes={}",
+        "{k}\tproduce_bytes_per_sec={}\tconsume_bytes_per_sec={}\tstored_bytes={}\tpriority={}",
         show(l.produce_bytes_per_sec),
         show(l.consume_bytes_per_sec),
-        show(l.stored_bytes)
+        show(l.stored_bytes),
+        show(l.priority)
     )
 }
 
@@ -163,6 +169,7 @@ mod tests {
                 produce_bytes_per_sec: p.map(Into::into),
                 consume_bytes_per_sec: None,
                 stored_bytes: None,
+                priority: None,
             }))
         };
         assert!(set(None).is_err());

@@ -65,12 +65,20 @@ impl Session {
             }
             None => None,
         };
+        // With priorities in force, the append waits for its turn and
+        // holds its slot until it is done.
+        let slot = self
+            .svc
+            .quotas
+            .scheduled(&self.principal, topic, batch.size())
+            .await;
         let writer = self.writer.clone();
         let version = self.version;
         let svc = self.svc.clone();
         // The reply may run on the partition's syncer thread, outside the runtime.
         let handle = tokio::runtime::Handle::current();
         let reply: AppendReply = Box::new(move |r| {
+            drop(slot);
             let resp = match r {
                 Ok(a) => Response::Produced {
                     base_offset: a.base_offset,
@@ -169,7 +177,11 @@ impl Session {
         let who = self.principal.clone();
         let topic = topic.to_string();
         tokio::spawn(async move {
-            let frame = match svc.data.fetch(p, items).await {
+            // With priorities in force, the read waits for its turn.
+            let slot = svc.quotas.scheduled(&who, &topic, wanted).await;
+            let read = svc.data.fetch(p, items).await;
+            drop(slot);
+            let frame = match read {
                 Ok(bulk) => {
                     let total = bulk.iter().map(|b| b.len() as u64).sum();
                     // A consume quota holds the answer, and with it this

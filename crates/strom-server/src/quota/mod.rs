@@ -14,6 +14,7 @@
 //! Quotas are per member, as Kafka's are per broker: a member hosting
 //! leaders of several partitions meters their traffic together.
 
+mod fair;
 mod meter;
 pub mod sync;
 mod table;
@@ -25,8 +26,11 @@ use std::time::{Duration, Instant};
 use parking_lot::{Mutex, RwLock};
 use strom_auth::Principal;
 
+pub use fair::{Fair, OwnedSlot, SLOTS};
 pub use meter::{Meter, BURST, MAX_DELAY};
-pub use table::{Applies, Limit, QuotaChange, QuotaKey, QuotaLimits, QuotaTable, MAX_QUOTAS};
+pub use table::{
+    Applies, Limit, QuotaChange, QuotaKey, QuotaLimits, QuotaTable, MAX_PRIORITY, MAX_QUOTAS,
+};
 
 /// Meters kept before idle ones are dropped.
 const MAX_METERS: usize = 4096;
@@ -61,6 +65,10 @@ pub struct Quotas {
     table: RwLock<Arc<QuotaTable>>,
     meters: Mutex<HashMap<(Limit, String), Meter>>,
     throttled: Mutex<BTreeMap<(Limit, String), (u64, u64)>>,
+    /// Whether any key has a priority: only then do appends and data
+    /// reads queue in `fair`.
+    prioritized: std::sync::atomic::AtomicBool,
+    fair: Arc<Fair>,
 }
 
 impl Quotas {
@@ -79,7 +87,31 @@ impl Quotas {
             quotas = t.quotas.len(),
             "installed the group's quota table"
         );
+        let prioritized = t.quotas.values().any(|l| l.priority.is_some());
+        self.prioritized
+            .store(prioritized, std::sync::atomic::Ordering::Release);
         *self.table.write() = Arc::new(t);
+    }
+
+    /// Waits for this server's turn for an append or data read of `who`
+    /// to `topic` moving `bytes`, when priorities are in force (`None`
+    /// otherwise): the principal's priority if it has one, else the
+    /// topic's, else 1, as the weight of its class.
+    pub async fn scheduled(&self, who: &Principal, topic: &str, bytes: u64) -> Option<OwnedSlot> {
+        if !self.prioritized.load(std::sync::atomic::Ordering::Acquire) || who.is_member() {
+            return None;
+        }
+        let (class, weight) = {
+            let table = self.table();
+            match table
+                .for_user(who, Limit::Priority)
+                .or_else(|| table.for_topic(topic, Limit::Priority))
+            {
+                Some(a) => (a.meter, a.limit),
+                None => (who.to_string(), 1),
+            }
+        };
+        Some(self.fair.admit(&class, weight, bytes).await)
     }
 
     /// How long the answer to a request of `who` moving `bytes` of

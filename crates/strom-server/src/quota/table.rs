@@ -71,7 +71,14 @@ pub struct QuotaLimits {
     pub consume_bytes_per_sec: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stored_bytes: Option<u64>,
+    /// The weight of the key's appends and data reads when the server's
+    /// disk and network are contended (1 to `MAX_PRIORITY`; unset: 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<u64>,
 }
+
+/// The highest priority (weight) a key may have.
+pub const MAX_PRIORITY: u64 = 1000;
 
 impl QuotaLimits {
     pub fn is_empty(&self) -> bool {
@@ -84,6 +91,7 @@ impl QuotaLimits {
             produce_bytes_per_sec: other.produce_bytes_per_sec.or(self.produce_bytes_per_sec),
             consume_bytes_per_sec: other.consume_bytes_per_sec.or(self.consume_bytes_per_sec),
             stored_bytes: other.stored_bytes.or(self.stored_bytes),
+            priority: other.priority.or(self.priority),
         }
     }
 }
@@ -113,6 +121,9 @@ impl QuotaChange {
                         "a rate quota is at least 1 byte per second (remove it for no limit)"
                             .into(),
                     );
+                }
+                if limits.priority.is_some_and(|p| p == 0 || p > MAX_PRIORITY) {
+                    return Err(format!("a priority is 1 to {MAX_PRIORITY}"));
                 }
                 if limits.stored_bytes.is_some() && matches!(key, QuotaKey::User(_)) {
                     return Err("stored-bytes quotas apply to topics and topic prefixes: stored bytes are not attributed to the principal that wrote them".into());
@@ -172,6 +183,7 @@ pub enum Limit {
     Produce,
     Consume,
     Stored,
+    Priority,
 }
 
 impl Limit {
@@ -180,6 +192,7 @@ impl Limit {
             Limit::Produce => "produce",
             Limit::Consume => "consume",
             Limit::Stored => "stored",
+            Limit::Priority => "priority",
         }
     }
 }
@@ -191,6 +204,7 @@ impl QuotaLimits {
             Limit::Produce => self.produce_bytes_per_sec,
             Limit::Consume => self.consume_bytes_per_sec,
             Limit::Stored => self.stored_bytes,
+            Limit::Priority => self.priority,
         }
     }
 }
