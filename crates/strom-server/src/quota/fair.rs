@@ -114,13 +114,14 @@ mod tests {
         let mut tasks = Vec::new();
         for i in 0..10 {
             for (class, weight) in [("bulk", 1), ("urgent", 4)] {
-                let (f, order) = (f.clone(), order.clone());
+                let (g, order) = (f.clone(), order.clone());
                 tasks.push(tokio::spawn(async move {
-                    let _s = f.admit(class, weight, 1000).await;
+                    let _s = g.admit(class, weight, 1000).await;
                     order.lock().push(class);
                 }));
                 // Each waits in the queue before the next arrives.
-                while f.state.lock().queue.len() < 2 * i + if class == "bulk" { 1 } else { 2 } {
+                let queued = 2 * i + if class == "bulk" { 1 } else { 2 };
+                while f.state.lock().queue.len() < queued {
                     tokio::task::yield_now().await;
                 }
             }
