@@ -66,7 +66,9 @@ impl Session {
             None => None,
         };
         // With priorities in force, the append waits for its turn and
-        // holds its slot until it is done.
+        // holds its slot while it writes (not while it waits for its acks:
+        // a held `block` append or an acks=all one must not keep others
+        // from the reads and appends that would free it).
         let slot = self
             .svc
             .quotas
@@ -78,7 +80,6 @@ impl Session {
         // The reply may run on the partition's syncer thread, outside the runtime.
         let handle = tokio::runtime::Handle::current();
         let reply: AppendReply = Box::new(move |r| {
-            drop(slot);
             let resp = match r {
                 Ok(a) => Response::Produced {
                     base_offset: a.base_offset,
@@ -105,6 +106,15 @@ impl Session {
         // A large batch is written while the loop reads the next request
         // (see `appending`).
         match self.svc.data.produce_pipelined(p, batch, acks_all, reply) {
+            Ok(Some(write)) if slot.is_some() => {
+                let peer = self.peer.clone();
+                self.appending = Some(tokio::spawn(async move {
+                    if let Err(e) = write.await {
+                        tracing::error!(peer = %peer, error = %e, "a pipelined append task failed");
+                    }
+                    drop(slot);
+                }));
+            }
             Ok(appending) => self.appending = appending,
             Err(e) => self.respond(id, Err(e.into())),
         }
