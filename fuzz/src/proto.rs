@@ -504,6 +504,8 @@ pub fn sample_requests() -> Vec<Request> {
             user: "erin".into(),
             json: "[]".into(),
         },
+        Request::AlterQuotas { json: "{}".into() },
+        Request::QuotaTable { have: 2 },
     ]
 }
 
@@ -626,6 +628,10 @@ pub fn sample_responses() -> Vec<Response> {
         },
         Response::SecurityTable {
             version: 4,
+            json: "{}".into(),
+        },
+        Response::QuotaTable {
+            version: 2,
             json: "{}".into(),
         },
     ]

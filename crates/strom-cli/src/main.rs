@@ -13,6 +13,7 @@ mod interrupt;
 mod launch_auth;
 mod load;
 mod produce;
+mod quota;
 mod scrub;
 mod security;
 mod server;
@@ -120,6 +121,10 @@ enum Command {
     /// Set or remove Kafka SCRAM users (passwords kept salted and hashed).
     #[command(subcommand)]
     User(security::UserCmd),
+    /// Set, list or remove quotas: produce and consume bytes per second
+    /// and stored bytes, per principal, topic or topic prefix.
+    #[command(subcommand)]
+    Quota(quota::QuotaCmd),
 }
 
 fn init_logging(default: &str) {
@@ -239,6 +244,7 @@ fn main() {
                 Command::Token(c) => security::run_token(c, cli.group_file),
                 Command::Acl(c) => security::run_acl(c, cli.group_file),
                 Command::User(c) => security::run_user(c, cli.group_file),
+                Command::Quota(c) => quota::run(c, cli.group_file),
                 Command::Server(_) | Command::Consume(_) | Command::Regulate(_) => {
                     unreachable!("handled above")
                 }

@@ -37,6 +37,7 @@ mod partitioned;
 mod pool;
 mod producer;
 mod push;
+mod quota;
 mod security;
 pub mod select;
 mod share;

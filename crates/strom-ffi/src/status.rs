@@ -46,6 +46,7 @@ pub const STROM_ERR_OUT_OF_ORDER_SEQUENCE: strom_status = 217;
 pub const STROM_ERR_MEMBER_REMOVED: strom_status = 218;
 pub const STROM_ERR_NOT_ENOUGH_REPLICAS_AFTER_APPEND: strom_status = 219;
 pub const STROM_ERR_STALE_PRODUCER_EPOCH: strom_status = 220;
+pub const STROM_ERR_QUOTA_EXCEEDED: strom_status = 230;
 pub const STROM_ERR_STORAGE_IO: strom_status = 300;
 pub const STROM_ERR_CORRUPT: strom_status = 301;
 pub const STROM_ERR_OFFSET_OUT_OF_RANGE: strom_status = 302;

@@ -252,6 +252,7 @@ mod tests {
             leases: Default::default(),
             kafka: Default::default(),
             audit: Default::default(),
+            quotas: Default::default(),
         }
     }
 

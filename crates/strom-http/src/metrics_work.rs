@@ -1,7 +1,8 @@
 //! The part of `/metrics` about work in flight: shared consumer groups
 //! (pending, redelivered and dead-lettered events, per group and per
 //! consumer), producer leases, transforms' lag and the Kafka front end's
-//! requests, errors, groups and members, and the audit trail's counts.
+//! requests, errors, groups and members, the audit trail's counts, and
+//! the answers rate quotas held.
 //! docs/observability.md lists them.
 
 use prometheus_client::encoding::DescriptorEncoder;
@@ -22,7 +23,32 @@ pub(crate) fn encode(enc: &mut DescriptorEncoder, s: &ServerSnapshot) -> Fmt {
     leases(enc, s)?;
     transforms(enc, &s.partitions)?;
     kafka(enc, s)?;
-    audit(enc, s)
+    audit(enc, s)?;
+    quotas(enc, s)
+}
+
+/// How long rate quotas held answers, per quota (docs/quotas.md).
+fn quotas(enc: &mut DescriptorEncoder, s: &ServerSnapshot) -> Fmt {
+    let rows = || {
+        s.quotas.throttled.iter().map(|t| {
+            let labels = vec![("kind", t.kind.clone()), ("quota", t.key.clone())];
+            (labels, t)
+        })
+    };
+    family(
+        enc,
+        "strom_quota_throttled_answers",
+        "Answers a rate quota held (produce or consume), per quota.",
+        None,
+        rows().map(|(l, t)| (l, Value::Counter(t.answers))),
+    )?;
+    family(
+        enc,
+        "strom_quota_throttled_seconds",
+        "Time answers were held by a rate quota, in all, per quota.",
+        None,
+        rows().map(|(l, t)| (l, Value::GaugeF(t.micros as f64 / 1e6))),
+    )
 }
 
 fn group_labels(p: &PartitionSnapshot, g: &SharedGroupSnapshot) -> Labels {

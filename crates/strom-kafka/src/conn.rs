@@ -147,6 +147,9 @@ where
             }
         };
         let Frame { bytes, budget } = frame;
+        // A quota muted this connection (`throttle.rs`): its next request
+        // waits, as a Kafka broker mutes a throttled channel.
+        ctx.mute.wait().await;
         let reply = {
             let mut frame = bytes;
             match header(&mut frame) {

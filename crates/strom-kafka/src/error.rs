@@ -102,7 +102,7 @@ pub fn kafka_code(e: &ServerError) -> i16 {
         ErrorCode::BATCH_TOO_LARGE | ErrorCode::FRAME_TOO_LARGE => kcode::MESSAGE_TOO_LARGE,
         ErrorCode::OFFSET_OUT_OF_RANGE => kcode::OFFSET_OUT_OF_RANGE,
         ErrorCode::INVALID_TOPIC_SPEC => kcode::INVALID_TOPIC_EXCEPTION,
-        ErrorCode::TOPIC_CLOSED => kcode::POLICY_VIOLATION,
+        ErrorCode::TOPIC_CLOSED | ErrorCode::QUOTA_EXCEEDED => kcode::POLICY_VIOLATION,
         ErrorCode::NOT_AUTHORIZED => kcode::TOPIC_AUTHORIZATION_FAILED,
         ErrorCode::UNAUTHENTICATED => kcode::SASL_AUTHENTICATION_FAILED,
         ErrorCode::STORAGE_IO | ErrorCode::DISK_FULL | ErrorCode::CORRUPT => {

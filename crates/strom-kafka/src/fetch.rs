@@ -30,6 +30,8 @@ use crate::error::{kafka_code, kcode, FrameError};
 use crate::guard;
 use crate::mapping::event_record;
 use crate::request::{decode, Ctx, Reply};
+use crate::throttle;
+use strom_server::quota::Limit;
 
 /// Most metadata bytes read from a log per step.
 const READ_META: usize = 1 << 20;
@@ -293,7 +295,25 @@ pub fn fetch(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply, Frame
             }
             topics[w.topic].partitions.push(pd);
         }
-        let resp = FetchResponse::default().with_responses(topics);
+        // Fetch quotas meter what is sent, and throttle the answer.
+        let sizes: Vec<(String, u64)> = topics
+            .iter()
+            .map(|t| {
+                let n = t
+                    .partitions
+                    .iter()
+                    .map(|p| p.records.as_ref().map_or(0, |r| r.len() as u64))
+                    .sum();
+                (t.topic.0.as_str().to_string(), n)
+            })
+            .collect();
+        let wait = throttle::delay(&ctx, Limit::Consume, &sizes);
+        throttle::mute(&ctx, wait);
+        let throttle_ms = throttle::answer(ApiKey::Fetch, v, wait).await;
+        let mut resp = FetchResponse::default().with_responses(topics);
+        if v >= 1 {
+            resp = resp.with_throttle_time_ms(throttle_ms);
+        }
         Some(ctx.respond(ApiKey::Fetch, v, c, &resp))
     }))
 }

@@ -46,6 +46,7 @@ mod report;
 mod request;
 mod sasl;
 mod scram_admin;
+mod throttle;
 mod tls;
 
 use std::net::SocketAddr;
@@ -173,6 +174,7 @@ pub async fn serve(services: Arc<Services>, addr: &str) -> Result<KafkaHandle, K
         producer_ids: Arc::new(producer_ids),
         groups: Arc::new(groups),
         inflight,
+        mute: Default::default(),
     });
     let slots = Arc::new(tokio::sync::Semaphore::new(limit as usize));
     let (stop, mut stopped) = watch::channel(false);

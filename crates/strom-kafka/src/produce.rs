@@ -30,11 +30,15 @@ use crate::guard;
 use crate::mapping::record_meta;
 use crate::records;
 use crate::request::{decode, Ctx, Reply};
+use crate::throttle;
 use strom_policy::frame::FrameCodec;
+use strom_server::quota::Limit;
 
 /// How one partition's part of a request ends: an offset, or an error.
 enum Outcome {
     Now(i16),
+    /// Refused by the service (a storage quota): the code and why.
+    Refused(i16, String),
     /// Refused by the topic's validator.
     Invalid(strom_server::Invalid),
     Pending(oneshot::Receiver<Result<u64, i16>>),
@@ -86,8 +90,15 @@ pub fn produce(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply, Fra
     // acks=-1 waits for every in-sync copy of a replicated partition.
     let acks_all = req.acks == -1;
     let mut topics = Vec::with_capacity(req.topic_data.len());
+    let mut sizes = Vec::with_capacity(req.topic_data.len());
     for t in req.topic_data {
         let topic = t.name.0.as_str().to_string();
+        let size = t
+            .partition_data
+            .iter()
+            .filter_map(|pd| pd.records.as_ref().map(|r| r.len() as u64))
+            .sum();
+        sizes.push((topic.clone(), size));
         let mut parts = Vec::with_capacity(t.partition_data.len());
         let refused = ctx.topic_code(strom_auth::Operation::Write, &topic);
         for pd in t.partition_data {
@@ -120,8 +131,8 @@ pub fn produce(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply, Fra
                                     Outcome::Invalid(i)
                                 }
                                 Err(CheckError::Server(e)) => {
-                                    tracing::warn!(topic = %topic, partition = index, error = %e, "Kafka produce: could not validate");
-                                    Outcome::Now(kafka_code(&e))
+                                    tracing::info!(topic = %topic, partition = index, error = %e, "Kafka produce: refused");
+                                    Outcome::Refused(kafka_code(&e), e.to_string())
                                 }
                             }
                         }
@@ -132,6 +143,9 @@ pub fn produce(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply, Fra
         }
         topics.push((topic, parts));
     }
+    // Produce quotas meter what was sent, and throttle the answer.
+    let wait = throttle::delay(ctx, Limit::Produce, &sizes);
+    throttle::mute(ctx, wait);
     if req.acks == 0 {
         return Ok(Box::pin(std::future::ready(None)));
     }
@@ -142,8 +156,13 @@ pub fn produce(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply, Fra
             let mut prs = Vec::with_capacity(parts.len());
             for (index, outcome) in parts {
                 let mut refused = None;
+                let mut message = None;
                 let r = match outcome {
                     Outcome::Now(code) => Err(code),
+                    Outcome::Refused(code, why) => {
+                        message = Some(why);
+                        Err(code)
+                    }
                     Outcome::Invalid(i) => {
                         refused = Some(i);
                         Err(kcode::INVALID_RECORD)
@@ -165,6 +184,9 @@ pub fn produce(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply, Fra
                     }
                     Err(code) => pr = pr.with_error_code(code).with_base_offset(-1),
                 }
+                if let (Some(m), true) = (message, v >= 8) {
+                    pr = pr.with_error_message(Some(StrBytes::from_string(m)));
+                }
                 if let Some(i) = refused {
                     let message = format!("record {}: {}", i.index, i.reason);
                     pr = pr
@@ -183,7 +205,11 @@ pub fn produce(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply, Fra
                     .with_partition_responses(prs),
             );
         }
-        let resp = ProduceResponse::default().with_responses(responses);
+        let mut resp = ProduceResponse::default().with_responses(responses);
+        let throttle_ms = throttle::answer(ApiKey::Produce, v, wait).await;
+        if v >= 1 {
+            resp = resp.with_throttle_time_ms(throttle_ms);
+        }
         Some(ctx.respond(ApiKey::Produce, v, c, &resp))
     }))
 }

@@ -40,20 +40,28 @@ pub struct Ctx {
     /// Request bytes read but not yet answered, over all connections
     /// (`kafka_queued_max_request_bytes`).
     pub inflight: Arc<tokio::sync::Semaphore>,
+    /// Until when this connection's next request waits (quotas,
+    /// `throttle.rs`).
+    pub mute: Arc<crate::throttle::Mute>,
 }
 
 impl Ctx {
     /// The same context for a connection that is `who`.
     pub fn for_principal(&self, who: Principal) -> Arc<Ctx> {
-        self.with(Arc::new(who), self.peer)
+        self.with(Arc::new(who), self.peer, self.mute.clone())
     }
 
     /// The same context for a new connection from `peer`.
     pub fn for_connection(&self, peer: std::net::SocketAddr) -> Arc<Ctx> {
-        self.with(self.who.clone(), Some(peer))
+        self.with(self.who.clone(), Some(peer), Default::default())
     }
 
-    fn with(&self, who: Arc<Principal>, peer: Option<std::net::SocketAddr>) -> Arc<Ctx> {
+    fn with(
+        &self,
+        who: Arc<Principal>,
+        peer: Option<std::net::SocketAddr>,
+        mute: Arc<crate::throttle::Mute>,
+    ) -> Arc<Ctx> {
         Arc::new(Ctx {
             services: self.services.clone(),
             who,
@@ -63,6 +71,7 @@ impl Ctx {
             producer_ids: self.producer_ids.clone(),
             groups: self.groups.clone(),
             inflight: self.inflight.clone(),
+            mute,
         })
     }
 

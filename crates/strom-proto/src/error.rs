@@ -60,6 +60,7 @@ codes! {
     MEMBER_REMOVED = 218, "the member left the group (drained or removed) and may not rejoin under its id";
     NOT_ENOUGH_REPLICAS_AFTER_APPEND = 219, "the leader stored an acks=all append, but the in-sync replicas fell below min_in_sync before it was acknowledged; it may or may not be kept (an idempotent producer resends it)";
     STALE_PRODUCER_EPOCH = 220, "a Kafka idempotent producer's batch is of an epoch older than the producer's current one";
+    QUOTA_EXCEEDED = 230, "a storage quota (stored bytes of a topic or topic prefix on this member) is used up: delete or expire data, or raise the quota (strom quota set)";
     STORAGE_IO = 300, "storage I/O error";
     CORRUPT = 301, "corrupt data detected in storage";
     OFFSET_OUT_OF_RANGE = 302, "offset is outside the partition's range";

@@ -29,6 +29,7 @@ mod partition;
 mod peers;
 mod producers;
 mod quorum_boot;
+pub mod quota;
 mod registry;
 mod replica;
 mod security_sync;

@@ -225,8 +225,10 @@ impl Server {
                 stop.subscribe(),
             ));
         }
+        let quotas = Arc::new(crate::quota::Quotas::default());
         let state = Arc::new(Services {
-            data: DataService::new(host, &config),
+            data: DataService::new(host, &config, quotas.clone()),
+            quotas,
             access: Access::new(config.auth, super_users(&config)),
             audit: crate::audit::AuditLog::new(config.auth),
             control,
@@ -245,6 +247,7 @@ impl Server {
             .collect();
         tasks.push(spawn_retention(state.clone(), stop.subscribe()));
         tasks.extend(spawn_security_sync(state.clone(), stop.subscribe()));
+        tasks.push(crate::quota::sync::spawn(state.clone(), stop.subscribe()));
         tasks.extend(crate::audit::writer::spawn(state.clone(), stop.subscribe()));
         if quorum {
             crate::quorum_boot::boot(&state, matches!(role, Role::Master { .. })).await?;

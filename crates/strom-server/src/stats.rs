@@ -432,6 +432,9 @@ pub struct ServerSnapshot {
     /// The audit trail.
     #[serde(default)]
     pub audit: crate::health::AuditSnapshot,
+    /// The quota table this server enforces, and what it throttled.
+    #[serde(default)]
+    pub quotas: crate::quota::QuotaSnapshot,
 }
 
 /// The process's resident set size, from `/proc/self/statm` (Linux).

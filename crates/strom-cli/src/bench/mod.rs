@@ -14,7 +14,7 @@
 //! one line naming the counts) when fewer events are stored or consumed than
 //! were produced, and the JSON carries `produced` and `consumed`.
 
-mod baseline;
+pub(crate) mod baseline;
 mod drain;
 mod engine;
 mod failover;

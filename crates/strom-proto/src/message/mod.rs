@@ -367,6 +367,17 @@ pub enum Request {
         user: String,
         json: String,
     },
+    /// Sets or removes one quota (docs/quotas.md); `json` is a
+    /// `strom_server::quota::QuotaChange`.
+    AlterQuotas {
+        json: String,
+    },
+    /// The registry's quota table if its version is not `have`: members
+    /// keep a copy to enforce, and an operator lists it (`strom quota
+    /// list`).
+    QuotaTable {
+        have: u64,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -505,6 +516,11 @@ pub enum Response {
     },
     /// The security table as JSON, empty if it is still the version asked.
     SecurityTable {
+        version: u64,
+        json: String,
+    },
+    /// The quota table as JSON, empty if it is still the version asked.
+    QuotaTable {
         version: u64,
         json: String,
     },
@@ -668,6 +684,8 @@ messages!(Request {
     52 => AlterAcls { add, json },
     53 => RevokeToken { id },
     54 => SetScramUser { user, json },
+    55 => AlterQuotas { json },
+    56 => QuotaTable { have },
 });
 
 messages!(Response {
@@ -700,6 +718,7 @@ messages!(Response {
     27 => MemberProven { member, proof },
     28 => Authenticated { principal },
     29 => SecurityTable { version, json },
+    30 => QuotaTable { version, json },
 });
 
 messages!(Push {

@@ -27,6 +27,8 @@ fn requests_round_trip() {
         token: "strom1.a.b".into(),
     });
     round_trip_req(Request::SecurityTable { have: 7 });
+    round_trip_req(Request::QuotaTable { have: 3 });
+    round_trip_req(Request::AlterQuotas { json: "{}".into() });
     round_trip_req(Request::AlterAcls {
         add: true,
         json: "[]".into(),
@@ -126,6 +128,10 @@ fn responses_and_pushes_round_trip() {
         },
         Response::SecurityTable {
             version: 3,
+            json: "{}".into(),
+        },
+        Response::QuotaTable {
+            version: 4,
             json: "{}".into(),
         },
     ] {

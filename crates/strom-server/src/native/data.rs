@@ -3,6 +3,8 @@
 //! on file work are sent from their own task, so the connection keeps
 //! reading requests meanwhile.
 
+use std::sync::Arc;
+
 use strom_net::OutFrame;
 use strom_proto::message::DataItem;
 use strom_proto::{ErrorCode, Response, StartPos};
@@ -11,10 +13,26 @@ use super::{stream, Session};
 use crate::batch::ValidBatch;
 use crate::error::ServerError;
 use crate::partition::AppendReply;
+use crate::quota::Limit;
 use crate::sink::Credit;
 
 impl Session {
-    pub(super) fn produce(
+    /// Who reads this connection's streams, for their consume quota.
+    pub(super) fn stream_reader(&self) -> Arc<stream::Reader> {
+        Arc::new(stream::Reader {
+            quotas: self.svc.quotas.clone(),
+            who: self.principal.clone(),
+        })
+    }
+
+    /// Until when a quota holds the answer to a request of this
+    /// connection moving `bytes` of `topic`; `None`: not held.
+    fn held(&self, kind: Limit, topic: &str, bytes: u64) -> Option<tokio::time::Instant> {
+        let wait = self.svc.quotas.delay(kind, &self.principal, topic, bytes);
+        (!wait.is_zero()).then(|| tokio::time::Instant::now() + wait)
+    }
+
+    pub(super) async fn produce(
         &mut self,
         id: u64,
         topic: &str,
@@ -34,6 +52,28 @@ impl Session {
             }
         };
         let (p, batch) = p;
+        // A produce quota holds the answer (never the append) until the
+        // principal's and the topic's traffic is back within its rate.
+        let held = match self.held(Limit::Produce, topic, batch.size()) {
+            Some(until) => {
+                let cap = self.svc.config.max_connection_buffer_bytes;
+                let n = batch.size().clamp(1, cap).min(u64::from(u32::MAX)) as u32;
+                let Ok(permit) = self.throttled.clone().acquire_many_owned(n).await else {
+                    return;
+                };
+                Some((until, permit))
+            }
+            None => None,
+        };
+        // With priorities in force, the append waits for its turn and
+        // holds its slot while it writes (not while it waits for its acks:
+        // a held `block` append or an acks=all one must not keep others
+        // from the reads and appends that would free it).
+        let slot = self
+            .svc
+            .quotas
+            .scheduled(&self.principal, topic, batch.size())
+            .await;
         let writer = self.writer.clone();
         let version = self.version;
         let svc = self.svc.clone();
@@ -48,7 +88,16 @@ impl Session {
                 },
                 Err(e) => super::failure(&svc, &e),
             };
-            if let Err(frame) = writer.try_send_frame(OutFrame::response(version, id, &resp)) {
+            let frame = OutFrame::response(version, id, &resp);
+            if let Some((until, permit)) = held {
+                handle.spawn(async move {
+                    tokio::time::sleep_until(until).await;
+                    let _ = writer.send(frame).await;
+                    drop(permit);
+                });
+                return;
+            }
+            if let Err(frame) = writer.try_send_frame(frame) {
                 handle.spawn(async move {
                     let _ = writer.send(frame).await;
                 });
@@ -57,6 +106,15 @@ impl Session {
         // A large batch is written while the loop reads the next request
         // (see `appending`).
         match self.svc.data.produce_pipelined(p, batch, acks_all, reply) {
+            Ok(Some(write)) if slot.is_some() => {
+                let peer = self.peer.clone();
+                self.appending = Some(tokio::spawn(async move {
+                    if let Err(e) = write.await {
+                        tracing::error!(peer = %peer, error = %e, "a pipelined append task failed");
+                    }
+                    drop(slot);
+                }));
+            }
             Ok(appending) => self.appending = appending,
             Err(e) => self.respond(id, Err(e.into())),
         }
@@ -82,6 +140,7 @@ impl Session {
             pos,
             credit.clone(),
             self.writer.clone(),
+            self.stream_reader(),
         ));
         self.streams.insert(stream, (task, credit));
         Ok(Response::Subscribed { start_offset: pos })
@@ -125,10 +184,22 @@ impl Session {
         let writer = self.writer.clone();
         let svc = self.svc.clone();
         let version = self.version;
+        let who = self.principal.clone();
+        let topic = topic.to_string();
         tokio::spawn(async move {
-            let frame = match svc.data.fetch(p, items).await {
+            // With priorities in force, the read waits for its turn.
+            let slot = svc.quotas.scheduled(&who, &topic, wanted).await;
+            let read = svc.data.fetch(p, items).await;
+            drop(slot);
+            let frame = match read {
                 Ok(bulk) => {
                     let total = bulk.iter().map(|b| b.len() as u64).sum();
+                    // A consume quota holds the answer, and with it this
+                    // connection's fetch budget.
+                    let wait = svc.quotas.delay(Limit::Consume, &who, &topic, total);
+                    if !wait.is_zero() {
+                        tokio::time::sleep(wait).await;
+                    }
                     OutFrame::response(version, id, &Response::Data { total })
                         .with_bulk(bulk)
                         .with_hold(permit)

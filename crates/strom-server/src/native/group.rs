@@ -33,6 +33,7 @@ async fn fenced_stream(
     writer: WriterHandle,
     mut fence: watch::Receiver<Holder>,
     epoch: u64,
+    reader: Arc<stream::Reader>,
 ) {
     let moved = async {
         loop {
@@ -46,7 +47,7 @@ async fn fenced_stream(
     };
     let w = writer.clone();
     tokio::select! {
-        _ = stream::run(pm, version, stream, pos, credit, w) => {}
+        _ = stream::run(pm, version, stream, pos, credit, w, reader) => {}
         _ = moved => {
             let push = Push::StreamError {
                 code: ErrorCode::FENCED,
@@ -119,6 +120,7 @@ impl Session {
             self.writer.clone(),
             start.fence,
             epoch,
+            self.stream_reader(),
         ));
         self.streams.insert(stream, (task, credit));
         Ok(Response::Subscribed { start_offset: pos })

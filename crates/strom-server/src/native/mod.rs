@@ -49,6 +49,11 @@ struct Session {
     streams: HashMap<u64, (JoinHandle<()>, Arc<Credit>)>,
     /// Bytes of fetched data read for this connection and not yet written.
     budget: Arc<Semaphore>,
+    /// Bytes of produced batches whose answers a quota holds: past
+    /// `max_connection_buffer_bytes` the loop reads no more requests until
+    /// answers go, so a client that does not wait for its answers is held
+    /// at its quota too.
+    throttled: Arc<Semaphore>,
     /// The append of this connection's last large batch, running on the
     /// blocking pool while the loop receives the next request. Every
     /// request waits for it first, so requests take effect in the order
@@ -85,6 +90,7 @@ pub async fn serve(conn: Conn, svc: Arc<Services>, _slot: OwnedSemaphorePermit) 
         partitions: HashMap::new(),
         streams: HashMap::new(),
         budget,
+        throttled: Arc::new(Semaphore::new(cfg.max_connection_buffer_bytes as usize)),
         appending: None,
         member: None,
         nonces: None,
@@ -263,7 +269,7 @@ impl Session {
                 partition,
                 acks_all,
                 ..
-            } => self.produce(id, &topic, partition, acks_all, batch),
+            } => self.produce(id, &topic, partition, acks_all, batch).await,
             Request::ReplicaFetch {
                 topic,
                 partition,

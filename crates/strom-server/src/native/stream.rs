@@ -18,6 +18,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use strom_net::{OutFrame, WriterHandle};
@@ -26,11 +27,26 @@ use strom_storage::Appended;
 use tokio::sync::Notify;
 
 use crate::partition::{PartitionManager, Read, Tail, TailCursor};
+use crate::quota::{Limit, Quotas};
 use crate::sink::{BatchSink, Credit};
 use crate::stats::PartitionStats;
 
 /// Most metadata bytes read from the log per step.
 const READ_BYTES: usize = 1 << 20;
+
+/// Who reads a stream, for its consume quota: the metadata pushed counts
+/// as consumed bytes, and the stream waits as long as the quota says
+/// before it pushes more.
+pub struct Reader {
+    pub quotas: Arc<Quotas>,
+    pub who: strom_auth::Principal,
+}
+
+impl Reader {
+    fn delay(&self, topic: &str, bytes: u64) -> Duration {
+        self.quotas.delay(Limit::Consume, &self.who, topic, bytes)
+    }
+}
 
 /// The native push sink: a caught-up stream parked in the partition's
 /// [`Waiters`], to which the appender hands the next batch as a `Push`.
@@ -42,6 +58,10 @@ struct Parked {
     writer: WriterHandle,
     wake: Notify,
     stats: Arc<PartitionStats>,
+    reader: Arc<Reader>,
+    topic: String,
+    /// What the consume quota held the pushed batch for, in microseconds.
+    owed: AtomicU64,
 }
 
 impl BatchSink for Parked {
@@ -65,6 +85,9 @@ impl BatchSink for Parked {
                 .store(a.base_offset + a.count as u64, Ordering::Release);
             self.credit.take(a.count);
             self.stats.delivered(u64::from(a.count), meta.len() as u64);
+            let wait = self.reader.delay(&self.topic, meta.len() as u64);
+            self.owed
+                .fetch_max(wait.as_micros() as u64, Ordering::AcqRel);
         }
         true
     }
@@ -93,6 +116,7 @@ pub async fn run(
     pos: u64,
     credit: Arc<Credit>,
     writer: WriterHandle,
+    reader: Arc<Reader>,
 ) {
     let out = Out {
         writer: &writer,
@@ -120,8 +144,10 @@ pub async fn run(
             }
             Tail::Ready => {
                 credit.wait().await;
-                if !push_read(&out, &mut tail, &credit).await {
-                    return;
+                match push_read(&out, &mut tail, &credit, &reader).await {
+                    Some(wait) if !wait.is_zero() => tokio::time::sleep(wait).await,
+                    Some(_) => {}
+                    None => return,
                 }
             }
             Tail::CaughtUp => {
@@ -134,25 +160,39 @@ pub async fn run(
                     writer: writer.clone(),
                     wake: Notify::new(),
                     stats: pm.stats.clone(),
+                    reader: reader.clone(),
+                    topic: pm.topic.clone(),
+                    owed: AtomicU64::new(0),
                 });
                 let sink: Arc<dyn BatchSink> = parked.clone();
                 if !tail.park(&sink, parked.wake.notified()).await {
                     return;
                 }
                 tail.advance_to(parked.pos.load(Ordering::Acquire));
+                let owed = parked.owed.load(Ordering::Acquire);
+                if owed > 0 {
+                    tokio::time::sleep(Duration::from_micros(owed)).await;
+                }
             }
         }
     }
 }
 
-/// Reads the next visible batches and pushes them; false once the stream
-/// must end (its connection closed, or the read failed).
-async fn push_read(out: &Out<'_>, tail: &mut TailCursor, credit: &Credit) -> bool {
+/// Reads the next visible batches and pushes them: how long the consume
+/// quota holds the stream now, or `None` once the stream must end (its
+/// connection closed, or the read failed).
+async fn push_read(
+    out: &Out<'_>,
+    tail: &mut TailCursor,
+    credit: &Credit,
+    reader: &Reader,
+) -> Option<Duration> {
     let pm = tail.partition().clone();
     let from = tail.pos();
     match tail.read(READ_BYTES) {
         Ok(Read::Batches(batches)) => {
             let mut pos = from;
+            let mut pushed = 0u64;
             for b in batches {
                 let end = b.base_offset + u64::from(b.count);
                 let sent = end - pos.max(b.base_offset);
@@ -165,13 +205,14 @@ async fn push_read(out: &Out<'_>, tail: &mut TailCursor, credit: &Credit) -> boo
                     meta: b.meta,
                 };
                 if !send(out, &push).await {
-                    return false;
+                    return None;
                 }
                 credit.take(sent as u32);
                 pm.stats.delivered(sent, meta_bytes);
+                pushed += meta_bytes;
                 pos = end;
             }
-            true
+            Some(reader.delay(&pm.topic, pushed))
         }
         // Damaged on disk and quarantined: say so, then go on after it.
         Ok(Read::Gap { first, last }) => {
@@ -181,7 +222,7 @@ async fn push_read(out: &Out<'_>, tail: &mut TailCursor, credit: &Credit) -> boo
                 last,
                 code: ErrorCode::DATA_CORRUPT,
             };
-            send(out, &push).await
+            send(out, &push).await.then_some(Duration::ZERO)
         }
         Err(e) => {
             tracing::error!(topic = %pm.topic, partition = pm.id, offset = from, error = %e, "read for a subscription failed");
@@ -190,7 +231,7 @@ async fn push_read(out: &Out<'_>, tail: &mut TailCursor, credit: &Credit) -> boo
                 message: e.to_string(),
             };
             send(out, &push).await;
-            false
+            None
         }
     }
 }

@@ -19,6 +19,7 @@ use super::group_machine::{self, ConsumerGroupMeta, GroupCommand};
 use super::member_machine::{self, MemberCommand};
 use super::replica_machine::{self, ReplicaCommand, ReplicaSet};
 use super::security_machine::{self, SecurityCommand};
+use crate::quota::{QuotaChange, QuotaTable, MAX_QUOTAS};
 
 /// The most partitions a topic may have.
 pub const MAX_PARTITIONS: u32 = 65_536;
@@ -161,6 +162,8 @@ pub enum RegistryCommand {
     Member(MemberCommand),
     /// A change to the ACLs or the revoked tokens.
     Security(SecurityCommand),
+    /// A change to the quotas (`crate::quota`).
+    Quota(QuotaChange),
 }
 
 /// Why a command does not apply to a state.
@@ -185,6 +188,8 @@ pub struct RegistryState {
     pub removed: BTreeSet<u32>,
     /// ACLs and revoked tokens.
     pub security: SecurityTable,
+    /// Produce, consume and storage quotas.
+    pub quotas: QuotaTable,
 }
 
 /// The state as JSON: the body of a snapshot, and exactly the layout of the
@@ -205,6 +210,8 @@ pub struct Persisted {
     pub removed: BTreeSet<u32>,
     #[serde(default, skip_serializing_if = "SecurityTable::is_empty")]
     pub security: SecurityTable,
+    #[serde(default, skip_serializing_if = "QuotaTable::is_empty")]
+    pub quotas: QuotaTable,
 }
 
 impl RegistryState {
@@ -222,6 +229,7 @@ impl RegistryState {
             draining: self.draining.clone(),
             removed: self.removed.clone(),
             security: self.security.clone(),
+            quotas: self.quotas.clone(),
         }
     }
 
@@ -233,6 +241,7 @@ impl RegistryState {
             draining: p.draining,
             removed: p.removed,
             security: p.security,
+            quotas: p.quotas,
             ..Default::default()
         };
         for t in p.topics {
@@ -368,6 +377,13 @@ impl RegistryState {
             C::Replica(r) => replica_machine::check(self, r)?,
             C::Member(m) => member_machine::check(self, m)?,
             C::Security(c) => security_machine::check(self, c)?,
+            C::Quota(q) => {
+                q.check().map_err(Rejected)?;
+                let new = matches!(q, QuotaChange::Set { key, .. } if !self.quotas.quotas.contains_key(key));
+                if new && self.quotas.quotas.len() >= MAX_QUOTAS {
+                    return fail(format!("a group holds at most {MAX_QUOTAS} quotas"));
+                }
+            }
         }
         Ok(())
     }
@@ -442,6 +458,7 @@ impl RegistryState {
             C::Replica(r) => replica_machine::apply(self, r),
             C::Member(m) => member_machine::apply(self, m),
             C::Security(c) => security_machine::apply(self, c),
+            C::Quota(q) => self.quotas.apply(q),
         }
     }
 }

@@ -36,6 +36,7 @@ mod machine;
 mod member_machine;
 mod moves;
 mod quorum;
+mod quotas;
 mod replica_machine;
 mod replicas;
 mod replicated;

@@ -219,12 +219,13 @@ pub fn needs(req: &Request) -> Vec<(Operation, Resource)> {
         // front end filters them).
         R::ListTopics | R::ListConsumerGroups => vec![],
         R::Members | R::ServerSnapshot => cluster(Describe),
-        R::SecurityTable { .. } => cluster(Describe),
+        R::SecurityTable { .. } | R::QuotaTable { .. } => cluster(Describe),
         R::MovePartition { .. }
         | R::DrainMember { .. }
         | R::AlterAcls { .. }
         | R::RevokeToken { .. }
-        | R::SetScramUser { .. } => cluster(Alter),
+        | R::SetScramUser { .. }
+        | R::AlterQuotas { .. } => cluster(Alter),
         // About the connection itself (or stream-local), or member-only.
         R::Hello { .. }
         | R::ProveMember { .. }

@@ -20,6 +20,7 @@ use crate::config::ServerConfig;
 use crate::error::ServerError;
 use crate::host::Host;
 use crate::partition::{AppendReply, PartitionManager};
+use crate::quota::{QuotaKey, Quotas};
 
 /// Batches with more data than this are appended under `block_in_place`.
 const BLOCKING_APPEND: u64 = 256 << 10;
@@ -33,6 +34,8 @@ pub struct DataService {
     max_prefetch_events: u32,
     /// Topics' validators, checked on every produced batch (`validate.rs`).
     validation: Validation,
+    /// The quota table: storage quotas refuse appends here.
+    quotas: Arc<Quotas>,
 }
 
 fn internal(e: impl std::fmt::Display) -> ServerError {
@@ -58,12 +61,13 @@ async fn blocking<T: Send + 'static>(
 }
 
 impl DataService {
-    pub fn new(host: Arc<Host>, config: &ServerConfig) -> Self {
+    pub fn new(host: Arc<Host>, config: &ServerConfig, quotas: Arc<Quotas>) -> Self {
         DataService {
             host,
             max_frame_bytes: config.max_frame_bytes,
             max_prefetch_events: config.max_prefetch_events,
             validation: Validation::default(),
+            quotas,
         }
     }
 
@@ -138,12 +142,45 @@ impl DataService {
         Ok(None)
     }
 
-    /// Checks `batch` against the validator of `p`'s topic.
+    /// Checks `batch` against the validator of `p`'s topic, then the
+    /// topic's storage quota.
     fn validate(&self, p: &PartitionManager, batch: &ValidBatch) -> Result<(), CheckError> {
-        match self.host.spec(&p.topic) {
-            Some(spec) => self.validation.check(&spec, batch),
-            None => Ok(()),
+        if let Some(spec) = self.host.spec(&p.topic) {
+            self.validation.check(&spec, batch)?;
         }
+        Ok(self.check_stored(&p.topic)?)
+    }
+
+    /// `QUOTA_EXCEEDED` if `topic`'s stored-bytes quota is used up on this
+    /// member: the bytes of the topic (or of every topic of the prefix)
+    /// in this member's logs reached it.
+    pub fn check_stored(&self, topic: &str) -> Result<(), ServerError> {
+        let Some(q) = self.quotas.stored_limit(topic) else {
+            return Ok(());
+        };
+        let stored = self.stored_bytes(&q.key);
+        if stored < q.limit {
+            return Ok(());
+        }
+        tracing::info!(topic = %topic, quota = %q.key, stored, limit = q.limit, "append refused: storage quota used up");
+        Err(ServerError::coded(
+            ErrorCode::QUOTA_EXCEEDED,
+            format!("topic '{topic}' may not grow: {} stores {stored} bytes on this member, at or above its quota of {} bytes; delete or expire data (retention_bytes, retention_ms) or raise the quota (strom quota set)", q.key, q.limit),
+        ))
+    }
+
+    /// Bytes the logs of this member hold for a topic key's topics.
+    fn stored_bytes(&self, key: &QuotaKey) -> u64 {
+        let parts = match key {
+            QuotaKey::Topic(t) => self.host.partitions_of(t),
+            QuotaKey::TopicPrefix(prefix) => {
+                let mut all = self.host.all();
+                all.retain(|p| p.topic.starts_with(prefix.as_str()));
+                all
+            }
+            QuotaKey::User(_) => Vec::new(),
+        };
+        parts.iter().map(|p| p.log_stats().bytes).sum()
     }
 
     /// Where a subscription of `consumer` starting at `start` begins. Not

@@ -42,6 +42,8 @@ pub struct Services {
     pub control: ControlService,
     /// Who may do what: the security table and the decision.
     pub access: Access,
+    /// This server's copy of the quota table and its meters.
+    pub quotas: std::sync::Arc<crate::quota::Quotas>,
     /// The audit trail: changes and refusals, to the log and `strom.audit`.
     pub audit: crate::audit::AuditLog,
     /// Server-wide counters the front ends update (the metrics tap).

@@ -156,6 +156,28 @@ impl ControlService {
                 r.set_scram(user, update).await?;
                 Response::Done
             }
+            Request::AlterQuotas { json } => {
+                let change = serde_json::from_str(&json).map_err(|e| {
+                    ServerError::coded(
+                        ErrorCode::INVALID_ARGUMENT,
+                        format!("the quota change does not parse: {e}"),
+                    )
+                })?;
+                r.alter_quota(change).await?;
+                Response::Done
+            }
+            Request::QuotaTable { have } => {
+                let t = r.quota_table().await;
+                let json = match t.version == have {
+                    true => String::new(),
+                    false => serde_json::to_string(&t)
+                        .map_err(|e| ServerError::coded(ErrorCode::INTERNAL, e.to_string()))?,
+                };
+                Response::QuotaTable {
+                    version: t.version,
+                    json,
+                }
+            }
             Request::RevokeToken { id } => {
                 r.revoke_token(id).await?;
                 Response::Done

@@ -54,6 +54,7 @@ impl Services {
             leases: self.lease_snapshot().await,
             kafka: self.stats.kafka.snapshot(),
             audit: self.audit.snapshot(),
+            quotas: self.quotas.snapshot(),
         }
     }
 
