@@ -393,6 +393,126 @@ fn a_topic_without_replication_moves_off_a_drained_member_too() {
     );
 }
 
+/// Reads topic `plain` as consumer `name` until its end; every event's
+/// (partition, offset), or the first error.
+fn consume_plain(d: &Driver, name: &str) -> Result<Vec<(u32, u64)>, String> {
+    let c = d
+        .open_topic("plain")
+        .map_err(|e| e.to_string())?
+        .consumer(name)
+        .map_err(|e| e.to_string())?;
+    let mut seen = Vec::new();
+    loop {
+        match c.pull_timeout(Duration::from_secs(60)) {
+            Ok(strom_client::Next::Event(e)) => seen.push((e.partition, e.offset)),
+            Ok(strom_client::Next::EndOfStream) => return Ok(seen),
+            Err(e) => return Err(format!("after {} events: {e}", seen.len())),
+        }
+    }
+}
+
+#[test]
+fn a_consumer_keeps_reading_while_its_partitions_move_off_a_drained_member() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut g = start(tmp.path());
+    add_member(&mut g, tmp.path().join("m3"));
+    g.d.create_topic(strom_client::TopicSpec::new("plain", 3))
+        .unwrap();
+    let on_1 = |g: &Group| {
+        let info = g.d.describe("plain").unwrap();
+        info.partitions.iter().filter(|p| p.member == 1).count()
+    };
+    assert!(on_1(&g) > 0, "member 1 owns a partition of the plain topic");
+    let gf = g.zero.group_file.clone();
+    let reader = std::thread::spawn(move || consume_plain(&Driver::connect(&gf).unwrap(), "live"));
+    let gf = g.zero.group_file.clone();
+    let pusher = std::thread::spawn(move || {
+        let d = Driver::connect(&gf).unwrap();
+        push_plain(&d, 3200, Duration::from_millis(2))
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    ok(
+        g.zero.cli(&["member", "drain", "1"], "", CLI),
+        "member drain 1",
+    );
+    assert_eq!(on_1(&g), 0, "the partitions moved off member 1");
+    let (acked, failed) = pusher.join().unwrap();
+    assert_eq!((acked.len(), failed), (3200, 0), "every push acknowledged");
+    let mut seen = reader
+        .join()
+        .unwrap()
+        .expect("the consumer read to the end");
+    seen.sort_unstable();
+    let mut want: Vec<(u32, u64)> = acked.iter().map(|(_, p, o)| (*p, *o)).collect();
+    want.sort_unstable();
+    assert_eq!(
+        seen, want,
+        "the consumer read every acknowledged event once"
+    );
+}
+
+/// A consumer parked at the end of a partition (caught up, nothing new)
+/// while the partition moves, and the member it left releases it: it is
+/// told to follow the partition, not that the topic was deleted, and reads
+/// what comes after the move from the new owner.
+#[test]
+fn a_caught_up_consumer_follows_its_partition_when_it_moves() {
+    let tmp = tempfile::tempdir().unwrap();
+    let g = start(tmp.path());
+    g.d.create_topic(strom_client::TopicSpec::new("plain", 1))
+        .unwrap();
+    let from = g.d.describe("plain").unwrap().partitions[0].member;
+    let to = (0..=2).find(|m| *m != from && *m != 0).unwrap();
+    let t = g.d.open_topic("plain").unwrap();
+    let p = t
+        .producer_with(strom_client::ProducerOptions {
+            idempotent: Some(true),
+            ..Default::default()
+        })
+        .unwrap();
+    let c = t.consumer("parked").unwrap();
+    let pull = || match c.pull_timeout(Duration::from_secs(60)) {
+        Ok(strom_client::Next::Event(e)) => e.offset,
+        other => panic!("the consumer stopped: {:?}", other.map(|_| "end of stream")),
+    };
+    for i in 0..10 {
+        p.push(format!("{{\"i\":{i}}}"), ())
+            .unwrap()
+            .wait()
+            .unwrap();
+    }
+    let first: Vec<u64> = (0..10).map(|_| pull()).collect();
+    assert_eq!(first, (0..10).collect::<Vec<_>>());
+    // Parked now; the partition moves and its old owner releases it.
+    let spec = "plain/0".to_string();
+    ok(
+        g.zero.cli(
+            &["partition", "move", &spec, "--to", &to.to_string()],
+            "",
+            CLI,
+        ),
+        "partition move",
+    );
+    assert_eq!(g.d.describe("plain").unwrap().partitions[0].member, to);
+    for i in 10..20 {
+        p.push(format!("{{\"i\":{i}}}"), ())
+            .unwrap()
+            .wait()
+            .unwrap();
+    }
+    let after: Vec<u64> = (0..10).map(|_| pull()).collect();
+    assert_eq!(
+        after,
+        (10..20).collect::<Vec<_>>(),
+        "read on from the new owner"
+    );
+    p.close().unwrap();
+    assert!(matches!(
+        c.pull_timeout(Duration::from_secs(60)),
+        Ok(strom_client::Next::EndOfStream)
+    ));
+}
+
 #[test]
 fn partitions_added_to_a_replicated_topic_get_their_copies_too() {
     let tmp = tempfile::tempdir().unwrap();

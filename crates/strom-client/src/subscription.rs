@@ -25,6 +25,10 @@ use crate::unpack::{Fetched, Unpacker};
 
 static NEXT_STREAM: AtomicU64 = AtomicU64::new(1);
 const RETRY: Duration = Duration::from_secs(1);
+/// How often a reader sent away from a partition's old owner asks the
+/// registry where it went, and for how long.
+const FOLLOW_POLL: Duration = Duration::from_millis(100);
+const FOLLOW_WAIT: Duration = Duration::from_secs(10);
 
 type Started = std::sync::mpsc::Sender<Result<()>>;
 
@@ -32,6 +36,20 @@ fn is_unreachable(e: &Error) -> bool {
     matches!(
         e.code(),
         ErrorCode::CONNECTION_FAILED | ErrorCode::CONNECTION_CLOSED
+    )
+}
+
+/// Whether the member says the partition is not (or no longer) its to
+/// serve: it moved away (`NOT_PARTITION_LEADER`), or the member released
+/// it already (`PARTITION_NOT_FOUND`, or `TOPIC_NOT_FOUND` when it held no
+/// other partition of the topic). The registry says where it went; a
+/// topic that was really deleted is not found there either.
+fn moved_away(e: &Error) -> bool {
+    matches!(
+        e.code(),
+        ErrorCode::NOT_PARTITION_LEADER
+            | ErrorCode::PARTITION_NOT_FOUND
+            | ErrorCode::TOPIC_NOT_FOUND
     )
 }
 
@@ -73,6 +91,13 @@ pub(crate) async fn run_partition(
                 e.message()
             ),
         );
+        if moved_away(&e) {
+            match follow_move(&shared, &sub, epoch).await {
+                Follow::Moved => continue,
+                Follow::Gone => {}
+                Follow::Superseded => return,
+            }
+        }
         let retry = is_unreachable(&e);
         // The owner may have moved (restarted elsewhere): follow it first.
         if retry && refresh_owner(&shared, &sub).await {
@@ -98,6 +123,50 @@ pub(crate) async fn run_partition(
             return;
         }
         refresh_owner(&shared, &sub).await;
+    }
+}
+
+/// What the registry says of a partition its member sent the reader away
+/// from.
+enum Follow {
+    /// It lives elsewhere now: subscribe there.
+    Moved,
+    /// The topic (or the partition) is gone: the error stands.
+    Gone,
+    /// A seek or a rebalance replaced this subscription meanwhile.
+    Superseded,
+}
+
+/// Waits until the registry names another owner for the partition, as it
+/// does once a move completes (the old owner may answer before the
+/// registry is updated), for as long as the registry still knows the
+/// partition, and for at most [`FOLLOW_WAIT`] while it keeps naming the
+/// member that sent the reader away (the error then stands).
+async fn follow_move(shared: &Shared, sub: &PartSub, epoch: u64) -> Follow {
+    let deadline = tokio::time::Instant::now() + FOLLOW_WAIT;
+    loop {
+        let Ok(info) = shared.topic.refresh().await else {
+            return Follow::Gone;
+        };
+        let Some(p) = info.partitions.get(sub.partition as usize) else {
+            return Follow::Gone;
+        };
+        {
+            let mut o = sub.owner.lock();
+            if o.addr != p.addr {
+                tracing::info!(partition = sub.partition, from = %o.addr, to = %p.addr, "the partition moved; following it");
+                o.member = p.member;
+                o.addr = p.addr.clone();
+                return Follow::Moved;
+            }
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Follow::Gone;
+        }
+        tokio::time::sleep(FOLLOW_POLL).await;
+        if shared.epoch() != epoch {
+            return Follow::Superseded;
+        }
     }
 }
 

@@ -353,6 +353,7 @@ impl Host {
         drop(topics);
         for (p, slot) in gone {
             if let Some(slot) = slot {
+                slot.partition.mark_released();
                 slot.close(true);
             }
             remove_dir(&dir.join(p.to_string()));

@@ -127,10 +127,8 @@ pub async fn run(
     loop {
         match tail.poll() {
             Tail::Deleted => {
-                let push = Push::StreamError {
-                    code: ErrorCode::TOPIC_NOT_FOUND,
-                    message: format!("topic '{}' was deleted", pm.topic),
-                };
+                let (code, message) = pm.gone_error();
+                let push = Push::StreamError { code, message };
                 send(&out, &push).await;
                 return;
             }

@@ -196,10 +196,8 @@ impl PartitionManager {
     /// the append path), then applies retention; room it frees in a
     pub(super) fn closed_error(&self) -> ServerError {
         if self.is_deleted() {
-            ServerError::coded(
-                ErrorCode::TOPIC_NOT_FOUND,
-                format!("topic '{}' was deleted", self.topic),
-            )
+            let (code, message) = self.gone_error();
+            ServerError::coded(code, message)
         } else {
             ServerError::coded(
                 ErrorCode::SHUTTING_DOWN,

@@ -97,6 +97,9 @@ pub struct PartitionManager {
     /// What this partition counts for the metrics tap.
     pub stats: Arc<crate::stats::PartitionStats>,
     deleted: AtomicBool,
+    /// Closed because it moved to other members (`mark_released`), not
+    /// because its topic was deleted: readers and writers are sent on.
+    released: AtomicBool,
     /// Apply retention after every append (memory partitions).
     retain_on_append: bool,
     stop: Arc<AtomicBool>,
@@ -248,6 +251,7 @@ impl PartitionManager {
             offsets,
             appender: Mutex::new(None),
             deleted: AtomicBool::new(false),
+            released: AtomicBool::new(false),
             retain_on_append: spec.partition_type == PartitionType::Memory,
             stop: Arc::new(AtomicBool::new(false)),
             threads: Mutex::new(Vec::new()),
@@ -360,6 +364,37 @@ impl PartitionManager {
 
     pub fn is_deleted(&self) -> bool {
         self.deleted.load(Ordering::Acquire)
+    }
+
+    /// Whether it was closed because it moved away (see `mark_released`).
+    pub fn is_released(&self) -> bool {
+        self.released.load(Ordering::Acquire)
+    }
+
+    /// Notes, before it is closed as deleted here, that its copies moved
+    /// to other members: readers and writers are then told
+    /// `NOT_PARTITION_LEADER` (follow it), not that the topic is gone.
+    pub fn mark_released(&self) {
+        self.released.store(true, Ordering::Release);
+    }
+
+    /// What a reader or writer of a closed partition is told: it moved
+    /// away, or its topic was deleted.
+    pub fn gone_error(&self) -> (ErrorCode, String) {
+        if self.is_released() {
+            (
+                ErrorCode::NOT_PARTITION_LEADER,
+                format!(
+                    "partition {}/{} moved away from this member",
+                    self.topic, self.id
+                ),
+            )
+        } else {
+            (
+                ErrorCode::TOPIC_NOT_FOUND,
+                format!("topic '{}' was deleted", self.topic),
+            )
+        }
     }
 
     fn publish(&self, next: u64) {
