@@ -3,13 +3,12 @@
  * the roles of the ranks, the embedded servers (where they run, how they
  * find each other over the communicator), the topic, each rank's producer
  * and consumer, the collective open and close that agree on one outcome,
- * and this thread's error message. Datatypes are datatype.c's.
+ * Datatypes are datatype.c's, error messages error.c's.
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,31 +39,6 @@ struct strom_mpi_channel {
   int desc_count;
   char desc[1024];
 };
-
-/* ---- errors ------------------------------------------------------------ */
-
-static _Thread_local char last_error[1024];
-
-strom_status smi_fail(strom_status s, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(last_error, sizeof last_error, fmt, ap);
-  va_end(ap);
-  return s;
-}
-
-strom_status smi_strom(strom_status s, const char *what) {
-  return smi_fail(s, "%s: %s (%s)", what, strom_last_error(), strom_status_name(s));
-}
-
-strom_status smi_mpi(int rc, const char *what) {
-  char msg[MPI_MAX_ERROR_STRING] = "";
-  int len = 0;
-  MPI_Error_string(rc, msg, &len);
-  return smi_fail(STROM_ERR_INTERNAL, "%s failed: %s", what, msg);
-}
-
-const char *strom_mpi_last_error(void) { return last_error; }
 
 /* Every rank learns the worst outcome of a step: its own when it failed,
  * else the failing rank's status, with a message naming that rank. */
@@ -384,11 +358,11 @@ strom_status strom_mpi_channel_open(MPI_Comm comm, int role, const char *topic,
   if (s == STROM_OK) s = agree(ch, open_producer(ch, o), "opening the producers");
   if (s == STROM_OK) s = agree(ch, open_consumer(ch, topic, o), "opening the consumers");
   if (s != STROM_OK) {
-    char kept[sizeof last_error];
-    memcpy(kept, last_error, sizeof kept);
+    char kept[1024];
+    snprintf(kept, sizeof kept, "%s", strom_mpi_last_error());
     ch->ended = 1; /* nothing was pushed: do not end a stream others use */
     teardown(ch);
-    memcpy(last_error, kept, sizeof kept);
+    smi_fail(s, "%s", kept);
     return s;
   }
   *out = ch;

@@ -1,7 +1,8 @@
 /*
  * channel_internal.h: what the files of libstrom_mpi share (not installed).
  * channel.c owns the channel (servers, topic, roles, collectives);
- * datatype.c owns MPI datatypes (descriptors, packing, unpacking).
+ * datatype.c owns MPI datatypes (descriptors, packing, unpacking);
+ * error.c owns this thread's error message.
  */
 #ifndef STROM_MPI_INTERNAL_H
 #define STROM_MPI_INTERNAL_H

@@ -15,7 +15,6 @@
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::OnceLock;
 
-use crate::error::OfiError;
 use crate::sys::{fi_fabric_attr, fi_info, fid_fabric};
 
 type GetInfo = unsafe extern "C" fn(
@@ -42,15 +41,14 @@ const LIBRARY: &CStr = c"libfabric.so.1";
 
 static API: OnceLock<Result<Api, String>> = OnceLock::new();
 
-/// libfabric's functions, loading it on the first call.
-pub(crate) fn api() -> Result<&'static Api, OfiError> {
-    API.get_or_init(load)
-        .as_ref()
-        .map_err(|e| OfiError::Unavailable(e.clone()))
+/// libfabric's functions, loading it on the first call; why it could not
+/// be loaded otherwise.
+pub(crate) fn api() -> Result<&'static Api, String> {
+    API.get_or_init(load).as_ref().map_err(Clone::clone)
 }
 
 /// libfabric's functions if it is loaded already.
-pub(crate) fn loaded() -> Option<&'static Api> {
+fn loaded() -> Option<&'static Api> {
     API.get().and_then(|r| r.as_ref().ok())
 }
 
@@ -150,5 +148,68 @@ impl Drop for KeptSignals {
                 }
             }
         }
+    }
+}
+
+// The five functions libfabric exports that Strom calls directly, by the
+// names of <rdma/fabric.h>; bindgen leaves them out of `sys`. Each
+// returns what libfabric's own returns, or an error code if libfabric
+// could not be loaded (callers load it first, through `api`).
+
+const NOT_LOADED: ::std::os::raw::c_int = -(crate::sys::FI_ENOSYS as ::std::os::raw::c_int);
+
+pub(crate) unsafe fn fi_getinfo(
+    version: u32,
+    node: *const ::std::os::raw::c_char,
+    service: *const ::std::os::raw::c_char,
+    flags: u64,
+    hints: *const fi_info,
+    info: *mut *mut fi_info,
+) -> ::std::os::raw::c_int {
+    match loaded() {
+        Some(api) => {
+            // Providers initialize on the first fi_getinfo.
+            let _kept = KeptSignals::save();
+            (api.getinfo)(version, node, service, flags, hints, info)
+        }
+        None => NOT_LOADED,
+    }
+}
+
+pub(crate) unsafe fn fi_freeinfo(info: *mut fi_info) {
+    if let Some(api) = loaded() {
+        (api.freeinfo)(info)
+    }
+}
+
+pub(crate) unsafe fn fi_fabric(
+    attr: *mut fi_fabric_attr,
+    fabric: *mut *mut fid_fabric,
+    context: *mut ::std::os::raw::c_void,
+) -> ::std::os::raw::c_int {
+    match loaded() {
+        Some(api) => {
+            let _kept = KeptSignals::save();
+            (api.fabric)(attr, fabric, context)
+        }
+        None => NOT_LOADED,
+    }
+}
+
+pub(crate) unsafe fn fi_strerror(errnum: ::std::os::raw::c_int) -> *const ::std::os::raw::c_char {
+    match loaded() {
+        Some(api) => (api.strerror)(errnum),
+        None => ::std::ptr::null(),
+    }
+}
+
+/// `fi_dupinfo`, for the C wrapper of `fi_allocinfo` (compiled with
+/// `-Dfi_dupinfo=strom_ofi_fi_dupinfo`, so that no libfabric symbol is
+/// linked).
+#[no_mangle]
+pub unsafe extern "C" fn strom_ofi_fi_dupinfo(info: *const fi_info) -> *mut fi_info {
+    match loaded() {
+        Some(api) => (api.dupinfo)(info),
+        None => ::std::ptr::null_mut(),
     }
 }

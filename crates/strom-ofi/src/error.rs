@@ -3,8 +3,6 @@
 
 use std::ffi::CStr;
 
-use crate::sys;
-
 /// A libfabric failure, or a misuse caught before calling libfabric.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum OfiError {
@@ -48,7 +46,7 @@ pub enum OfiError {
 pub fn strerror(code: i32) -> String {
     // SAFETY: fi_strerror returns a pointer to a static NUL-terminated string.
     unsafe {
-        let p = sys::fi_strerror(code.abs());
+        let p = crate::dynload::fi_strerror(code.abs());
         if p.is_null() {
             return format!("error {code}");
         }

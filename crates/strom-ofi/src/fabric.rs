@@ -135,10 +135,10 @@ unsafe fn cstr(p: *const libc::c_char) -> String {
 
 /// The first `fi_info` matching `spec`.
 unsafe fn getinfo(spec: &ProviderSpec) -> Result<*mut sys::fi_info, OfiError> {
-    crate::dynload::api()?; // loaded on first use
+    crate::dynload::api().map_err(OfiError::Unavailable)?; // loaded on first use
     let h = hints(spec)?;
     let mut info = ptr::null_mut();
-    let ret = sys::fi_getinfo(
+    let ret = crate::dynload::fi_getinfo(
         sys::FI_VERSION_1_17,
         ptr::null(),
         ptr::null(),
@@ -146,7 +146,7 @@ unsafe fn getinfo(spec: &ProviderSpec) -> Result<*mut sys::fi_info, OfiError> {
         h,
         &mut info,
     );
-    sys::fi_freeinfo(h);
+    crate::dynload::fi_freeinfo(h);
     if ret != 0 || info.is_null() {
         return Err(OfiError::NoProvider {
             provider: spec.provider.clone(),
@@ -183,7 +183,7 @@ impl Resources {
 
     unsafe fn open_objects(&mut self) -> Result<(), OfiError> {
         let info = self.info;
-        let ret = sys::fi_fabric((*info).fabric_attr, &mut self.fabric, ptr::null_mut());
+        let ret = crate::dynload::fi_fabric((*info).fabric_attr, &mut self.fabric, ptr::null_mut());
         check("fi_fabric", ret as isize)?;
         let ret = sys::fi_domain(self.fabric, info, &mut self.domain, ptr::null_mut());
         check("fi_domain", ret as isize)?;
@@ -272,7 +272,7 @@ impl Drop for Resources {
             if !self.fabric.is_null() {
                 close(&mut (*self.fabric).fid);
             }
-            sys::fi_freeinfo(self.info);
+            crate::dynload::fi_freeinfo(self.info);
         }
     }
 }
