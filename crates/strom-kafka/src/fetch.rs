@@ -307,8 +307,8 @@ pub fn fetch(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply, Frame
                 (t.topic.0.as_str().to_string(), n)
             })
             .collect();
-        let wait = throttle::delay(&ctx, Limit::Consume, &sizes);
-        throttle::mute(&ctx, wait);
+        let wait = throttle::delay(&ctx.services.quotas, &ctx.who, Limit::Consume, &sizes);
+        ctx.mute.hold(wait);
         let throttle_ms = throttle::answer(ApiKey::Fetch, v, wait).await;
         let mut resp = FetchResponse::default().with_responses(topics);
         if v >= 1 {

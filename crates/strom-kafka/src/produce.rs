@@ -144,8 +144,8 @@ pub fn produce(ctx: &Arc<Ctx>, v: i16, c: i32, body: Bytes) -> Result<Reply, Fra
         topics.push((topic, parts));
     }
     // Produce quotas meter what was sent, and throttle the answer.
-    let wait = throttle::delay(ctx, Limit::Produce, &sizes);
-    throttle::mute(ctx, wait);
+    let wait = throttle::delay(&ctx.services.quotas, &ctx.who, Limit::Produce, &sizes);
+    ctx.mute.hold(wait);
     if req.acks == 0 {
         return Ok(Box::pin(std::future::ready(None)));
     }

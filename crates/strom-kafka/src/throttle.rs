@@ -12,10 +12,9 @@ use std::time::Duration;
 
 use kafka_protocol::messages::ApiKey;
 use parking_lot::Mutex;
-use strom_server::quota::Limit;
+use strom_auth::Principal;
+use strom_server::quota::{Limit, Quotas};
 use tokio::time::Instant;
-
-use crate::request::Ctx;
 
 /// Until when a connection's next request waits.
 #[derive(Default)]
@@ -25,6 +24,15 @@ impl Mute {
     fn extend(&self, until: Instant) {
         let mut m = self.0.lock();
         *m = Some(m.map_or(until, |t| t.max(until)));
+    }
+
+    /// Mutes the connection for `wait` from now: its next request waits
+    /// that long (a produce's at once, as the request arrives, so that
+    /// requests a client pipelines behind it wait too).
+    pub fn hold(&self, wait: Duration) {
+        if !wait.is_zero() {
+            self.extend(Instant::now() + wait);
+        }
     }
 
     /// Waits out the mute, if any.
@@ -46,25 +54,15 @@ fn client_throttles(api: ApiKey, v: i16) -> bool {
     }
 }
 
-/// How long `kind`'s quotas hold a request of this connection moving
+/// How long `kind`'s quotas hold a request of principal `who` moving
 /// `bytes` of each topic: the longest wait of them.
-pub fn delay(ctx: &Ctx, kind: Limit, bytes: &[(String, u64)]) -> Duration {
-    let quotas = &ctx.services.quotas;
+pub fn delay(quotas: &Quotas, who: &Principal, kind: Limit, bytes: &[(String, u64)]) -> Duration {
     bytes
         .iter()
         .filter(|(_, n)| *n > 0)
-        .map(|(topic, n)| quotas.delay(kind, &ctx.who, topic, *n))
+        .map(|(topic, n)| quotas.delay(kind, who, topic, *n))
         .max()
         .unwrap_or(Duration::ZERO)
-}
-
-/// Mutes the connection for `wait` from now: its next request waits
-/// that long (a produce's at once, as the request arrives, so that
-/// requests a client pipelines behind it wait too).
-pub fn mute(ctx: &Ctx, wait: Duration) {
-    if !wait.is_zero() {
-        ctx.mute.extend(Instant::now() + wait);
-    }
 }
 
 /// The `throttle_time_ms` of an answer of `api` at version `v` that a
