@@ -27,10 +27,20 @@ pub fn super_users(config: &ServerConfig) -> Vec<String> {
 
 /// Installs the registry's table before the server accepts anyone, when
 /// the registry is here (a group without a quorum): no request of a new
-/// server's first clients is refused for want of it.
-pub async fn load_local(state: &Services) {
+/// server's first clients is refused for want of it. Other members (and a
+/// quorum's voters) read it every `acl_refresh_ms`.
+pub async fn load_local(state: &Arc<Services>) {
     if let (true, Some(r)) = (state.access.enabled(), state.control.master_registry()) {
         state.access.set_table(r.security_table().await);
+        // And every change committed here is decided by at once, before
+        // it is answered: an admin's next request (from any front end of
+        // this server) sees the ACL it just added.
+        let weak = Arc::downgrade(state);
+        r.on_security_change(Box::new(move |t| {
+            if let Some(s) = weak.upgrade() {
+                s.access.set_table(t.clone());
+            }
+        }));
     }
 }
 

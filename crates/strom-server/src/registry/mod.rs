@@ -89,7 +89,14 @@ pub struct Registry {
     /// Members expected before the group file is first written (launcher size).
     expected: u32,
     inner: Mutex<Inner>,
+    /// Called with the new security table after every ACL, token or SCRAM
+    /// change committed here, before the change is answered: the server
+    /// that holds the registry decides requests by it at once.
+    security_hook: std::sync::OnceLock<SecurityHook>,
 }
+
+/// See [`Registry::on_security_change`].
+pub type SecurityHook = Box<dyn Fn(&strom_auth::SecurityTable) + Send + Sync>;
 
 /// What the registry's lock guards: the machine, its log, and volatile state.
 struct Inner {
@@ -277,6 +284,7 @@ impl Registry {
             group_file,
             expected: expected.max(1),
             inner: Mutex::new(inner),
+            security_hook: Default::default(),
         })
     }
 

@@ -153,6 +153,7 @@ impl Registry {
             group_file: setup.group_file.clone(),
             expected: setup.expected.max(1),
             inner: Mutex::new(inner),
+            security_hook: Default::default(),
         }
         .with_default_lease(setup.default_lease_ms)
         .with_member_timeout(setup.member_timeout_ms)

@@ -51,7 +51,21 @@ impl Registry {
         if let Err(e) = inner.state.check(&cmd) {
             return Err(ServerError::coded(ErrorCode::INVALID_ARGUMENT, e.0));
         }
-        inner.commit(cmd).await
+        inner.commit(cmd).await?;
+        self.security_changed(&inner.state.security);
+        Ok(())
+    }
+
+    /// Sets what runs after every security change committed here (once;
+    /// later calls are ignored).
+    pub fn on_security_change(&self, hook: super::SecurityHook) {
+        let _ = self.security_hook.set(hook);
+    }
+
+    fn security_changed(&self, table: &SecurityTable) {
+        if let Some(hook) = self.security_hook.get() {
+            hook(table);
+        }
     }
 
     /// The security table.
@@ -64,6 +78,8 @@ impl Registry {
         if let Err(e) = inner.state.check(&RegistryCommand::Security(cmd.clone())) {
             return Err(ServerError::coded(ErrorCode::INVALID_ARGUMENT, e.0));
         }
-        inner.commit(RegistryCommand::Security(cmd)).await
+        inner.commit(RegistryCommand::Security(cmd)).await?;
+        self.security_changed(&inner.state.security);
+        Ok(())
     }
 }
