@@ -54,8 +54,9 @@ test_pkgs=(
   openmpi-bin libopenmpi-dev gfortran
   # the MPI channels' tests once more under MPICH (mpicc.mpich,
   # mpirun.mpich); Open MPI stays the default mpicc and mpirun (its
-  # alternatives have the higher priority)
-  mpich
+  # alternatives have the higher priority); mpi.h for MPICH is in
+  # libmpich-dev, only a recommendation of mpich
+  mpich libmpich-dev
   # `strom sink postgres` tests start a throw-away cluster with initdb/postgres
   postgresql
   # `promtool check metrics` on the /metrics endpoint
