@@ -33,6 +33,7 @@ mod leader;
 mod lease;
 mod membership;
 mod native;
+mod owner;
 mod partitioned;
 mod pool;
 mod producer;

@@ -21,7 +21,8 @@ use crate::consumer_options::ConsumerOptions;
 use crate::error::{Error, Result};
 use crate::event::{Event, Next};
 use crate::membership::Membership;
-use crate::subscription::{refresh_loop, run_partition};
+use crate::owner::refresh_loop;
+use crate::subscription::run_partition;
 use crate::topic::Topic;
 
 const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(30);
