@@ -267,6 +267,16 @@ fn partition_counters(
         enc,
         parts,
         (
+            "strom_partition_sequence_gaps",
+            "Idempotent producers' resends that skipped batches this copy never got (acknowledged by a leader alone and lost with it).",
+            None,
+        ),
+        |p| C(p.sequence_gaps),
+    )?;
+    per_partition(
+        enc,
+        parts,
+        (
             "strom_partition_out_events",
             "Events delivered to readers (pushed metadata).",
             None,

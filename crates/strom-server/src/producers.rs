@@ -66,6 +66,10 @@ fn key_of(s: &ProducerStamp) -> (u64, Option<u16>) {
 pub enum Check {
     /// Append it.
     Fresh,
+    /// Append it, although it skips `skipped` batches: a restart stamp
+    /// after batches a dead leader acknowledged alone (`acks=leader`).
+    /// For an `acks=all` producer it means acknowledged batches were lost.
+    AfterGap { skipped: u32 },
     /// Already in the log: answer with the first append's outcome.
     Duplicate(Appended),
     /// Out of order: refuse it with this reason.
@@ -120,7 +124,11 @@ impl Producers {
         if s.restart {
             // Every earlier batch is settled (some were lost with a leader
             // that acknowledged them alone): the gap is not one to wait for.
-            return Check::Fresh;
+            return match s.sequence.wrapping_sub(p.next) {
+                skipped if skipped <= u32::MAX / 2 => Check::AfterGap { skipped },
+                // Older than the batches remembered: nothing is skipped.
+                _ => Check::Fresh,
+            };
         }
         let why = if s.sequence > p.next || p.next.wrapping_sub(s.sequence) > u32::MAX / 2 {
             format!(
@@ -245,8 +253,8 @@ mod tests {
             ..stamp(7, 9)
         };
         assert!(
-            matches!(t.check(restart), Check::Fresh),
-            "a restart skips the gap"
+            matches!(t.check(restart), Check::AfterGap { skipped: 2 }),
+            "a restart skips the gap, and says how much it skipped"
         );
         let resent = ProducerStamp {
             restart: true,

@@ -117,6 +117,7 @@ pub struct PartitionStats {
     bytes_in: AtomicU64,
     batches_in: AtomicU64,
     append_errors: AtomicU64,
+    sequence_gaps: AtomicU64,
     events_out: AtomicU64,
     bytes_out: AtomicU64,
     batch_events: Histogram,
@@ -132,6 +133,7 @@ impl Default for PartitionStats {
             bytes_in: AtomicU64::new(0),
             batches_in: AtomicU64::new(0),
             append_errors: AtomicU64::new(0),
+            sequence_gaps: AtomicU64::new(0),
             events_out: AtomicU64::new(0),
             bytes_out: AtomicU64::new(0),
             batch_events: Histogram::new(BATCH_EVENTS),
@@ -156,6 +158,11 @@ impl PartitionStats {
 
     pub fn append_failed(&self) {
         self.append_errors.fetch_add(1, Relaxed);
+    }
+
+    /// An idempotent producer's restarted sequence skipped batches.
+    pub fn sequence_gap(&self) {
+        self.sequence_gaps.fetch_add(1, Relaxed);
     }
 
     /// One fdatasync of the partition took `took`.
@@ -323,6 +330,10 @@ pub struct PartitionSnapshot {
     pub bytes_in: u64,
     pub batches_in: u64,
     pub append_errors: u64,
+    /// Restarted producer sequences that skipped batches never received
+    /// (acknowledged by a leader alone, then lost with it).
+    #[serde(default)]
+    pub sequence_gaps: u64,
     pub events_out: u64,
     pub bytes_out: u64,
     pub batch_events: HistogramSnapshot,
@@ -358,6 +369,7 @@ impl PartitionSnapshot {
             bytes_in: s.bytes_in.load(Relaxed),
             batches_in: s.batches_in.load(Relaxed),
             append_errors: s.append_errors.load(Relaxed),
+            sequence_gaps: s.sequence_gaps.load(Relaxed),
             events_out: s.events_out.load(Relaxed),
             bytes_out: s.bytes_out.load(Relaxed),
             batch_events: s.batch_events.snapshot(1.0),

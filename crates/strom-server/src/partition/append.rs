@@ -83,6 +83,10 @@ impl PartitionManager {
         if let Some(s) = stamp {
             match self.producers().check(s) {
                 Check::Fresh => {}
+                Check::AfterGap { skipped } => {
+                    self.stats.sequence_gap();
+                    tracing::warn!(topic = %self.topic, partition = self.id, producer = s.producer, sequence = s.sequence, skipped, "a producer's resend skips batches this partition never got: a leader that acknowledged them alone lost them");
+                }
                 Check::Duplicate(first) => return self.answer_resent(ap, first, h),
                 Check::OutOfOrder(why) => {
                     let e = ServerError::coded(ErrorCode::OUT_OF_ORDER_SEQUENCE, why);

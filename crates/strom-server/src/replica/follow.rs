@@ -21,6 +21,24 @@ use crate::partition::PartitionManager;
 /// The pause before a failed fetch is tried again.
 const RETRY: Duration = Duration::from_millis(200);
 
+/// A test hook: a follower pauses this many milliseconds after each fetch
+/// it stored, so that it stays a fetch round behind its leader for that
+/// long (`move_safety` uses it to make the moment a move hands over the
+/// leadership land while the new copy is behind). Unset in production.
+pub const FETCH_DELAY_VAR: &str = "STROM_TEST_REPLICA_FETCH_DELAY_MS";
+
+fn fetch_delay() -> Option<Duration> {
+    static DELAY: std::sync::OnceLock<Option<Duration>> = std::sync::OnceLock::new();
+    *DELAY.get_or_init(|| {
+        let ms: u64 = std::env::var(FETCH_DELAY_VAR).ok()?.parse().ok()?;
+        tracing::warn!(
+            ms,
+            "{FETCH_DELAY_VAR} is set: followers pause after every fetch"
+        );
+        Some(Duration::from_millis(ms))
+    })
+}
+
 pub(super) async fn run(r: Arc<Replica>, epoch: u64, leader: String, stop: Arc<AtomicBool>) {
     let mut failures = 0u32;
     while !stop.load(Ordering::Acquire) {
@@ -38,7 +56,12 @@ pub(super) async fn run(r: Arc<Replica>, epoch: u64, leader: String, stop: Arc<A
             Err(e) => Err(e),
         };
         match got {
-            Ok(()) => failures = 0,
+            Ok(()) => {
+                failures = 0;
+                if let Some(d) = fetch_delay() {
+                    tokio::time::sleep(d).await;
+                }
+            }
             Err(e) => {
                 failures += 1;
                 if failures.is_power_of_two() {

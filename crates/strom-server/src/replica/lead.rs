@@ -36,6 +36,36 @@ struct Peer {
     /// everything the leader held when it asked before (Kafka's rule, so a
     /// follower under steady load counts as caught up).
     caught_up: Option<Instant>,
+    /// Whether its latest fetch was caught up (at most one round behind).
+    current: bool,
+    /// The registry dropped it from the replicas, but it may still be in
+    /// the registry's ISR until this leader's own report is recorded: it
+    /// is waited for until then, and never proposed again.
+    leaving: bool,
+}
+
+impl Peer {
+    fn new(caught_up: Option<Instant>) -> Peer {
+        Peer {
+            end: 0,
+            answered_to: u64::MAX,
+            caught_up,
+            current: false,
+            leaving: false,
+        }
+    }
+
+    /// Caught up within [`LAG`].
+    fn lagging_less_than_lag(&self) -> bool {
+        self.caught_up.is_some_and(|t| t.elapsed() < LAG)
+    }
+
+    /// Out of sync until it proves otherwise again.
+    fn forget_progress(&mut self) {
+        self.caught_up = None;
+        self.current = false;
+        self.answered_to = u64::MAX;
+    }
 }
 
 pub(super) struct Leading {
@@ -48,10 +78,14 @@ pub(super) struct Leading {
     pub pending: Vec<(u64, Appended, AppendReply)>,
     /// Whether an ISR change is on its way to the registry.
     reporting: bool,
-    /// Members of ISRs reported but not (known to be) recorded: the
-    /// registry may have recorded any of them, and may elect any of them
-    /// (a failover, a move's leadership transfer), so until it answers the
-    /// high watermark waits for them too (Kafka's "maximal ISR").
+    /// Members the registry may hold in the ISR although this leader's
+    /// `isr` does not: those of ISRs reported but not (known to be)
+    /// recorded, and those a role message dropped. The registry may elect
+    /// any of them (a failover, a move's leadership transfer), so until it
+    /// answers this leader's own report the high watermark waits for them
+    /// too (Kafka's "maximal ISR"). Role messages travel after the
+    /// registry's lock is released and can arrive stale, so they never make
+    /// this leader wait for fewer members; only a recorded report does.
     in_doubt: BTreeSet<u32>,
 }
 
@@ -111,13 +145,7 @@ impl Leading {
             .filter(|f| **f != me)
             .map(|f| {
                 // Those in sync get a full lag to show it.
-                let caught_up = role.isr.contains(f).then_some(now);
-                let peer = Peer {
-                    end: 0,
-                    answered_to: u64::MAX,
-                    caught_up,
-                };
-                (*f, peer)
+                (*f, Peer::new(role.isr.contains(f).then_some(now)))
             })
             .collect();
         let mut isr: BTreeSet<u32> = role.isr.iter().copied().collect();
@@ -133,13 +161,25 @@ impl Leading {
         }
     }
 
+    /// Whether the high watermark waits for follower `id`: an in-sync
+    /// replica, one that may be in the registry's ISR, or one *joining*
+    /// (its latest fetch was at most a round behind). A joiner holds the
+    /// watermark where it is until it reaches it, so that it can be
+    /// proposed for the ISR with everything acknowledged already copied,
+    /// even under a steady stream of appends.
+    fn waits_for(&self, id: u32, p: &Peer) -> bool {
+        self.isr.contains(&id)
+            || self.in_doubt.contains(&id)
+            || (p.current && !p.leaving && p.lagging_less_than_lag())
+    }
+
     /// The high watermark for a durable end of `durable` here, and the
     /// `acks=all` appends it now covers.
     pub fn advance(&mut self, durable: u64) -> (u64, Vec<(u64, Appended, AppendReply)>) {
         let hwm = self
             .followers
             .iter()
-            .filter(|(id, _)| self.isr.contains(id) || self.in_doubt.contains(id))
+            .filter(|(id, p)| self.waits_for(**id, p))
             .map(|(_, p)| p.end)
             .fold(durable, u64::min);
         self.hwm = self.hwm.max(hwm);
@@ -157,9 +197,10 @@ impl Leading {
         }
     }
 
-    /// The registry took members out of the ISR (a member that restarted):
-    /// they leave this leader's ISR too, and count as caught up only once
-    /// they prove it again.
+    /// A role message leaves members out of the ISR (the registry took out
+    /// a member that restarted, or the message is stale): they leave this
+    /// leader's ISR and count as caught up only once they prove it again,
+    /// but stay waited for until this leader's next report is recorded.
     pub fn drop_out_of_sync(&mut self, registry_isr: &[u32], me: u32) {
         let gone: Vec<u32> = self
             .isr
@@ -169,27 +210,53 @@ impl Leading {
             .collect();
         for m in gone {
             self.isr.remove(&m);
+            self.in_doubt.insert(m);
             if let Some(p) = self.followers.get_mut(&m) {
-                p.caught_up = None;
-                p.answered_to = u64::MAX;
+                p.forget_progress();
             }
         }
     }
 
     /// The registry changed the replicas within this epoch (a move added
-    /// or dropped some): a new follower starts out of sync, a dropped one
-    /// leaves the ISR and is no longer waited for.
+    /// or dropped some): a new follower starts out of sync; a dropped one
+    /// is never proposed again, and leaves once a report without it is
+    /// recorded (waited for until then, as the message may be stale).
     pub fn set_followers(&mut self, followers: &[u32], me: u32) {
-        self.followers
-            .retain(|id, _| followers.contains(id) && *id != me);
-        self.isr.retain(|id| *id == me || followers.contains(id));
-        for f in followers.iter().filter(|f| **f != me) {
-            self.followers.entry(*f).or_insert(Peer {
-                end: 0,
-                answered_to: u64::MAX,
-                caught_up: None,
-            });
+        for (id, p) in self.followers.iter_mut() {
+            if !followers.contains(id) && !p.leaving {
+                p.leaving = true;
+                if self.isr.remove(id) {
+                    self.in_doubt.insert(*id);
+                }
+            }
         }
+        let (isr, doubt) = (&self.isr, &self.in_doubt);
+        self.followers
+            .retain(|id, p| !p.leaving || isr.contains(id) || doubt.contains(id));
+        for f in followers.iter().filter(|f| **f != me) {
+            let p = self.followers.entry(*f).or_insert_with(|| Peer::new(None));
+            p.leaving = false;
+        }
+    }
+
+    /// Records a fetch by `follower` from `from` (everything below it is
+    /// durable on the follower), with `durable` the leader's durable end.
+    /// A fetch whose log diverges from this leader's (`diverged`: it is
+    /// told where to cut) shows nothing about what it holds of this log.
+    fn fetched(&mut self, follower: u32, from: u64, durable: u64, diverged: bool) -> bool {
+        let Some(peer) = self.followers.get_mut(&follower) else {
+            return false;
+        };
+        if diverged {
+            peer.current = false;
+            return true;
+        }
+        peer.end = from;
+        peer.current = from >= durable || from >= peer.answered_to;
+        if peer.current {
+            peer.caught_up = Some(Instant::now());
+        }
+        true
     }
 
     /// The ISR is on its way to the registry as `wanted`: its members are
@@ -205,11 +272,16 @@ impl Leading {
         self.reporting = false;
     }
 
-    /// The registry recorded `isr`, which is now the whole truth.
+    /// The registry recorded `isr`, which is now the whole truth (the
+    /// registry only ever shrinks it by itself): members the registry
+    /// dropped from the replicas leave.
     pub fn recorded(&mut self, isr: BTreeSet<u32>) {
         self.reporting = false;
         self.isr = isr;
         self.in_doubt.clear();
+        let isr = &self.isr;
+        self.followers
+            .retain(|id, p| !p.leaving || isr.contains(id));
     }
 
     /// Each follower's progress against `durable`, the leader's durable end.
@@ -225,13 +297,17 @@ impl Leading {
             .collect()
     }
 
-    /// The ISR the followers' progress asks for: this member, and every
-    /// follower that caught up within [`LAG`].
+    /// The ISR the followers' progress asks for: this member, every
+    /// in-sync follower that caught up within [`LAG`], and every other one
+    /// whose latest fetch was caught up and that holds everything below
+    /// the high watermark (Kafka's rule: a replica joins the ISR only with
+    /// every acknowledged event, since it may be elected at once).
     fn wanted_isr(&self, me: u32) -> BTreeSet<u32> {
         let mut isr: BTreeSet<u32> = self
             .followers
             .iter()
-            .filter(|(_, p)| p.caught_up.is_some_and(|t| t.elapsed() < LAG))
+            .filter(|(_, p)| !p.leaving && p.lagging_less_than_lag())
+            .filter(|(id, p)| self.isr.contains(id) || (p.current && p.end >= self.hwm))
             .map(|(id, _)| *id)
             .collect();
         isr.insert(me);
@@ -321,9 +397,9 @@ impl Replica {
             .pm
             .upgrade()
             .ok_or_else(|| refusal(ErrorCode::SHUTTING_DOWN, "the partition is closed".into()))?;
-        self.note_fetch(&pm, epoch, follower, from)?;
-        let log_end = pm.next_offset();
-        if let Some(cut) = self.divergence(from, last_epoch, log_end) {
+        let cut = self.divergence(from, last_epoch, pm.next_offset());
+        self.note_fetch(&pm, epoch, follower, from, cut.is_some())?;
+        if let Some(cut) = cut {
             return Ok(self.batches(&pm, Some(cut), Vec::new(), Bytes::new()));
         }
         let mut durable = self.durable_end.subscribe();
@@ -374,13 +450,15 @@ impl Replica {
         }
     }
 
-    /// Checks the fetch's epoch and records how far the follower got.
+    /// Checks the fetch's epoch and records how far the follower got
+    /// (nothing, if its log diverges from this leader's).
     fn note_fetch(
         &self,
         pm: &PartitionManager,
         epoch: u64,
         follower: u32,
         from: u64,
+        diverged: bool,
     ) -> Result<(), ServerError> {
         let durable = *self.durable_end.borrow();
         {
@@ -409,7 +487,7 @@ impl Replica {
                     ),
                 ));
             }
-            let Some(peer) = l.followers.get_mut(&follower) else {
+            if !l.fetched(follower, from, durable, diverged) {
                 return Err(refusal(
                     ErrorCode::INVALID_ARGUMENT,
                     format!(
@@ -417,10 +495,6 @@ impl Replica {
                         self.topic, self.partition
                     ),
                 ));
-            };
-            peer.end = from;
-            if from >= durable || from >= peer.answered_to {
-                peer.caught_up = Some(Instant::now());
             }
         }
         self.recompute(pm);
@@ -494,7 +568,7 @@ mod tests {
         Leading::new(&role, 0, 0, 0)
     }
 
-    fn fetched(l: &mut Leading, follower: u32, end: u64) {
+    fn at_end(l: &mut Leading, follower: u32, end: u64) {
         l.followers.get_mut(&follower).unwrap().end = end;
     }
 
@@ -505,8 +579,8 @@ mod tests {
     #[test]
     fn an_isr_expansion_on_its_way_to_the_registry_is_waited_for_already() {
         let mut l = leading();
-        fetched(&mut l, 1, 10);
-        fetched(&mut l, 2, 6);
+        at_end(&mut l, 1, 10);
+        at_end(&mut l, 2, 6);
         assert_eq!(
             l.advance(10).0,
             10,
@@ -514,8 +588,8 @@ mod tests {
         );
         let wanted: BTreeSet<u32> = [0, 1, 2].into_iter().collect();
         l.propose(&wanted);
-        fetched(&mut l, 1, 20);
-        fetched(&mut l, 2, 12);
+        at_end(&mut l, 1, 20);
+        at_end(&mut l, 2, 12);
         assert_eq!(
             l.advance(20).0,
             12,
@@ -523,10 +597,10 @@ mod tests {
         );
         // The answer is lost: still in doubt, still waited for.
         l.report_failed();
-        fetched(&mut l, 2, 14);
+        at_end(&mut l, 2, 14);
         assert_eq!(l.advance(20).0, 14);
         l.recorded(wanted);
-        fetched(&mut l, 2, 20);
+        at_end(&mut l, 2, 20);
         assert_eq!(l.advance(20).0, 20);
     }
 
@@ -535,11 +609,121 @@ mod tests {
     #[test]
     fn an_isr_shrink_takes_effect_only_once_recorded() {
         let mut l = leading();
-        fetched(&mut l, 1, 5);
+        at_end(&mut l, 1, 5);
         let wanted: BTreeSet<u32> = [0].into_iter().collect();
         l.propose(&wanted);
         assert_eq!(l.advance(9).0, 5, "member 1 is still waited for");
         l.recorded(wanted);
         assert_eq!(l.advance(9).0, 9);
+    }
+
+    /// Leader 0 alone in sync, with a new follower 1 (a move's new copy).
+    fn alone() -> Leading {
+        let role = ReplicaRole {
+            partition: 0,
+            epoch: 1,
+            leader: 0,
+            followers: vec![1],
+            isr: vec![0],
+            ..Default::default()
+        };
+        Leading::new(&role, 0, 0, 0)
+    }
+
+    /// The leader answered follower 1 with its durable end `until`; the
+    /// follower then fetches from `from`.
+    fn round(l: &mut Leading, until: u64, from: u64, durable: u64) {
+        l.followers.get_mut(&1).unwrap().answered_to = until;
+        assert!(l.fetched(1, from, durable, false));
+    }
+
+    /// A follower one fetch round behind counts as caught up, but it joins
+    /// the ISR only once it holds everything below the high watermark: a
+    /// move hands it the leadership as soon as the registry records it in
+    /// sync, and what it lacks of the acknowledged events would be lost.
+    #[test]
+    fn a_follower_behind_the_high_watermark_is_not_proposed_for_the_isr() {
+        let mut l = alone();
+        assert_eq!(l.advance(20).0, 20, "alone in sync: its own durable end");
+        round(&mut l, 15, 15, 20);
+        assert!(l.followers[&1].current, "one round behind: caught up");
+        assert_eq!(
+            l.wanted_isr(0),
+            [0].into_iter().collect(),
+            "15 < hwm 20: not proposed"
+        );
+        assert_eq!(
+            l.advance(30).0,
+            20,
+            "the joiner holds the watermark until it reaches it"
+        );
+        round(&mut l, 30, 30, 40);
+        assert_eq!(l.wanted_isr(0), [0, 1].into_iter().collect());
+        assert_eq!(l.advance(40).0, 30, "still waited for while it joins");
+    }
+
+    /// A follower that falls more than a round behind stops holding the
+    /// watermark back (it is not joining any more).
+    #[test]
+    fn a_follower_that_falls_behind_stops_holding_the_watermark() {
+        let mut l = alone();
+        l.advance(20);
+        round(&mut l, 15, 15, 20);
+        round(&mut l, 40, 25, 50);
+        assert!(!l.followers[&1].current);
+        assert_eq!(l.advance(50).0, 50);
+    }
+
+    /// A fetch from a log that diverges from the leader's (a deposed
+    /// leader's unreplicated tail) says nothing about what the follower
+    /// holds of this log: it must not move the high watermark.
+    #[test]
+    fn a_diverging_fetch_does_not_count_as_progress() {
+        let mut l = leading();
+        at_end(&mut l, 1, 5);
+        assert!(l.fetched(1, 30, 40, true));
+        assert_eq!(l.followers[&1].end, 5);
+        assert_eq!(l.advance(40).0, 5);
+        assert!(!l.fetched(9, 30, 40, false), "not a replica");
+    }
+
+    /// Role messages are sent after the registry's lock is released, so an
+    /// old one can arrive after a newer ISR was recorded: a member it
+    /// leaves out stays waited for until this leader's own report (which
+    /// it then sends) is recorded.
+    #[test]
+    fn a_role_that_leaves_out_an_in_sync_member_does_not_stop_the_wait_for_it() {
+        let mut l = leading();
+        at_end(&mut l, 1, 5);
+        l.drop_out_of_sync(&[0], 0);
+        assert!(!l.isr.contains(&1));
+        assert_eq!(l.advance(9).0, 5, "member 1 is still waited for");
+        assert!(!l.in_doubt.is_empty(), "so the ISR keeper reports");
+        l.recorded([0].into_iter().collect());
+        assert_eq!(l.advance(9).0, 9);
+    }
+
+    /// The same for a role that leaves out an in-sync follower altogether
+    /// (a move's last step, or an old message from before a move added
+    /// it): it leaves once a report without it is recorded.
+    #[test]
+    fn a_role_that_drops_an_in_sync_follower_keeps_it_waited_for_until_recorded() {
+        let mut l = leading();
+        at_end(&mut l, 1, 5);
+        at_end(&mut l, 2, 9);
+        l.set_followers(&[2], 0);
+        assert_eq!(l.advance(9).0, 5, "member 1 is still waited for");
+        assert!(
+            !l.wanted_isr(0).contains(&1),
+            "a dropped follower is not proposed"
+        );
+        l.recorded([0].into_iter().collect());
+        assert!(!l.followers.contains_key(&1), "it leaves once recorded");
+        assert_eq!(l.advance(9).0, 9);
+        l.set_followers(&[1, 2], 0);
+        assert!(
+            l.followers.contains_key(&1),
+            "a member added again is a follower again"
+        );
     }
 }
