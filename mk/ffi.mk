@@ -99,7 +99,8 @@ ffi-tls-token: ffi
 	$(CC) -std=c11 $(FFI_CFLAGS) tests/c/test_tls_token.c $(FFI_LIB_DIR)/libstrom.a $(FFI_LIBS) -o $(FFI_OUT)/test_tls_token
 	tests/c/tls_token.sh target/debug/strom $(FFI_OUT)/test_tls_token
 
-# The C and C++ tests against the static library, plain and sanitized.
+# The C and C++ tests against the static library, plain and sanitized; the
+# C suite also over ofi+tcp and ofi+shm (libstrom is built with libfabric).
 ffi-c-tests: ffi
 	@mkdir -p $(FFI_OUT)
 	$(CC) -std=c11 $(FFI_CFLAGS) tests/c/test_strom.c $(FFI_LIB_DIR)/libstrom.a $(FFI_LIBS) -o $(FFI_OUT)/test_c
@@ -107,6 +108,8 @@ ffi-c-tests: ffi
 	$(CXX) -std=c++17 $(FFI_CFLAGS) tests/cpp/test_strom.cpp $(FFI_LIB_DIR)/libstrom.a $(FFI_LIBS) -o $(FFI_OUT)/test_cpp
 	$(CXX) -std=c++17 $(FFI_CFLAGS) $(FFI_SAN) tests/cpp/test_strom.cpp $(FFI_LIB_DIR)/libstrom.a $(FFI_LIBS) -o $(FFI_OUT)/test_cpp_san
 	timeout 300 $(FFI_OUT)/test_c
+	STROM_TEST_LISTEN=ofi+tcp://auto timeout 300 $(FFI_OUT)/test_c
+	STROM_TEST_LISTEN=ofi+shm://auto timeout 300 $(FFI_OUT)/test_c
 	$(FFI_SAN_ENV) timeout 300 $(FFI_OUT)/test_c_san
 	timeout 300 $(FFI_OUT)/test_cpp
 	$(FFI_SAN_ENV) timeout 300 $(FFI_OUT)/test_cpp_san

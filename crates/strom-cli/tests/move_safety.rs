@@ -52,7 +52,7 @@ fn push_pipelined(d: Driver, stop: Arc<AtomicBool>) -> Acks {
         if window.len() >= IN_FLIGHT {
             settle(window.pop_front().unwrap());
         }
-        if seq % 50 == 0 {
+        if seq.is_multiple_of(50) {
             std::thread::sleep(Duration::from_millis(10));
         }
     }
@@ -119,5 +119,57 @@ fn a_partition_moved_back_and_forth_under_a_pipelined_producer_keeps_every_ackno
     assert!(
         acked.len() > 1000,
         "the producer kept pushing during the moves"
+    );
+}
+
+/// A consumer that reads on across a move keeps committing its acks: they
+/// go to the partition's new owner, and its committed offset there covers
+/// what it read after the move (else a restart would read it all again).
+#[test]
+fn a_consumers_acks_follow_its_partition_when_it_moves() {
+    let tmp = tempfile::tempdir().unwrap();
+    let g = start(tmp.path());
+    g.d.create_topic(strom_client::TopicSpec::new("plain", 1))
+        .unwrap();
+    let from = g.d.describe("plain").unwrap().partitions[0].member;
+    let to = (0..=2).find(|m| *m != from).unwrap();
+    let t = g.d.open_topic("plain").unwrap();
+    // Idempotent, so that its pushes ride through the move (docs/elasticity.md).
+    let p = t
+        .producer_with(ProducerOptions {
+            idempotent: Some(true),
+            ..Default::default()
+        })
+        .unwrap();
+    let c = t.consumer("reader").unwrap();
+    let push = |i: u64| {
+        p.push(format!("{{\"i\":{i}}}"), ())
+            .unwrap()
+            .wait()
+            .unwrap();
+    };
+    let read_and_ack = || match c.pull_timeout(Duration::from_secs(60)) {
+        Ok(strom_client::Next::Event(e)) => {
+            e.ack().wait().expect("the ack is committed");
+            e.offset
+        }
+        other => panic!("the consumer stopped: {:?}", other.map(|_| "end of stream")),
+    };
+    (0..10).for_each(push);
+    assert_eq!(
+        (0..10).map(|_| read_and_ack()).collect::<Vec<_>>(),
+        (0..10).collect::<Vec<_>>()
+    );
+    let args = ["partition", "move", "plain/0", "--to", &to.to_string()];
+    ok(g.zero.cli(&args, "", CLI), "partition move");
+    (10..20).for_each(push);
+    assert_eq!(
+        (0..10).map(|_| read_and_ack()).collect::<Vec<_>>(),
+        (10..20).collect::<Vec<_>>()
+    );
+    let committed = g.d.consumer_offsets("plain", 0).unwrap();
+    assert!(
+        committed.contains(&("reader".to_string(), 20)),
+        "the new owner has the consumer's commits: {committed:?}"
     );
 }

@@ -67,7 +67,9 @@ impl AckState {
 }
 
 /// Records the outcome of committing `target` and wakes every waiter;
-/// false if it failed (the commit loop stops).
+/// false if it failed (the commit loop stops; the next ack starts it
+/// again). A commit that works supersedes an earlier failure nobody
+/// waited for: everything below `target` is committed now.
 pub(crate) fn settle(
     state: &Mutex<AckState>,
     cond: &Condvar,
@@ -75,15 +77,18 @@ pub(crate) fn settle(
     outcome: std::result::Result<(), (ErrorCode, String)>,
 ) -> bool {
     let mut st = state.lock();
+    let ok = outcome.is_ok();
     match outcome {
-        Ok(()) => st.committed = st.committed.max(target),
+        Ok(()) => {
+            st.committed = st.committed.max(target);
+            st.error = None;
+        }
         Err(e) => {
             st.error = Some(e);
             st.in_flight = false;
         }
     }
     let wakers = std::mem::take(&mut st.wakers);
-    let ok = st.error.is_none();
     drop(st);
     cond.notify_all();
     wakers.into_iter().for_each(Waker::wake);
@@ -210,5 +215,40 @@ impl EventAcks for PartitionAcks {
 
     fn nack_event(self: Arc<Self>, _offset: u64) -> AckFuture {
         nack_refused(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One round of a commit loop, as `commit_loop` runs it: true while
+    /// the loop goes on.
+    fn commit(st: &Mutex<AckState>, cond: &Condvar, ok: bool) -> bool {
+        let target = st.lock().next_target().expect("a commit to make");
+        let outcome = if ok {
+            Ok(())
+        } else {
+            Err((ErrorCode::NOT_PARTITION_LEADER, "moved away".to_string()))
+        };
+        settle(st, cond, target, outcome)
+    }
+
+    /// A commit that failed (the partition moved), whose error nobody
+    /// waited for, must not stop every later commit: a consumer that never
+    /// waits on its acks (`strom consume`) kept reading after a move, but
+    /// its committed offset stayed where the failure left it.
+    #[test]
+    fn a_failed_commit_nobody_waited_for_does_not_stop_later_commits() {
+        let (st, cond) = (Mutex::new(AckState::default()), Condvar::new());
+        assert!(st.lock().want(5), "the first ack starts the commit loop");
+        assert!(!commit(&st, &cond, false), "the failure ends the loop");
+        assert!(st.lock().want(9), "the next ack starts it again");
+        assert!(commit(&st, &cond, true), "a commit that worked goes on");
+        assert_eq!(st.lock().next_target(), None, "everything is committed");
+        assert!(st.lock().want(12), "and later acks start it again");
+        assert!(commit(&st, &cond, true));
+        assert_eq!(st.lock().committed, 12);
+        assert!(matches!(st.lock().check(12), Some(Ok(()))));
     }
 }

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bytes::{Buf, Bytes};
-use strom_ofi::RemoteRegion;
+use strom_ofi::{Access, RemoteRegion};
 use tokio::sync::mpsc;
 
 use super::hub::{BulkMsg, Held};
@@ -39,10 +39,17 @@ fn net(context: &str, e: strom_ofi::OfiError) -> NetError {
     NetError::io(context.to_string(), io_err(e))
 }
 
+/// Sends bulk payloads of one connection. An accepted connection (a
+/// server sending what it stores) keeps registrations in the hub's cache
+/// for the next send of the same memory; a dialed one (a client sending
+/// its user's buffers) registers each payload for its transfer only, so
+/// a buffer is let go once the peer released it: libstrom's lent data is
+/// given back to its owner then, not when the cache evicts it.
 pub(crate) struct OfiBulkSender {
     pub(crate) conn: Arc<ConnShared>,
     pub(crate) held: Held,
     pub(crate) next_id: AtomicU64,
+    pub(crate) cache: bool,
 }
 
 impl OfiBulkSender {
@@ -64,7 +71,12 @@ impl OfiBulkSender {
         for group in chunks.chunks(wire::MAX_REGIONS) {
             let mut mrs = Vec::with_capacity(group.len());
             for c in group {
-                let mr = self.conn.hub.cache.get((*c).clone());
+                let mr = match self.cache {
+                    true => self.conn.hub.cache.get((*c).clone()),
+                    false => (self.conn.hub.ep)
+                        .register((*c).clone(), Access::RemoteRead)
+                        .map(Arc::new),
+                };
                 mrs.push(mr.map_err(|e| net("registering a bulk payload", e))?);
             }
             let regions: Vec<RemoteRegion> = mrs.iter().map(|m| m.remote()).collect();

@@ -99,14 +99,17 @@ impl OfiTransport {
         )
     }
 
-    /// A connection's reader and writer, with the RMA bulk path.
-    fn conn(&self, shared: Arc<ConnShared>, routes: Routes, peer: String) -> Conn {
+    /// A connection's reader and writer, with the RMA bulk path. `cache`:
+    /// whether the registrations of what it sends stay cached after the
+    /// peer released them (see [`OfiBulkSender`]).
+    fn conn(&self, shared: Arc<ConnShared>, routes: Routes, peer: String, cache: bool) -> Conn {
         let (data, bulk_rx, held) = routes;
         let receiver = OfiBulkReceiver::new(shared.clone(), bulk_rx);
         let sender = OfiBulkSender {
             conn: shared.clone(),
             held,
             next_id: AtomicU64::new(1),
+            cache,
         };
         let read = OfiRead {
             rx: data,
@@ -158,7 +161,10 @@ impl OfiTransport {
             }
         };
         let shared = ConnShared::new(hub, id, peer, server);
-        Ok(self.conn(shared, routes, format!("{}://{addr}", self.scheme)))
+        // A client sends its user's buffers, which may be lent (libstrom's
+        // release callbacks): never kept registered past their transfer.
+        let peer = format!("{}://{addr}", self.scheme);
+        Ok(self.conn(shared, routes, peer, false))
     }
 }
 
@@ -222,7 +228,7 @@ impl OfiListener {
         let routes = self.hub.add_conn(id);
         let shared = ConnShared::new(self.hub.clone(), id, peer, inc.from);
         let peer_name = format!("{}://{} (client)", self.transport.scheme, hex(&inc.name));
-        let conn = self.transport.conn(shared, routes, peer_name);
+        let conn = self.transport.conn(shared, routes, peer_name, true);
         self.hub.send(peer, &wire::accept(inc.from, id)).await?;
         Ok(conn)
     }

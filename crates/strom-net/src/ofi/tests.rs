@@ -85,6 +85,8 @@ async fn ofi_shm_carries_frames_and_bulk() {
     frames_and_bulk("ofi+shm").await;
 }
 
+/// A server sends what it stores again and again: its registrations stay
+/// cached.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resending_the_same_buffer_hits_the_registration_cache() {
     let (mut c, mut s, _) = pair("ofi+tcp").await;
@@ -92,14 +94,57 @@ async fn resending_the_same_buffer_hits_the_registration_cache() {
     let payload = pattern(1 << 20, 9);
     for id in 0..3 {
         let f = OutFrame::request(2, id, &Request::Limits).with_bulk(vec![payload.clone()]);
-        c.writer.write(&f).await.unwrap();
-        c.writer.flush().await.unwrap();
+        s.writer.write(&f).await.unwrap();
+        s.writer.flush().await.unwrap();
         let before = hub.cache.stats();
-        s.reader.next().await.unwrap().unwrap();
-        assert_eq!(s.reader.read_bulk().await.unwrap().concat(), payload);
+        c.reader.next().await.unwrap().unwrap();
+        assert_eq!(c.reader.read_bulk().await.unwrap().concat(), payload);
         if id > 0 {
             assert!(before.hits >= 1, "{before:?}");
         }
+    }
+}
+
+/// Marks when the buffer it owns is dropped.
+struct Lent(Vec<u8>, std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl AsRef<[u8]> for Lent {
+    fn as_ref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl Drop for Lent {
+    fn drop(&mut self) {
+        self.1.store(true, std::sync::atomic::Ordering::Release);
+    }
+}
+
+/// A client sends its user's buffers, which libstrom may only borrow
+/// (lent data with a release callback): once the server read one, the
+/// transport lets go of it, rather than keeping it registered in the cache.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clients_sent_buffer_is_let_go_once_the_server_read_it() {
+    let (mut c, mut s, _) = pair("ofi+tcp").await;
+    let dropped = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let payload = Bytes::from_owner(Lent(pattern(1 << 20, 5).to_vec(), dropped.clone()));
+    let f = OutFrame::request(2, 1, &Request::Limits).with_bulk(vec![payload]);
+    c.writer.write(&f).await.unwrap();
+    c.writer.flush().await.unwrap();
+    drop(f);
+    s.reader.next().await.unwrap().unwrap();
+    assert_eq!(
+        s.reader.read_bulk().await.unwrap().concat(),
+        pattern(1 << 20, 5)
+    );
+    // The server's Release travels back on its own: a bounded wait for it.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !dropped.load(std::sync::atomic::Ordering::Acquire) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the client still holds its sent buffer after the server read it"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     }
 }
 
