@@ -104,6 +104,9 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
         bytes as f64 / consume_s / 1e6
     );
     println!("end of stream reached; {bad} events with wrong data");
+    // Before the temporary directory goes: the server's last sync needs it.
+    drop((consumer, topic));
+    driver.stop_embedded();
     if n != a.events || bad != 0 {
         anyhow::bail!(
             "demo verification failed: expected {} intact events, got {n} ({bad} wrong)",

@@ -123,6 +123,19 @@ impl Driver {
         })
     }
 
+    /// Stops the embedded server now, as dropping the last clone of the
+    /// driver would: it syncs and closes its partitions. Call it before
+    /// removing the server's directory; requests after it fail. Without an
+    /// embedded server it does nothing.
+    #[cfg(feature = "embedded")]
+    pub fn stop_embedded(&self) {
+        let Some(server) = self.inner.embedded.lock().take() else {
+            return;
+        };
+        let handle = self.inner.handle.clone();
+        let _ = std::thread::scope(|s| s.spawn(|| handle.block_on(server.shutdown())).join());
+    }
+
     /// [`embedded`](Self::embedded) with a full server configuration.
     #[cfg(feature = "embedded")]
     pub fn embedded_with(config: strom_server::ServerConfig) -> Result<Driver> {
