@@ -15,7 +15,7 @@ static RUNTIME: Mutex<Option<(u32, &'static Runtime)>> = Mutex::new(None);
 
 fn runtime() -> std::io::Result<&'static Runtime> {
     let mut rt = RUNTIME.lock();
-    let pid = std::process::id();
+    let pid = crate::common::current_pid();
     match *rt {
         Some((p, r)) if p == pid => Ok(r),
         // None yet, or one inherited through fork() whose thread is gone

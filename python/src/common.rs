@@ -3,7 +3,8 @@
 //! the GIL released while still reacting to Ctrl-C.
 
 use std::mem::ManuallyDrop;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Once;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -11,6 +12,26 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 
 use crate::errors;
+
+/// This process's id, kept so that checking it costs no system call: every
+/// push, pull and ack checks it (`getpid` once per call was measurable on
+/// the per-event path). Read once, and again in the child of every
+/// `fork()` (a `pthread_atfork` handler, which `os.fork` runs).
+static PID: AtomicU32 = AtomicU32::new(0);
+
+extern "C" fn pid_after_fork() {
+    PID.store(std::process::id(), Ordering::Relaxed);
+}
+
+pub fn current_pid() -> u32 {
+    static INIT: Once = Once::new();
+    INIT.call_once(|| {
+        PID.store(std::process::id(), Ordering::Relaxed);
+        // SAFETY: registers a handler that only stores an atomic.
+        unsafe { libc::pthread_atfork(None, None, Some(pid_after_fork)) };
+    });
+    PID.load(Ordering::Relaxed)
+}
 
 /// A value tied to the process that made it. Strom's runtime threads do not
 /// survive `fork()`: in a child, `get` raises `ForkError`, and the value is
@@ -25,26 +46,26 @@ impl<T: Send> ForkSafe<T> {
     pub fn new(value: T, what: &'static str) -> Self {
         ForkSafe {
             value: ManuallyDrop::new(value),
-            pid: std::process::id(),
+            pid: current_pid(),
             what,
         }
     }
 
     pub fn get(&self, py: Python<'_>) -> PyResult<&T> {
-        if std::process::id() != self.pid {
+        if current_pid() != self.pid {
             return Err(errors::forked(py, self.what, self.pid));
         }
         Ok(&self.value)
     }
 
     pub fn same_process(&self) -> bool {
-        std::process::id() == self.pid
+        current_pid() == self.pid
     }
 }
 
 impl<T: Send> Drop for ForkSafe<T> {
     fn drop(&mut self) {
-        if std::process::id() != self.pid {
+        if current_pid() != self.pid {
             return;
         }
         // SAFETY: dropped exactly once, here.
