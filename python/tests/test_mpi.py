@@ -1,6 +1,7 @@
 """strom.mpi: channels over mpi4py, run as a real MPI job (mpirun -n 4)."""
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -16,5 +17,6 @@ def test_channels_over_mpi4py_share_broadcast_operate_and_agree_on_errors(tmp_pa
     cmd = [mpirun, "--allow-run-as-root", "--oversubscribe", "-n", "4", sys.executable, str(JOB)]
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert sorted(r.stdout.split("\n"))[-4:] == [f"CHECKS OK {i}" for i in range(4)], r.stdout
+    # Each rank's verdict, wherever mpirun's forwarding put it in the output.
+    assert sorted(re.findall(r"CHECKS OK (\d+)", r.stdout)) == ["0", "1", "2", "3"], r.stdout
     assert list(tmp_path.iterdir()) == [], "the servers' directories were not removed"

@@ -1,6 +1,8 @@
 """An MPI job for test_mpi.py: run under ``mpirun -n 4``. Prints one line
 ``CHECKS OK <rank>`` per rank when every check held; raises otherwise."""
 
+import sys
+
 import numpy as np
 from mpi4py import MPI
 
@@ -64,4 +66,8 @@ def errors() -> None:
 share()
 broadcast_and_operate()
 errors()
-print(f"CHECKS OK {rank}", flush=True)
+# One write() for the whole line: the ranks share mpirun's stdout, and
+# print() writes the text and its newline separately, so two ranks' lines
+# could interleave ("CHECKS OK 0CHECKS OK 2").
+sys.stdout.write(f"CHECKS OK {rank}\n")
+sys.stdout.flush()
