@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::replicated::start;
+use common::replicated::{start, Group};
 use common::{ok, read_all};
 use strom_client::{Driver, ProducerOptions, PushFuture};
 
@@ -22,6 +22,18 @@ const MOVES: usize = 10;
 /// Pushes in flight at most: the producer never waits for one ack before
 /// sending more, so the new copy is always a fetch behind the leader.
 const IN_FLIGHT: usize = 512;
+
+/// Three members and topic `plain` of one partition without replication:
+/// the temp dir, the group, the partition's owner and another member.
+fn plain_on_three() -> (tempfile::TempDir, Group, u32, u32) {
+    let tmp = tempfile::tempdir().unwrap();
+    let g = start(tmp.path());
+    g.d.create_topic(strom_client::TopicSpec::new("plain", 1))
+        .unwrap();
+    let owner = g.d.describe("plain").unwrap().partitions[0].member;
+    let other = (0..=2).find(|m| *m != owner).unwrap();
+    (tmp, g, owner, other)
+}
 
 /// What the producer saw: (seq, offset) of each ack, and failed pushes.
 type Acks = (Vec<(u64, u64)>, usize);
@@ -72,12 +84,7 @@ const FETCH_DELAY_MS: &str = "300";
 fn a_partition_moved_back_and_forth_under_a_pipelined_producer_keeps_every_acknowledged_event() {
     // The servers this test starts inherit it.
     std::env::set_var("STROM_TEST_REPLICA_FETCH_DELAY_MS", FETCH_DELAY_MS);
-    let tmp = tempfile::tempdir().unwrap();
-    let g = start(tmp.path());
-    g.d.create_topic(strom_client::TopicSpec::new("plain", 1))
-        .unwrap();
-    let first = g.d.describe("plain").unwrap().partitions[0].member;
-    let other = (0..=2).find(|m| *m != first).unwrap();
+    let (_tmp, g, first, other) = plain_on_three();
     let stop = Arc::new(AtomicBool::new(false));
     let pusher = {
         let (d, stop) = (Driver::connect(&g.zero.group_file).unwrap(), stop.clone());
@@ -127,12 +134,7 @@ fn a_partition_moved_back_and_forth_under_a_pipelined_producer_keeps_every_ackno
 /// what it read after the move (else a restart would read it all again).
 #[test]
 fn a_consumers_acks_follow_its_partition_when_it_moves() {
-    let tmp = tempfile::tempdir().unwrap();
-    let g = start(tmp.path());
-    g.d.create_topic(strom_client::TopicSpec::new("plain", 1))
-        .unwrap();
-    let from = g.d.describe("plain").unwrap().partitions[0].member;
-    let to = (0..=2).find(|m| *m != from).unwrap();
+    let (_tmp, g, _, to) = plain_on_three();
     let t = g.d.open_topic("plain").unwrap();
     // Idempotent, so that its pushes ride through the move (docs/elasticity.md).
     let p = t

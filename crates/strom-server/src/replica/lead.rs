@@ -60,6 +60,12 @@ impl Peer {
         self.caught_up.is_some_and(|t| t.elapsed() < LAG)
     }
 
+    /// Joining: its latest fetch was at most a round behind, within
+    /// [`LAG`], and the registry has not dropped it.
+    fn joining(&self) -> bool {
+        self.current && !self.leaving && self.lagging_less_than_lag()
+    }
+
     /// Out of sync until it proves otherwise again.
     fn forget_progress(&mut self) {
         self.caught_up = None;
@@ -168,9 +174,7 @@ impl Leading {
     /// proposed for the ISR with everything acknowledged already copied,
     /// even under a steady stream of appends.
     fn waits_for(&self, id: u32, p: &Peer) -> bool {
-        self.isr.contains(&id)
-            || self.in_doubt.contains(&id)
-            || (p.current && !p.leaving && p.lagging_less_than_lag())
+        self.isr.contains(&id) || self.in_doubt.contains(&id) || p.joining()
     }
 
     /// The high watermark for a durable end of `durable` here, and the
@@ -306,8 +310,10 @@ impl Leading {
         let mut isr: BTreeSet<u32> = self
             .followers
             .iter()
-            .filter(|(_, p)| !p.leaving && p.lagging_less_than_lag())
-            .filter(|(id, p)| self.isr.contains(id) || (p.current && p.end >= self.hwm))
+            .filter(|(id, p)| {
+                let in_sync = self.isr.contains(id) && !p.leaving && p.lagging_less_than_lag();
+                in_sync || (p.joining() && p.end >= self.hwm)
+            })
             .map(|(id, _)| *id)
             .collect();
         isr.insert(me);
