@@ -311,8 +311,16 @@ impl ClientConn {
     /// Sends a request (waiting for room in the connection's queue, which
     /// keeps one caller's requests in order); `done` runs on the reader task
     /// with the outcome, or here if the connection is already lost.
-    pub async fn send_with(&self, req: &Request, bulk: Vec<Bytes>, done: Callback) {
-        let frame = OutFrame::request(self.version(), 0, req).with_bulk(bulk);
+    /// `rest` is the request's `@rest` field (a batch's metadata section)
+    /// in pieces written as they are; `req`'s own rest field is empty.
+    pub async fn send_with(
+        &self,
+        req: &Request,
+        rest: Vec<Bytes>,
+        bulk: Vec<Bytes>,
+        done: Callback,
+    ) {
+        let frame = OutFrame::request_with_rest(self.version(), 0, req, rest).with_bulk(bulk);
         self.mux.send_with(frame, Typed(done)).await;
     }
 
@@ -323,13 +331,14 @@ impl ClientConn {
     pub fn try_send_with(
         &self,
         req: &Request,
+        rest: Vec<Bytes>,
         bulk: Vec<Bytes>,
         done: Callback,
     ) -> Result<(), (Vec<Bytes>, Callback)> {
         if self.is_dead() {
             return Err((bulk, done));
         }
-        let frame = OutFrame::request(self.version(), 0, req).with_bulk(bulk);
+        let frame = OutFrame::request_with_rest(self.version(), 0, req, rest).with_bulk(bulk);
         self.mux
             .try_send_with(frame, Typed(done))
             .map_err(|(frame, Typed(done))| (frame.bulk, done))

@@ -235,6 +235,10 @@ pub struct OutFrame {
     pub opcode: u16,
     pub id: u64,
     pub body: Bytes,
+    /// The rest of the body, written after `body` from these buffers
+    /// without joining them to it: a message's `@rest` field (a batch's
+    /// metadata section), so its bytes are not copied into the body.
+    pub body_rest: Vec<Bytes>,
     pub bulk: Vec<Bytes>,
     /// Dropped once the frame has been written (or discarded): a sender
     /// attaches a memory-budget permit here to bound queued bytes.
@@ -256,37 +260,70 @@ impl OutFrame {
         kind: FrameKind,
         opcode: u16,
         id: u64,
-        encode: impl FnOnce(&mut BytesMut),
+        encode_head: impl FnOnce(&mut BytesMut),
+        rest: Option<&Bytes>,
     ) -> Self {
         let mut body = BytesMut::new();
-        encode(&mut body);
+        encode_head(&mut body);
         OutFrame {
             version,
             kind,
             opcode,
             id,
             body: body.freeze(),
+            body_rest: rest
+                .filter(|r| !r.is_empty())
+                .cloned()
+                .into_iter()
+                .collect(),
             bulk: Vec::new(),
             hold: None,
         }
     }
     /// A request encoded at protocol `version` (the connection's).
     pub fn request(version: u8, id: u64, msg: &Request) -> Self {
-        Self::new(version, FrameKind::Request, msg.opcode(), id, |b| {
-            msg.encode(version, b)
-        })
+        Self::new(
+            version,
+            FrameKind::Request,
+            msg.opcode(),
+            id,
+            |b| msg.encode_head(version, b),
+            msg.rest(),
+        )
+    }
+    /// A request whose `@rest` field (empty in `msg`) is `rest`, in pieces
+    /// that are written as they are (a batch's [`strom_proto::Section`]).
+    pub fn request_with_rest(version: u8, id: u64, msg: &Request, rest: Vec<Bytes>) -> Self {
+        debug_assert!(msg.rest().is_some_and(|r| r.is_empty()));
+        let mut f = Self::request(version, id, msg);
+        f.body_rest = rest;
+        f
     }
     /// A response encoded at protocol `version` (the connection's).
     pub fn response(version: u8, id: u64, msg: &Response) -> Self {
-        Self::new(version, FrameKind::Response, msg.opcode(), id, |b| {
-            msg.encode(version, b)
-        })
+        Self::new(
+            version,
+            FrameKind::Response,
+            msg.opcode(),
+            id,
+            |b| msg.encode_head(version, b),
+            msg.rest(),
+        )
     }
     /// A push encoded at protocol `version` (the connection's).
     pub fn push(version: u8, stream: u64, msg: &Push) -> Self {
-        Self::new(version, FrameKind::Push, msg.opcode(), stream, |b| {
-            msg.encode(version, b)
-        })
+        Self::new(
+            version,
+            FrameKind::Push,
+            msg.opcode(),
+            stream,
+            |b| msg.encode_head(version, b),
+            msg.rest(),
+        )
+    }
+    /// Bytes of the whole body (`body` and `body_rest`).
+    pub fn body_len(&self) -> u64 {
+        self.body.len() as u64 + self.body_rest.iter().map(|b| b.len() as u64).sum::<u64>()
     }
     pub fn with_bulk(mut self, bulk: Vec<Bytes>) -> Self {
         self.bulk = bulk;
@@ -342,7 +379,7 @@ impl<W: AsyncWrite + Unpin> FrameWriter<W> {
             kind: f.kind,
             opcode: f.opcode,
             id: f.id,
-            body_len: f.body.len() as u32,
+            body_len: body_len(f)?,
             bulk_len: f.bulk_len(),
         }
         .encode(self.max_frame)?;
@@ -352,7 +389,7 @@ impl<W: AsyncWrite + Unpin> FrameWriter<W> {
         self.buf.extend_from_slice(&header);
         self.buf.extend_from_slice(&f.body);
         let inline: &[Bytes] = if self.bulk.is_none() { &f.bulk } else { &[] };
-        for chunk in inline {
+        for chunk in f.body_rest.iter().chain(inline) {
             if chunk.len() <= COPY_LIMIT {
                 self.buf.extend_from_slice(chunk);
             } else {
@@ -401,6 +438,14 @@ impl<W: AsyncWrite + Unpin> FrameWriter<W> {
     }
 }
 
+/// A frame's body length for its header; a body past `u32` is refused
+/// (the header's field would wrap).
+fn body_len(f: &OutFrame) -> Result<u32, NetError> {
+    let len = f.body_len();
+    u32::try_from(len)
+        .map_err(|_| NetError::Proto(strom_proto::ProtoError::FrameTooLarge { len, max: u32::MAX }))
+}
+
 /// A socket that can also be written without waiting, from any thread
 /// (TCP), so an idle connection's frames skip the writer task.
 pub trait DirectWrite: Send + Sync {
@@ -444,19 +489,23 @@ impl Gate {
         let Some(sock) = &self.direct else {
             return Direct::Skip(f);
         };
-        let total = FRAME_HEADER_LEN as u64 + f.body.len() as u64 + f.bulk_len();
+        let total = FRAME_HEADER_LEN as u64 + f.body_len() + f.bulk_len();
+        let count = f.body_rest.len() + f.bulk.len() + 2;
         if total > DIRECT_MAX_BYTES
-            || f.bulk.len() + 2 > DIRECT_MAX_PIECES
+            || count > DIRECT_MAX_PIECES
             || (!self.inline_bulk && !f.bulk.is_empty())
         {
             return Direct::Skip(f);
         }
+        let Ok(body_len) = body_len(&f) else {
+            return Direct::Skip(f);
+        };
         let header = match (FrameHeader {
             version: f.version,
             kind: f.kind,
             opcode: f.opcode,
             id: f.id,
-            body_len: f.body.len() as u32,
+            body_len,
             bulk_len: f.bulk_len(),
         })
         .encode(self.max_frame)
@@ -464,9 +513,10 @@ impl Gate {
             Ok(h) => h,
             Err(_) => return Direct::Skip(f),
         };
-        let mut pieces = Vec::with_capacity(f.bulk.len() + 2);
+        let mut pieces = Vec::with_capacity(count);
         pieces.push(Bytes::copy_from_slice(&header));
         pieces.push(f.body.clone());
+        pieces.extend(f.body_rest.iter().cloned());
         pieces.extend(f.bulk.iter().cloned());
         let slices: Vec<std::io::IoSlice<'_>> =
             pieces.iter().map(|p| std::io::IoSlice::new(p)).collect();

@@ -234,7 +234,7 @@ impl<B: LentBuffer, C: Complete<B>> MuxConn<B, C> {
     /// A frame this connection could never write (too large) fails alone,
     /// instead of stopping the writer and with it every other request.
     fn check_size(&self, frame: &OutFrame) -> Result<(), NetError> {
-        let len = 20 + frame.body.len() as u64 + frame.bulk_len();
+        let len = 20 + frame.body_len() + frame.bulk_len();
         let max = self.writer.max_frame();
         if len > max as u64 {
             return Err(NetError::Proto(ProtoError::FrameTooLarge { len, max }));

@@ -37,6 +37,7 @@ fn frame(opcode: u16, body: Bytes) -> OutFrame {
         opcode,
         id: 0,
         body,
+        body_rest: Vec::new(),
         bulk: Vec::new(),
         hold: None,
     }
@@ -49,6 +50,7 @@ fn answer(kind: FrameKind, id: u64, body: Bytes, bulk: Vec<Bytes>) -> OutFrame {
         opcode: 0,
         id,
         body,
+        body_rest: Vec::new(),
         bulk,
         hold: None,
     }
@@ -386,5 +388,38 @@ async fn a_cancelled_request_is_forgotten_and_its_late_answer_skipped() {
             "next"
         );
         assert_eq!(c.in_flight(), 0);
+    }
+}
+
+/// A frame whose body ends in separate pieces (a batch's metadata section)
+/// arrives as one body, whether the sending thread writes it straight to
+/// the socket or the writer task does, with pieces small enough to be
+/// coalesced and pieces large enough to be written as they are.
+#[tokio::test]
+async fn a_body_sent_in_pieces_arrives_whole() {
+    for c in connections().await {
+        let calls = (0..32u64).map(|i| {
+            let c = c.clone();
+            tokio::spawn(async move {
+                let mut f = frame(ECHO, u64_body(i));
+                f.body_rest = vec![
+                    Bytes::from_static(b"-small-"),
+                    Bytes::from(vec![i as u8; (40 << 10) + i as usize]),
+                    Bytes::from(vec![7u8; i as usize]),
+                ];
+                let mut want = f.body.to_vec();
+                f.body_rest.iter().for_each(|p| want.extend_from_slice(p));
+                (c.call(f).await.unwrap().body, want)
+            })
+        });
+        for call in calls {
+            let (got, want) = call.await.unwrap();
+            assert_eq!(got.len(), want.len(), "{}", c.peer());
+            assert!(
+                got == want,
+                "{}: the body's pieces arrived changed",
+                c.peer()
+            );
+        }
     }
 }

@@ -51,16 +51,6 @@ pub struct ProducerStamp {
     pub restart: bool,
 }
 
-/// `section` (a stamped batch) with its stamp marked as a restart; a copy
-/// of the section, not of the data.
-pub fn with_restart(section: &Bytes) -> Bytes {
-    let mut out = BytesMut::from(&section[..]);
-    if out.len() >= 4 && out[3] & 0x80 != 0 {
-        out[3] |= 0x40;
-    }
-    out.freeze()
-}
-
 /// The stamp of a batch metadata section, from its first 16 bytes alone;
 /// `None` when it has none (or is too short to hold one).
 pub fn stamp_of(section: &[u8]) -> Option<ProducerStamp> {
@@ -77,9 +67,80 @@ pub fn stamp_of(section: &[u8]) -> Option<ProducerStamp> {
     })
 }
 
-/// Accumulates events into a batch metadata section.
+/// Room kept before the offset table for the count word and a stamp, so a
+/// finished section's head is the table's own buffer.
+const HEAD_ROOM: usize = 4 + STAMP_LEN;
+
+/// A finished batch metadata section in the two pieces it was built in:
+/// the head (count word, stamp and offset table) and the tail (the events'
+/// metadata and descriptors). A sender writes both pieces as they are
+/// (`writev`), so the events' metadata is not copied again after
+/// [`BatchBuilder::push`]. A section that arrives whole is all head.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Section {
+    head: Bytes,
+    tail: Bytes,
+}
+
+impl Section {
+    /// Bytes of the whole section.
+    pub fn len(&self) -> usize {
+        self.head.len() + self.tail.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The non-empty pieces, in order (the buffers are shared, not copied).
+    pub fn pieces(&self) -> Vec<Bytes> {
+        [&self.head, &self.tail]
+            .into_iter()
+            .filter(|p| !p.is_empty())
+            .cloned()
+            .collect()
+    }
+
+    /// The section in one buffer: a copy, unless it is in one piece.
+    pub fn to_bytes(&self) -> Bytes {
+        if self.tail.is_empty() {
+            return self.head.clone();
+        }
+        let mut out = BytesMut::with_capacity(self.len());
+        out.put_slice(&self.head);
+        out.put_slice(&self.tail);
+        out.freeze()
+    }
+
+    /// The section with its stamp (if it has one) marked as a restart;
+    /// only the head is copied.
+    pub fn with_restart(&self) -> Section {
+        let mut head = BytesMut::from(&self.head[..]);
+        if head.len() >= 4 && head[3] & 0x80 != 0 {
+            head[3] |= 0x40;
+        }
+        Section {
+            head: head.freeze(),
+            tail: self.tail.clone(),
+        }
+    }
+}
+
+impl From<Bytes> for Section {
+    fn from(whole: Bytes) -> Self {
+        Section {
+            head: whole,
+            tail: Bytes::new(),
+        }
+    }
+}
+
+/// Accumulates events into a batch metadata section. Each event's metadata
+/// and descriptor are copied once, into the tail; finishing joins nothing.
 #[derive(Default)]
 pub struct BatchBuilder {
+    /// [`HEAD_ROOM`] bytes, then the offset table (empty until the first
+    /// push or finish).
     table: BytesMut,
     payload: BytesMut,
     count: u32,
@@ -93,6 +154,7 @@ impl BatchBuilder {
 
     /// Adds one event. `metadata` and `descriptor` are copied into the batch.
     pub fn push(&mut self, metadata: &[u8], descriptor: &[u8], data_len: u64) {
+        self.make_head_room();
         self.table.put_u32_le(metadata.len() as u32);
         self.table.put_u32_le(descriptor.len() as u32);
         self.table.put_u64_le(data_len);
@@ -100,6 +162,12 @@ impl BatchBuilder {
         self.payload.put_slice(descriptor);
         self.count += 1;
         self.data_len += data_len;
+    }
+
+    fn make_head_room(&mut self) {
+        if self.table.is_empty() {
+            self.table.put_bytes(0, HEAD_ROOM);
+        }
     }
 
     pub fn count(&self) -> u32 {
@@ -110,9 +178,9 @@ impl BatchBuilder {
         self.count == 0
     }
 
-    /// Bytes of the metadata section once finished.
+    /// Bytes of the metadata section once finished without a stamp.
     pub fn meta_len(&self) -> usize {
-        4 + self.table.len() + self.payload.len()
+        4 + self.table.len().saturating_sub(HEAD_ROOM) + self.payload.len()
     }
 
     /// Sum of the events' data lengths.
@@ -120,30 +188,40 @@ impl BatchBuilder {
         self.data_len
     }
 
-    /// Produces the section and resets the builder for reuse.
+    /// Produces the section in one buffer and resets the builder for reuse.
     pub fn finish(&mut self) -> Bytes {
         self.finish_stamped(None)
     }
 
-    /// Produces the section with `stamp` (if any) and resets the builder.
+    /// Produces the section with `stamp` (if any), in one buffer, and
+    /// resets the builder.
     pub fn finish_stamped(&mut self, stamp: Option<ProducerStamp>) -> Bytes {
-        let mut out = BytesMut::with_capacity(self.meta_len() + STAMP_LEN);
-        match stamp {
-            None => out.put_u32_le(self.count),
+        self.finish_section(stamp).to_bytes()
+    }
+
+    /// Produces the section with `stamp` (if any) in its two pieces, without
+    /// copying either, and resets the builder.
+    pub fn finish_section(&mut self, stamp: Option<ProducerStamp>) -> Section {
+        self.make_head_room();
+        let start = match stamp {
+            None => {
+                self.table[HEAD_ROOM - 4..HEAD_ROOM].copy_from_slice(&self.count.to_le_bytes());
+                HEAD_ROOM - 4
+            }
             Some(s) => {
                 let restart = if s.restart { RESTART } else { 0 };
-                out.put_u32_le(self.count | STAMPED | restart);
-                out.put_u64_le(s.producer);
-                out.put_u32_le(s.sequence);
+                let word = self.count | STAMPED | restart;
+                self.table[0..4].copy_from_slice(&word.to_le_bytes());
+                self.table[4..12].copy_from_slice(&s.producer.to_le_bytes());
+                self.table[12..16].copy_from_slice(&s.sequence.to_le_bytes());
+                0
             }
-        }
-        out.put_slice(&self.table);
-        out.put_slice(&self.payload);
-        self.table.clear();
-        self.payload.clear();
+        };
+        let head = self.table.split().freeze().slice(start..);
+        let tail = self.payload.split().freeze();
         self.count = 0;
         self.data_len = 0;
-        out.freeze()
+        Section { head, tail }
     }
 }
 
@@ -339,8 +417,8 @@ mod tests {
             assert!(BatchView::parse(section.slice(..cut)).is_err(), "cut {cut}");
         }
         assert_eq!(stamp_of(&section[..15]), None);
-        let restarted = with_restart(&section);
-        let r = BatchView::parse(restarted).unwrap();
+        let restarted = Section::from(section.clone()).with_restart();
+        let r = BatchView::parse(restarted.to_bytes()).unwrap();
         assert_eq!(
             r.stamp(),
             Some(ProducerStamp {
@@ -355,5 +433,39 @@ mod tests {
             BatchView::parse(bad.freeze()).is_err(),
             "restart without a stamp"
         );
+    }
+
+    /// The two pieces of a finished section are the bytes of the joined
+    /// one, stamped or not, across reuses of the builder and when empty.
+    #[test]
+    fn a_section_in_pieces_is_the_joined_section() {
+        let stamp = ProducerStamp {
+            producer: 9,
+            sequence: 3,
+            restart: false,
+        };
+        let mut b = BatchBuilder::new();
+        let empty = b.finish_section(None);
+        assert_eq!(BatchView::parse(empty.to_bytes()).unwrap().count(), 0);
+        for round in 0..3u32 {
+            for s in [None, Some(stamp)] {
+                let (mut pieces, mut joined) = (BatchBuilder::new(), BatchBuilder::new());
+                for i in 0..round + 2 {
+                    let meta = vec![i as u8; i as usize * 100];
+                    for x in [&mut pieces, &mut joined, &mut b] {
+                        x.push(&meta, b"d", u64::from(i));
+                    }
+                }
+                let whole = joined.finish_stamped(s);
+                let section = pieces.finish_section(s);
+                assert_eq!(section.len(), whole.len());
+                let glued: Vec<u8> = section.pieces().iter().flatten().copied().collect();
+                assert_eq!(glued, &whole[..]);
+                assert_eq!(b.finish_section(s).to_bytes(), whole, "reused builder");
+                let v = BatchView::parse(section.with_restart().to_bytes()).unwrap();
+                assert_eq!(v.stamp().map(|s| s.restart), s.map(|_| true));
+                assert_eq!(v.count(), round + 2);
+            }
+        }
     }
 }

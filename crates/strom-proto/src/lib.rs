@@ -16,7 +16,7 @@ pub mod message;
 pub mod selection;
 pub mod topic;
 
-pub use batch::{stamp_of, with_restart, BatchBuilder, BatchView, EventEntry, ProducerStamp};
+pub use batch::{stamp_of, BatchBuilder, BatchView, EventEntry, ProducerStamp, Section};
 pub use error::{ErrorCode, ProtoError};
 pub use frame::{FrameHeader, FrameKind, FRAME_HEADER_LEN};
 pub use group::{

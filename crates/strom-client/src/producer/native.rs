@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use bytes::Bytes;
 use parking_lot::{Condvar, Mutex, RwLock};
 use strom_policy::MetadataInput;
 use strom_proto::{BatchBuilder, Compression, PartitionInfo, ProducerStamp, Request, Response};
@@ -236,7 +237,7 @@ pub(super) fn seal(st: &mut QueueState) {
         restart: false,
     });
     st.next_seq = st.next_seq.wrapping_add(u32::from(stamp.is_some()));
-    let meta = st.builder.finish_stamped(stamp);
+    let meta = st.builder.finish_section(stamp);
     let data = std::mem::take(&mut st.data);
     let slot = std::mem::replace(&mut st.slot, Arc::new(Slot::new()));
     st.bytes = 0;
@@ -326,7 +327,8 @@ impl Inner {
             partition: q.partition,
             count: b.count,
             acks_all: self.opts.acks == Acks::All,
-            meta: b.meta.clone(),
+            // The section follows the request's head in its own pieces.
+            meta: Bytes::new(),
         }
     }
 
@@ -346,7 +348,7 @@ impl Inner {
             if let Some(conn) = conn {
                 let req = self.produce_request(q, &b);
                 let done = self.completion(q, &b);
-                match conn.try_send_with(&req, b.data, done) {
+                match conn.try_send_with(&req, b.meta.pieces(), b.data, done) {
                     Ok(()) => return None,
                     Err((data, _unused)) => b.data = data,
                 }
@@ -417,8 +419,11 @@ async fn send_loop(weak: Weak<Inner>, q: Arc<PartQueue>, mut rx: mpsc::Unbounded
     while let Some(mut b) = rx.recv().await {
         let Some(inner) = weak.upgrade() else { return };
         if !b.packed && !inner.compression.is_none() {
-            if let Err(e) = crate::compress::pack(inner.compression, &mut b.meta, &mut b.data).await
-            {
+            // Compression reads and rewrites the section whole.
+            let mut meta = b.meta.to_bytes();
+            let packed = crate::compress::pack(inner.compression, &mut meta, &mut b.data).await;
+            b.meta = meta.into();
+            if let Err(e) = packed {
                 inner.completion(&q, &b)(Err(e));
                 q.queued.fetch_sub(1, Ordering::AcqRel);
                 continue;
@@ -431,7 +436,7 @@ async fn send_loop(weak: Weak<Inner>, q: Arc<PartQueue>, mut rx: mpsc::Unbounded
             Ok(conn) => {
                 *q.conn.lock() = Some(conn.clone());
                 let req = inner.produce_request(&q, &b);
-                conn.send_with(&req, b.data, done).await;
+                conn.send_with(&req, b.meta.pieces(), b.data, done).await;
             }
             Err(e) => done(Err(e)),
         }

@@ -136,7 +136,7 @@ async fn resend_loop(weak: Weak<Inner>, q: Arc<PartQueue>) {
             // restarts the sequence, so the partition does not wait for
             // batches a dead leader acknowledged alone (acks=leader).
             if i == 0 {
-                b.meta = strom_proto::with_restart(&b.meta);
+                b.meta = b.meta.with_restart();
             }
             q.queued.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
             if let Err(tokio::sync::mpsc::error::SendError(b)) = q.outbox.send(b) {

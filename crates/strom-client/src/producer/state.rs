@@ -10,7 +10,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use parking_lot::{Condvar, Mutex, RwLock};
 use strom_policy::TopicPolicy;
-use strom_proto::{BatchBuilder, Compression};
+use strom_proto::{BatchBuilder, Compression, Section};
 use tokio::sync::mpsc;
 
 use crate::batching::EventLimit;
@@ -23,7 +23,7 @@ use crate::topic::Topic;
 use crate::push::{BatchAck, ProducerOptions};
 
 pub(super) struct Sealed {
-    pub(super) meta: Bytes,
+    pub(super) meta: Section,
     pub(super) count: u32,
     pub(super) data: Vec<Bytes>,
     pub(super) slot: Arc<Slot<BatchAck>>,

@@ -588,13 +588,31 @@ macro_rules! messages {
 
             /// Encodes the body for a peer speaking protocol `version`; the
             /// opcode and the version go in the frame header.
-            #[allow(unused_variables)]
             pub fn encode(&self, version: u8, out: &mut BytesMut) {
+                self.encode_head(version, out);
+                if let Some(rest) = self.rest() {
+                    out.extend_from_slice(rest);
+                }
+            }
+
+            /// Encodes the body without its `@rest` field, which a sender
+            /// can then write after it from its own buffer ([`Self::rest`]):
+            /// `encode_head` then the rest is exactly [`Self::encode`].
+            #[allow(unused_variables)]
+            pub fn encode_head(&self, version: u8, out: &mut BytesMut) {
                 match self {
-                    $($ty::$var $({ $($f,)* $($rest)? })? $(( $tuple ))? => {
-                        $($( if messages!(@sent version $(, $since)?) { $f.put_v(version, out); } )* $( out.extend_from_slice($rest); )?)?
+                    $($ty::$var $({ $($f,)* .. })? $(( $tuple ))? => {
+                        $($( if messages!(@sent version $(, $since)?) { $f.put_v(version, out); } )*)?
                         $( $tuple.put_v(version, out); )?
                     })*
+                }
+            }
+
+            /// The message's `@rest` field (the end of its body), if it has one.
+            #[allow(unused_variables)]
+            pub fn rest(&self) -> Option<&Bytes> {
+                match self {
+                    $($ty::$var $({ $($rest,)? .. })? $(( $tuple ))? => messages!(@rest $($($rest)?)?),)*
                 }
             }
 
@@ -612,6 +630,8 @@ macro_rules! messages {
             }
         }
     };
+    (@rest) => { None };
+    (@rest $rest:ident) => { Some($rest) };
     (@sent $v:ident) => { true };
     (@sent $v:ident, $since:literal) => { $v >= $since };
     (@get $r:ident, $v:ident) => { Wire::get(&mut $r)? };

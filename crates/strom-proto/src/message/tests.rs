@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::topic::{MemberInfo, TopicState};
+use crate::MIN_PROTOCOL_VERSION;
 
 fn round_trip_req(m: Request) {
     let mut b = BytesMut::new();
@@ -271,4 +272,41 @@ fn a_field_added_in_a_later_version_is_neither_sent_to_nor_expected_from_older_p
     let mut short = BytesMut::new();
     m.encode(1, &mut short);
     assert!(Grown::decode(2, 1, &short.freeze()).is_err());
+}
+
+/// A sender may write a message's head, then its `@rest` field from the
+/// sender's own buffers: the bytes are those of `encode`.
+#[test]
+fn the_head_then_the_rest_is_the_whole_body() {
+    let produce = Request::Produce {
+        topic: "t".into(),
+        partition: 2,
+        count: 3,
+        acks_all: true,
+        meta: Bytes::from_static(b"abcdef"),
+    };
+    let events = Push::Events {
+        partition: 1,
+        base_offset: 7,
+        count: 2,
+        timestamp_us: 9,
+        meta: Bytes::from_static(b"xyz"),
+    };
+    let check = |whole: BytesMut, mut head: BytesMut, rest: Option<&Bytes>| {
+        head.extend_from_slice(rest.expect("a rest field"));
+        assert_eq!(whole, head);
+    };
+    for v in [MIN_PROTOCOL_VERSION, PROTOCOL_VERSION] {
+        let (mut whole, mut head) = (BytesMut::new(), BytesMut::new());
+        produce.encode(v, &mut whole);
+        produce.encode_head(v, &mut head);
+        assert_eq!(&whole[whole.len() - 6..], b"abcdef");
+        check(whole, head, produce.rest());
+        let (mut whole, mut head) = (BytesMut::new(), BytesMut::new());
+        events.encode(v, &mut whole);
+        events.encode_head(v, &mut head);
+        check(whole, head, events.rest());
+    }
+    assert!(Request::ListTopics.rest().is_none());
+    assert!(Response::Producer { id: 1 }.rest().is_none());
 }
