@@ -24,6 +24,11 @@ pub struct ServerArgs {
     /// clients pick the best one they can reach.
     #[arg(long = "also-listen", value_name = "URL")]
     also_listen: Vec<String>,
+    /// Do not serve same-node clients over shared memory. By default a
+    /// server also listens on a private `shm://auto` socket, which clients
+    /// on this node of the server's user prefer (config key `shm`).
+    #[arg(long)]
+    no_shm: bool,
     /// Join the running group of this group file as a new member.
     #[arg(long)]
     join: Option<PathBuf>,
@@ -127,6 +132,7 @@ pub fn run(
         config.listen = l;
     }
     config.also_listen.extend(args.also_listen);
+    config.shm &= !args.no_shm;
     if group_file.is_some() {
         config.group_file = group_file;
     }

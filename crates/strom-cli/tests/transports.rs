@@ -122,6 +122,28 @@ fn a_client_on_the_servers_node_picks_shm_and_every_byte_arrives() {
     round_trip(&upgraded, "small", 50, 2000);
 }
 
+/// Without being told, a server also serves its node over shared memory,
+/// and a client given its group file takes it; `--no-shm` turns it off.
+#[test]
+fn a_server_serves_its_node_over_shm_by_default_and_not_with_no_shm() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = ServerProcess::start(dir.path());
+    let addrs = addrs_in_group_file(&server.group_file);
+    assert_eq!(addrs.len(), 2, "TCP and shm: {addrs:?}");
+    assert!(addrs[1].starts_with("shm://"), "{addrs:?}");
+    let d = Driver::connect(&server.group_file).unwrap();
+    assert_eq!(d.connected_via(&server.addr), Some(addrs[1].clone()));
+    round_trip(&d, "default", 20, 100_000);
+
+    let plain_dir = tempfile::tempdir().unwrap();
+    let plain = ServerProcess::start_with_env(plain_dir.path(), &["--no-shm"], &[]);
+    let addrs = addrs_in_group_file(&plain.group_file);
+    assert!(!addrs.iter().any(|a| a.starts_with("shm://")), "{addrs:?}");
+    let d = Driver::connect(&plain.group_file).unwrap();
+    assert_eq!(d.connected_via(&plain.addr).as_deref(), Some(plain.addr.as_str()));
+    round_trip(&d, "tcp", 20, 1000);
+}
+
 #[test]
 fn a_client_of_another_user_uses_shm_with_data_through_the_socket_and_says_why() {
     assert_eq!(

@@ -222,6 +222,13 @@ impl Driver {
             .cloned()
             .unwrap_or_default();
         all.push(addr.to_string());
+        // A member reached over TLS stays on TLS unless STROM_TRANSPORT
+        // says otherwise: its certificate is what the client trusts, a
+        // failed check must not fall through to another address, and a
+        // client certificate names the client only over TLS.
+        if addr.starts_with("tls://") && std::env::var_os("STROM_TRANSPORT").is_none() {
+            all.retain(|u| u.starts_with("tls://"));
+        }
         let ranked = self.inner.transports.rank(&all);
         if ranked.is_empty() {
             vec![addr.to_string()]

@@ -20,6 +20,12 @@ pub struct ServerConfig {
     /// on this node (`auto` picks a private socket path). All of them are
     /// published in the group file, and clients pick the best they reach.
     pub also_listen: Vec<String>,
+    /// Also serve clients on this node over a private `shm://auto` socket,
+    /// unless an `shm://` address is listed already (`--no-shm` turns it
+    /// off). Same-node clients then take shared memory without being told;
+    /// other users' clients cannot open the socket's directory (mode 0700)
+    /// and stay on their first address.
+    pub shm: bool,
     /// Where to write the group file clients bootstrap from.
     pub group_file: Option<PathBuf>,
     /// Join the running group described by this group file as a new member.
@@ -220,6 +226,7 @@ impl Default for ServerConfig {
             data_dir: PathBuf::from("strom-data"),
             listen: "127.0.0.1:0".into(),
             also_listen: Vec::new(),
+            shm: true,
             group_file: None,
             join: None,
             member_id: None,
@@ -424,6 +431,14 @@ impl ServerConfig {
     }
 
     /// Whether this server serves anyone beyond loopback without `auth`.
+    /// Whether to add the default `shm://auto` listener ([`Self::shm`]).
+    pub fn default_shm(&self) -> bool {
+        self.shm
+            && !std::iter::once(&self.listen)
+                .chain(&self.also_listen)
+                .any(|a| a.starts_with("shm://"))
+    }
+
     pub fn exposed_without_auth(&self) -> bool {
         !self.auth && self.insecure && self.exposed_address().is_some()
     }

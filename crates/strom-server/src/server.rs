@@ -153,6 +153,16 @@ impl Server {
         for url in &config.also_listen {
             listeners.push(transports.listen(url).await?);
         }
+        if config.default_shm() {
+            // Asked for by default, not by the user: without it the server
+            // still serves every client, over its other addresses.
+            match transports.listen("shm://auto").await {
+                Ok(l) => listeners.push(l),
+                Err(e) => {
+                    tracing::warn!(error = %e, "not serving same-node clients over shared memory")
+                }
+            }
+        }
         let addrs: Vec<String> = listeners.iter().map(|l| l.local_addr()).collect();
         let addr = addrs[0].clone();
         let host = {
