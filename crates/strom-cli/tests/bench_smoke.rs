@@ -35,6 +35,17 @@ fn check_counts(v: &Value, mode: &str, events: u64, event_bytes: u64) {
     }
 }
 
+/// A CPU figure `key` of `v`: present, finite and non-negative (its value
+/// is timing, never asserted further).
+fn cpu_field(v: &Value, key: &str) -> f64 {
+    let x = v[key].as_f64();
+    assert!(
+        x.is_some_and(|x| x.is_finite() && x >= 0.0),
+        "{key} missing or not a finite non-negative number in {v}"
+    );
+    x.unwrap_or_default()
+}
+
 #[test]
 fn produce_reports_every_event_and_byte() {
     let v = bench(&[
@@ -53,6 +64,16 @@ fn produce_reports_every_event_and_byte() {
     check_counts(&v, "produce", 300, 164);
     assert_eq!(v["produced"].as_u64(), Some(300), "{v}");
     assert_eq!(v["stored"].as_u64(), Some(300), "{v}");
+}
+
+#[test]
+fn produce_reports_cpu_per_gb_with_the_embedded_server_counted_once() {
+    let v = bench(&["produce", "--events", "300", "--data-size", "1024"]);
+    assert!(cpu_field(&v, "client_cpu_s") > 0.0, "{v}");
+    cpu_field(&v, "cpu_s_per_gb");
+    // Server and client share the process: one figure, not two.
+    assert_eq!(v["server_cpu"], "in-process", "{v}");
+    assert!(v.get("server_cpu_s").is_none(), "{v}");
 }
 
 #[test]
@@ -220,6 +241,11 @@ fn procs_workers_aggregate_their_counts() {
         "--procs",
     ]);
     check_counts(&v, "produce", 200, 64);
+    // Workers in their own processes: the bench process is the server's.
+    assert!(cpu_field(&v, "client_cpu_s") > 0.0, "{v}");
+    cpu_field(&v, "server_cpu_s");
+    cpu_field(&v, "cpu_s_per_gb");
+    assert_eq!(v["server_cpu"], "bench-process", "{v}");
     let v = bench(&[
         "e2e",
         "--events",
@@ -335,6 +361,13 @@ fn transport_compares_every_transport_beside_memcpy() {
         let name = r["transport"].as_str().unwrap_or("");
         assert_eq!(scheme, name.trim_end_matches("-socket"), "{r}");
         assert_eq!(r["consumed"].as_u64(), Some(3), "every event consumed: {r}");
+        for phase in ["produce_cpu", "consume_cpu"] {
+            // The server is a child process: its CPU comes from /proc.
+            assert_eq!(r[phase]["server_cpu"], "proc-stat", "{r}");
+            for k in ["client_cpu_s", "server_cpu_s", "cpu_s_per_gb"] {
+                cpu_field(&r[phase], k);
+            }
+        }
         for k in ["produce_gb_per_s", "consume_gb_per_s"] {
             assert!(
                 r[k].as_f64().is_some_and(|g| g > 0.0 && g.is_finite()),
@@ -413,6 +446,15 @@ fn produce_to_a_replicated_topic_reports_acks_and_ack_latency() {
         for key in ["p50_us", "p99_us", "events_per_s", "mb_per_s"] {
             assert!(v[key].as_f64().is_some(), "{key} missing in {v}");
         }
+        // Server CPU is every member's: each holds a copy.
+        assert_eq!(v["server_cpu"], "proc-stat", "{v}");
+        assert_eq!(
+            v["server_cpu_pids"].as_array().map(Vec::len),
+            Some(3),
+            "{v}"
+        );
+        cpu_field(&v, "server_cpu_s");
+        cpu_field(&v, "cpu_s_per_gb");
     }
 }
 

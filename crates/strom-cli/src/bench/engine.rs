@@ -4,6 +4,10 @@
 //! their job as JSON, report `ready`, wait for `go` on stdin, and print
 //! their outcome as one JSON line.
 //!
+//! The CPU the timed phase costs, client and server, is measured over the
+//! same span as its wall time ([`super::cpu`]): from the release of the
+//! workers to their end; a worker process reports its own.
+//!
 //! A consume run checks its counts: it fails when the target stores fewer
 //! events than were produced (retention dropped some) or when the consumers
 //! deliver fewer than expected, instead of timing what happened to be left.
@@ -17,6 +21,7 @@ use std::time::Instant;
 use anyhow::Context;
 use serde_json::{json, Value};
 
+use super::cpu::{self, CpuUse, ServerCpu};
 use super::sys::Progress;
 use super::workload::{now_us, parts_of, per_partition, share};
 use super::{Config, ConsumeJob, Mode, Outcome, ProduceJob, Target};
@@ -34,6 +39,8 @@ pub struct Result {
     pub bytes: u64,
     pub seconds: f64,
     pub lats_us: Vec<u64>,
+    /// CPU seconds of the timed phase, client and server.
+    pub cpu: CpuUse,
 }
 
 fn produce_jobs(cfg: &Config, events: u64, warmup: u64, stamp: bool) -> Vec<ProduceJob> {
@@ -64,20 +71,22 @@ fn consume_jobs(cfg: &Config, per_part: &[u64], name: &str, latency: bool) -> Ve
         .collect()
 }
 
-pub fn run(cfg: &Config, target: &dyn Target) -> anyhow::Result<Result> {
+/// Runs the mode's timed phase (and its warm-up or fill) on `target`,
+/// whose server's CPU is found as `server` says.
+pub fn run(cfg: &Config, target: &dyn Target, server: &ServerCpu) -> anyhow::Result<Result> {
     let a = &cfg.args;
     let bytes_per_event = (cfg.payload.meta.len() + cfg.payload.data.len()) as u64;
     match a.mode {
         Mode::Produce => {
             if a.warmup > 0 {
                 let jobs = produce_jobs(cfg, a.warmup, 0, false);
-                run_threads(cfg, target, &jobs, &[], None)?;
+                run_threads(cfg, target, &jobs, &[], None, server)?;
             }
             let mut jobs = produce_jobs(cfg, a.events, 0, false);
             for j in &mut jobs {
                 j.ack_latency = true;
             }
-            let mut r = run_any(cfg, target, &jobs, &[], a.events)?;
+            let mut r = run_any(cfg, target, &jobs, &[], a.events, server)?;
             r.events = a.events;
             r.bytes = a.events * bytes_per_event;
             r.produced = a.events;
@@ -101,7 +110,7 @@ pub fn run(cfg: &Config, target: &dyn Target) -> anyhow::Result<Result> {
                 })
                 .collect();
             if !fill.is_empty() {
-                run_threads(cfg, target, &fill, &[], None)?;
+                run_threads(cfg, target, &fill, &[], None, server)?;
             }
             // Retention (a bounded memory partition) may have dropped
             // events: timing what is left would be a lie, so fail.
@@ -124,6 +133,7 @@ pub fn run(cfg: &Config, target: &dyn Target) -> anyhow::Result<Result> {
                     &[],
                     &consume_jobs(cfg, &warm, &name, false),
                     None,
+                    server,
                 )?;
             }
             let name = format!("bench-consumer-{}", now_us());
@@ -133,6 +143,7 @@ pub fn run(cfg: &Config, target: &dyn Target) -> anyhow::Result<Result> {
                 &[],
                 &consume_jobs(cfg, &expect, &name, false),
                 total,
+                server,
             )?;
             if r.events < total {
                 anyhow::bail!("{}", short_of(cfg, target, "consumed", total, r.events)?);
@@ -148,7 +159,7 @@ pub fn run(cfg: &Config, target: &dyn Target) -> anyhow::Result<Result> {
             let name = format!("bench-e2e-{}", now_us());
             let consumers = consume_jobs(cfg, &expect, &name, true);
             let producers = produce_jobs(cfg, a.events + a.warmup, a.warmup, true);
-            let mut r = run_any(cfg, target, &producers, &consumers, a.events)?;
+            let mut r = run_any(cfg, target, &producers, &consumers, a.events, server)?;
             if r.events < a.events {
                 anyhow::bail!("{}", short_of(cfg, target, "consumed", a.events, r.events)?);
             }
@@ -196,22 +207,25 @@ fn run_any(
     producers: &[ProduceJob],
     consumers: &[ConsumeJob],
     total: u64,
+    server: &ServerCpu,
 ) -> anyhow::Result<Result> {
     if cfg.args.procs {
-        run_procs(cfg, target, producers, consumers)
+        run_procs(cfg, target, producers, consumers, server)
     } else {
-        run_threads(cfg, target, producers, consumers, Some(total))
+        run_threads(cfg, target, producers, consumers, Some(total), server)
     }
 }
 
 /// Opens every worker, starts them together and sums their outcomes. With
 /// consumers present, only consumer outcomes count (they saw the delivery).
+/// CPU is counted from the release of the workers to the end of the last.
 fn run_threads(
     cfg: &Config,
     target: &dyn Target,
     producers: &[ProduceJob],
     consumers: &[ConsumeJob],
     progress_total: Option<u64>,
+    server: &ServerCpu,
 ) -> anyhow::Result<Result> {
     let mut workers = Vec::new();
     for job in consumers {
@@ -226,9 +240,11 @@ fn run_threads(
         label,
         progress_total.is_some() && !cfg.args.json,
     );
-    let barrier = Barrier::new(workers.len());
+    // The workers and this thread, which marks the CPU used before any
+    // worker starts.
+    let barrier = Barrier::new(workers.len() + 1);
     let count_consumers = !consumers.is_empty();
-    let results = std::thread::scope(|s| {
+    let (cpu_start, results) = std::thread::scope(|s| {
         let handles: Vec<_> = workers
             .into_iter()
             .map(|(is_consumer, mut w)| {
@@ -249,15 +265,21 @@ fn run_threads(
                 })
             })
             .collect();
-        handles
+        let cpu_start = server.mark();
+        barrier.wait();
+        let results = handles
             .into_iter()
             .map(|h| {
                 h.join()
                     .map_err(|_| anyhow::anyhow!("a bench worker panicked"))
             })
-            .collect::<Vec<_>>()
+            .collect::<Vec<_>>();
+        (cpu_start, results)
     });
-    let mut agg = Result::default();
+    let mut agg = Result {
+        cpu: server.since(&cpu_start, None),
+        ..Result::default()
+    };
     let (mut first, mut last) = (None::<Instant>, None::<Instant>);
     for r in results {
         let (is_consumer, start, end, out) = r?;
@@ -340,11 +362,15 @@ fn read_json_line(c: &mut ChildProc) -> anyhow::Result<Value> {
 
 /// Runs every job as a child process of this same binary; time is from the
 /// earliest worker start to the latest worker end (wall clock, one host).
+/// Each worker reports the CPU it used over that span of its own (its
+/// process start-up and connection set-up left out, as with threads); this
+/// process's own CPU is counted from `go` to the last outcome.
 fn run_procs(
     cfg: &Config,
     target: &dyn Target,
     producers: &[ProduceJob],
     consumers: &[ConsumeJob],
+    server: &ServerCpu,
 ) -> anyhow::Result<Result> {
     let exe = std::env::current_exe().context("cannot find the strom binary to re-execute")?;
     let mut jobs: Vec<(bool, String)> = consumers
@@ -381,6 +407,7 @@ fn run_procs(
             anyhow::bail!("bench worker did not report ready: {v}");
         }
     }
+    let cpu_start = server.mark();
     for c in &mut children {
         c.stdin.write_all(b"go\n")?;
         c.stdin.flush()?;
@@ -388,6 +415,7 @@ fn run_procs(
     let count_consumers = !consumers.is_empty();
     let mut agg = Result::default();
     let (mut first, mut last) = (u64::MAX, 0u64);
+    let mut children_cpu_s = 0.0;
     for c in &mut children {
         let v = read_json_line(c)?;
         if let Some(e) = v["error"].as_str() {
@@ -395,6 +423,9 @@ fn run_procs(
         }
         first = first.min(v["start_us"].as_u64().unwrap_or(u64::MAX));
         last = last.max(v["end_us"].as_u64().unwrap_or(0));
+        children_cpu_s += v["cpu_s"]
+            .as_f64()
+            .context("a bench worker reported no cpu_s")?;
         if c.is_consumer == count_consumers {
             agg.events += v["events"].as_u64().unwrap_or(0);
             agg.bytes += v["bytes"].as_u64().unwrap_or(0);
@@ -408,6 +439,7 @@ fn run_procs(
         }
     }
     agg.seconds = last.saturating_sub(first) as f64 / 1e6;
+    agg.cpu = server.since(&cpu_start, Some(children_cpu_s));
     Ok(agg)
 }
 
@@ -455,9 +487,9 @@ pub fn run_child(cfg: &Config, target: &dyn Target, job: &str) -> anyhow::Result
     out.flush()?;
     let mut go = String::new();
     std::io::stdin().read_line(&mut go)?;
-    let start = now_us();
+    let (start, cpu_start) = (now_us(), cpu::self_cpu_s());
     let r = worker.run(&AtomicU64::new(0));
-    let end = now_us();
+    let (end, cpu_s) = (now_us(), cpu::self_cpu_s() - cpu_start);
     let line = match r {
         Ok(Outcome {
             events,
@@ -465,6 +497,7 @@ pub fn run_child(cfg: &Config, target: &dyn Target, job: &str) -> anyhow::Result
             lats_us,
         }) => json!({
             "events": events, "bytes": bytes, "start_us": start, "end_us": end, "lats_us": lats_us,
+            "cpu_s": cpu_s,
         }),
         Err(e) => json!({"error": format!("{e:#}")}),
     };

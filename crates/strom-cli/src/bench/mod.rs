@@ -10,11 +10,15 @@
 //! its own runner in [`tasks`], with [`tasks_strom`] and `tasks_redis`.
 //! The `baseline` mode measures the machine itself ([`baseline`]).
 //!
+//! Every produce, consume, e2e and transport run also reports the CPU
+//! seconds it cost per GB moved, client plus server ([`cpu`]).
+//!
 //! Counts are checked, never assumed: a consume run fails (non-zero exit,
 //! one line naming the counts) when fewer events are stored or consumed than
 //! were produced, and the JSON carries `produced` and `consumed`.
 
 pub(crate) mod baseline;
+mod cpu;
 mod drain;
 mod engine;
 mod failover;
@@ -351,6 +355,11 @@ pub trait Target: Send + Sync {
     fn child_target(&self) -> String;
     /// The local server process, for its memory, if there is one.
     fn server_pid(&self) -> Option<u32>;
+    /// Every local process serving the run, for their CPU (a group's
+    /// members); empty when any of them cannot be found.
+    fn server_pids(&self) -> Vec<u32> {
+        self.server_pid().into_iter().collect()
+    }
     /// A bounded (memory) topic's size bound and overflow policy, for the
     /// report and for the error when retention lost events.
     fn retention(&self, _cfg: &Config) -> anyhow::Result<Option<(u64, &'static str)>> {
@@ -522,7 +531,8 @@ pub fn run(args: BenchArgs, group_file: Option<PathBuf>) -> anyhow::Result<()> {
     }
     target.prepare(&cfg)?;
     let rss = target.server_pid().map(sys::RssSampler::start);
-    let result = engine::run(&cfg, target.as_ref())?;
+    let server = cpu::ServerCpu::of(target.server_pids());
+    let result = engine::run(&cfg, target.as_ref(), &server)?;
     let memory = rss.map(|s| (s.pid, s.finish()));
     let retention = target.retention(&cfg)?;
     let stored = target.stored_data_bytes();
@@ -628,6 +638,7 @@ fn report(
         out["max_us"] = lats.last().copied().unwrap_or(0).into();
         out["latency_samples"] = lats.len().into();
     }
+    r.cpu.write_json(r.bytes, &mut out);
     if let Some((pid, (max_kib, hwm))) = memory {
         out["server_pid"] = pid.into();
         out["server_rss_max_mb"] = (max_kib as f64 / 1024.0).into();
@@ -671,6 +682,7 @@ fn report(
             out["p50_us"], out["p99_us"], out["p999_us"], out["max_us"], out["latency_samples"]
         );
     }
+    println!("{}", r.cpu.line(r.bytes));
     if let Some((pid, (max_kib, hwm))) = memory {
         println!(
             "server pid {pid}: RSS max {:.1} MiB during the run{}",

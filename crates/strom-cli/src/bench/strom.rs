@@ -192,9 +192,38 @@ impl Target for StromTarget {
         if self.embedded {
             return Some(std::process::id());
         }
-        let port = self.driver.master_addr().rsplit(':').next()?.parse().ok()?;
-        pid_listening_on(port)
+        port_of(&self.driver.master_addr()).and_then(pid_listening_on)
     }
+
+    /// Every member of the group (a replicated topic costs CPU on each);
+    /// a member that is not alive and has no process is left out, one that
+    /// is alive but not found here makes the set unknown (empty).
+    fn server_pids(&self) -> Vec<u32> {
+        if self.embedded {
+            return vec![std::process::id()];
+        }
+        let Ok(members) = self.driver.members() else {
+            return self.server_pid().into_iter().collect();
+        };
+        let mut pids = Vec::new();
+        for m in &members {
+            let pid = std::iter::once(&m.addr)
+                .chain(&m.addrs)
+                .find_map(|a| port_of(a).and_then(pid_listening_on));
+            match pid {
+                Some(p) if !pids.contains(&p) => pids.push(p),
+                Some(_) => {}
+                None if !m.alive => {}
+                None => return Vec::new(),
+            }
+        }
+        pids
+    }
+}
+
+/// The TCP port of a `HOST:PORT` address (`None` for shm:// and others).
+fn port_of(addr: &str) -> Option<u16> {
+    addr.rsplit_once(':')?.1.parse().ok()
 }
 
 /// Bytes in the `.data` files under `dir` (an embedded server's data

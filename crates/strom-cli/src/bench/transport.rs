@@ -17,7 +17,8 @@
 //! most of a produce run's cost. The report therefore prints two memcpy
 //! figures, between warm buffers and into fresh memory, and each transport
 //! runs `--rounds` times (the median is reported, every round is in the
-//! JSON).
+//! JSON). Beside each rate it prints the CPU seconds per GB, client (this
+//! process) plus server (the child's `/proc/PID/stat`), over every round.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -25,6 +26,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
+use super::cpu::{CpuUse, ServerCpu};
 use super::{baseline, engine, open_target, BenchArgs, Config, Mode};
 
 /// How a transport name is served: the listen URL and whether the server
@@ -128,6 +130,33 @@ struct Row {
     consume: Vec<f64>,
     /// Events consumed, over every round (each round checks its own count).
     consumed: u64,
+    /// CPU and bytes of every round's produce and consume phases.
+    produce_cpu: Vec<(CpuUse, u64)>,
+    consume_cpu: Vec<(CpuUse, u64)>,
+}
+
+/// CPU of phases summed, and the bytes they moved.
+fn cpu_of(phases: &[(CpuUse, u64)]) -> (CpuUse, u64) {
+    (
+        CpuUse::sum(phases.iter().map(|(c, _)| c)),
+        phases.iter().map(|(_, b)| b).sum(),
+    )
+}
+
+/// The CPU fields of one phase over every round, as in `strom bench`'s
+/// JSON (`client_cpu_s`, `server_cpu_s`, `cpu_s_per_gb`, ...).
+fn cpu_json(phases: &[(CpuUse, u64)]) -> serde_json::Value {
+    let (cpu, bytes) = cpu_of(phases);
+    let mut v = json!({});
+    cpu.write_json(bytes, &mut v);
+    v
+}
+
+/// CPU-s per GB of one phase over every round, for the table.
+fn cpu_cell(phases: &[(CpuUse, u64)]) -> String {
+    let (cpu, bytes) = cpu_of(phases);
+    cpu.per_gb(bytes)
+        .map_or("-".to_string(), |g| format!("{g:.2}"))
 }
 
 fn gbs(r: &engine::Result) -> f64 {
@@ -168,6 +197,8 @@ fn measure(args: &BenchArgs, name: &str) -> anyhow::Result<Row> {
         produce: Vec::new(),
         consume: Vec::new(),
         consumed: 0,
+        produce_cpu: Vec::new(),
+        consume_cpu: Vec::new(),
     };
     for _ in 0..args.rounds.max(1) {
         let (addr, p, c) = round(args, name)?;
@@ -175,6 +206,8 @@ fn measure(args: &BenchArgs, name: &str) -> anyhow::Result<Row> {
         row.produce.push(gbs(&p));
         row.consume.push(gbs(&c));
         row.consumed += c.consumed.unwrap_or(0);
+        row.produce_cpu.push((p.cpu, p.bytes));
+        row.consume_cpu.push((c.cpu, c.bytes));
     }
     Ok(row)
 }
@@ -189,6 +222,7 @@ fn round(args: &BenchArgs, name: &str) -> anyhow::Result<(String, engine::Result
         .unwrap_or("")
         .to_string();
     let topic = format!("bench-transport-{}", super::workload::now_us());
+    let cpu = ServerCpu::Pids(vec![server.child.id()]);
     let mut results = Vec::new();
     for mode in [Mode::Produce, Mode::Consume] {
         let mut a = args.clone();
@@ -199,7 +233,7 @@ fn round(args: &BenchArgs, name: &str) -> anyhow::Result<(String, engine::Result
         let mut target = open_target(Some(&target_spec), None)?;
         let cfg = Config::new(a)?;
         target.prepare(&cfg)?;
-        results.push(engine::run(&cfg, target.as_ref())?);
+        results.push(engine::run(&cfg, target.as_ref(), &cpu)?);
     }
     let consume = results
         .pop()
@@ -249,6 +283,7 @@ fn report(args: &BenchArgs, rows: &[Row], base: &Baselines) {
             "produce_vs_memcpy": p / base.warm, "consume_vs_memcpy": c / base.warm,
             "produce_vs_memcpy_fresh": p / base.fresh,
             "consumed": r.consumed,
+            "produce_cpu": cpu_json(&r.produce_cpu), "consume_cpu": cpu_json(&r.consume_cpu),
         })
     };
     if args.json {
@@ -271,20 +306,30 @@ fn report(args: &BenchArgs, rows: &[Row], base: &Baselines) {
          fresh memory",
         args.data_size, base.warm, base.fresh
     );
+    println!("CPU-s/GB: client plus server CPU seconds per GB moved, over every round");
     println!(
-        "{:<11} {:>12} {:>8} {:>8} {:>12} {:>8}  address",
-        "transport", "produce GB/s", "/memcpy", "/fresh", "consume GB/s", "/memcpy"
+        "{:<11} {:>12} {:>8} {:>8} {:>8} {:>12} {:>8} {:>8}  address",
+        "transport",
+        "produce GB/s",
+        "/memcpy",
+        "/fresh",
+        "CPU-s/GB",
+        "consume GB/s",
+        "/memcpy",
+        "CPU-s/GB"
     );
     for r in rows {
         let (p, c) = (median(&r.produce), median(&r.consume));
         println!(
-            "{:<11} {:>12.2} {:>7.0}% {:>7.0}% {:>12.2} {:>7.0}%  {}",
+            "{:<11} {:>12.2} {:>7.0}% {:>7.0}% {:>8} {:>12.2} {:>7.0}% {:>8}  {}",
             r.name,
             p,
             100.0 * p / base.warm,
             100.0 * p / base.fresh,
+            cpu_cell(&r.produce_cpu),
             c,
             100.0 * c / base.warm,
+            cpu_cell(&r.consume_cpu),
             r.addr
         );
     }
