@@ -353,6 +353,9 @@ class StromServer:
                 "--group-file", str(self.group)]
         if shm:
             args += ["--also-listen", "shm://auto"]
+        elif "--no-shm" in subprocess.run([binary, "server", "--help"], capture_output=True,
+                                          text=True).stdout:
+            args += ["--no-shm"]  # servers serve shm by default since --no-shm exists
         env = {**os.environ, "STROM_LOG": "strom_net=debug,info"}
         env.pop("STROM_TRANSPORT", None)
         self.logf = open(self.log_path, "wb")

@@ -750,7 +750,7 @@ fn a_moved_partition_without_replication_survives_a_restart_of_its_owner() {
         let text = std::fs::read_to_string(&log).unwrap_or_default();
         text.lines()
             .find_map(|l| l.strip_prefix("strom server listening on "))
-            .map(|a| a.trim().to_string())
+            .and_then(|a| a.split_whitespace().next().map(String::from))
     };
     wait_for("member 2 listening", || listening().is_some());
     let answer = common::raw::produce_with_stamp(

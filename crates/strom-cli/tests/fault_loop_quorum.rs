@@ -102,8 +102,8 @@ impl Joined {
         err.lines()
             .rev()
             .find_map(|l| l.strip_prefix("strom server listening on "))
-            .expect("the member says where it listens")
-            .trim()
+            .and_then(|a| a.split_whitespace().next())
+            .expect("the member says where it listens (its primary address first)")
             .to_string()
     }
 
