@@ -19,7 +19,11 @@ from test_kafka import NO_INITIAL_DELAY, KafkaServer
 
 @pytest.fixture
 def secured(tmp_path):
-    s = KafkaServer(tmp_path, "--auth", "--super-user", "User:admin", *NO_INITIAL_DELAY)
+    # Clients across the network, named by tokens: without --no-shm a
+    # client of the server's user would take shm and be that uid (a super
+    # user), which crates/strom-cli/tests/tls.rs tests.
+    s = KafkaServer(tmp_path, "--auth", "--super-user", "User:admin", "--no-shm",
+                    *NO_INITIAL_DELAY)
     yield s
     s.stop()
 

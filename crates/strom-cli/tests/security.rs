@@ -21,7 +21,10 @@ use strom_client::{Driver, TopicSpec};
 use strom_proto::{ErrorCode, Request, Response};
 use strom_server::member_auth::{ClusterSecret, SECRET_FILE};
 
-const AUTH: &[&str] = &["--auth", "--super-user", "User:admin"];
+/// These tests are about clients that reach the server over the network:
+/// without `--no-shm`, a client of the server's own user on its node takes
+/// shm and is that uid, a super user (tls.rs tests that).
+const AUTH: &[&str] = &["--auth", "--super-user", "User:admin", "--no-shm"];
 
 fn key(s: &ServerProcess) -> TokenKey {
     ClusterSecret::read(&s.data_dir.join(SECRET_FILE))
@@ -465,19 +468,27 @@ fn cluster_up_with_auth_writes_a_private_token_for_the_launching_user() {
     );
     let mode = std::fs::metadata(&token).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o600, "the token file is the user's alone");
-    let run = |args: &[&str], with_token: bool| {
+    // Over TCP, as a client on another node: the shm address of a member
+    // would make a client of the launching user that uid, a super user.
+    let run_via = |args: &[&str], with_token: bool, transport: &str| {
         let mut c = Command::new(strom_bin());
         c.args(["--group-file", &group]).args(args);
         c.env_remove("STROM_TOKEN").env_remove("STROM_TOKEN_FILE");
+        c.env("STROM_TRANSPORT", transport);
         if with_token {
             c.env("STROM_TOKEN_FILE", &token);
         }
         c.output().unwrap()
     };
+    let run = |args: &[&str], with_token: bool| run_via(args, with_token, "tcp");
     let o = run(&["topic", "create", "t"], false);
     assert!(!o.status.success(), "refused without the token");
     assert!(String::from_utf8_lossy(&o.stderr).contains("NOT_AUTHORIZED"));
     let o = run(&["topic", "create", "t"], true);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // On the node, over the servers' default shm address, the launching
+    // user needs no token: the kernel says who it is.
+    let o = run_via(&["topic", "create", "on-node"], false, "shm,tcp");
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let o = run(&["status", "--json"], true);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
@@ -523,10 +534,12 @@ fn mpirun_with_auth_writes_a_private_token_for_the_launching_user_beside_the_gro
     let mode = std::fs::metadata(&token).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o600, "the token file is the user's alone");
     wait_for("the group file", || gf.exists());
+    // Over TCP, as a client on another node (see cluster up's test).
     let run = |args: &[&str], with_token: bool| {
         let mut c = Command::new(strom_bin());
         c.arg("--group-file").arg(&gf).args(args);
         c.env_remove("STROM_TOKEN").env_remove("STROM_TOKEN_FILE");
+        c.env("STROM_TRANSPORT", "tcp");
         if with_token {
             c.env("STROM_TOKEN_FILE", &token);
         }
