@@ -145,6 +145,9 @@ pub struct BatchBuilder {
     payload: BytesMut,
     count: u32,
     data_len: u64,
+    /// Bytes of the last finished batch's table and payload: what the next
+    /// batch reserves at its first push, so it does not grow by copying.
+    last: (usize, usize),
 }
 
 impl BatchBuilder {
@@ -166,7 +169,9 @@ impl BatchBuilder {
 
     fn make_head_room(&mut self) {
         if self.table.is_empty() {
+            self.table.reserve(self.last.0.max(HEAD_ROOM + ENTRY_LEN));
             self.table.put_bytes(0, HEAD_ROOM);
+            self.payload.reserve(self.last.1);
         }
     }
 
@@ -217,6 +222,7 @@ impl BatchBuilder {
                 0
             }
         };
+        self.last = (self.table.len(), self.payload.len());
         let head = self.table.split().freeze().slice(start..);
         let tail = self.payload.split().freeze();
         self.count = 0;
