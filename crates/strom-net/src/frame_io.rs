@@ -393,11 +393,7 @@ impl<W: AsyncWrite + Unpin> FrameWriter<W> {
             if chunk.len() <= COPY_LIMIT {
                 self.buf.extend_from_slice(chunk);
             } else {
-                self.flush_buf().await?;
-                self.inner
-                    .write_all(chunk)
-                    .await
-                    .map_err(|e| NetError::io("writing a bulk payload", e))?;
+                self.write_buf_and(chunk).await?;
             }
         }
         if self.buf.len() >= FLUSH_AT {
@@ -416,6 +412,34 @@ impl<W: AsyncWrite + Unpin> FrameWriter<W> {
                 Ok(())
             }
         }
+    }
+
+    /// Writes what is buffered, then `chunk`, in as few (vectored) writes
+    /// as the socket takes: one segment, not a small write then a large one.
+    async fn write_buf_and(&mut self, chunk: &[u8]) -> Result<(), NetError> {
+        let (mut head, mut tail) = (0, 0);
+        while head < self.buf.len() || tail < chunk.len() {
+            let parts = [
+                std::io::IoSlice::new(&self.buf[head..]),
+                std::io::IoSlice::new(&chunk[tail..]),
+            ];
+            let n = self
+                .inner
+                .write_vectored(&parts)
+                .await
+                .map_err(|e| NetError::io("writing a frame", e))?;
+            if n == 0 {
+                return Err(NetError::io(
+                    "writing a frame",
+                    std::io::ErrorKind::WriteZero.into(),
+                ));
+            }
+            let from_head = n.min(self.buf.len() - head);
+            head += from_head;
+            tail += n - from_head;
+        }
+        self.buf.clear();
+        Ok(())
     }
 
     async fn flush_buf(&mut self) -> Result<(), NetError> {
