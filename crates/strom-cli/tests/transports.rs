@@ -140,7 +140,10 @@ fn a_server_serves_its_node_over_shm_by_default_and_not_with_no_shm() {
     let addrs = addrs_in_group_file(&plain.group_file);
     assert!(!addrs.iter().any(|a| a.starts_with("shm://")), "{addrs:?}");
     let d = Driver::connect(&plain.group_file).unwrap();
-    assert_eq!(d.connected_via(&plain.addr).as_deref(), Some(plain.addr.as_str()));
+    assert_eq!(
+        d.connected_via(&plain.addr).as_deref(),
+        Some(plain.addr.as_str())
+    );
     round_trip(&d, "tcp", 20, 1000);
 }
 

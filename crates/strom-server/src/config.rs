@@ -20,9 +20,10 @@ pub struct ServerConfig {
     /// on this node (`auto` picks a private socket path). All of them are
     /// published in the group file, and clients pick the best they reach.
     pub also_listen: Vec<String>,
-    /// Also serve clients on this node over a private `shm://auto` socket,
-    /// unless an `shm://` address is listed already (`--no-shm` turns it
-    /// off). Same-node clients then take shared memory without being told;
+    /// Also serve clients on this node over a private `shm://auto` socket
+    /// when the primary address is plain TCP and no `shm://` address is
+    /// listed (`--no-shm` turns it off; a primary on TLS, RDMA or shm is a
+    /// transport chosen, and is left alone). Same-node clients then take shared memory without being told;
     /// other users' clients cannot open the socket's directory (mode 0700)
     /// and stay on their first address.
     pub shm: bool,
@@ -433,10 +434,8 @@ impl ServerConfig {
     /// Whether this server serves anyone beyond loopback without `auth`.
     /// Whether to add the default `shm://auto` listener ([`Self::shm`]).
     pub fn default_shm(&self) -> bool {
-        self.shm
-            && !std::iter::once(&self.listen)
-                .chain(&self.also_listen)
-                .any(|a| a.starts_with("shm://"))
+        let plain_tcp = !self.listen.contains("://") || self.listen.starts_with("tcp://");
+        self.shm && plain_tcp && !self.also_listen.iter().any(|a| a.starts_with("shm://"))
     }
 
     pub fn exposed_without_auth(&self) -> bool {
@@ -528,6 +527,18 @@ fn check_socket_addr(setting: &str, addr: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shm_is_added_to_a_plain_tcp_primary_only() {
+        let with = |t: &str| toml::from_str::<ServerConfig>(t).unwrap().default_shm();
+        assert!(with(r#"listen = "127.0.0.1:0""#));
+        assert!(with(r#"listen = "tcp://127.0.0.1:0""#));
+        assert!(!with("listen = \"127.0.0.1:0\"\nshm = false"));
+        assert!(!with(r#"also_listen = ["shm:///run/s.sock"]"#));
+        for chosen in ["tls://127.0.0.1:0", "ofi+tcp://auto", "shm://auto"] {
+            assert!(!with(&format!("listen = \"{chosen}\"")), "{chosen}");
+        }
+    }
 
     #[test]
     fn without_auth_only_local_addresses_are_served_unless_insecure() {
