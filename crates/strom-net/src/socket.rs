@@ -46,11 +46,12 @@ impl<W: WriteHalf> DirectWrite for W {
 /// The writer task's side of a shared write half.
 pub(crate) struct SharedWrite<W>(pub Arc<W>);
 
-impl<W: WriteHalf> AsyncWrite for SharedWrite<W> {
-    fn poll_write(
-        self: Pin<&mut Self>,
+impl<W: WriteHalf> SharedWrite<W> {
+    /// Waits for room, then writes with `write` (which must not block).
+    fn poll_with(
+        &self,
         cx: &mut Context<'_>,
-        buf: &[u8],
+        write: impl Fn(&W) -> std::io::Result<usize>,
     ) -> Poll<std::io::Result<usize>> {
         loop {
             match self.0.poll_ready(cx) {
@@ -58,11 +59,21 @@ impl<W: WriteHalf> AsyncWrite for SharedWrite<W> {
                 Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
                 Poll::Pending => return Poll::Pending,
             }
-            match self.0.try_write(buf) {
+            match write(&self.0) {
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
                 r => return Poll::Ready(r),
             }
         }
+    }
+}
+
+impl<W: WriteHalf> AsyncWrite for SharedWrite<W> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        self.poll_with(cx, |w| w.try_write(buf))
     }
 
     fn poll_write_vectored(
@@ -70,17 +81,7 @@ impl<W: WriteHalf> AsyncWrite for SharedWrite<W> {
         cx: &mut Context<'_>,
         bufs: &[IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
-        loop {
-            match self.0.poll_ready(cx) {
-                Poll::Ready(Ok(())) => {}
-                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
-                Poll::Pending => return Poll::Pending,
-            }
-            match self.0.try_write_vectored(bufs) {
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
-                r => return Poll::Ready(r),
-            }
-        }
+        self.poll_with(cx, |w| WriteHalf::try_write_vectored(w, bufs))
     }
 
     fn is_write_vectored(&self) -> bool {
