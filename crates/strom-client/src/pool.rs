@@ -13,29 +13,50 @@ use strom_proto::Selection;
 
 use crate::data::{buffer_len, DataBroker, DataBuffer, EventMeta};
 
-type Pool = Mutex<Vec<Vec<u8>>>;
+/// The idle buffers and the bytes they hold.
+#[derive(Default)]
+struct Idle {
+    bufs: Vec<Vec<u8>>,
+    bytes: usize,
+}
+
+type Pool = Mutex<Idle>;
+
+/// How many idle buffers a pool keeps, and how many bytes in all.
+#[derive(Clone, Copy)]
+struct Limits {
+    keep: usize,
+    max_bytes: usize,
+}
 
 /// Hands out one buffer per event, taken from (and given back to, when the
-/// event's data is dropped) a pool of at most `keep` idle buffers. Cheap
-/// to clone; clones share the pool.
+/// event's data is dropped) a pool of at most `keep` idle buffers holding
+/// at most `max_bytes`. Cheap to clone; clones share the pool.
 #[derive(Clone)]
 pub struct PoolBroker {
     pool: Arc<Pool>,
-    keep: usize,
+    limits: Limits,
 }
 
 impl PoolBroker {
     /// A pool that keeps at most `keep` idle buffers (more are freed).
     pub fn new(keep: usize) -> Self {
+        Self::with_limits(keep, usize::MAX)
+    }
+
+    /// A pool that keeps at most `keep` idle buffers and `max_bytes` of
+    /// idle memory: room for the events a `pull_many` holds at once when
+    /// they are small, without keeping gigabytes when they are large.
+    pub fn with_limits(keep: usize, max_bytes: usize) -> Self {
         PoolBroker {
             pool: Arc::default(),
-            keep,
+            limits: Limits { keep, max_bytes },
         }
     }
 
     /// Idle buffers in the pool now.
     pub fn idle(&self) -> usize {
-        self.pool.lock().len()
+        self.pool.lock().bufs.len()
     }
 }
 
@@ -50,7 +71,7 @@ impl Default for PoolBroker {
 pub struct PooledBuffer {
     buf: Vec<u8>,
     pool: Weak<Pool>,
-    keep: usize,
+    limits: Limits,
 }
 
 impl PooledBuffer {
@@ -67,8 +88,12 @@ impl Drop for PooledBuffer {
         }
         if let Some(pool) = self.pool.upgrade() {
             let mut p = pool.lock();
-            if p.len() < self.keep {
-                p.push(std::mem::take(&mut self.buf));
+            let size = self.buf.capacity();
+            if p.bufs.len() < self.limits.keep
+                && p.bytes.saturating_add(size) <= self.limits.max_bytes
+            {
+                p.bytes += size;
+                p.bufs.push(std::mem::take(&mut self.buf));
             }
         }
     }
@@ -98,17 +123,20 @@ impl DataBroker for PoolBroker {
             let mut p = self.pool.lock();
             // The most recently returned buffer that is large enough (it is
             // the warmest), else any (it grows).
-            match p.iter().rposition(|b| b.len() >= len) {
-                Some(i) => p.swap_remove(i),
-                None => p.pop().unwrap_or_default(),
-            }
+            let taken = match p.bufs.iter().rposition(|b| b.len() >= len) {
+                Some(i) => Some(p.bufs.swap_remove(i)),
+                None => p.bufs.pop(),
+            };
+            let taken = taken.unwrap_or_default();
+            p.bytes -= taken.capacity();
+            taken
         };
         // Shrinking keeps the memory; only growth is zeroed.
         buf.resize(len, 0);
         Ok(vec![Box::new(PooledBuffer {
             buf,
             pool: Arc::downgrade(&self.pool),
-            keep: self.keep,
+            limits: self.limits,
         })])
     }
 }
@@ -141,6 +169,22 @@ mod tests {
             .collect();
         drop((extra, more));
         assert_eq!(b.idle(), 2, "at most `keep` idle buffers");
+    }
+
+    #[test]
+    fn idle_buffers_stay_within_the_byte_bound() {
+        let b = PoolBroker::with_limits(100, 10_000);
+        let held: Vec<_> = (0..5)
+            .map(|_| b.buffers(&meta(), &Selection::All, 3000).unwrap())
+            .collect();
+        drop(held);
+        assert_eq!(b.idle(), 3, "3 x 3000 bytes fit under 10,000, a fourth does not");
+        let again: Vec<_> = (0..3)
+            .map(|_| b.buffers(&meta(), &Selection::All, 3000).unwrap())
+            .collect();
+        assert_eq!(b.idle(), 0);
+        drop(again);
+        assert_eq!(b.idle(), 3, "taking buffers out gives their bytes back");
     }
 
     #[test]
