@@ -178,7 +178,11 @@ mod tests {
             .map(|_| b.buffers(&meta(), &Selection::All, 3000).unwrap())
             .collect();
         drop(held);
-        assert_eq!(b.idle(), 3, "3 x 3000 bytes fit under 10,000, a fourth does not");
+        assert_eq!(
+            b.idle(),
+            3,
+            "3 x 3000 bytes fit under 10,000, a fourth does not"
+        );
         let again: Vec<_> = (0..3)
             .map(|_| b.buffers(&meta(), &Selection::All, 3000).unwrap())
             .collect();
