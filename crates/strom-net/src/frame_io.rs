@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use bytes::{Buf, Bytes, BytesMut};
 use parking_lot::Mutex;
-use strom_proto::{FrameHeader, FrameKind, Push, Request, Response, FRAME_HEADER_LEN};
+use strom_proto::{FrameHeader, FrameKind, ProtoError, Push, Request, Response, FRAME_HEADER_LEN};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 
@@ -321,6 +321,22 @@ impl OutFrame {
             msg.rest(),
         )
     }
+    /// The frame's header, checked against `max_frame`; a body past `u32`
+    /// is refused too (the header's field would wrap).
+    fn header(&self, max_frame: u32) -> Result<[u8; FRAME_HEADER_LEN], NetError> {
+        let len = self.body_len();
+        let body_len =
+            u32::try_from(len).map_err(|_| ProtoError::FrameTooLarge { len, max: u32::MAX })?;
+        let h = FrameHeader {
+            version: self.version,
+            kind: self.kind,
+            opcode: self.opcode,
+            id: self.id,
+            body_len,
+            bulk_len: self.bulk_len(),
+        };
+        Ok(h.encode(max_frame)?)
+    }
     /// Bytes of the whole body (`body` and `body_rest`).
     pub fn body_len(&self) -> u64 {
         self.body.len() as u64 + self.body_rest.iter().map(|b| b.len() as u64).sum::<u64>()
@@ -374,15 +390,7 @@ impl<W: AsyncWrite + Unpin> FrameWriter<W> {
 
     /// Queues a frame; small parts are coalesced, large bulk chunks written directly.
     pub async fn write(&mut self, f: &OutFrame) -> Result<(), NetError> {
-        let header = FrameHeader {
-            version: f.version,
-            kind: f.kind,
-            opcode: f.opcode,
-            id: f.id,
-            body_len: body_len(f)?,
-            bulk_len: f.bulk_len(),
-        }
-        .encode(self.max_frame)?;
+        let header = f.header(self.max_frame)?;
         if let (Some(bulk), false) = (&self.bulk, f.bulk.is_empty()) {
             bulk.send(&f.bulk).await?;
         }
@@ -462,14 +470,6 @@ impl<W: AsyncWrite + Unpin> FrameWriter<W> {
     }
 }
 
-/// A frame's body length for its header; a body past `u32` is refused
-/// (the header's field would wrap).
-fn body_len(f: &OutFrame) -> Result<u32, NetError> {
-    let len = f.body_len();
-    u32::try_from(len)
-        .map_err(|_| NetError::Proto(strom_proto::ProtoError::FrameTooLarge { len, max: u32::MAX }))
-}
-
 /// A socket that can also be written without waiting, from any thread
 /// (TCP), so an idle connection's frames skip the writer task.
 pub trait DirectWrite: Send + Sync {
@@ -521,21 +521,8 @@ impl Gate {
         {
             return Direct::Skip(f);
         }
-        let Ok(body_len) = body_len(&f) else {
+        let Ok(header) = f.header(self.max_frame) else {
             return Direct::Skip(f);
-        };
-        let header = match (FrameHeader {
-            version: f.version,
-            kind: f.kind,
-            opcode: f.opcode,
-            id: f.id,
-            body_len,
-            bulk_len: f.bulk_len(),
-        })
-        .encode(self.max_frame)
-        {
-            Ok(h) => h,
-            Err(_) => return Direct::Skip(f),
         };
         let mut pieces = Vec::with_capacity(count);
         pieces.push(Bytes::copy_from_slice(&header));
