@@ -367,4 +367,14 @@ impl ClientConn {
     pub fn close_stream(&self, stream: u64) {
         self.mux.close_stream(stream);
     }
+
+    /// Waits on the calling thread for this connection's next frames and
+    /// routes them there ([`MuxConn::read_here`]).
+    pub fn read_here(
+        &self,
+        bell: &Arc<strom_net::Bell>,
+        deadline: Option<std::time::Instant>,
+    ) -> strom_net::ReadHere {
+        self.mux.read_here(bell, deadline)
+    }
 }

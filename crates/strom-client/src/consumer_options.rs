@@ -30,6 +30,14 @@ pub struct ConsumerOptions {
     /// A long spin takes a core from the threads that bring the data, so
     /// the default ([`default_spin`]) is long only where cores are spare.
     pub spin: Duration,
+    /// Whether a blocking pull that finds nothing queued (after its spin)
+    /// reads the connection itself, so the kernel wakes the pulling thread
+    /// when the next event arrives instead of waking the client's runtime,
+    /// which would then wake the pulling thread: one thread wake-up per
+    /// delivery instead of two. It applies when every partition the
+    /// consumer reads is on one connection over TCP or shm; otherwise, and
+    /// when false, the runtime reads and hands events over.
+    pub read_on_pull: bool,
 }
 
 /// The default [`ConsumerOptions::spin`] on a machine with few cores
@@ -76,6 +84,7 @@ impl Default for ConsumerOptions {
             selector: Arc::new(Selection::All),
             broker: Arc::new(VecBroker),
             spin: default_spin(),
+            read_on_pull: true,
         }
     }
 }

@@ -62,6 +62,18 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         self.bulk.is_none()
     }
 
+    /// Between frames with nothing of the next one read yet: another
+    /// reader of the same socket may take over here.
+    pub(crate) fn at_boundary(&self) -> bool {
+        self.buf.is_empty() && self.pending_bulk == 0
+    }
+
+    /// Puts `inner` in the place of the byte source (a thread reading the
+    /// socket itself, `here.rs`); returns the one it replaced.
+    pub(crate) fn replace_inner(&mut self, inner: R) -> R {
+        std::mem::replace(&mut self.inner, inner)
+    }
+
     /// Reads more bytes into the buffer; `Ok(false)` on end of stream.
     async fn fill(&mut self, want: usize) -> Result<bool, NetError> {
         // Read ahead in large chunks, except while completing a header on a

@@ -24,6 +24,7 @@
 pub mod bulk;
 mod error;
 mod frame_io;
+mod here;
 mod mem;
 pub mod mux;
 #[cfg(feature = "ofi")]
@@ -40,6 +41,7 @@ pub use error::NetError;
 pub use frame_io::{
     spawn_writer, DirectWrite, FrameReader, FrameWriter, Hold, OutFrame, WriterHandle,
 };
+pub use here::{Bell, DirectRead, ReadHere};
 pub use mem::MemTransport;
 pub use mux::{Complete, FillPlan, LentBuffer, MuxConn, PushHandler, Reply, Waiter};
 #[cfg(feature = "ofi")]
@@ -71,6 +73,9 @@ pub struct Conn {
     /// The same socket for senders that write directly while the writer
     /// task is idle (None: always go through the writer task).
     pub direct: Option<std::sync::Arc<dyn DirectWrite>>,
+    /// The same socket for a thread that waits on it and reads it itself
+    /// (None: only the connection's reader task reads).
+    pub direct_read: Option<std::sync::Arc<dyn DirectRead>>,
     /// The peer's address, for logs and errors.
     pub peer: String,
     /// Who the peer is, as far as the transport knows.

@@ -68,6 +68,7 @@ fn end(
         reader: FrameReader::with_bulk(Box::new(r), max_frame, Box::new(receiver)),
         writer: FrameWriter::with_bulk(Box::new(w), max_frame, Arc::new(SideSender(bulk_out))),
         direct: None,
+        direct_read: None,
         peer,
         identity: Default::default(),
     }

@@ -19,6 +19,13 @@
 //! settles a batch without a task hop. [`MuxConn::try_send_with`] queues a
 //! request from any thread without waiting.
 //!
+//! **Who reads.** The reader task reads the socket; on a socket a thread
+//! can read too ([`crate::DirectRead`]: TCP, and shm's frame stream), the
+//! task holds the frame reader only while frames arrive, and a thread
+//! that waits for something this connection brings may take it and read
+//! the socket itself ([`MuxConn::read_here`], `here.rs`): the kernel then
+//! wakes that thread, with no hand-off from the runtime's.
+//!
 //! **Loss.** When the connection ends (the peer closed it, a read or write
 //! failed, a frame was malformed, or [`MuxConn::kill`]), every pending
 //! request fails with [`NetError::Lost`] and every stream handler is
@@ -35,8 +42,10 @@ use strom_proto::{FrameHeader, FrameKind, ProtoError};
 use tokio::sync::oneshot;
 use tokio::task::AbortHandle;
 
+use crate::here::{Bell, DirectRead};
 use crate::spin;
 use crate::{spawn_writer, BoxRead, Conn, FrameReader, NetError, OutFrame, WriterHandle};
+use std::future::Future;
 
 /// Where the bulk bytes of a response land: `(buffer index, start, len)`
 /// pieces, filled in order.
@@ -157,6 +166,13 @@ pub struct MuxConn<B: LentBuffer = Vec<u8>, C: Complete<B> = Callback<B>> {
     next_id: AtomicU64,
     dead: AtomicBool,
     reader: OnceLock<AbortHandle>,
+    /// The same socket, for a thread that reads it itself (None: only the
+    /// reader task reads, holding the frame reader for good).
+    pub(crate) direct_read: Option<Arc<dyn DirectRead>>,
+    /// The frame reader while nobody reads (shared sockets only).
+    pub(crate) idle_reader: Mutex<Option<FrameReader<BoxRead>>>,
+    /// Threads waiting for the frame reader, rung when it is free.
+    pub(crate) want_reader: Mutex<Vec<Arc<Bell>>>,
     /// When the connection started, and how long after that the last
     /// frame came in (milliseconds).
     born: std::time::Instant,
@@ -177,6 +193,7 @@ impl<B: LentBuffer, C: Complete<B>> MuxConn<B, C> {
             reader,
             writer,
             direct,
+            direct_read,
             ..
         } = conn;
         let mux = Arc::new_cyclic(|weak: &std::sync::Weak<Self>| {
@@ -194,6 +211,9 @@ impl<B: LentBuffer, C: Complete<B>> MuxConn<B, C> {
                 next_id: AtomicU64::new(1),
                 dead: AtomicBool::new(false),
                 reader: OnceLock::new(),
+                direct_read,
+                idle_reader: Mutex::new(None),
+                want_reader: Mutex::new(Vec::new()),
                 born: std::time::Instant::now(),
                 last_heard_ms: AtomicU64::new(0),
             }
@@ -370,10 +390,15 @@ impl<B: LentBuffer, C: Complete<B>> MuxConn<B, C> {
     /// with [`NetError::Lost`] (caused by `cause`) and drops every stream
     /// handler. Must not be called from a push handler (return `Err`).
     pub fn kill(&self, cause: NetError) {
+        self.end(Arc::new(cause));
+    }
+
+    pub(crate) fn end(&self, cause: Arc<NetError>) {
         if let Some(reader) = self.reader.get() {
             reader.abort();
         }
-        self.fail_all(Arc::new(cause));
+        tracing::debug!(peer = %self.peer, reason = %cause, "connection ended");
+        self.fail_all(cause);
     }
 
     fn fail_all(&self, cause: Arc<NetError>) {
@@ -392,27 +417,114 @@ impl<B: LentBuffer, C: Complete<B>> MuxConn<B, C> {
 
 async fn read_loop<B: LentBuffer, C: Complete<B>>(
     mux: Arc<MuxConn<B, C>>,
-    mut reader: FrameReader<BoxRead>,
+    reader: FrameReader<BoxRead>,
     busy_poll: Duration,
 ) {
-    let cause = loop {
-        if !busy_poll.is_zero() {
-            if let Err(e) = spin::busy_poll(reader.ready(), busy_poll).await {
-                break Arc::new(e);
-            }
-        }
-        match read_one(&mux, &mut reader).await {
-            Ok(true) => {}
-            Ok(false) => break Arc::new(NetError::Closed),
-            Err(e) => break e,
+    let cause = match mux.direct_read.clone() {
+        None => hold_and_read(&mux, reader, busy_poll).await,
+        Some(sock) => {
+            *mux.idle_reader.lock() = Some(reader);
+            share_and_read(&mux, &*sock, busy_poll).await
         }
     };
     tracing::debug!(peer = %mux.peer, reason = %cause, "connection ended");
     mux.fail_all(cause);
 }
 
+/// The reader task of a socket only it reads.
+async fn hold_and_read<B: LentBuffer, C: Complete<B>>(
+    mux: &MuxConn<B, C>,
+    mut reader: FrameReader<BoxRead>,
+    busy_poll: Duration,
+) -> Arc<NetError> {
+    loop {
+        if !busy_poll.is_zero() {
+            if let Err(e) = spin::busy_poll(reader.ready(), busy_poll).await {
+                return Arc::new(e);
+            }
+        }
+        match read_one(mux, &mut reader).await {
+            Ok(true) => {}
+            Ok(false) => return Arc::new(NetError::Closed),
+            Err(e) => return e,
+        }
+    }
+}
+
+/// The reader task of a socket a waiting thread may read too: it waits
+/// for bytes without the frame reader, takes it to route what arrived,
+/// and gives it back at a frame boundary. When a thread holds the reader,
+/// that thread routes what arrived: the task lets go of the readiness
+/// (the runtime keeps any that came after) and waits for the next.
+async fn share_and_read<B: LentBuffer, C: Complete<B>>(
+    mux: &MuxConn<B, C>,
+    sock: &dyn DirectRead,
+    busy_poll: Duration,
+) -> Arc<NetError> {
+    loop {
+        let readable = std::future::poll_fn(|cx| sock.poll_readable(cx));
+        if let Err(e) = spin::busy_poll(readable, busy_poll).await {
+            return Arc::new(NetError::io("waiting for the connection", e));
+        }
+        let mut taken = None;
+        let _ = sock.try_io_read(&mut || {
+            taken = mux.take_reader();
+            match taken {
+                Some(_) => Ok(()),
+                None => Err(std::io::ErrorKind::WouldBlock.into()),
+            }
+        });
+        let Some(mut reader) = taken else {
+            continue;
+        };
+        let routed = read_available(mux, &mut reader).await;
+        mux.give_back(reader);
+        match routed {
+            Ok(true) => {}
+            Ok(false) => return Arc::new(NetError::Closed),
+            Err(e) => return e,
+        }
+    }
+}
+
+/// Routes every frame that has arrived, and returns at a frame boundary
+/// once nothing more is there; `Ok(false)` when the peer closed.
+async fn read_available<B: LentBuffer, C: Complete<B>>(
+    mux: &MuxConn<B, C>,
+    reader: &mut FrameReader<BoxRead>,
+) -> Result<bool, Arc<NetError>> {
+    loop {
+        let more = {
+            let mut ready = std::pin::pin!(reader.ready());
+            std::future::poll_fn(|cx| std::task::Poll::Ready(ready.as_mut().poll(cx))).await
+        };
+        match more {
+            std::task::Poll::Pending => return Ok(true),
+            std::task::Poll::Ready(Ok(false)) => return Ok(false),
+            std::task::Poll::Ready(Err(e)) => return Err(Arc::new(e)),
+            std::task::Poll::Ready(Ok(true)) => {}
+        }
+        if !read_one(mux, reader).await? {
+            return Ok(false);
+        }
+    }
+}
+
+impl<B: LentBuffer, C: Complete<B>> MuxConn<B, C> {
+    pub(crate) fn take_reader(&self) -> Option<FrameReader<BoxRead>> {
+        self.idle_reader.lock().take()
+    }
+
+    /// Puts the frame reader back and tells whoever waits for it.
+    pub(crate) fn give_back(&self, reader: FrameReader<BoxRead>) {
+        *self.idle_reader.lock() = Some(reader);
+        let waiting = std::mem::take(&mut *self.want_reader.lock());
+        waiting.iter().for_each(|b| b.ring());
+    }
+}
+
 /// Reads and routes one frame; `Ok(false)` when the peer closed cleanly.
-async fn read_one<B: LentBuffer, C: Complete<B>>(
+pub(crate) async fn read_one<B: LentBuffer, C: Complete<B>>(
     mux: &MuxConn<B, C>,
     reader: &mut FrameReader<BoxRead>,
 ) -> Result<bool, Arc<NetError>> {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::frame_io::{FrameReader, FrameWriter};
-use crate::socket::SharedWrite;
+use crate::socket::{SharedRead, SharedWrite};
 use crate::{BoxFuture, Conn, Listener, NetError, Transport};
 
 /// TCP with a maximum frame size enforced on everything it reads and writes.
@@ -32,11 +32,12 @@ fn wrap(stream: TcpStream, max_frame: u32) -> Result<Conn, NetError> {
         .map(|a| a.to_string())
         .unwrap_or_else(|_| "unknown".into());
     let (r, w) = stream.into_split();
-    let w = Arc::new(w);
+    let (r, w) = (Arc::new(r), Arc::new(w));
     Ok(Conn {
-        reader: FrameReader::new(Box::new(r), max_frame),
+        reader: FrameReader::new(Box::new(SharedRead(r.clone())), max_frame),
         writer: FrameWriter::new(Box::new(SharedWrite(w.clone())), max_frame),
         direct: Some(w),
+        direct_read: Some(r),
         peer,
         identity: Default::default(),
     })

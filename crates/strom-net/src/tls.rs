@@ -239,6 +239,7 @@ where
         reader: FrameReader::new(Box::new(r), max_frame),
         writer: FrameWriter::new(Box::new(w), max_frame),
         direct: None,
+        direct_read: None,
         peer,
         identity,
     }

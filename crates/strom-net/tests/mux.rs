@@ -423,3 +423,125 @@ async fn a_body_sent_in_pieces_arrives_whole() {
         }
     }
 }
+
+/// A connection whose runtime is not running: only a thread that reads
+/// it itself ([`MuxConn::read_here`]) can route its frames. The reader
+/// task ran up to its first wait, so it has handed the frame reader over.
+fn idle_runtime_connection() -> (
+    tokio::runtime::Runtime,
+    Arc<MuxConn>,
+    tokio::runtime::Runtime,
+) {
+    let peer_rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let addr = peer_rt.block_on(fake_peer(&Transports::default(), "127.0.0.1:0"));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let c = rt.block_on(async {
+        let conn = Transports::default().connect(&addr).await.unwrap();
+        let c: Arc<MuxConn> = MuxConn::start(conn, &addr);
+        for _ in 0..4 {
+            tokio::task::yield_now().await;
+        }
+        c
+    });
+    (rt, c, peer_rt)
+}
+
+#[test]
+fn a_waiting_thread_routes_its_connections_frames_itself() {
+    let (_rt, c, _peer) = idle_runtime_connection();
+    let me = std::thread::current().id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let pushes = tx.clone();
+    c.open_stream(
+        9,
+        Box::new(move |_, body| {
+            let _ = pushes.send((std::thread::current().id(), body));
+            Ok(())
+        }),
+    );
+    let answered = Arc::new(std::sync::Mutex::new(None));
+    let a = answered.clone();
+    let done: strom_net::mux::Callback<Vec<u8>> = Box::new(move |r| {
+        *a.lock().unwrap() = Some((std::thread::current().id(), r.is_ok()));
+    });
+    assert!(c.try_send_with(frame(PUSH, u64_body(9)), done).is_ok());
+    let bell = Arc::new(strom_net::Bell::new().unwrap());
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let mut got = Vec::new();
+    while got.len() < 3 {
+        bell.arm();
+        let r = c.read_here(&bell, Some(deadline));
+        bell.quiet();
+        assert_eq!(r, strom_net::ReadHere::Read, "got {got:?} so far");
+        got.extend(rx.try_iter());
+    }
+    assert_eq!(*answered.lock().unwrap(), Some((me, true)));
+    for (i, (on, body)) in got.iter().enumerate() {
+        assert_eq!(*on, me, "push {i} was routed on another thread");
+        assert_eq!(body.as_ref(), [b'0' + i as u8]);
+    }
+}
+
+#[test]
+fn a_thread_reading_its_connection_stops_at_the_bell_and_at_its_deadline() {
+    let (_rt, c, _peer) = idle_runtime_connection();
+    let bell = Arc::new(strom_net::Bell::new().unwrap());
+    let t = std::time::Instant::now();
+    bell.arm();
+    let r = c.read_here(&bell, Some(t + Duration::from_millis(50)));
+    assert_eq!(r, strom_net::ReadHere::TimedOut);
+    assert!(t.elapsed() >= Duration::from_millis(50));
+    bell.quiet();
+
+    bell.arm();
+    let ringer = {
+        let bell = bell.clone();
+        std::thread::spawn(move || bell.ring())
+    };
+    // No deadline: only the bell can end this wait.
+    assert_eq!(c.read_here(&bell, None), strom_net::ReadHere::Rang);
+    bell.quiet();
+    ringer.join().unwrap();
+    // A quiet bell does not ring.
+    bell.ring();
+    let r = c.read_here(
+        &bell,
+        Some(std::time::Instant::now() + Duration::from_millis(20)),
+    );
+    assert_eq!(r, strom_net::ReadHere::TimedOut);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_runtime_reads_again_once_a_waiting_thread_is_done() {
+    // A thread reads for a while (and gives up at its deadline), then the
+    // reader task routes the answers as before.
+    let t = Transports::default();
+    let addr = fake_peer(&t, "127.0.0.1:0").await;
+    let c: Arc<MuxConn> = MuxConn::start(t.connect(&addr).await.unwrap(), &addr);
+    let c2 = c.clone();
+    let r = tokio::task::spawn_blocking(move || {
+        let bell = Arc::new(strom_net::Bell::new().unwrap());
+        bell.arm();
+        c2.read_here(
+            &bell,
+            Some(std::time::Instant::now() + Duration::from_millis(30)),
+        )
+    })
+    .await
+    .unwrap();
+    assert!(matches!(
+        r,
+        strom_net::ReadHere::TimedOut | strom_net::ReadHere::Rang
+    ));
+    for i in 0..20u64 {
+        let reply = c.call(frame(ECHO, u64_body(i))).await.unwrap();
+        assert_eq!(reply.body, u64_body(i));
+    }
+}

@@ -3,7 +3,8 @@
 //! A reader that has caught up with a partition parks a [`BatchSink`] in
 //! the partition's [`Waiters`]. When the appender makes the next batch
 //! visible, it offers it to every parked sink, with no task wake-up on the
-//! latency path; a sink that takes it is woken and leaves the list. The
+//! latency path; a sink that takes it stays parked for the next one while
+//! it can take more, and is woken (leaving the list) once it cannot. The
 //! partition manager knows nothing of wire frames: the native push stream
 //! is one sink (`stream.rs`); a Kafka long-poll fetch or a metrics tap can
 //! be others. [`Credit`] is the flow control a pushing sink uses.
@@ -18,9 +19,10 @@ use tokio::sync::Notify;
 
 /// A reader waiting for the next visible batch of one partition.
 pub trait BatchSink: Send + Sync {
-    /// Offers a just-visible batch. Returns `true` if this sink was waiting
-    /// for it (it is then woken and unparked), whether or not it could take
-    /// it right now; `false` to stay parked.
+    /// Offers a just-visible batch. Returns `true` to be woken and
+    /// unparked (its task reads on from the log, waits for credit, or
+    /// answers), `false` to stay parked: it took the batch and can take
+    /// the next one too.
     fn offer(&self, partition: u32, a: &Appended, meta: &Bytes) -> bool;
     /// Wakes the sink's task (after an offer it answered, or at seal,
     /// deletion and shutdown).

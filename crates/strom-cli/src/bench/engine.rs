@@ -340,6 +340,9 @@ fn child_args(cfg: &Config, target: &dyn Target, job: String) -> Vec<String> {
         flag("spin-us", us.to_string());
     }
     flag("worker-job", job);
+    if a.no_read_on_pull {
+        v.push("--no-read-on-pull".into());
+    }
     v
 }
 

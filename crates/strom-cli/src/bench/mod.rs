@@ -162,6 +162,11 @@ pub struct BenchArgs {
     /// microseconds (default: the client's default, `ConsumerOptions::spin`).
     #[arg(long, value_name = "US")]
     spin_us: Option<u64>,
+    /// Strom consumers: leave all reading to the client's runtime threads
+    /// instead of letting a waiting pull read its connection itself
+    /// (`ConsumerOptions::read_on_pull`), to compare the two.
+    #[arg(long)]
+    no_read_on_pull: bool,
     /// e2e: events per second offered in total; tasks: tasks per second
     /// dispatched (0 = as fast as possible).
     #[arg(long, default_value_t = 0)]

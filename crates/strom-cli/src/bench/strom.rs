@@ -146,7 +146,16 @@ impl Target for StromTarget {
             n if n >= cfg.args.data_size as u64 => Selection::All,
             n => Selection::Range { offset: 0, len: n },
         };
-        let consumer = self.topic(cfg)?.consumer_with(
+        // An e2e consumer reads over its own connection, as one in another
+        // process does (and as the Redis peer's does): sharing the
+        // producer's, it would also carry the producer's acknowledgements.
+        let topic = match (cfg.args.mode, self.embedded) {
+            (super::Mode::E2e, false) => {
+                Driver::connect_addr(&self.driver.master_addr())?.open_topic(&cfg.topic)?
+            }
+            _ => self.topic(cfg)?,
+        };
+        let consumer = topic.consumer_with(
             &job.name,
             ConsumerOptions {
                 partitions: Some(job.partitions.clone()),
@@ -159,6 +168,7 @@ impl Target for StromTarget {
                     .args
                     .spin_us
                     .map_or_else(strom_client::default_spin, Duration::from_micros),
+                read_on_pull: !cfg.args.no_read_on_pull,
                 ..Default::default()
             },
         )?;

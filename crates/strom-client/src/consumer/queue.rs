@@ -11,7 +11,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
+use strom_net::ReadHere;
 use strom_proto::{Request, StartPos};
 use tokio::task::JoinHandle;
 
@@ -188,6 +189,45 @@ impl QueueConsumer {
         }
     }
 
+    /// Waits (the queue locked and found empty) until something may have
+    /// been queued, or `deadline` passed (true). Reads the consumer's
+    /// connection on this thread where it can (`read_on_pull`), else waits
+    /// for the runtime's tasks to queue and wake it.
+    fn wait(&self, q: &mut MutexGuard<'_, Queue>, deadline: Option<Instant>) -> bool {
+        let bell = self
+            .shared
+            .bell
+            .as_ref()
+            .filter(|_| self.shared.opts.read_on_pull);
+        if let Some(bell) = bell {
+            // Armed under the queue lock: whatever is queued after the
+            // look that found nothing rings it.
+            bell.arm();
+            let read = MutexGuard::unlocked(q, || {
+                let conn = self.shared.single_conn()?;
+                // A bulk path's futures may need the runtime's context.
+                let _rt = self.handle().enter();
+                Some(conn.read_here(bell, deadline))
+            });
+            bell.quiet();
+            match read {
+                Some(ReadHere::TimedOut) => return true,
+                Some(ReadHere::Read | ReadHere::Rang) => return false,
+                Some(ReadHere::Unavailable) | None => {}
+            }
+            if !q.items.is_empty() {
+                return false;
+            }
+        }
+        match deadline {
+            None => {
+                self.shared.cond.wait(q);
+                false
+            }
+            Some(d) => self.shared.cond.wait_until(q, d).timed_out(),
+        }
+    }
+
     fn stop_partitions(&self) {
         for t in self.shared.tasks.lock().drain(..) {
             t.abort();
@@ -252,7 +292,7 @@ impl ConsumerBackend for QueueConsumer {
                     Some(Err(e)) => return Err(e),
                 }
             }
-            if !out.is_empty() || self.shared.cond.wait_until(&mut q, deadline).timed_out() {
+            if !out.is_empty() || self.wait(&mut q, Some(deadline)) {
                 // One last look after the deadline, then whatever there is.
                 if out.is_empty() {
                     match self.take(&mut q) {
@@ -293,13 +333,8 @@ impl ConsumerBackend for QueueConsumer {
             if let Some(r) = self.take(&mut q) {
                 return Some(r);
             }
-            match deadline {
-                None => self.shared.cond.wait(&mut q),
-                Some(d) => {
-                    if self.shared.cond.wait_until(&mut q, d).timed_out() {
-                        return self.take(&mut q);
-                    }
-                }
+            if self.wait(&mut q, deadline) {
+                return self.take(&mut q);
             }
         }
     }
@@ -345,6 +380,76 @@ impl Drop for QueueConsumer {
         self.stop_partitions();
         if let Some(g) = &self.shared.group {
             g.leave();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    use strom_proto::{StartPos, TopicSpec};
+
+    use crate::consumer_options::ConsumerOptions;
+    use crate::{Driver, ErrorCode, Next};
+
+    /// With `read_on_pull`, a waiting pull reads its connection itself:
+    /// an event reaches it while both threads of the client's runtime are
+    /// busy elsewhere. Without it, only the runtime can hand it over.
+    #[test]
+    fn a_waiting_pull_reads_its_connection_itself() {
+        let dir = tempfile::tempdir().unwrap();
+        // The server runs on its own driver's runtime; the consumer's
+        // client has another.
+        let server = Driver::embedded(dir.path()).unwrap();
+        let client = Driver::connect_addr(&server.master_addr()).unwrap();
+        for read_on_pull in [true, false] {
+            let name = format!("t-{read_on_pull}");
+            let p = server
+                .create_topic(TopicSpec::new(&name, 1))
+                .unwrap()
+                .producer()
+                .unwrap();
+            let topic = client.open_topic(&name).unwrap();
+            let opts = ConsumerOptions {
+                read_on_pull,
+                spin: Duration::ZERO,
+                start: StartPos::Beginning,
+                ..Default::default()
+            };
+            let c = topic.consumer_with("c", opts).unwrap();
+            // Occupy both workers of the client's runtime.
+            let (started_tx, started) = mpsc::channel();
+            let (release, released) = mpsc::channel::<()>();
+            let released = std::sync::Arc::new(std::sync::Mutex::new(released));
+            for _ in 0..2 {
+                let (started_tx, released) = (started_tx.clone(), released.clone());
+                client.inner.handle.spawn(async move {
+                    started_tx.send(()).unwrap();
+                    let _ = released.lock().unwrap().recv();
+                });
+            }
+            for _ in 0..2 {
+                started.recv_timeout(Duration::from_secs(10)).unwrap();
+            }
+            p.push("{\"i\": 0}", Vec::<u8>::new())
+                .unwrap()
+                .wait()
+                .unwrap();
+            let got = c.pull_timeout(Duration::from_millis(if read_on_pull {
+                10_000
+            } else {
+                300
+            }));
+            match (read_on_pull, got) {
+                (true, Ok(Next::Event(e))) => assert_eq!(e.meta().offset, 0),
+                (false, Err(e)) if e.code() == ErrorCode::TIMEOUT => {}
+                (r, other) => panic!("read_on_pull {r}: got {:?}", other.map(|_| ())),
+            }
+            release.send(()).unwrap();
+            release.send(()).unwrap();
+            drop(c);
         }
     }
 }

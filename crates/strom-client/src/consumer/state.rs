@@ -188,6 +188,9 @@ pub(crate) struct Shared {
     pub budget: DataBudget,
     pub queue: Mutex<Queue>,
     pub cond: Condvar,
+    /// Rung with the condvar, for a pull that waits reading its
+    /// connection itself ([`ConsumerOptions::read_on_pull`]).
+    pub bell: Option<Arc<strom_net::Bell>>,
     /// A compressed topic's decoder (`None` when data parts are stored as
     /// pushed).
     pub unpacker: Option<Arc<Unpacker>>,
@@ -239,6 +242,8 @@ impl Shared {
                 wakers: Vec::new(),
             }),
             cond: Condvar::new(),
+            // No bell (no descriptor left): pulls wait on the condvar.
+            bell: strom_net::Bell::new().ok().map(Arc::new),
             unpacker,
         }))
     }
@@ -261,9 +266,33 @@ impl Shared {
         q.items.push_back(item);
         let wakers = std::mem::take(&mut q.wakers);
         drop(q);
-        self.cond.notify_all();
-        wakers.into_iter().for_each(Waker::wake);
+        self.wake_pullers(wakers);
         true
+    }
+
+    /// Wakes every pull waiting for the queue: on the condvar, reading a
+    /// connection (the bell), or as a future.
+    fn wake_pullers(&self, wakers: Vec<Waker>) {
+        self.cond.notify_all();
+        if let Some(b) = &self.bell {
+            b.ring();
+        }
+        wakers.into_iter().for_each(Waker::wake);
+    }
+
+    /// The one connection every partition is read on, if there is one.
+    pub fn single_conn(&self) -> Option<Arc<ClientConn>> {
+        let parts = self.parts.read();
+        let mut one: Option<Arc<ClientConn>> = None;
+        for p in parts.iter() {
+            let c = p.conn.lock().clone()?;
+            match &one {
+                Some(o) if !Arc::ptr_eq(o, &c) => return None,
+                Some(_) => {}
+                None => one = Some(c),
+            }
+        }
+        one
     }
 
     /// Drops every queued item (for a seek) and starts a new epoch, which
@@ -353,7 +382,6 @@ impl Shared {
         q.items.push_front(item);
         let wakers = std::mem::take(&mut q.wakers);
         drop(q);
-        self.cond.notify_all();
-        wakers.into_iter().for_each(Waker::wake);
+        self.wake_pullers(wakers);
     }
 }

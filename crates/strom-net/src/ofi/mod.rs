@@ -124,6 +124,7 @@ impl OfiTransport {
                 Arc::new(sender),
             ),
             direct: None,
+            direct_read: None,
             peer,
             identity: Default::default(),
         }

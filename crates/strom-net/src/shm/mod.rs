@@ -33,7 +33,7 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::mpsc;
 
 use crate::frame_io::{FrameReader, FrameWriter};
-use crate::socket::SharedWrite;
+use crate::socket::{SharedRead, SharedWrite};
 use crate::{BoxFuture, Conn, Listener, NetError, Transport};
 use handshake::Agreement;
 
@@ -136,11 +136,16 @@ fn wrap(
     let (br, bw) = bulk.into_split();
     let (sender, receiver) = bulk::bulk_path(br, bw, policy, agreed.peer_pid);
     let (r, w) = control.into_split();
-    let w = Arc::new(w);
+    let (r, w) = (Arc::new(r), Arc::new(w));
     Conn {
-        reader: FrameReader::with_bulk(Box::new(r), t.max_frame, Box::new(receiver)),
+        reader: FrameReader::with_bulk(
+            Box::new(SharedRead(r.clone())),
+            t.max_frame,
+            Box::new(receiver),
+        ),
         writer: FrameWriter::with_bulk(Box::new(SharedWrite(w.clone())), t.max_frame, sender),
         direct: Some(w),
+        direct_read: Some(r),
         peer,
         identity: Default::default(),
     }

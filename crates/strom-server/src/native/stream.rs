@@ -4,9 +4,10 @@
 //!
 //! The stream follows the partition with its tail cursor
 //! (`partition/tail.rs`). Once caught up it *parks* as a [`BatchSink`]
-//! (see `sink.rs`); the appender then offers it the next batch, which it
-//! queues as a `Push` (no task wake-up on the latency path), advancing its
-//! position. Otherwise the stream task reads the tail itself.
+//! (see `sink.rs`); the appender then offers it each next batch, which it
+//! writes as a `Push` (no task wake-up on the latency path), advancing its
+//! position, and it stays parked while its credit lasts. Otherwise the
+//! stream task reads the tail itself.
 //!
 //! A range that storage quarantined as damaged is reported with a `Gap`
 //! push (`DATA_CORRUPT`, naming the offsets), and the stream goes on after
@@ -66,8 +67,11 @@ struct Parked {
 
 impl BatchSink for Parked {
     fn offer(&self, partition: u32, a: &Appended, meta: &Bytes) -> bool {
-        if self.pos.load(Ordering::Acquire) != a.base_offset || !self.credit.has() {
-            return false;
+        let pos = self.pos.load(Ordering::Acquire);
+        if a.base_offset != pos || !self.credit.has() {
+            // A batch past its position (it missed one), or no credit:
+            // the task reads the log, or waits for credit.
+            return a.base_offset >= pos;
         }
         let frame = OutFrame::push(
             self.version,
@@ -88,6 +92,9 @@ impl BatchSink for Parked {
             let wait = self.reader.delay(&self.topic, meta.len() as u64);
             self.owed
                 .fetch_max(wait.as_micros() as u64, Ordering::AcqRel);
+            // Stays parked for the next batch (no task wake-up per batch)
+            // unless the credit ran out or the consume quota holds it.
+            return !self.credit.has() || !wait.is_zero();
         }
         true
     }

@@ -407,19 +407,25 @@ impl PartitionManager {
 
     /// Lets consumers see a batch: parked subscriptions get it pushed
     /// directly, the others are woken through `visible`. A replica's
-    /// batch waits for the high watermark instead.
+    /// batch waits for the high watermark instead. `visible` moves first:
+    /// a reader that parks after the offer went by finds it moved
+    /// ([`TailCursor::park`](tail::TailCursor::park)).
     fn make_visible(&self, a: &Appended, meta: &Bytes) {
         if self.replicated() {
             return self.publish_durable(a.base_offset + a.count as u64);
         }
-        self.waiters.feed(self.id, a, meta);
         self.publish(a.base_offset + a.count as u64);
+        self.waiters.feed(self.id, a, meta);
     }
 
     /// Everything below `end` is durable here.
     fn publish_durable(&self, end: u64) {
         match (self.replicated(), self.replication.get()) {
-            (false, _) => self.publish(end),
+            (false, _) => {
+                // Nothing is offered: parked readers read it themselves.
+                self.publish(end);
+                self.waiters.wake_all();
+            }
             (true, Some(r)) => r.durable(self, end),
             (true, None) => {}
         }

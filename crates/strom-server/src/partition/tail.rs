@@ -110,17 +110,26 @@ impl TailCursor {
         }
     }
 
-    /// Parks `sink` in the partition's waiters until `woken` completes or
-    /// what is visible or sealed changes. False once the partition is gone.
+    /// Parks `sink` in the partition's waiters until `woken` completes (the
+    /// sink asked to be woken, or the waiters were woken: a publish that
+    /// offers nothing, deletion, shutdown) or the partition is sealed.
+    /// While parked, the appender offers the sink every batch it makes
+    /// visible, and the sink may take many without waking this task.
+    /// False once the partition is gone.
     pub async fn park(
         &mut self,
         sink: &Arc<dyn BatchSink>,
         woken: impl Future<Output = ()>,
     ) -> bool {
         self.pm.waiters.park(sink);
+        // The appender moves `visible` before it offers: a batch whose
+        // offer went by before the sink was parked shows here.
+        if self.pos < *self.visible.borrow_and_update() {
+            self.pm.waiters.unpark(sink);
+            return true;
+        }
         let alive = tokio::select! {
             _ = woken => true,
-            r = self.visible.changed() => r.is_ok(),
             r = self.sealed.changed() => r.is_ok(),
         };
         self.pm.waiters.unpark(sink);
