@@ -10,8 +10,9 @@
 //!
 //! Pull: the layout a descriptor parses to, with the numpy dtype object and
 //! shape tuple built from it, is cached by the descriptor's bytes; the
-//! array is one `numpy.ndarray(shape, dtype, buffer, 0, None, order)` call
-//! over the received buffer.
+//! array over a received buffer of this module's is made through numpy's C
+//! API (`ndarray_api.rs`), else with one `numpy.ndarray(shape, dtype,
+//! buffer, 0, None, order)` call.
 
 use std::sync::Arc;
 
@@ -24,6 +25,7 @@ use pyo3::types::{PyModule, PyString, PyTuple, PyType};
 use strom_client::select::{itemsize, ArrayLayout as Layout, Order};
 
 use crate::common::Export;
+use crate::event::PyDataBuffer;
 
 /// Entries kept by each cache; a stream rarely has more distinct layouts.
 const CACHE_ENTRIES: usize = 32;
@@ -220,6 +222,9 @@ pub struct ArrayType {
     dtype: Py<PyAny>,
     shape: Py<PyTuple>,
     order: Py<PyString>,
+    /// The shape as numpy's C API takes it, and the bytes it spans (`None`
+    /// if either does not fit: the Python call then decides).
+    dims: Option<(Vec<isize>, u64)>,
 }
 
 /// A descriptor's bytes and what they parse to.
@@ -241,6 +246,12 @@ pub fn numpy(py: Python<'_>) -> Option<&Bound<'_, PyModule>> {
 impl ArrayType {
     fn new(py: Python<'_>, layout: Layout) -> PyResult<Option<ArrayType>> {
         let Some(np) = numpy(py) else { return Ok(None) };
+        let dims = layout
+            .shape
+            .iter()
+            .map(|&d| isize::try_from(d).ok())
+            .collect::<Option<Vec<isize>>>()
+            .zip(layout.nbytes());
         Ok(Some(ArrayType {
             dtype: np
                 .getattr("dtype")?
@@ -248,6 +259,7 @@ impl ArrayType {
                 .unbind(),
             shape: PyTuple::new(py, &layout.shape)?.unbind(),
             order: PyString::new(py, &layout.order.to_string()).unbind(),
+            dims,
             layout,
         }))
     }
@@ -303,6 +315,20 @@ impl ArrayType {
         let Some(nd) = ndarray(py) else {
             return Err(PyTypeError::new_err("numpy is not installed"));
         };
+        if let (Ok(b), Some((dims, nbytes))) = (buffer.cast::<PyDataBuffer>(), &self.dims) {
+            let (data, len) = b.get().raw_parts();
+            if *nbytes <= len as u64 {
+                let fortran = self.layout.order == Order::F;
+                // SAFETY: the buffer object owns `len` bytes that stay in
+                // place while it lives, and the array needs `nbytes` of them.
+                let made = unsafe {
+                    crate::ndarray_api::view_of(buffer, self.dtype.bind(py), dims, fortran, data)
+                };
+                if let Some(made) = made {
+                    return made;
+                }
+            }
+        }
         nd.call1((
             self.shape.bind(py),
             self.dtype.bind(py),

@@ -37,6 +37,14 @@ enum Store {
     Pooled(PooledBuffer),
 }
 
+impl PyDataBuffer {
+    /// Where its memory is and how long: what the buffer protocol exports.
+    pub(crate) fn raw_parts(&self) -> (*mut u8, usize) {
+        let b = self.data.bytes();
+        (b.as_ptr() as *mut u8, b.len())
+    }
+}
+
 impl Store {
     fn bytes(&self) -> &[u8] {
         match self {

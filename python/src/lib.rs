@@ -18,6 +18,7 @@ mod errors;
 mod event;
 mod group;
 mod json;
+mod ndarray_api;
 mod producer;
 mod push_future;
 mod select;

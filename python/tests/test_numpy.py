@@ -77,6 +77,22 @@ def test_bytes_data_is_a_zero_copy_memoryview(driver):
     assert bytes(mv) == b"abc" * 100
 
 
+def test_a_descriptor_that_does_not_match_the_data_is_not_trusted(driver):
+    # A producer's descriptor may claim more (or less) than its data: the
+    # consumer gets the bytes as they are, never an array past their end.
+    t = driver.create_topic("lie", 1, type="memory")
+    with t.producer() as p:
+        big = b'{"dtype": "<f8", "shape": [1000000], "order": "C"}'
+        p.push({}, b"x" * 16, descriptor=big)
+        small = b'{"dtype": "<f8", "shape": [1], "order": "C"}'
+        p.push({}, b"y" * 16, descriptor=small)
+        p.push({}, np.arange(2, dtype="<f8"))
+    lying_big, lying_small, honest = drain(t.consumer("c"))
+    for ev, want in ((lying_big, b"x" * 16), (lying_small, b"y" * 16)):
+        assert isinstance(ev.data, memoryview) and bytes(ev.data) == want
+    assert isinstance(honest.data, np.ndarray) and list(honest.data) == [0.0, 1.0]
+
+
 def test_pushed_buffers_are_lent_not_copied_until_acknowledged(driver):
     t = driver.create_topic("lend", 1, type="memory")
     p = t.producer(batch=1000, linger=60)  # the batch waits: the buffer stays lent
