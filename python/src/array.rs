@@ -222,9 +222,11 @@ pub struct ArrayType {
     dtype: Py<PyAny>,
     shape: Py<PyTuple>,
     order: Py<PyString>,
-    /// The shape as numpy's C API takes it, and the bytes it spans (`None`
-    /// if either does not fit: the Python call then decides).
-    dims: Option<(Vec<isize>, u64)>,
+    /// The bytes an array of this type spans (`None`: too many).
+    nbytes: Option<u64>,
+    /// The shape as numpy's C API takes it (`None` if it does not fit:
+    /// the Python call then decides).
+    dims: Option<Vec<isize>>,
 }
 
 /// A descriptor's bytes and what they parse to.
@@ -250,8 +252,7 @@ impl ArrayType {
             .shape
             .iter()
             .map(|&d| isize::try_from(d).ok())
-            .collect::<Option<Vec<isize>>>()
-            .zip(layout.nbytes());
+            .collect::<Option<Vec<isize>>>();
         Ok(Some(ArrayType {
             dtype: np
                 .getattr("dtype")?
@@ -259,6 +260,7 @@ impl ArrayType {
                 .unbind(),
             shape: PyTuple::new(py, &layout.shape)?.unbind(),
             order: PyString::new(py, &layout.order.to_string()).unbind(),
+            nbytes: layout.nbytes(),
             dims,
             layout,
         }))
@@ -299,7 +301,7 @@ impl ArrayType {
                 t
             }
         };
-        Ok((t.layout.nbytes() == Some(size)).then_some(t))
+        Ok((t.nbytes == Some(size)).then_some(t))
     }
 
     /// The array type of a layout computed for one event (an array
@@ -315,9 +317,11 @@ impl ArrayType {
         let Some(nd) = ndarray(py) else {
             return Err(PyTypeError::new_err("numpy is not installed"));
         };
-        if let (Ok(b), Some((dims, nbytes))) = (buffer.cast::<PyDataBuffer>(), &self.dims) {
+        if let (Ok(b), Some(dims), Some(nbytes)) =
+            (buffer.cast::<PyDataBuffer>(), &self.dims, self.nbytes)
+        {
             let (data, len) = b.get().raw_parts();
-            if *nbytes <= len as u64 {
+            if nbytes <= len as u64 {
                 let fortran = self.layout.order == Order::F;
                 // SAFETY: the buffer object owns `len` bytes that stay in
                 // place while it lives, and the array needs `nbytes` of them.
