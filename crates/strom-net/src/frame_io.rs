@@ -26,6 +26,15 @@ const READ_CHUNK: usize = 64 << 10;
 const BULK_CHUNK: usize = 4 << 20;
 const COPY_LIMIT: usize = 32 << 10;
 const FLUSH_AT: usize = 1 << 20;
+/// An inline payload at least this large makes the reader *lean*: for the
+/// next few frames it reads about one header and body at a time, so the
+/// payload of a frame like it lands in its own buffer instead of in this
+/// reader's read-ahead, from which it would be copied once more.
+const LEAN_MIN: u64 = 16 << 10;
+/// How much a lean reader reads ahead (more if a body needs it).
+const LEAN_AHEAD: usize = 4 << 10;
+/// Frames a reader stays lean for after the last large payload.
+const LEAN_FRAMES: u8 = 4;
 
 pub struct FrameReader<R> {
     inner: R,
@@ -34,6 +43,8 @@ pub struct FrameReader<R> {
     pending_bulk: u64,
     /// The out-of-band bulk path (None: payloads follow the body inline).
     bulk: Option<Box<dyn BulkReceiver>>,
+    /// Frames left to read lean (see [`LEAN_MIN`]).
+    lean: u8,
 }
 
 impl<R: AsyncRead + Unpin> FrameReader<R> {
@@ -46,6 +57,7 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
             max_frame,
             pending_bulk: 0,
             bulk: None,
+            lean: 0,
         }
     }
 
@@ -85,8 +97,12 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
             want.clamp(READ_CHUNK, BULK_CHUNK)
         };
         self.buf.reserve(ahead);
-        let n = self
-            .inner
+        let limit = match self.lean {
+            0 => u64::MAX,
+            _ => want.max(LEAN_AHEAD) as u64,
+        };
+        let n = (&mut self.inner)
+            .take(limit)
             .read_buf(&mut self.buf)
             .await
             .map_err(|e| NetError::io("reading from the connection", e))?;
@@ -121,7 +137,12 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                 .map_err(|e| NetError::io("reading from the connection", e))?;
             return Ok(n > 0);
         }
-        self.fill(READ_CHUNK).await
+        let want = if self.lean > 0 {
+            FRAME_HEADER_LEN
+        } else {
+            READ_CHUNK
+        };
+        self.fill(want).await
     }
 
     /// Reads the next frame's header and body. The previous frame's bulk
@@ -149,6 +170,10 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         self.buf.advance(FRAME_HEADER_LEN);
         let body = self.buf.split_to(header.body_len as usize).freeze();
         self.pending_bulk = header.bulk_len;
+        self.lean = match self.bulk.is_none() && header.bulk_len >= LEAN_MIN {
+            true => LEAN_FRAMES,
+            false => self.lean.saturating_sub(1),
+        };
         Ok(Some((header, body)))
     }
 
@@ -692,4 +717,56 @@ where
         on_exit(result.err());
     });
     WriterHandle { tx, gate }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame_with_bulk(id: u64, bulk: Vec<u8>) -> OutFrame {
+        OutFrame {
+            version: strom_proto::PROTOCOL_VERSION,
+            kind: strom_proto::FrameKind::Response,
+            opcode: 0,
+            id,
+            body: Bytes::from_static(b"body"),
+            body_rest: Vec::new(),
+            bulk: vec![Bytes::from(bulk)],
+            hold: None,
+        }
+    }
+
+    /// After a large payload read into its own buffer, the next frames are
+    /// read lean: their payloads do not pass through the read-ahead (where
+    /// they would be copied once more), and every byte still arrives.
+    #[tokio::test]
+    async fn payloads_after_a_large_one_skip_the_read_ahead() {
+        let max = strom_proto::DEFAULT_MAX_FRAME;
+        let mut w = FrameWriter::new(Vec::new(), max);
+        for id in 1..=3u64 {
+            let bulk: Vec<u8> = (0..64 << 10).map(|i| (i as u64 * id) as u8).collect();
+            w.write(&frame_with_bulk(id, bulk)).await.unwrap();
+        }
+        w.flush().await.unwrap();
+        let bytes = w.inner;
+        let mut r = FrameReader::new(&bytes[..], max);
+        for id in 1..=3u64 {
+            let (h, body) = r.next().await.unwrap().unwrap();
+            assert_eq!((h.id, &body[..]), (id, &b"body"[..]));
+            if id > 1 {
+                assert!(
+                    r.buf.len() <= LEAN_AHEAD,
+                    "frame {id}: {} bytes of its payload read ahead",
+                    r.buf.len()
+                );
+            }
+            let mut dst = vec![0u8; 64 << 10];
+            r.read_bulk_into(&mut dst).await.unwrap();
+            assert!(dst
+                .iter()
+                .enumerate()
+                .all(|(i, b)| *b == (i as u64 * id) as u8));
+        }
+        assert!(r.next().await.unwrap().is_none());
+    }
 }
