@@ -10,7 +10,9 @@ use strom_net::Transports;
 use strom_proto::GroupFile;
 
 use crate::credentials::token_from_env;
-use crate::driver::{runtime, wait, Driver, KAFKA_SCHEME};
+#[cfg(feature = "embedded")]
+use crate::driver::wait;
+use crate::driver::{runtime, Driver, KAFKA_SCHEME};
 use crate::error::{Error, Result};
 use crate::native::Native;
 

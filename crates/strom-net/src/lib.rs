@@ -21,6 +21,7 @@
 //! [`FrameReader::read_bulk_into`], [`FrameReader::read_bulk`] or
 //! [`FrameReader::skip_bulk`], and never assume it is inline.
 
+mod bell;
 pub mod bulk;
 mod error;
 mod frame_io;
@@ -36,17 +37,19 @@ mod tcp;
 mod tls;
 mod transports;
 
+pub use bell::Bell;
 pub use bulk::{BulkReceiver, BulkSender};
 pub use error::NetError;
 pub use frame_io::{
     spawn_writer, DirectWrite, FrameReader, FrameWriter, Hold, OutFrame, WriterHandle,
 };
-pub use here::{Bell, DirectRead, ReadHere};
+pub use here::ReadHere;
 pub use mem::MemTransport;
 pub use mux::{Complete, FillPlan, LentBuffer, MuxConn, PushHandler, Reply, Waiter};
 #[cfg(feature = "ofi")]
 pub use ofi::{OfiTransport, OFI_DOMAIN_ENV};
 pub use shm::{shm_stats, ShmStats, ShmTransport, SHM_AUTO, SHM_INLINE_MAX};
+pub use socket::DirectRead;
 pub use tcp::TcpTransport;
 pub use tls::{
     client_config, client_config_from_env, client_subject, server_config, TlsTransport, TLS_CA_ENV,

@@ -42,7 +42,8 @@ use strom_proto::{FrameHeader, FrameKind, ProtoError};
 use tokio::sync::oneshot;
 use tokio::task::AbortHandle;
 
-use crate::here::{Bell, DirectRead};
+use crate::bell::Bell;
+use crate::socket::DirectRead;
 use crate::spin;
 use crate::{spawn_writer, BoxRead, Conn, FrameReader, NetError, OutFrame, WriterHandle};
 use std::future::Future;

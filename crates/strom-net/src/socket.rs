@@ -15,7 +15,6 @@ use std::os::fd::{AsRawFd, RawFd};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use crate::frame_io::DirectWrite;
-use crate::here::DirectRead;
 
 /// A socket's write half that can wait for room and write without waiting.
 pub(crate) trait WriteHalf: Send + Sync + 'static {
@@ -101,6 +100,18 @@ impl<W: WriteHalf> AsyncWrite for SharedWrite<W> {
     fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         Poll::Ready(Ok(()))
     }
+}
+
+/// A socket a thread can wait on and read without the runtime (TCP, Unix),
+/// for [`MuxConn::read_here`](crate::MuxConn::read_here).
+pub trait DirectRead: Send + Sync {
+    /// The runtime's readiness of the socket (for the reader task).
+    fn poll_readable(&self, cx: &mut Context<'_>) -> Poll<std::io::Result<()>>;
+    /// Runs `f` if the runtime holds the socket readable; if `f` says
+    /// `WouldBlock`, the runtime forgets that readiness (unless newer
+    /// readiness came meanwhile).
+    fn try_io_read(&self, f: &mut dyn FnMut() -> std::io::Result<()>) -> std::io::Result<()>;
+    fn fd(&self) -> RawFd;
 }
 
 /// A socket's read half that can wait for bytes and read without waiting.
