@@ -228,15 +228,17 @@ impl<B: LentBuffer, C: Complete<B>> MuxConn<B, C> {
         deadline: Option<Instant>,
     ) -> Result<ReadHere, Arc<NetError>> {
         // Bytes buffered already (never at a boundary the task left):
-        // route them before waiting.
+        // route them before waiting. A failed wait sends the caller to
+        // wait another way (it must not spin here).
         let woke = match reader.at_boundary() {
-            true => wait(Some(fd), bell, deadline).unwrap_or(Woke::Bell),
-            false => Woke::Socket,
+            true => wait(Some(fd), bell, deadline).ok(),
+            false => Some(Woke::Socket),
         };
         let outcome = match woke {
-            Woke::Bell => ReadHere::Rang,
-            Woke::Deadline => ReadHere::TimedOut,
-            Woke::Socket => {
+            Some(Woke::Bell) => ReadHere::Rang,
+            Some(Woke::Deadline) => ReadHere::TimedOut,
+            None => ReadHere::Unavailable,
+            Some(Woke::Socket) => {
                 // Awake already: what is queued while routing need not ring.
                 bell.disarm();
                 ReadHere::Read
