@@ -618,11 +618,16 @@ struct InFlight {
     /// Compressed topics: the buffers hold the stored frames, which this
     /// decodes into the broker's buffers.
     unpacker: Option<Arc<Unpacker>>,
+    /// Counted in the consumer's `fetching` (its request is on the wire).
+    counted: bool,
 }
 
 impl Drop for InFlight {
     fn drop(&mut self) {
         self.shared.budget.release(self.want);
+        if self.counted {
+            self.shared.fetching.fetch_sub(1, Ordering::AcqRel);
+        }
     }
 }
 
@@ -721,6 +726,7 @@ async fn start_fetch(
         want: 0,
         waiter: None,
         unpacker: shared.unpacker.clone(),
+        counted: false,
     };
     if wanted.is_empty() {
         return Ok(flight);
@@ -743,5 +749,7 @@ async fn start_fetch(
         )
     })?;
     flight.waiter = Some(conn.send(&req, Vec::new(), buffers, plan).await?);
+    shared.fetching.fetch_add(1, Ordering::AcqRel);
+    flight.counted = true;
     Ok(flight)
 }

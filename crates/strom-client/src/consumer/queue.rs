@@ -191,14 +191,18 @@ impl QueueConsumer {
 
     /// Waits (the queue locked and found empty) until something may have
     /// been queued, or `deadline` passed (true). Reads the consumer's
-    /// connection on this thread where it can (`read_on_pull`), else waits
-    /// for the runtime's tasks to queue and wake it.
+    /// connection on this thread where it can (`read_on_pull`, and no data
+    /// request on the wire), else waits for the runtime's tasks to queue
+    /// and wake it.
     fn wait(&self, q: &mut MutexGuard<'_, Queue>, deadline: Option<Instant>) -> bool {
+        // While a data request is on the wire the runtime reads its answer
+        // and queues the events: a pull waits for them here.
+        let fetching = self.shared.fetching.load(Ordering::Acquire) > 0;
         let bell = self
             .shared
             .bell
             .as_ref()
-            .filter(|_| self.shared.opts.read_on_pull);
+            .filter(|_| self.shared.opts.read_on_pull && !fetching);
         if let Some(bell) = bell {
             // Armed under the queue lock: whatever is queued after the
             // look that found nothing rings it.

@@ -186,6 +186,10 @@ pub(crate) struct Shared {
     /// Partitioned groups: the partitions held now.
     pub assigned: Mutex<Vec<u32>>,
     pub budget: DataBudget,
+    /// Data requests on the wire: while one is, the next event comes from
+    /// the runtime (which reads the answer), so a pull waits for it there
+    /// instead of reading the connection itself.
+    pub fetching: std::sync::atomic::AtomicUsize,
     pub queue: Mutex<Queue>,
     pub cond: Condvar,
     /// Rung with the condvar, for a pull that waits reading its
@@ -232,6 +236,7 @@ impl Shared {
             tasks: Mutex::new(Vec::new()),
             assigned: Mutex::new(Vec::new()),
             budget: DataBudget::default(),
+            fetching: Default::default(),
             queue: Mutex::new(Queue {
                 items: VecDeque::new(),
                 epoch: 0,
