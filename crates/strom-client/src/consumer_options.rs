@@ -35,8 +35,9 @@ pub struct ConsumerOptions {
     /// when the next event arrives instead of waking the client's runtime,
     /// which would then wake the pulling thread: one thread wake-up per
     /// delivery instead of two. It applies when every partition the
-    /// consumer reads is on one connection over TCP or shm; otherwise, and
-    /// when false, the runtime reads and hands events over.
+    /// consumer reads is on one connection over TCP or shm, and while none
+    /// of its data requests is on the wire; otherwise, and when false, the
+    /// runtime reads and hands events over.
     pub read_on_pull: bool,
 }
 
