@@ -20,6 +20,10 @@ median of a few repetitions. Systems:
                 (the clients pick shm; data parts move with
                 ``process_vm_readv``). The server's log is read to confirm
                 that every client connection was an shm one.
+* ``adios2-sst`` ADIOS2's SST staging engine (its PyPI wheel: the ``WAN``
+                socket data plane), one array per step, the reader getting
+                each into one reused buffer (bench/python/sst_peer.py). Not
+                in the default systems: ``bench/peers/adios2/install`` first.
 * ``strom-tcp+many``, ``strom-shm+many``  the same servers, the many-event
                 calls: the producer hands ``--many`` arrays to one
                 ``push_many(arrays, metadata=b"")``, the consumer takes
@@ -76,7 +80,9 @@ for _v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_v, "1")
 
 ROOT = Path(__file__).resolve().parents[2]
-SYSTEMS = ("zmq-ipc", "zmq-tcp", "strom-tcp", "strom-shm")
+SST = "adios2-sst"  # needs adios2 (bench/peers/adios2/install); not in the default systems
+SYSTEMS = ("zmq-ipc", "zmq-tcp", "strom-tcp", "strom-shm", SST)
+DEFAULT_SYSTEMS = SYSTEMS[:-1]
 APIS = ("event", "many")  # Strom: push + pull_batch, or push_many + pull_many
 MANY = "+many"  # the suffix of a Strom system run with the many-event calls
 DEFAULT_SIZES = ("1KiB", "64KiB", "256KiB", "4MiB")
@@ -193,7 +199,8 @@ class Checker:
 # --- the two processes ---------------------------------------------------------
 #
 # Both get: system, endpoint (an ipc/tcp URL for zmq, the group file for
-# Strom), the topic, size, warm-up and timed counts, the ring size, the two
+# Strom, SST's rendezvous name), the topic (for SST: its queue limit in
+# steps), size, warm-up and timed counts, the ring size, the two
 # events (consumer ready, consumer warm) and a queue for their results.
 # The producer sends `warm` events, waits until the consumer has them all,
 # then takes t0 and sends `events`; the consumer takes t1 at the last one.
@@ -202,12 +209,25 @@ def now() -> float:
     return time.clock_gettime(time.CLOCK_MONOTONIC)  # system-wide: comparable across processes
 
 
-def cpu() -> float:
-    """CPU seconds (user + system) of this process, every thread."""
+class Usage(tuple):
+    """CPU seconds (user + system) and page faults (minor + major) of this
+    process, every thread; differences of two give a window's."""
+
+    def __new__(cls, seconds: float, faults: int):
+        return super().__new__(cls, (seconds, faults))
+
+    def __sub__(self, other):
+        return Usage(self[0] - other[0], self[1] - other[1])
+
+    def fields(self) -> dict:
+        return {"cpu": self[0], "faults": self[1]}
+
+
+def cpu() -> Usage:
     import resource
 
     r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
+    return Usage(r.ru_utime + r.ru_stime, r.ru_minflt + r.ru_majflt)
 
 
 def producer_main(system, endpoint, topic, size, warm, events, ring, ready, warmed, out, many=0):
@@ -231,6 +251,19 @@ def producer_main(system, endpoint, topic, size, warm, events, ring, ready, warm
             t_sent = now()
             s.close(linger=-1)  # returns once everything queued went out
             ctx.term()
+        elif system == SST:
+            import sst_peer
+
+            handle, send = sst_peer.writer(endpoint, topic, ready, RUN_TIMEOUT)
+            for k in range(warm):
+                send(arrs[k % ring])
+            if not warmed.wait(RUN_TIMEOUT):
+                raise RuntimeError("consumer did not receive the warm-up events")
+            c0, t0 = cpu(), now()
+            for k in range(warm, warm + events):
+                send(arrs[k % ring])
+            t_sent = now()
+            sst_peer.close(handle)  # ends the stream
         else:
             import strom
 
@@ -260,7 +293,7 @@ def producer_main(system, endpoint, topic, size, warm, events, ring, ready, warm
             t_sent = now()
             p.close()  # flushes, then ends the stream
             del p, d
-        out.put(("producer", {"t0": t0, "t_sent": t_sent, "cpu": cpu() - c0}))
+        out.put(("producer", {"t0": t0, "t_sent": t_sent, **(cpu() - c0).fields()}))
     except BaseException as e:  # noqa: BLE001 - reported to the parent
         out.put(("producer", {"error": f"{type(e).__name__}: {e}"}))
 
@@ -293,6 +326,22 @@ def consumer_main(system, endpoint, topic, size, warm, events, ring, ready, warm
             t1, c1 = now(), cpu()
             s.close()
             ctx.term()
+        elif system == SST:
+            import sst_peer
+
+            ready.set()  # before Open: the writer's Open waits for this reader
+            handle, recv = sst_peer.reader(endpoint, size, topic, RUN_TIMEOUT)
+            if not warm:
+                warmed.set()
+            check = chk.check
+            while (a := recv()) is not None:
+                check(a)
+                if chk.count == warm:
+                    c0 = cpu()
+                    warmed.set()
+                if chk.count == total:
+                    t1, c1 = now(), cpu()
+            sst_peer.close(handle)
         else:
             import strom
 
@@ -329,8 +378,8 @@ def consumer_main(system, endpoint, topic, size, warm, events, ring, ready, warm
             del c, d
         if chk.count < warm:
             warmed.set()
-        out.put(("consumer", {"t1": t1, "cpu": None if c1 is None else c1 - c0,
-                              "received": chk.count, "bytes": chk.bytes,
+        usage = {"cpu": None, "faults": None} if c1 is None else (c1 - c0).fields()
+        out.put(("consumer", {"t1": t1, **usage, "received": chk.count, "bytes": chk.bytes,
                               "bad": chk.bad, "first_bad": chk.first_bad}))
     except BaseException as e:  # noqa: BLE001
         warmed.set()
@@ -386,10 +435,10 @@ class StromServer:
         lines = [l for l in text.splitlines() if "shm connection open" in l]
         return len(lines), sum(1 for l in lines if "we_pull=true peer_pulls=true" in l)
 
-    def cpu(self) -> float:
-        """CPU seconds (user + system) of the server process so far."""
+    def usage(self) -> Usage:
+        """CPU seconds (user + system) and page faults of the server so far."""
         f = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+        return Usage((int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK"), int(f[7]) + int(f[9]))
 
     def stop(self):
         if self.proc.poll() is None:
@@ -412,8 +461,12 @@ def one_run(system, size, events, warm, ring, ctx, tmp: Path, servers, admin, bo
         run["many"] = many
     else:
         many = 0
-    topic = None
-    if system == "zmq-ipc":
+    topic = carry = None  # carry: the Strom topic, or SST's queue limit in steps
+    if system == SST:
+        endpoint = f"{tmp}/sst{time.monotonic_ns() % 10**9}"  # the contact file: <endpoint>.sst
+        carry = max(1, bound // size) if bound else 0
+        run["queue_limit"] = carry
+    elif system == "zmq-ipc":
         endpoint = f"ipc://{tmp}/z{time.monotonic_ns() % 10**9}.sock"  # sun_path: 107 bytes
     elif system == "zmq-tcp":
         import socket
@@ -435,9 +488,10 @@ def one_run(system, size, events, warm, ring, ctx, tmp: Path, servers, admin, bo
                                        retention_bytes=need + need // 4 + (64 << 20),
                                        overflow="drop-oldest")
         shm_before = srv.shm_connections()
-        server_cpu0 = srv.cpu()
+        server0 = srv.usage()
+        carry = topic
     ready, warmed, out = ctx.Event(), ctx.Event(), ctx.Queue()
-    args = (system, endpoint, topic, size, warm, events, ring, ready, warmed, out, many)
+    args = (system, endpoint, carry, size, warm, events, ring, ready, warmed, out, many)
     cons = ctx.Process(target=consumer_main, args=(*args, bool(bound)), name="consumer")
     prod = ctx.Process(target=producer_main, args=args, name="producer")
     child_env = {}
@@ -483,7 +537,8 @@ def one_run(system, size, events, warm, ring, ctx, tmp: Path, servers, admin, bo
             errors.append(f"received {c['bytes']} bytes, not {total * size}")
     if topic:
         srv = servers[system]
-        run["server_cpu_s"] = srv.cpu() - server_cpu0  # the whole run, warm-up included
+        used = srv.usage() - server0  # the whole run, warm-up included
+        run["server_cpu_s"], run["server_faults"] = used
         n, onecopy = (a - b for a, b in zip(srv.shm_connections(), shm_before))
         run["shm_connections"], run["shm_one_copy"] = n, onecopy
         if system == "strom-shm" and n < 2:
@@ -507,6 +562,11 @@ def one_run(system, size, events, warm, ring, ctx, tmp: Path, servers, admin, bo
     run["cpu_us_per_event"] = {
         "producer": pr["cpu"] / events * 1e6, "consumer": c["cpu"] / events * 1e6,
         **({"server": run["server_cpu_s"] / (warm + events) * 1e6} if topic else {})}
+    # page faults per GB moved (a fresh page costs one fault per 4 KiB: 244,141 per GB)
+    gb = events * size / 1e9
+    run["faults_per_gb"] = {
+        "producer": pr["faults"] / gb, "consumer": c["faults"] / gb,
+        **({"server": run["server_faults"] / ((warm + events) * size / 1e9)} if topic else {})}
     return run
 
 
@@ -520,8 +580,9 @@ def main(argv=None) -> int:
     ap.add_argument("--sizes", default=",".join(DEFAULT_SIZES),
                     help="comma-separated array sizes in bytes (1KiB, 64KiB, 4MiB, ...); "
                          "default %(default)s")
-    ap.add_argument("--systems", default=",".join(SYSTEMS),
-                    help=f"comma-separated, of {', '.join(SYSTEMS)} (default: all)")
+    ap.add_argument("--systems", default=",".join(DEFAULT_SYSTEMS),
+                    help=f"comma-separated, of {', '.join(SYSTEMS)} (default: all but {SST}, "
+                         "which needs bench/peers/adios2/install)")
     ap.add_argument("--events", type=int, default=None,
                     help="timed events per run (default: 1 GiB / size, within 64..50,000)")
     ap.add_argument("--budget", type=parse_size, default=1 << 30,
@@ -585,6 +646,11 @@ def main(argv=None) -> int:
             for s in systems:
                 if s.startswith("strom"):
                     unavailable[s] = f"the strom package is not importable ({e}): make python-build"
+    if SST in systems:
+        import sst_peer
+
+        if not sst_peer.available():
+            unavailable[SST] = "adios2 is not importable: bench/peers/adios2/install"
     for s, why in unavailable.items():
         log(f"{s} left out: {why}")
     systems = [s for s in systems if s not in unavailable]
@@ -642,37 +708,44 @@ def main(argv=None) -> int:
                 row["mb_per_s"] = statistics.median(r["mb_per_s"] for r in ok)
                 row["mb_per_s_min"] = min(r["mb_per_s"] for r in ok)
                 row["mb_per_s_max"] = max(r["mb_per_s"] for r in ok)
+                row["faults_per_gb"] = statistics.median(
+                    sum(r["faults_per_gb"].values()) for r in ok)
             table.append(row)
 
     def med(size, system):
         r = next((t for t in table if t["size"] == size and t["system"] == system), None)
         return r.get("mb_per_s") if r and not r["failed"] else None
 
+    print("faults/GB: page faults of producer, consumer and server per GB moved (fresh "
+          "memory costs one per 4 KiB page: 244,141 per GB)")
     print(f"Python pipeline, one hop between two processes; median of {args.reps} "
           f"repetition(s); MB/s = 10^6 bytes/s; Strom: memory partition, "
           + (f"{args.bound / 1048576:g} MiB, overflow block" if args.bound else
              "sized for the run"))
     print(f"{'size':>8}  {'system':<10} {'events':>7} {'events/s':>12} {'MB/s':>10}   "
-          f"{'min..max MB/s':<19} status")
+          f"{'min..max MB/s':<19} {'faults/GB':>9}  status")
     for row in table:
         if "mb_per_s" in row:
             rng = f"{row['mb_per_s_min']:,.0f}..{row['mb_per_s_max']:,.0f}"
             st = "ok" if not row["failed"] else f"FAILED {row['failed']}/{row['reps']}"
             print(f"{row['label']:>8}  {row['system']:<10} {row['events']:>7} "
-                  f"{row['events_per_s']:>12,.0f} {row['mb_per_s']:>10,.1f}   {rng:<19} {st}")
+                  f"{row['events_per_s']:>12,.0f} {row['mb_per_s']:>10,.1f}   {rng:<19} "
+                  f"{row['faults_per_gb']:>9,.0f}  {st}")
         else:
             print(f"{row['label']:>8}  {row['system']:<10} {row['events']:>7} {'':>12} {'':>10}   "
-                  f"{'':<19} FAILED: {'; '.join(row['errors'])[:200]}")
-    ratios = {}
-    for size in sizes:
-        base = med(size, "zmq-ipc")
-        for system in [s for s in systems if s.startswith("strom")]:
-            v = med(size, system)
-            if base and v:
-                ratios.setdefault(system, {})[size] = v / base
-    for system, per in ratios.items():
-        print(f"{system} / zmq-ipc (MB/s): " +
-              ", ".join(f"{size_label(s)} {r:.2f}{'' if r >= 1 else ' (<1)'}" for s, r in per.items()))
+                  f"{'':<19} {'':>9}  FAILED: {'; '.join(row['errors'])[:200]}")
+    ratios = {}  # against zmq-ipc, and against SST where it ran
+    for peer in ("zmq-ipc", SST):
+        for size in sizes:
+            base = med(size, peer)
+            for system in [s for s in systems if s.startswith("strom")]:
+                v = med(size, system)
+                if base and v:
+                    ratios.setdefault(peer, {}).setdefault(system, {})[size] = v / base
+    for peer, by_system in ratios.items():
+        for system, per in by_system.items():
+            print(f"{system} / {peer} (MB/s): " + ", ".join(
+                f"{size_label(s)} {r:.2f}{'' if r >= 1 else ' (<1)'}" for s, r in per.items()))
     nfail = sum(1 for r in results if r.get("failed"))
     if args.json:
         print(json.dumps({"benchmark": "python-pipeline", "reps": args.reps, "strom_bin": binary,
@@ -680,7 +753,8 @@ def main(argv=None) -> int:
                                               "sized for the run",
                                               "overflow": "block" if args.bound else "drop-oldest"},
                           "unavailable": unavailable, "sizes": sizes, "systems": systems,
-                          "table": table, "ratios_vs_zmq_ipc": ratios, "runs": results,
+                          "table": table, "ratios_vs_zmq_ipc": ratios.get("zmq-ipc", {}),
+                          "ratios_vs_adios2_sst": ratios.get(SST, {}), "runs": results,
                           "failed_runs": nfail}))
     return 1 if nfail else 0
 

@@ -40,10 +40,15 @@ def test_pipeline_smoke_every_system_delivers_every_event():
         assert run["events"] == 200
         assert run["received"] == run["events"] + run["warmup"], run
         assert run["events_per_s"] > 0 and run["mb_per_s"] > 0
+        # page faults per GB of each process (the server's only for Strom)
+        faults = run["faults_per_gb"]
+        assert set(faults) == ({"producer", "consumer", "server"} if run["system"].startswith(
+            "strom") else {"producer", "consumer"}), run
+        assert all(f >= 0 for f in faults.values()), run
     shm = [run for run in out["runs"] if run["system"].startswith("strom-shm")]
     assert all(run["shm_connections"] >= 2 for run in shm), shm
     tcp = [run for run in out["runs"] if run["system"].startswith("strom-tcp")]
     assert all(run["shm_connections"] == 0 for run in tcp), tcp
     assert all(run["many"] >= 1 for run in out["runs"] if run["system"].endswith("+many"))
-    for needle in ("events/s", "MB/s", "strom-shm", "strom-tcp", "strom-shm+many"):
+    for needle in ("events/s", "MB/s", "faults/GB", "strom-shm", "strom-tcp", "strom-shm+many"):
         assert needle in r.stdout
