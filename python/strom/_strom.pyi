@@ -232,8 +232,9 @@ class Topic:
         an in-flight slot frees) or a number of events per batch.
         ``batch_bytes``: the batch size in bytes; alone, batches are sent
         once they hold that many bytes; with ``batch``, it caps a batch of
-        several events (a larger single event goes alone). Default: 256 KiB,
-        or 4 MiB on file topics with durability ``always``.
+        several events (a larger single event goes alone). Default: 256 KiB
+        of metadata and 4 MiB in all with data parts, or 4 MiB on file
+        topics with durability ``always``.
         ``max_event_bytes``: larger events are refused by ``push``
         (default: what the partition's server accepts).
         ``max_batch_bytes``: an older name for ``batch_bytes`` with ``batch``.

@@ -28,8 +28,11 @@ pub struct Batching {
     pub trigger: Trigger,
     /// Bytes (metadata + data) at which a batch is sent even if more
     /// events are ready, and the most a batch of several events holds.
-    /// `None` picks 256 KiB, or 4 MiB on `always` file topics, where every
-    /// batch waits for an fdatasync and bigger batches amortize it.
+    /// `None` picks 256 KiB of metadata (4 MiB on `always` file topics,
+    /// where every batch waits for an fdatasync and bigger batches amortize
+    /// it) and 4 MiB in all, so events with data parts travel several to a
+    /// batch: each batch costs a round trip on both sides, and batches of
+    /// one 64 KiB or 256 KiB event halved a stream's throughput.
     pub bytes: Option<u64>,
     /// The largest single event (metadata + descriptor + data + 16 bytes
     /// of table entry). `None`: as large as the partition's server accepts.
@@ -40,6 +43,30 @@ pub struct Batching {
 const AUTO_BYTES: u64 = 256 << 10;
 /// The batch size on `always` file topics.
 const AUTO_FSYNC_BYTES: u64 = 4 << 20;
+/// The batch size, data parts included, when none is chosen.
+const AUTO_TOTAL_BYTES: u64 = 4 << 20;
+
+/// When a batch is sent even if its mode would keep filling it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct BatchTarget {
+    /// Bytes of metadata: event metadata, descriptors and table entries.
+    pub meta: u64,
+    /// Bytes in all, data parts included (at least `meta`).
+    pub total: u64,
+}
+
+impl BatchTarget {
+    /// Whether a batch holding `meta` and `total` bytes is full.
+    pub fn reached(&self, meta: u64, total: u64) -> bool {
+        meta >= self.meta || total >= self.total
+    }
+
+    /// Whether an event of `meta` and `total` bytes overflows a batch
+    /// already holding `held_meta` and `held_total`.
+    pub fn overflows(&self, held_meta: u64, held_total: u64, meta: u64, total: u64) -> bool {
+        held_meta + meta > self.meta || held_total + total > self.total
+    }
+}
 
 impl Batching {
     /// Sends whatever is ready whenever an in-flight slot frees up.
@@ -84,13 +111,14 @@ impl Batching {
         }
     }
 
-    /// The batch size in bytes for a topic (`fsync_bound`: every batch
-    /// waits for an fdatasync) served by servers with these limits.
+    /// The batch size for a topic (`fsync_bound`: every batch waits for an
+    /// fdatasync) served by servers with these limits: the chosen size for
+    /// both metadata and all bytes, or the automatic ones.
     pub(crate) fn target(
         &self,
         fsync_bound: bool,
         servers: impl Iterator<Item = ServerLimits>,
-    ) -> u64 {
+    ) -> BatchTarget {
         let auto = if fsync_bound {
             AUTO_FSYNC_BYTES
         } else {
@@ -101,8 +129,16 @@ impl Batching {
         let server = servers
             .map(|l| l.max_batch_bytes.min(l.max_frame_bytes).saturating_sub(16))
             .min()
-            .unwrap_or(u64::MAX);
-        self.bytes.unwrap_or(auto).clamp(1, server.max(1))
+            .unwrap_or(u64::MAX)
+            .max(1);
+        let (meta, total) = match self.bytes {
+            Some(b) => (b, b),
+            None => (auto, auto.max(AUTO_TOTAL_BYTES)),
+        };
+        BatchTarget {
+            meta: meta.clamp(1, server),
+            total: total.clamp(1, server),
+        }
     }
 }
 
@@ -181,18 +217,53 @@ mod tests {
             max_frame_bytes: 1 << 20,
             max_batch_bytes: 256 << 20,
         };
+        let both = |b: u64| BatchTarget { meta: b, total: b };
         let a = Batching::adaptive();
-        assert_eq!(a.target(false, [roomy].into_iter()), AUTO_BYTES);
-        assert_eq!(a.target(true, [roomy].into_iter()), AUTO_FSYNC_BYTES);
+        // Automatic: 256 KiB of metadata, 4 MiB with data parts.
+        assert_eq!(
+            a.target(false, [roomy].into_iter()),
+            BatchTarget {
+                meta: AUTO_BYTES,
+                total: AUTO_TOTAL_BYTES
+            }
+        );
+        assert_eq!(a.target(true, [roomy].into_iter()), both(AUTO_FSYNC_BYTES));
         // Room for the section's count word and producer stamp.
-        assert_eq!(a.target(true, [roomy, tight].into_iter()), (1 << 20) - 16);
+        assert_eq!(
+            a.target(true, [roomy, tight].into_iter()),
+            both((1 << 20) - 16)
+        );
+        assert_eq!(
+            a.target(false, [roomy, tight].into_iter()),
+            BatchTarget {
+                meta: AUTO_BYTES,
+                total: (1 << 20) - 16
+            }
+        );
+        // A chosen size bounds metadata and data alike.
         assert_eq!(
             Batching::bytes(8192).target(true, [roomy].into_iter()),
-            8192
+            both(8192)
         );
         let c = Batching::count(10).with_bytes(100 << 20);
-        assert_eq!(c.target(false, [tight].into_iter()), (1 << 20) - 16);
-        assert_eq!(c.target(false, std::iter::empty()), 100 << 20);
+        assert_eq!(c.target(false, [tight].into_iter()), both((1 << 20) - 16));
+        assert_eq!(c.target(false, std::iter::empty()), both(100 << 20));
+    }
+
+    #[test]
+    fn a_batch_fills_by_metadata_or_by_all_its_bytes() {
+        let t = BatchTarget {
+            meta: 256 << 10,
+            total: 4 << 20,
+        };
+        // Sixteen 256 KiB data parts with small metadata fit one batch ...
+        assert!(!t.overflows(15 * 100, 15 * (256 << 10), 100, 256 << 10));
+        assert!(t.overflows(16 * 100, 16 * (256 << 10), 100, 256 << 10));
+        assert!(t.reached(16 * 100, 16 * (256 << 10)));
+        // ... while metadata alone still closes it at 256 KiB.
+        assert!(t.overflows(255 << 10, 255 << 10, 2048, 2048));
+        assert!(t.reached(256 << 10, 256 << 10));
+        assert!(!t.reached(100, 100));
     }
 
     #[test]

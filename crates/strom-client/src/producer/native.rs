@@ -127,12 +127,15 @@ impl ProducerBackend for NativeProducer {
                 ),
             ));
         }
+        let meta_size = size - data.len();
+        let target = &inner.batch_target;
         loop {
             let full = match inner.opts.batch.trigger {
                 Trigger::Count(c) => st.builder.count() >= c.max(1),
-                Trigger::Full => st.bytes >= inner.batch_target,
+                Trigger::Full => target.reached(st.meta_bytes, st.bytes),
                 Trigger::Adaptive => false,
-            } || (!st.builder.is_empty() && st.bytes + size > inner.batch_target)
+            } || (!st.builder.is_empty()
+                && target.overflows(st.meta_bytes, st.bytes, meta_size, size))
                 || st.builder.count() >= strom_proto::batch::MAX_EVENTS;
             if !full {
                 break;
@@ -147,6 +150,7 @@ impl ProducerBackend for NativeProducer {
         let index = st.builder.count();
         st.builder.push(&meta, descriptor, data.len());
         st.bytes += size;
+        st.meta_bytes += meta_size;
         st.data.extend(data.0.into_iter().filter(|b| !b.is_empty()));
         let fut = PushFuture {
             slot: st.slot.clone(),
@@ -241,6 +245,7 @@ pub(super) fn seal(st: &mut QueueState) {
     let data = std::mem::take(&mut st.data);
     let slot = std::mem::replace(&mut st.slot, Arc::new(Slot::new()));
     st.bytes = 0;
+    st.meta_bytes = 0;
     st.sealed.push_back(Sealed {
         meta,
         count,
@@ -273,6 +278,7 @@ impl Inner {
                     builder: BatchBuilder::new(),
                     data: Vec::new(),
                     bytes: 0,
+                    meta_bytes: 0,
                     slot: Arc::new(Slot::new()),
                     sealed: VecDeque::new(),
                     in_flight: 0,

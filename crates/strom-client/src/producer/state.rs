@@ -40,7 +40,10 @@ pub(super) struct QueueState {
     pub(super) limit: EventLimit,
     pub(super) builder: BatchBuilder,
     pub(super) data: Vec<Bytes>,
+    /// Bytes of the open batch, data parts included ...
     pub(super) bytes: u64,
+    /// ... and without them.
+    pub(super) meta_bytes: u64,
     pub(super) slot: Arc<Slot<BatchAck>>,
     pub(super) sealed: VecDeque<Sealed>,
     pub(super) in_flight: usize,
@@ -83,8 +86,8 @@ pub(super) struct Inner {
     /// Grows when partitions are added to the topic.
     pub(super) parts: RwLock<Vec<Arc<PartQueue>>>,
     pub(super) closed: AtomicBool,
-    /// Bytes at which a batch is sent even if the mode would keep filling it.
-    pub(super) batch_target: u64,
+    /// When a batch is sent even if the mode would keep filling it.
+    pub(super) batch_target: crate::batching::BatchTarget,
     /// The producer's lease, renewed by the driver while this is alive.
     pub(super) lease: Option<Arc<Lease>>,
     /// Batches are stamped and resent (see [`ProducerOptions::idempotent`]).
