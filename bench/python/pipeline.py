@@ -53,6 +53,9 @@ program exits non-zero.
     python/.venv/bin/python bench/python/pipeline.py --sizes 1KiB,4KiB,16KiB,64KiB \
         --systems zmq-ipc,strom-tcp,strom-shm --api event,many          # push vs push_many
 
+``$PIPE_PRODUCER`` (JSON, e.g. ``'{"batch_bytes": 262144}'``) passes producer
+options to the Strom producer, for experiments with batching.
+
 The ``strom`` binary is ``$STROM_BIN``, else ``target/release/strom`` or
 ``target/debug/strom`` of this repository; the ``strom`` package must be
 importable (``make python-build``).
@@ -268,7 +271,7 @@ def producer_main(system, endpoint, topic, size, warm, events, ring, ready, warm
             import strom
 
             d = strom.Driver.connect(endpoint)
-            p = d.open_topic(topic).producer()
+            p = d.open_topic(topic).producer(**json.loads(os.environ.get("PIPE_PRODUCER", "{}")))
             if not ready.wait(RUN_TIMEOUT):
                 raise RuntimeError("consumer not ready")
             if many:
