@@ -36,8 +36,11 @@ fn batch_ends(batch: Batching, meta_pad: usize, data: usize) -> Vec<u64> {
     let pad = "x".repeat(meta_pad);
     let pushes: Vec<_> = (0..EVENTS)
         .map(|i| {
-            p.push(format!("{{\"i\":{i},\"pad\":\"{pad}\"}}"), vec![i as u8; data])
-                .unwrap()
+            p.push(
+                format!("{{\"i\":{i},\"pad\":\"{pad}\"}}"),
+                vec![i as u8; data],
+            )
+            .unwrap()
         })
         .collect();
     p.close().unwrap();
@@ -72,7 +75,11 @@ fn metadata_alone_still_closes_an_automatic_batch_at_256_kib() {
 
 #[test]
 fn a_chosen_batch_size_bounds_data_parts_too() {
-    let ends = batch_ends(Batching::count(EVENTS as u32).with_bytes(256 << 10), 0, 64 << 10);
+    let ends = batch_ends(
+        Batching::count(EVENTS as u32).with_bytes(256 << 10),
+        0,
+        64 << 10,
+    );
     assert!(ends[0] <= 4, "{ends:?}");
     assert_eq!(*ends.last().unwrap(), EVENTS);
 }
