@@ -11,7 +11,6 @@ use parking_lot::Mutex;
 use pyo3::exceptions::PyBufferError;
 use pyo3::ffi;
 use pyo3::prelude::*;
-use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyList, PyMemoryView};
 use strom_client::{AckFuture, DataBuffer, Error, Event, PooledBuffer};
 
@@ -19,6 +18,7 @@ use crate::aio;
 use crate::array::ArrayType;
 use crate::common::{release_pending, wait_loop};
 use crate::errors;
+use crate::lazy::Lazy;
 use crate::select::PyDest;
 use strom_client::select::ArrayLayout as Layout;
 
@@ -120,8 +120,8 @@ pub struct PyEvent {
     ev: Mutex<Event>,
     /// Layout of the fetched bytes when an array selection chose them.
     selected: Option<Layout>,
-    meta: PyOnceLock<Py<PyAny>>,
-    data: PyOnceLock<Py<PyAny>>,
+    meta: Lazy,
+    data: Lazy,
     /// The partition the event belongs to.
     #[pyo3(get)]
     partition: u32,
@@ -154,8 +154,8 @@ impl PyEvent {
             deliveries: ev.deliveries(),
             ev: Mutex::new(ev),
             selected,
-            meta: PyOnceLock::new(),
-            data: PyOnceLock::new(),
+            meta: Lazy::default(),
+            data: Lazy::default(),
         }
     }
 
@@ -240,15 +240,13 @@ impl PyEvent {
     /// (a dict for JSON objects) and cached.
     #[getter]
     fn metadata(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        self.meta
-            .get_or_try_init(py, || {
-                let ev = self.ev.lock();
-                match ev.json() {
-                    Ok(v) => Ok(crate::json::to_py(py, &v)?.unbind()),
-                    Err(e) => Err(errors::to_py(py, &e)),
-                }
-            })
-            .map(|m| m.clone_ref(py))
+        self.meta.get_or_try_init(py, || {
+            let ev = self.ev.lock();
+            match ev.json() {
+                Ok(v) => Ok(crate::json::to_py(py, &v)?.unbind()),
+                Err(e) => Err(errors::to_py(py, &e)),
+            }
+        })
     }
 
     /// The metadata bytes as stored (JSON text with the `json` serializer).
@@ -270,9 +268,7 @@ impl PyEvent {
     /// was fetched.
     #[getter]
     fn data(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        self.data
-            .get_or_try_init(py, || self.build_data(py))
-            .map(|d| d.clone_ref(py))
+        self.data.get_or_try_init(py, || self.build_data(py))
     }
 
     /// Marks this event consumed: for a named consumer, with every

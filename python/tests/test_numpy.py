@@ -144,3 +144,35 @@ def test_metadata_accepts_numpy_scalars(driver):
         p.push({"i": np.int64(7), "f": np.float32(0.5), "b": np.bool_(True)})
     (ev,) = drain(t.consumer("c"))
     assert ev.metadata == {"i": 7, "f": 0.5, "b": True}
+
+
+def test_data_and_metadata_are_built_once_even_when_threads_race_for_them(driver):
+    """Event.data and Event.metadata are built on first access and cached:
+    threads that ask at the same moment all get the same object."""
+    import threading
+
+    t = driver.create_topic("race", 1)
+    with t.producer() as p:
+        for i in range(64):
+            p.push({"i": i}, np.full(256, i, dtype="<u4"))
+    events = drain(t.consumer("c"))
+    assert len(events) == 64
+    start = threading.Barrier(8)
+    seen = [[] for _ in range(8)]
+
+    def read(k):
+        start.wait()
+        for ev in events:
+            seen[k].append((ev.data, ev.metadata))
+
+    threads = [threading.Thread(target=read, args=(k,)) for k in range(8)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    for i, ev in enumerate(events):
+        data, meta = seen[0][i]
+        assert int(data[0]) == i and data.shape == (256,) and meta == {"i": i}
+        for k in range(1, 8):
+            assert seen[k][i][0] is data and seen[k][i][1] is meta
+        assert ev.data is data
