@@ -28,7 +28,8 @@ servers serve it by default, shm: same-node clients take shm), memory
 topics of one partition. Redis: a `redis-server` child process without
 persistence (`--save '' --appendonly no`), redis-py from
 bench/.work/redis-py (``bench/peers/redis/install-py``). Both in memory,
-both on this node.
+both on this node. ``STROM_TRANSPORT=tcp`` makes the Strom clients take TCP
+as Redis's do.
 
     python/.venv/bin/python bench/python/taskqueue_latency.py            # every system
     python/.venv/bin/python bench/python/taskqueue_latency.py --tasks 5000 --reps 5
