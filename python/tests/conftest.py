@@ -3,6 +3,11 @@ or a real `strom server` process on a free port)."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+
 import pytest
 
 import strom
@@ -47,3 +52,18 @@ def take(consumer, n: int, timeout: float = 30.0) -> list:
         assert ev is not None, f"end of stream after {len(out)} of {n} events"
         out.append(ev)
     return out
+
+
+def run_bench_smoke(script, *args: str):
+    """Runs a bench script (`--smoke --json` and `args`) with this tree's
+    `strom` binary; asserts it exited 0 and returns (stdout, the JSON
+    object on its last line)."""
+    r = subprocess.run(
+        [sys.executable, str(script), "--smoke", "--json", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "STROM_BIN": strom.testing.find_binary(script)},
+    )
+    assert r.returncode == 0, f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}"
+    return r.stdout, json.loads(r.stdout.strip().splitlines()[-1])

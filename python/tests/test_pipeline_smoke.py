@@ -4,32 +4,18 @@ cannot rot: every system delivers every event, checked; no timing asserts."""
 from __future__ import annotations
 
 import importlib.util
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-import strom.testing
+from conftest import run_bench_smoke
 
 PIPELINE = Path(__file__).resolve().parents[2] / "bench" / "python" / "pipeline.py"
 
 
 def test_pipeline_smoke_every_system_delivers_every_event():
-    binary = strom.testing.find_binary(PIPELINE)
     systems = ["strom-tcp", "strom-shm"]
     if importlib.util.find_spec("zmq") is not None:
         systems = ["zmq-ipc", "zmq-tcp", *systems]
-    r = subprocess.run(
-        [sys.executable, str(PIPELINE), "--smoke", "--json", "--systems", ",".join(systems),
-         "--api", "event,many"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "STROM_BIN": binary},
-    )
-    assert r.returncode == 0, f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}"
-    out = json.loads(r.stdout.strip().splitlines()[-1])
+    stdout, out = run_bench_smoke(PIPELINE, "--systems", ",".join(systems), "--api", "event,many")
     assert out["failed_runs"] == 0, out
     # each Strom system also runs with push_many / pull_many, as "<system>+many"
     systems = [v for s in systems for v in ((s, s + "+many") if s.startswith("strom") else (s,))]
@@ -51,4 +37,4 @@ def test_pipeline_smoke_every_system_delivers_every_event():
     assert all(run["shm_connections"] == 0 for run in tcp), tcp
     assert all(run["many"] >= 1 for run in out["runs"] if run["system"].endswith("+many"))
     for needle in ("events/s", "MB/s", "faults/GB", "strom-shm", "strom-tcp", "strom-shm+many"):
-        assert needle in r.stdout
+        assert needle in stdout

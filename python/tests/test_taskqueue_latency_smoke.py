@@ -5,28 +5,15 @@ need redis-py, which only the benchmark's own install step provides.)"""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-import strom.testing
+from conftest import run_bench_smoke
 
 SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "python" / "taskqueue_latency.py"
 
 
 def test_taskqueue_latency_smoke_carries_every_task_in_both_strom_modes():
-    binary = strom.testing.find_binary(SCRIPT)
-    r = subprocess.run(
-        [sys.executable, str(SCRIPT), "--smoke", "--json", "--systems", "strom-shared,strom-plain"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "STROM_BIN": binary},
-    )
-    assert r.returncode == 0, f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}"
-    out = json.loads(r.stdout.strip().splitlines()[-1])
+    stdout, out = run_bench_smoke(SCRIPT, "--systems", "strom-shared,strom-plain")
     assert out["failed_runs"] == 0, out
     assert out["systems"] == ["strom-shared", "strom-plain"]
     assert len(out["runs"]) == 2
@@ -35,4 +22,4 @@ def test_taskqueue_latency_smoke_carries_every_task_in_both_strom_modes():
         assert run["tasks"] == 50 and run["warmup"] == 5
         assert 0 < run["p50_us"] <= run["p99_us"], run
     assert set(out["table"]) == {"strom-shared", "strom-plain"}
-    assert "p50" in r.stdout and "strom-shared" in r.stdout
+    assert "p50" in stdout and "strom-shared" in stdout
