@@ -107,9 +107,14 @@ pub struct CreateArgs {
 }
 
 pub fn run(cmd: TopicCmd, group_file: Option<PathBuf>) -> anyhow::Result<()> {
-    // Load checks its source file before it connects.
+    // Load checks its source file, and stage-out its options, before
+    // either connects.
     let cmd = match cmd {
         TopicCmd::Load(a) => return crate::load::run(*a, group_file),
+        TopicCmd::StageOut(a) => {
+            crate::stage_out::check_args(&a)?;
+            TopicCmd::StageOut(a)
+        }
         cmd => cmd,
     };
     let d = crate::connect(group_file)?;

@@ -6,7 +6,7 @@
 //! must match what was produced byte for byte. Also: binary-serialized
 //! metadata, the .npy header writer, and hostile input (a bad --to, an
 //! unknown topic, format or partition, an existing stage-out without
-//! --force) failing cleanly.
+//! --force) failing cleanly, and bad options refused before connecting.
 
 mod common;
 
@@ -743,4 +743,39 @@ fn measure_npy_and_raw_on_4_mib_arrays() {
             );
         }
     }
+}
+
+#[test]
+fn bad_options_are_refused_before_connecting() {
+    // Nothing listens at this address: an option error must come first,
+    // not a connection error (nor a wait for one).
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let to = tmp.path().join("out");
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "topic",
+            "stage-out",
+            "t",
+            "--to",
+            to.to_str().expect("utf-8"),
+            "--address",
+            "127.0.0.1:1",
+        ];
+        args.extend_from_slice(extra);
+        common::run_cli(&args, "", &[], RUN)
+    };
+    for (extra, needle) in [
+        (&["--from", "soon"][..], "--from"),
+        (&["--compress", "gzip"][..], "apply only to --format hdf5"),
+        (&["--idle-timeout=-1"][..], "--idle-timeout"),
+    ] {
+        let out = run(extra);
+        refused(&out, needle);
+        assert!(
+            !out.stderr.to_lowercase().contains("connect"),
+            "{extra:?} was checked after connecting:\n{}",
+            out.stderr
+        );
+    }
+    assert!(!to.exists());
 }

@@ -444,12 +444,26 @@ fn report(a: &StageOutArgs, dir: &std::path::Path, t: &Totals, ended: bool, secs
     );
 }
 
+/// The options, checked without the server: `--from`, the HDF5 options
+/// and `--idle-timeout`. `strom topic stage-out` calls this before it
+/// connects, so a mistyped option fails at once.
+pub fn check_args(a: &StageOutArgs) -> anyhow::Result<()> {
+    parse_from(&a.from)?;
+    hdf5_options(a)?;
+    idle_timeout(a)?;
+    Ok(())
+}
+
+fn idle_timeout(a: &StageOutArgs) -> anyhow::Result<Duration> {
+    Duration::try_from_secs_f64(a.idle_timeout)
+        .map_err(|_| anyhow::anyhow!("--idle-timeout takes seconds, not {}", a.idle_timeout))
+}
+
 pub fn run(a: StageOutArgs, d: &Driver) -> anyhow::Result<()> {
     let started = Instant::now();
     let from = parse_from(&a.from)?;
     let h5 = hdf5_options(&a)?;
-    let idle_timeout = Duration::try_from_secs_f64(a.idle_timeout)
-        .map_err(|_| anyhow::anyhow!("--idle-timeout takes seconds, not {}", a.idle_timeout))?;
+    let idle_timeout = idle_timeout(&a)?;
     let topic = d
         .open_topic(&a.topic)
         .with_context(|| format!("topic '{}'", a.topic))?;
