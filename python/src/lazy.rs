@@ -58,14 +58,29 @@ impl Lazy {
                 }
             }
         }
+        // A build that panics leaves the value unbuilt and wakes the
+        // waiters (one of them builds it), as a failed one does.
+        let unbuilt = Unbuilt(self);
         let built = f();
-        let mut s = self.state.lock();
-        *s = match &built {
+        std::mem::forget(unbuilt);
+        self.settle(match &built {
             Ok(v) => State::Ready(v.clone_ref(py)),
             Err(_) => State::Empty,
-        };
-        drop(s);
-        self.built.notify_all();
+        });
         built
+    }
+
+    fn settle(&self, state: State) {
+        *self.state.lock() = state;
+        self.built.notify_all();
+    }
+}
+
+/// Resets a `Lazy` being built to empty if its build unwinds.
+struct Unbuilt<'a>(&'a Lazy);
+
+impl Drop for Unbuilt<'_> {
+    fn drop(&mut self) {
+        self.0.settle(State::Empty);
     }
 }
