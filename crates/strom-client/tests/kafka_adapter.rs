@@ -506,14 +506,54 @@ fn a_seek_while_the_prefetch_budget_is_full_moves_the_consumer() {
     assert_eq!(is, vec![7, 8, 9]);
 }
 
+/// A TCP socket bound to a port of 127.0.0.1 that never listens: a
+/// connection there is refused, and while the socket is open no other
+/// process can take the port. (A port merely free a moment ago was taken
+/// by a server of a test running beside this one.)
+struct BoundNotListening {
+    fd: libc::c_int,
+    port: u16,
+}
+
+impl BoundNotListening {
+    fn new() -> Self {
+        // SAFETY: plain socket calls on a socket this struct owns; the
+        // address structs are initialised and sized as the calls expect.
+        unsafe {
+            let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0);
+            assert!(fd >= 0, "socket: {}", std::io::Error::last_os_error());
+            let mut addr: libc::sockaddr_in = std::mem::zeroed();
+            addr.sin_family = libc::AF_INET as libc::sa_family_t;
+            addr.sin_addr.s_addr = u32::from(std::net::Ipv4Addr::LOCALHOST).to_be();
+            let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+            let p = &mut addr as *mut libc::sockaddr_in as *mut libc::sockaddr;
+            assert_eq!(
+                libc::bind(fd, p, len),
+                0,
+                "bind: {}",
+                std::io::Error::last_os_error()
+            );
+            let mut got = len;
+            assert_eq!(libc::getsockname(fd, p, &mut got), 0, "getsockname");
+            BoundNotListening {
+                fd,
+                port: u16::from_be(addr.sin_port),
+            }
+        }
+    }
+}
+
+impl Drop for BoundNotListening {
+    fn drop(&mut self) {
+        // SAFETY: the descriptor is this struct's own, closed once.
+        unsafe { libc::close(self.fd) };
+    }
+}
+
 #[test]
 fn connecting_where_no_kafka_listens_is_connection_failed() {
-    // A port that was free a moment ago: nothing listens there.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port();
-    let e = Driver::connect_addr(&format!("kafka://127.0.0.1:{port}"))
+    let nobody = BoundNotListening::new();
+    let e = Driver::connect_addr(&format!("kafka://127.0.0.1:{}", nobody.port))
         .err()
         .expect("no cluster");
     assert_eq!(e.code(), ErrorCode::CONNECTION_FAILED, "{e}");
