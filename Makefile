@@ -50,8 +50,14 @@ lint: setup-test
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets $(TEST_FEATURES) -- -D warnings
 
+# Every test binary runs under scripts/test-runner: one still running after
+# STROM_TEST_LIMIT seconds (900) is hung, and is killed after its stacks are
+# printed, so a hang costs minutes of CI, not all of it.
+HOST_TRIPLE := $(shell rustc -vV 2>/dev/null | sed -n 's/^host: //p' | tr 'a-z-' 'A-Z_')
+TEST_RUNNER := CARGO_TARGET_$(HOST_TRIPLE)_RUNNER=$(CURDIR)/scripts/test-runner
+
 test-rust: setup-test
-	$(CARGO) test --workspace --no-fail-fast $(TEST_FEATURES)
+	$(TEST_RUNNER) $(CARGO) test --workspace --no-fail-fast $(TEST_FEATURES)
 
 # Rust tests first, then every extra suite; all must pass.
 test: setup-test lint test-rust
