@@ -4,7 +4,9 @@
 //! after the server restarts; a batch that skips a sequence number is
 //! refused with `OUT_OF_ORDER_SEQUENCE`. An idempotent producer rides out
 //! a `kill -9` and restart of its server: it resends what was cut off, no
-//! push fails, and every event is stored once, in push order.
+//! push fails, and every event is stored once, in push order. A push to a
+//! server that stopped answering ends after the request timeout, and an
+//! idempotent producer resends it.
 
 mod common;
 
@@ -181,4 +183,92 @@ fn an_idempotent_producer_keeps_at_most_64_batches_in_flight() {
         .err()
         .expect("65 batches in flight refused");
     assert_eq!(e.code(), ErrorCode::INVALID_ARGUMENT, "{e}");
+}
+
+fn signal(server: &ServerProcess, sig: i32) {
+    // SAFETY: kill(2) on the server this test started; no memory involved.
+    unsafe { libc::kill(server.pid(), sig) };
+}
+
+/// A producer whose server stopped answering (SIGSTOP: its connections
+/// stay open) pushes under `opts` while it is stopped: the push must end
+/// within `bound` even though nothing answers, not when the server wakes.
+fn push_to_a_stopped_server(
+    server: &ServerProcess,
+    opts: ProducerOptions,
+    stopped_for: Option<Duration>,
+) -> (Result<strom_client::EventId, strom_client::Error>, Duration) {
+    let d = server.connect();
+    let p = d.open_topic(TOPIC).unwrap().producer_with(opts).unwrap();
+    p.push("{\"i\":0}", vec![0u8; 16]).unwrap().wait().unwrap();
+    signal(server, libc::SIGSTOP);
+    let started = std::time::Instant::now();
+    let pushed = p.push("{\"i\":1}", vec![1u8; 16]).unwrap();
+    if let Some(pause) = stopped_for {
+        std::thread::sleep(pause);
+        signal(server, libc::SIGCONT);
+    }
+    let outcome = pushed.wait_timeout(Some(Duration::from_secs(60)));
+    let took = started.elapsed();
+    signal(server, libc::SIGCONT);
+    let last = p.push("{\"i\":2}", vec![2u8; 16]).unwrap().wait();
+    assert!(
+        last.is_ok(),
+        "the producer works again once the server answers: {last:?}"
+    );
+    (outcome, took)
+}
+
+/// `ProducerOptions::request_timeout` (Kafka's `request.timeout.ms`): a
+/// push to a server that stopped answering fails as on a lost connection
+/// once nothing was answered for the request timeout, instead of waiting
+/// for ever; the producer opens a new connection for the next push.
+#[test]
+fn a_push_to_a_server_that_stopped_answering_fails_after_the_request_timeout() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = ServerProcess::start(tmp.path());
+    server
+        .connect()
+        .create_topic(TopicSpec::new(TOPIC, 1))
+        .unwrap();
+    let opts = ProducerOptions {
+        idempotent: Some(false),
+        request_timeout: Duration::from_secs(1),
+        ..Default::default()
+    };
+    let (outcome, took) = push_to_a_stopped_server(&server, opts, None);
+    let e = outcome.expect_err("no server answered");
+    assert_eq!(e.code(), ErrorCode::CONNECTION_CLOSED, "{e}");
+    assert!(e.to_string().contains("request timeout"), "{e}");
+    assert!(
+        took >= Duration::from_secs(1),
+        "failed before the timeout: {took:?}"
+    );
+    assert!(took < Duration::from_secs(20), "{took:?}");
+}
+
+/// An idempotent producer resends what the request timeout cut off; the
+/// server, answering again, may also take the first attempt, still queued
+/// on the connection given up, and stores the batch once.
+#[test]
+fn a_batch_the_request_timeout_cut_off_is_stored_once_when_resent() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = ServerProcess::start(tmp.path());
+    server
+        .connect()
+        .create_topic(TopicSpec::new(TOPIC, 1))
+        .unwrap();
+    let opts = ProducerOptions {
+        idempotent: Some(true),
+        request_timeout: Duration::from_secs(1),
+        ..Default::default()
+    };
+    let (outcome, _) = push_to_a_stopped_server(&server, opts, Some(Duration::from_secs(3)));
+    assert_eq!(outcome.expect("resent once the server answers").offset, 1);
+    let stored = read_all(&server.connect(), TOPIC, "check", Duration::from_secs(30)).events;
+    let metas: Vec<Vec<u8>> = stored.values().map(|e| e.meta.clone()).collect();
+    let want: Vec<Vec<u8>> = (0..3)
+        .map(|i| format!("{{\"i\":{i}}}").into_bytes())
+        .collect();
+    assert_eq!(metas, want, "each event once, in order");
 }

@@ -251,6 +251,11 @@ impl ClientConn {
         self.mux.is_dead()
     }
 
+    /// Requests (of every user of the connection) waiting for an answer.
+    pub fn in_flight(&self) -> usize {
+        self.mux.in_flight()
+    }
+
     /// Fails every request waiting on this connection if it has some and
     /// the server has said nothing for `silence` (a server that stopped, as
     /// a SIGSTOPped one does, without closing its connections). True if
@@ -259,11 +264,20 @@ impl ClientConn {
         if self.mux.is_dead() || self.mux.in_flight() == 0 || self.mux.silent_for() < silence {
             return false;
         }
-        self.mux.kill(NetError::io(
-            format!("waiting {silence:?} for a server that said nothing"),
-            std::io::Error::from(std::io::ErrorKind::TimedOut),
+        self.abandon(format!(
+            "waiting {silence:?} for a server that said nothing"
         ));
         true
+    }
+
+    /// Gives the connection up (`why`: what it waited for in vain): every
+    /// request waiting on it fails as on a lost connection, and the next
+    /// user of the server opens a new one.
+    pub fn abandon(&self, why: String) {
+        self.mux.kill(NetError::io(
+            why,
+            std::io::Error::from(std::io::ErrorKind::TimedOut),
+        ));
     }
 
     /// Sends a request (with bulk payload) and waits for its response.

@@ -45,6 +45,14 @@ pub struct ProducerOptions {
     /// How long an idempotent producer keeps resending a batch before its
     /// push fails.
     pub retry_for: Duration,
+    /// Longest a partition's owner may leave every batch sent to it
+    /// unanswered (Kafka's `request.timeout.ms`): then the connection is
+    /// given up, its batches fail as on a lost connection (an idempotent
+    /// producer resends them, within [`retry_for`](Self::retry_for)), and
+    /// the next batch opens a new one. It also bounds opening that
+    /// connection. A `block` memory partition holds appends on purpose
+    /// until its readers free room, so its batches wait without this bound.
+    pub request_timeout: Duration,
 }
 
 /// See [`ProducerOptions::acks`].
@@ -65,6 +73,7 @@ impl Default for ProducerOptions {
             acks: Acks::All,
             idempotent: None,
             retry_for: Duration::from_secs(30),
+            request_timeout: Duration::from_secs(30),
         }
     }
 }

@@ -22,7 +22,7 @@ use crate::error::{Error, Result};
 use crate::slot::Slot;
 use crate::topic::Topic;
 
-use super::refresh::{learn_limits, refresh_loop};
+use super::refresh::{learn_limits, refresh_loop, unanswered_loop};
 use super::retry;
 use super::state::{Inner, PartQueue, QueueState, Sealed};
 use crate::push::{Acks, BatchAck, Data, ProducerOptions, PushFuture};
@@ -63,6 +63,8 @@ impl NativeProducer {
         }
         let compression = Compression::parse(&info.spec.compression)
             .map_err(|e| Error::coded(strom_proto::ErrorCode::INVALID_TOPIC_SPEC, e))?;
+        let holds_appends = info.spec.effective_overflow() == Some(strom_proto::Overflow::Block);
+        let request_timeout = (!holds_appends).then_some(opts.request_timeout);
         let inner = Arc::new(Inner {
             topic,
             id,
@@ -74,6 +76,7 @@ impl NativeProducer {
             lease,
             idempotent,
             compression,
+            request_timeout,
         });
         inner.add_partitions(&info.partitions, &limits);
         inner
@@ -82,6 +85,12 @@ impl NativeProducer {
             .inner
             .handle
             .spawn(refresh_loop(Arc::downgrade(&inner)));
+        inner
+            .topic
+            .driver
+            .inner
+            .handle
+            .spawn(unanswered_loop(Arc::downgrade(&inner)));
         if inner.opts.batch.trigger != Trigger::Adaptive {
             let weak = Arc::downgrade(&inner);
             inner.topic.driver.inner.handle.spawn(linger_loop(weak));
@@ -272,6 +281,7 @@ impl Inner {
                 partition: parts.len() as u32,
                 owner: Mutex::new((info.member, info.addr.clone())),
                 conn: Mutex::new(None),
+                former: Mutex::new(Vec::new()),
                 queued: AtomicUsize::new(0),
                 state: Mutex::new(QueueState {
                     limit: self.event_limit(&info.addr, limits.get(&info.addr).copied()),
@@ -282,6 +292,7 @@ impl Inner {
                     slot: Arc::new(Slot::new()),
                     sealed: VecDeque::new(),
                     in_flight: 0,
+                    answered_at: std::time::Instant::now(),
                     error: None,
                     stamp: self.idempotent.then_some(self.id),
                     next_seq: 0,
@@ -309,6 +320,7 @@ impl Inner {
             let Some(b) = st.sealed.pop_front() else {
                 return;
             };
+            st.sending();
             st.in_flight += 1;
             if let Some(b) = self.send_batch(q, b) {
                 // The sender task is gone: the driver is shutting down.
@@ -407,6 +419,7 @@ impl Inner {
                 }
             };
             let mut st = q.state.lock();
+            st.answered_at = std::time::Instant::now();
             if let Err(e) = &result {
                 st.error.get_or_insert_with(|| e.shared());
             }
@@ -438,7 +451,7 @@ async fn send_loop(weak: Weak<Inner>, q: Arc<PartQueue>, mut rx: mpsc::Unbounded
         }
         let done = inner.completion(&q, &b);
         let addr = q.owner.lock().1.clone();
-        match inner.topic.driver.conn(&addr).await {
+        match open(&inner, &addr).await {
             Ok(conn) => {
                 *q.conn.lock() = Some(conn.clone());
                 let req = inner.produce_request(&q, &b);
@@ -448,6 +461,23 @@ async fn send_loop(weak: Weak<Inner>, q: Arc<PartQueue>, mut rx: mpsc::Unbounded
         }
         q.queued.fetch_sub(1, Ordering::AcqRel);
     }
+}
+
+/// The connection to a partition's owner, opened within the request
+/// timeout (a server that accepts and never answers the greeting).
+async fn open(inner: &Inner, addr: &str) -> Result<Arc<crate::conn::ClientConn>> {
+    let opening = inner.topic.driver.conn(addr);
+    let Some(limit) = inner.request_timeout else {
+        return opening.await;
+    };
+    tokio::time::timeout(limit, opening)
+        .await
+        .unwrap_or_else(|_| {
+            Err(Error::coded(
+                strom_proto::ErrorCode::CONNECTION_FAILED,
+                format!("server {addr} did not open a connection within {limit:?}"),
+            ))
+        })
 }
 
 /// Sends partial `Count`/`Bytes` batches that waited `linger`.

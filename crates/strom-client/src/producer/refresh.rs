@@ -1,6 +1,8 @@
 //! A producer's view of where its partitions live: the refresh loop that
 //! picks up added partitions and owners that moved (failing the batches
-//! that wait on a silent former owner), and the owners' size limits.
+//! that wait on a silent former owner), gives up connections whose owner
+//! leaves batches unanswered past the request timeout, and the owners'
+//! size limits.
 
 use std::collections::HashMap;
 use std::sync::Weak;
@@ -27,16 +29,19 @@ pub(super) async fn refresh_loop(weak: Weak<Inner>) {
             let mut owner = q.owner.lock();
             if owner.1 != p.addr {
                 *owner = (p.member, p.addr.clone());
-                former.extend(q.conn.lock().take().map(|c| (q.partition, c)));
+                former.extend(q.conn.lock().take().map(|c| (q.clone(), c)));
                 moved.push(q.clone());
             }
         }
         // Batches waiting on a former owner that went silent (a paused
         // leader the registry replaced) fail now, instead of waiting for it
         // to wake up. Outside the locks: their completions take them.
-        for (partition, old) in former {
+        // Those it still answers stay watched by the request timeout.
+        for (q, old) in former {
             if old.drop_if_silent(OWNER_SILENCE) {
-                tracing::warn!(topic = %inner.topic.name(), partition, "the partition's former owner is silent; its pending batches failed");
+                tracing::warn!(topic = %inner.topic.name(), partition = q.partition, "the partition's former owner is silent; its pending batches failed");
+            } else if !old.is_dead() {
+                q.former.lock().push(old);
             }
         }
         let grew = info.partitions.len() > inner.parts.read().len();
@@ -51,6 +56,56 @@ pub(super) async fn refresh_loop(weak: Weak<Inner>) {
         if grew {
             tracing::info!(topic = %inner.topic.name(), partitions = info.partitions.len(), "producer picked up new partitions");
             inner.add_partitions(&info.partitions, &limits);
+        }
+    }
+}
+
+/// Every second, gives up the connections of each partition whose owner
+/// left its batches unanswered for the request timeout: they fail as on a
+/// lost connection (an idempotent producer resends them to the leader the
+/// registry names then), so no push or flush waits for ever on a server
+/// that stopped answering. Its own task: a registry that stopped answering
+/// holds the refresh loop.
+pub(super) async fn unanswered_loop(weak: Weak<Inner>) {
+    loop {
+        tokio::time::sleep(crate::topic::REFRESH).await;
+        let Some(inner) = weak.upgrade() else { return };
+        let Some(limit) = inner.request_timeout else {
+            return;
+        };
+        give_up_unanswered(&inner, limit);
+    }
+}
+
+fn give_up_unanswered(inner: &Inner, limit: Duration) {
+    for q in inner.parts.read().iter() {
+        q.former
+            .lock()
+            .retain(|c| !c.is_dead() && c.in_flight() > 0);
+        let waited = {
+            let st = q.state.lock();
+            if st.unanswered() == 0 {
+                continue;
+            }
+            st.answered_at.elapsed()
+        };
+        if waited <= limit {
+            continue;
+        }
+        let conns: Vec<_> = q
+            .conn
+            .lock()
+            .take()
+            .into_iter()
+            .chain(q.former.lock().drain(..))
+            .collect();
+        let (member, addr) = q.owner.lock().clone();
+        tracing::warn!(topic = %inner.topic.name(), partition = q.partition, member, %addr, waited = ?waited, "the partition's owner answered none of its batches within the request timeout; giving its connections up");
+        for conn in conns {
+            conn.abandon(format!(
+                "no answer to a batch for partition {} within the request timeout ({limit:?})",
+                q.partition
+            ));
         }
     }
 }

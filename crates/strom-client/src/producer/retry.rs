@@ -76,6 +76,7 @@ pub(super) fn resend_later(
     e: Error,
 ) -> Option<Error> {
     let mut st = q.state.lock();
+    st.answered_at = Instant::now();
     if st.gave_up || !(worth_resending(&e) || moved_away(&e)) {
         return Some(e);
     }
@@ -114,7 +115,7 @@ async fn resend_loop(weak: Weak<Inner>, q: Arc<PartQueue>) {
         };
         {
             let st = q.state.lock();
-            if st.in_flight > st.resend.len() {
+            if st.unanswered() > 0 {
                 continue;
             }
         }
@@ -131,6 +132,8 @@ async fn resend_loop(weak: Weak<Inner>, q: Arc<PartQueue>) {
         }
         let batches = std::mem::take(&mut st.resend);
         st.resending = false;
+        // They go out again now: the owner's time to answer starts.
+        st.answered_at = Instant::now();
         for (i, (_, mut b)) in batches.into_iter().enumerate() {
             // Every earlier batch has its answer now: the first resend
             // restarts the sequence, so the partition does not wait for

@@ -6,6 +6,7 @@
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use parking_lot::{Condvar, Mutex, RwLock};
@@ -46,7 +47,11 @@ pub(super) struct QueueState {
     pub(super) meta_bytes: u64,
     pub(super) slot: Arc<Slot<BatchAck>>,
     pub(super) sealed: VecDeque<Sealed>,
+    /// Batches sent and not answered, those waiting in `resend` included.
     pub(super) in_flight: usize,
+    /// When the partition's owner last answered a batch, or when a batch
+    /// went out while none was waiting for an answer.
+    pub(super) answered_at: Instant,
     pub(super) error: Option<Error>,
     /// Idempotence: the producer id the batches are stamped with.
     pub(super) stamp: Option<u64>,
@@ -69,6 +74,9 @@ pub(super) struct PartQueue {
     pub(super) owner: Mutex<(u32, String)>,
     /// The owner's connection once the sender task opened it.
     pub(super) conn: Mutex<Option<Arc<ClientConn>>>,
+    /// Connections to former owners that may still carry its batches (the
+    /// request timeout gives them up too).
+    pub(super) former: Mutex<Vec<Arc<ClientConn>>>,
     /// Batches handed to the sender task and not yet written: while any
     /// are, later batches queue behind them to keep their order.
     pub(super) queued: AtomicUsize,
@@ -95,6 +103,25 @@ pub(super) struct Inner {
     /// The topic's data-part compression: batches are then framed on the
     /// partition's sender task, never on the pushing thread.
     pub(super) compression: Compression,
+    /// [`ProducerOptions::request_timeout`], or `None` where the partitions
+    /// hold appends on purpose (`block` memory partitions).
+    pub(super) request_timeout: Option<Duration>,
+}
+
+impl QueueState {
+    /// Batches on their way or waiting for an answer (not those set aside
+    /// for a resend).
+    pub(super) fn unanswered(&self) -> usize {
+        self.in_flight - self.resend.len()
+    }
+
+    /// A batch goes out: if none was waiting for an answer, the owner's
+    /// time to answer starts now.
+    pub(super) fn sending(&mut self) {
+        if self.unanswered() == 0 {
+            self.answered_at = Instant::now();
+        }
+    }
 }
 
 impl Inner {
