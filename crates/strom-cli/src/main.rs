@@ -1,6 +1,7 @@
 //! The `strom` command. Results go to stdout (JSON lines or tables);
 //! diagnostics and logs go to stderr, so piped output stays clean.
 
+mod alloc;
 mod bench;
 mod cluster;
 mod consume;
@@ -29,9 +30,6 @@ mod verify;
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
-
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[derive(Parser)]
 #[command(
@@ -193,6 +191,7 @@ fn reset_library_signal_handlers() {
 }
 
 fn main() {
+    alloc::keep_freed_memory_warm();
     reset_library_signal_handlers();
     let cli = Cli::parse();
     if let Some(a) = cli.address {
