@@ -1,7 +1,6 @@
 //! The `strom` command. Results go to stdout (JSON lines or tables);
 //! diagnostics and logs go to stderr, so piped output stays clean.
 
-mod alloc;
 mod bench;
 mod cluster;
 mod consume;
@@ -30,6 +29,10 @@ mod verify;
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
+
+/// mimalloc, keeping freed memory warm (`strom_client::alloc`).
+#[global_allocator]
+static GLOBAL: strom_client::alloc::MiMalloc = strom_client::alloc::MiMalloc;
 
 #[derive(Parser)]
 #[command(
@@ -191,7 +194,7 @@ fn reset_library_signal_handlers() {
 }
 
 fn main() {
-    alloc::keep_freed_memory_warm();
+    strom_client::alloc::keep_freed_memory_warm();
     reset_library_signal_handlers();
     let cli = Cli::parse();
     if let Some(a) = cli.address {

@@ -14,6 +14,8 @@
 
 mod ack_when;
 mod acks;
+#[cfg(feature = "mimalloc")]
+pub mod alloc;
 mod backend;
 mod batching;
 mod compress;

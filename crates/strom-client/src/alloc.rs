@@ -1,23 +1,26 @@
-//! The process's allocator, mimalloc, and what it does with freed memory.
+//! mimalloc for the programs that make it their global allocator (the
+//! `strom` binary, the Python module), and what it does with freed memory.
 //!
 //! By default mimalloc gives memory that stayed free for a second back to
 //! the OS (`madvise(MADV_DONTNEED)`), and the next allocation there faults
-//! in fresh, zeroed pages. A server streaming events frees and allocates
-//! batches all the time, and with transparent huge pages each fault clears
-//! 2 MiB: `perf` of a 1 KiB Python pipeline found 8.8% of all samples in
-//! the server's `clear_page_erms`, and the pipeline took up to 300,000 page
-//! faults per GB moved (more than one per 4 KiB page).
+//! in fresh, zeroed pages. A server or client streaming events frees and
+//! allocates batches all the time, and with transparent huge pages each
+//! fault clears 2 MiB: `perf` of a 1 KiB Python pipeline found 8.8% of all
+//! samples in the server's `clear_page_erms`, and the pipeline took up to
+//! 300,000 page faults per GB moved (more than one per 4 KiB page).
 //! [`keep_freed_memory_warm`] keeps freed pages for ten seconds instead, so
-//! a steady stream reuses them warm (about 100 to 3,000 faults per GB);
-//! an idle process still gives them back. Resetting instead of
-//! decommitting (`MADV_FREE`, mimalloc's `purge_decommits = 0`) cut the
-//! faults as well but was slower through shared memory (docs/large-data.md,
-//! "Freed memory stays warm").
+//! a steady stream reuses them warm (57 to 2,860 faults per GB); an idle
+//! process still gives them back. Resetting instead of decommitting
+//! (`MADV_FREE`, mimalloc's `purge_decommits = 0`) cut the faults as well
+//! but was slower through shared memory (docs/large-data.md, "Freed memory
+//! stays warm").
+//!
+//! The global allocator itself is declared by the program:
+//! `#[global_allocator] static GLOBAL: strom_client::alloc::MiMalloc = strom_client::alloc::MiMalloc;`
 
 use std::ffi::{c_int, c_long};
 
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+pub use mimalloc::MiMalloc;
 
 /// `mi_option_purge_delay` in mimalloc 3.3's `mimalloc.h`: milliseconds
 /// a freed page stays committed before it goes back to the OS (1,000 by
@@ -32,8 +35,8 @@ extern "C" {
     fn mi_option_set(option: c_int, value: c_long);
 }
 
-/// Freed memory stays committed for [`KEEP_FREED_MS`] instead of a second,
-/// unless the environment sets `MIMALLOC_PURGE_DELAY` itself. Call first thing in `main`.
+/// Freed memory stays committed for ten seconds instead of one, unless the
+/// environment sets `MIMALLOC_PURGE_DELAY` itself. Call first thing.
 pub fn keep_freed_memory_warm() {
     if std::env::var_os("MIMALLOC_PURGE_DELAY").is_some() {
         return;
