@@ -190,15 +190,22 @@ fn signal(server: &ServerProcess, sig: i32) {
     unsafe { libc::kill(server.pid(), sig) };
 }
 
-/// A producer whose server stopped answering (SIGSTOP: its connections
-/// stay open) pushes under `opts` while it is stopped: the push must end
-/// within `bound` even though nothing answers, not when the server wakes.
+/// A producer (`idempotent` or not, with a 1 s request timeout) pushes to
+/// the topic while its server is stopped (SIGSTOP: its connections stay
+/// open), for `stopped_for` or until the push ends; the push's outcome and
+/// how long it took. The producer must work again once the server does.
 fn push_to_a_stopped_server(
     server: &ServerProcess,
-    opts: ProducerOptions,
+    idempotent: bool,
     stopped_for: Option<Duration>,
 ) -> (Result<strom_client::EventId, strom_client::Error>, Duration) {
     let d = server.connect();
+    d.create_topic(TopicSpec::new(TOPIC, 1)).unwrap();
+    let opts = ProducerOptions {
+        idempotent: Some(idempotent),
+        request_timeout: Duration::from_secs(1),
+        ..Default::default()
+    };
     let p = d.open_topic(TOPIC).unwrap().producer_with(opts).unwrap();
     p.push("{\"i\":0}", vec![0u8; 16]).unwrap().wait().unwrap();
     signal(server, libc::SIGSTOP);
@@ -227,16 +234,7 @@ fn push_to_a_stopped_server(
 fn a_push_to_a_server_that_stopped_answering_fails_after_the_request_timeout() {
     let tmp = tempfile::tempdir().unwrap();
     let server = ServerProcess::start(tmp.path());
-    server
-        .connect()
-        .create_topic(TopicSpec::new(TOPIC, 1))
-        .unwrap();
-    let opts = ProducerOptions {
-        idempotent: Some(false),
-        request_timeout: Duration::from_secs(1),
-        ..Default::default()
-    };
-    let (outcome, took) = push_to_a_stopped_server(&server, opts, None);
+    let (outcome, took) = push_to_a_stopped_server(&server, false, None);
     let e = outcome.expect_err("no server answered");
     assert_eq!(e.code(), ErrorCode::CONNECTION_CLOSED, "{e}");
     assert!(e.to_string().contains("request timeout"), "{e}");
@@ -254,16 +252,7 @@ fn a_push_to_a_server_that_stopped_answering_fails_after_the_request_timeout() {
 fn a_batch_the_request_timeout_cut_off_is_stored_once_when_resent() {
     let tmp = tempfile::tempdir().unwrap();
     let server = ServerProcess::start(tmp.path());
-    server
-        .connect()
-        .create_topic(TopicSpec::new(TOPIC, 1))
-        .unwrap();
-    let opts = ProducerOptions {
-        idempotent: Some(true),
-        request_timeout: Duration::from_secs(1),
-        ..Default::default()
-    };
-    let (outcome, _) = push_to_a_stopped_server(&server, opts, Some(Duration::from_secs(3)));
+    let (outcome, _) = push_to_a_stopped_server(&server, true, Some(Duration::from_secs(3)));
     assert_eq!(outcome.expect("resent once the server answers").offset, 1);
     let stored = read_all(&server.connect(), TOPIC, "check", Duration::from_secs(30)).events;
     let metas: Vec<Vec<u8>> = stored.values().map(|e| e.meta.clone()).collect();
