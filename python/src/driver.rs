@@ -680,8 +680,9 @@ impl PyTopic {
             }
             // Recycled buffers: a steady consumer fetches into warm memory
             // (a buffer goes back when Python drops the event's data); room
-            // for a pull_many of 256 small events, at most 64 MiB idle.
-            _ => Arc::new(PoolBroker::with_limits(256, 64 << 20)),
+            // for a prefetch window of small events (a pull of 512 gives
+            // 512 back at once), at most 64 MiB idle.
+            _ => Arc::new(PoolBroker::with_limits(4096, 64 << 20)),
         };
         let start = match start {
             Some(s) if !s.is_none() => start_pos(py, s)?,

@@ -12,7 +12,7 @@ use pyo3::exceptions::PyBufferError;
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyMemoryView};
-use strom_client::{AckFuture, DataBuffer, Error, Event, PooledBuffer};
+use strom_client::{AckFuture, ChunkPart, DataBuffer, Error, Event, PooledBuffer};
 
 use crate::aio;
 use crate::array::ArrayType;
@@ -30,11 +30,13 @@ pub struct PyDataBuffer {
     data: Store,
 }
 
-/// The memory behind a [`PyDataBuffer`]: its own, or a pool's (given back
-/// to the consumer's pool when Python drops the last view of it).
+/// The memory behind a [`PyDataBuffer`]: its own, a pool's (given back
+/// to the consumer's pool when Python drops the last view of it), or its
+/// part of a chunk that a fetch's small events share.
 enum Store {
     Owned(Vec<u8>),
     Pooled(PooledBuffer),
+    Part(bytes::BytesMut),
 }
 
 impl PyDataBuffer {
@@ -46,10 +48,25 @@ impl PyDataBuffer {
 }
 
 impl Store {
+    /// A received buffer of one of the client's own types, or the buffer
+    /// back (a Python data broker's).
+    fn of(b: Box<dyn DataBuffer>) -> Result<Store, Box<dyn std::any::Any>> {
+        let any = match b.into_any().downcast::<Vec<u8>>() {
+            Ok(v) => return Ok(Store::Owned(*v)),
+            Err(any) => any,
+        };
+        let any = match any.downcast::<ChunkPart>() {
+            Ok(c) => return Ok(Store::Part(c.into_bytes_mut())),
+            Err(any) => any,
+        };
+        any.downcast::<PooledBuffer>().map(|p| Store::Pooled(*p))
+    }
+
     fn bytes(&self) -> &[u8] {
         match self {
             Store::Owned(v) => v,
             Store::Pooled(p) => p.as_slice(),
+            Store::Part(b) => b,
         }
     }
 }
@@ -177,20 +194,8 @@ impl PyEvent {
         let mut objs: Vec<Bound<'_, PyAny>> = Vec::with_capacity(bufs.len());
         let mut ours = true;
         for b in bufs {
-            let any = b.into_any();
-            let any = match any.downcast::<Vec<u8>>() {
-                Ok(v) => {
-                    let data = Store::Owned(*v);
-                    objs.push(Bound::new(py, PyDataBuffer { data })?.into_any());
-                    continue;
-                }
-                Err(any) => any,
-            };
-            match any.downcast::<PooledBuffer>() {
-                Ok(p) => {
-                    let data = Store::Pooled(*p);
-                    objs.push(Bound::new(py, PyDataBuffer { data })?.into_any())
-                }
+            match Store::of(b) {
+                Ok(data) => objs.push(Bound::new(py, PyDataBuffer { data })?.into_any()),
                 Err(any) => match any.downcast::<PyDest>() {
                     Ok(mut d) => {
                         ours = false;

@@ -9,7 +9,8 @@ mod common;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::auth::{http_addr, token_for};
+use common::auth::token_for;
+use common::http::http_addr;
 use common::{live_members, wait_for, ServerProcess};
 use strom_client::{ConsumerOptions, Driver, Next, TopicSpec, Transports};
 use strom_proto::ErrorCode;

@@ -1,6 +1,7 @@
 //! The `strom` command end to end against a real server process: topic
 //! administration, produce from stdin, consume with resume after acks,
-//! describe, error reporting, and the demo.
+//! describe, error reporting, and the demo; `MIMALLOC_ALLOW_THP=0` turns
+//! transparent huge pages off for a server.
 
 mod common;
 
@@ -301,4 +302,43 @@ fn demo_runs_and_reports_throughput() {
     );
     // A clean shutdown closes every log before its files go away.
     assert!(!out.stderr.contains("WARN"), "{}", out.stderr);
+}
+
+/// `MIMALLOC_ALLOW_THP=0`, documented for servers that care more about tail
+/// latency than large-copy bandwidth (docs/configuration.md), turns
+/// transparent huge pages off for the server process.
+#[test]
+fn mimalloc_allow_thp_0_turns_huge_pages_off_for_a_server() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut child = std::process::Command::new(common::strom_bin())
+        .args(["server", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(tmp.path().join("data"))
+        .env("MIMALLOC_ALLOW_THP", "0")
+        .env_remove("STROM_GROUP_FILE")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // mimalloc turns them off as it starts: look until it has (or for 10 s).
+    let status_of = |pid: u32| std::fs::read_to_string(format!("/proc/{pid}/status"));
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let thp = loop {
+        let status = status_of(child.id()).unwrap_or_default();
+        let thp = status
+            .lines()
+            .find_map(|l| l.strip_prefix("THP_enabled:"))
+            .map(|v| v.trim().to_string());
+        if thp.as_deref() == Some("0") || std::time::Instant::now() > deadline {
+            break thp;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(
+        thp.as_deref(),
+        Some("0"),
+        "THP_enabled of a server started with MIMALLOC_ALLOW_THP=0"
+    );
 }

@@ -13,28 +13,10 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use common::http::http_addr;
 use common::{ok, ServerProcess};
 
 const CLI_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// The HTTP address the server printed on stderr.
-fn http_addr(server: &ServerProcess) -> String {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let err = server.stderr();
-        if let Some(a) = err
-            .lines()
-            .find_map(|l| l.strip_prefix("strom http listening on http://"))
-        {
-            return a.trim().to_string();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no HTTP address printed; stderr:\n{err}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
 
 /// True once the server closed `s` (EOF or reset) within `within`; data
 /// it sends first (a response) is read past.

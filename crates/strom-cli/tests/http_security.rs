@@ -13,8 +13,9 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-use common::auth::{cli, http_addr, succeeded, token_for};
+use common::auth::{cli, succeeded, token_for};
 use common::certs::{ca, issue};
+use common::http::http_addr;
 use common::ServerProcess;
 
 /// `GET path` with `headers`: the status code and the whole response.

@@ -6,7 +6,8 @@
 //! a `kill -9` and restart of its server: it resends what was cut off, no
 //! push fails, and every event is stored once, in push order. A push to a
 //! server that stopped answering ends after the request timeout, and an
-//! idempotent producer resends it.
+//! idempotent producer resends it; so does a registry request (the
+//! driver's request timeout).
 
 mod common;
 
@@ -260,4 +261,38 @@ fn a_batch_the_request_timeout_cut_off_is_stored_once_when_resent() {
         .map(|i| format!("{{\"i\":{i}}}").into_bytes())
         .collect();
     assert_eq!(metas, want, "each event once, in order");
+}
+
+/// `Driver::set_request_timeout`: a registry request to a master that
+/// stopped answering (SIGSTOP: its connections stay open) fails with
+/// `TIMEOUT` once the timeout has passed, instead of waiting for ever; the
+/// same driver works again once the server does.
+#[test]
+fn a_registry_request_to_a_server_that_stopped_answering_fails_after_the_request_timeout() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = ServerProcess::start(tmp.path());
+    let d = server.connect();
+    d.set_request_timeout(Duration::from_secs(1));
+    d.create_topic(TopicSpec::new(TOPIC, 1)).unwrap();
+    signal(&server, libc::SIGSTOP);
+    let started = std::time::Instant::now();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let asking = d.clone();
+    std::thread::spawn(move || {
+        let _ = tx.send(asking.describe(TOPIC));
+    });
+    let outcome = rx.recv_timeout(Duration::from_secs(30));
+    let took = started.elapsed();
+    signal(&server, libc::SIGCONT);
+    let outcome = outcome.expect("still waiting after 30 s: no request timeout");
+    let e = outcome.expect_err("no server answered");
+    assert_eq!(e.code(), ErrorCode::TIMEOUT, "{e}");
+    assert!(e.to_string().contains("request timeout"), "{e}");
+    assert!(
+        took >= Duration::from_secs(1),
+        "failed before the timeout: {took:?}"
+    );
+    assert!(took < Duration::from_secs(20), "{took:?}");
+    let info = d.describe(TOPIC).expect("the server answers again");
+    assert_eq!(info.partitions.len(), 1);
 }

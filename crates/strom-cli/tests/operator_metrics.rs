@@ -219,7 +219,7 @@ fn shared_groups_leases_transforms_and_kafka_show_in_metrics() {
     let base = tempfile::tempdir().expect("tempdir");
     let (server, broker) =
         common::kafka::start_with_args(base.path(), &["--http-listen", "127.0.0.1:0"]);
-    let http = http_addr_in(&server.stderr()).expect("the HTTP address");
+    let http = common::http::http_addr(&server);
     let d = server.connect();
 
     // A shared group: one event nacked to the dead-letter topic, one held.
@@ -401,7 +401,7 @@ fn a_tiered_partition_counts_its_uploads_and_tier_reads() {
             tier.display()
         ),
     );
-    let http = http_addr_in(&server.stderr()).expect("the HTTP address");
+    let http = common::http::http_addr(&server);
     ok(
         server.cli(
             &["topic", "create", "cold", "--partitions", "1"],

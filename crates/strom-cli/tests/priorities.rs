@@ -14,10 +14,12 @@ use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use common::{wait_for, ServerProcess};
-use strom_client::{Driver, Next, TopicSpec};
+use strom_client::{Driver, Next, Overflow, PartitionType, TopicSpec};
 
 const BULK_EVENT: usize = 256 << 10;
 const BULK_PRODUCERS: u32 = 3;
+/// Bytes each bulk partition keeps (memory, oldest dropped past it).
+const BULK_KEPT: u64 = 32 << 20;
 const URGENT_EVENT: usize = 4 << 10;
 const PHASE: Duration = Duration::from_secs(2);
 
@@ -102,8 +104,14 @@ fn a_high_priority_consumer_latency_with_and_without_priorities_under_a_bulk_loa
     let tmp = tempfile::tempdir().unwrap();
     let s = ServerProcess::start(tmp.path());
     let d = s.connect();
-    d.create_topic(TopicSpec::new("bulk", BULK_PRODUCERS))
-        .unwrap();
+    // The bulk load moves gigabytes in a few seconds: a memory topic that
+    // drops its oldest past 32 MiB a partition keeps it off the disk (a
+    // file topic filled a CI machine's disk mid-run).
+    let mut bulk_spec = TopicSpec::new("bulk", BULK_PRODUCERS);
+    bulk_spec.partition_type = PartitionType::Memory;
+    bulk_spec.overflow = Some(Overflow::DropOldest);
+    bulk_spec.retention_bytes = Some(BULK_KEPT);
+    d.create_topic(bulk_spec).unwrap();
     // One urgent topic per phase, so each phase's reader starts afresh.
     let mut open = Vec::new();
     for t in ["urgent.0", "urgent.1"] {

@@ -33,6 +33,30 @@ impl DataBuffer for Vec<u8> {
     }
 }
 
+/// Part of a chunk of memory that the small data parts of one fetch share
+/// (see [`DataBroker::carve_below`]): this event's bytes alone, writable;
+/// the chunk is freed once every part of it is dropped.
+pub struct ChunkPart(pub(crate) bytes::BytesMut);
+
+impl ChunkPart {
+    /// The bytes, as a `BytesMut` (still sharing the chunk).
+    pub fn into_bytes_mut(self) -> bytes::BytesMut {
+        self.0
+    }
+}
+
+impl DataBuffer for ChunkPart {
+    fn as_slice(&self) -> &[u8] {
+        &self.0
+    }
+    fn as_mut_slice(&mut self) -> &mut [u8] {
+        &mut self.0
+    }
+    fn into_any(self: Box<Self>) -> Box<dyn Any> {
+        self
+    }
+}
+
 /// What a consumer knows about an event's data before fetching any of it.
 #[derive(Clone, Debug)]
 pub struct DataDescriptor {
@@ -40,6 +64,29 @@ pub struct DataDescriptor {
     pub size: u64,
     /// The producer's optional descriptor blob (for example dtype and shape).
     pub descriptor: Bytes,
+}
+
+/// The topic policy as events hold it. A consumer makes one per batch of
+/// events (`Shared::batch`), so the events of a batch count references on
+/// a line of their own: with one count for the whole topic, the fetching
+/// thread (adding) and the pulling thread (dropping) took turns on it for
+/// every event.
+#[derive(Clone)]
+#[expect(
+    clippy::redundant_allocation,
+    reason = "the outer Arc is the point: one reference count per batch"
+)]
+pub(crate) struct PolicyHandle(Arc<Arc<TopicPolicy>>);
+
+impl PolicyHandle {
+    pub fn new(policy: Arc<TopicPolicy>) -> Self {
+        PolicyHandle(Arc::new(policy))
+    }
+
+    /// Another handle on the same policy (for another batch).
+    pub fn fresh(&self) -> Self {
+        Self::new(Arc::clone(&self.0))
+    }
 }
 
 /// An event's metadata as seen by selectors, brokers and the application.
@@ -50,7 +97,7 @@ pub struct EventMeta {
     /// Microseconds since the UNIX epoch, assigned by the server.
     pub timestamp_us: u64,
     raw: Bytes,
-    policy: Arc<TopicPolicy>,
+    policy: PolicyHandle,
 }
 
 impl EventMeta {
@@ -59,7 +106,7 @@ impl EventMeta {
         offset: u64,
         timestamp_us: u64,
         raw: Bytes,
-        policy: Arc<TopicPolicy>,
+        policy: PolicyHandle,
     ) -> Self {
         EventMeta {
             partition,
@@ -77,7 +124,7 @@ impl EventMeta {
 
     /// Decodes the metadata into a JSON value with the topic's serializer.
     pub fn json(&self) -> Result<serde_json::Value> {
-        Ok(self.policy.decode(&self.raw)?)
+        Ok(self.policy.0.decode(&self.raw)?)
     }
 }
 
@@ -123,6 +170,15 @@ pub trait DataBroker: Send + Sync + 'static {
         selection: &Selection,
         len: u64,
     ) -> std::result::Result<Vec<Box<dyn DataBuffer>>, String>;
+
+    /// Events whose selected bytes are fewer than this are not given
+    /// buffers of this broker: the small parts of one fetch land in shared
+    /// chunks of at most 64 KiB instead, each event holding its own
+    /// [`ChunkPart`] (one allocation for many events; a part that is kept
+    /// keeps its chunk). 0, the default: every event asks [`buffers`](Self::buffers).
+    fn carve_below(&self) -> u64 {
+        0
+    }
 }
 
 /// The default broker: one exactly-sized `Vec<u8>` per event.

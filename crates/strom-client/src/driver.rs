@@ -4,7 +4,9 @@
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Duration;
 
 use parking_lot::Mutex;
 use strom_net::Transports;
@@ -58,7 +60,14 @@ pub(crate) struct DriverInner {
     pub backend: Arc<dyn Backend>,
     /// The token every connection presents (`credentials.rs`).
     pub token: Option<String>,
+    /// [`Driver::set_request_timeout`], in milliseconds.
+    pub request_timeout_ms: std::sync::atomic::AtomicU64,
 }
+
+/// How long a registry request waits for its answer unless
+/// [`Driver::set_request_timeout`] says otherwise (Kafka's
+/// `request.timeout.ms` default).
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Runs `f` on `handle`'s runtime and waits for it on this thread, which
 /// must not be one of that runtime's (that would deadlock). A panic in `f`
@@ -159,8 +168,26 @@ impl Driver {
                 embedded: Mutex::new(None),
                 backend,
                 token,
+                request_timeout_ms: std::sync::atomic::AtomicU64::new(
+                    REQUEST_TIMEOUT.as_millis() as u64
+                ),
             }),
         }
+    }
+
+    /// Longest a registry request (topic administration, opening and
+    /// closing producers and consumers, group heartbeats) waits for the
+    /// registry master's answer, opening the connection included; then it
+    /// fails with `TIMEOUT` instead of waiting for ever on a server that
+    /// stopped answering. The default is [`REQUEST_TIMEOUT`]; producers
+    /// have their own ([`ProducerOptions::request_timeout`](crate::ProducerOptions::request_timeout)).
+    pub fn set_request_timeout(&self, limit: Duration) {
+        let ms = u64::try_from(limit.as_millis()).unwrap_or(u64::MAX).max(1);
+        self.inner.request_timeout_ms.store(ms, Ordering::Relaxed);
+    }
+
+    pub(crate) fn request_timeout(&self) -> Duration {
+        Duration::from_millis(self.inner.request_timeout_ms.load(Ordering::Relaxed))
     }
 
     /// Address of the server holding the registry (with a metadata

@@ -5,7 +5,9 @@
 //! `NOT_MASTER`, makes the driver ask the members it knows (their `Hello`
 //! names the leader each of them knows, or none during an election) and
 //! retry at the leader they name, until [`FOLLOW_FOR`] has passed. The
-//! user sees a pause, not an error.
+//! user sees a pause, not an error. A request that gets no answer at all
+//! (a master paused, or one whose host is gone without a reset) fails with
+//! `TIMEOUT` after the driver's request timeout.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -91,6 +93,8 @@ impl Driver {
         Fut: Future<Output = Result<T>>,
     {
         let started = Instant::now();
+        let limit = self.request_timeout();
+        let deadline = tokio::time::Instant::from_std(started + limit);
         let mut signs = false;
         let mut lost = false;
         loop {
@@ -103,6 +107,10 @@ impl Driver {
             };
             let outcome = tokio::select! {
                 r = attempt => r,
+                _ = tokio::time::sleep_until(deadline) => {
+                    // The request may still be applied if the server wakes.
+                    Err((Error::coded(ErrorCode::TIMEOUT, format!("the registry master {master} did not answer within the request timeout ({limit:?})")), true))
+                }
                 to = self.moved_from(&master) => {
                     // The request may still be applied where it waits.
                     tracing::info!(from = %master, to = %to, "the registry master moved while a request waited for it; following it");

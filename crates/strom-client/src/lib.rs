@@ -28,6 +28,7 @@ mod data;
 mod driver;
 mod error;
 mod event;
+mod fetch;
 mod group;
 #[cfg(feature = "kafka")]
 mod kafka;
@@ -55,8 +56,10 @@ pub use consumer::{
     default_spin, Consumer, ConsumerOptions, Next, PullFuture, DEFAULT_SPIN, LATENCY_SPIN,
     SPARE_CORES, SPIN_ENV,
 };
-pub use data::{DataBroker, DataBuffer, DataDescriptor, DataSelector, EventMeta, VecBroker};
-pub use driver::{Driver, ScrubReport, KAFKA_SCHEME};
+pub use data::{
+    ChunkPart, DataBroker, DataBuffer, DataDescriptor, DataSelector, EventMeta, VecBroker,
+};
+pub use driver::{Driver, ScrubReport, KAFKA_SCHEME, REQUEST_TIMEOUT};
 pub use error::{Error, FrameError, Result};
 pub use event::{AckFuture, Event};
 pub use group::{ConsumerGroupMode, GroupOptions, RebalanceListener};

@@ -139,7 +139,17 @@ impl DataBroker for PoolBroker {
             limits: self.limits,
         })])
     }
+
+    /// Parts under 16 KiB share chunks: a pooled buffer each cost a lock
+    /// and a reference count that the consumer's thread and the pulling
+    /// thread took turns on, per event.
+    fn carve_below(&self) -> u64 {
+        CARVE_BELOW
+    }
 }
+
+/// Selected parts smaller than this go to shared chunks, not to the pool.
+pub const CARVE_BELOW: u64 = 16 << 10;
 
 #[cfg(test)]
 mod tests {
@@ -147,7 +157,13 @@ mod tests {
 
     fn meta() -> EventMeta {
         let policy = strom_policy::TopicPolicy::new("none", None, "round-robin", "json").unwrap();
-        EventMeta::new(0, 0, 0, bytes::Bytes::from_static(b"{}"), Arc::new(policy))
+        EventMeta::new(
+            0,
+            0,
+            0,
+            bytes::Bytes::from_static(b"{}"),
+            crate::data::PolicyHandle::new(Arc::new(policy)),
+        )
     }
 
     #[test]

@@ -11,18 +11,16 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use strom_proto::message::DataItem;
 use strom_proto::{BatchView, ErrorCode, EventEntry, Push, Request, Response, Run, StartPos};
 use tokio::sync::mpsc;
 
-use crate::conn::ResponseWaiter;
 use crate::consumer::state::{Item, PartSub, Shared};
-use crate::data::{plan_fill, DataBuffer, DataDescriptor, EventMeta};
-use crate::error::unexpected;
-use crate::error::{Error, Result};
-use crate::event::Event;
+use crate::data::{DataBuffer, EventMeta, PolicyHandle};
+use crate::error::{unexpected, Error, Result};
+use crate::event::{Event, EventAcks};
+use crate::fetch::{start_fetch, InFlight};
 use crate::owner::{follow_move, is_unreachable, moved_away, refresh_owner, Follow};
-use crate::unpack::{Fetched, Unpacker};
+use crate::unpack::Fetched;
 
 static NEXT_STREAM: AtomicU64 = AtomicU64::new(1);
 const RETRY: Duration = Duration::from_secs(1);
@@ -148,6 +146,7 @@ impl StreamCtx {
         if view.data_len() != 0 || *base_offset > pos {
             return false;
         }
+        let batch = self.shared.batch(&self.sub);
         let events: VecDeque<Event> = view
             .iter()
             .enumerate()
@@ -158,13 +157,13 @@ impl StreamCtx {
                     base_offset + i as u64,
                     *timestamp_us,
                     e.metadata,
-                    self.shared.policy.clone(),
+                    batch.policy.clone(),
                 ),
                 data_size: 0,
                 fetched: 0,
                 buffers: Vec::new(),
                 descriptor: e.descriptor,
-                acks: self.sub.acks.for_events(),
+                acks: batch.acks.clone(),
                 deliveries: 1,
                 batch_end: base_offset + *count as u64,
             })
@@ -189,9 +188,10 @@ impl StreamCtx {
         if items.iter().any(|i| i.entry.data_len != 0) {
             return false;
         }
+        let batch = self.shared.batch(&self.sub);
         let events: VecDeque<Event> = items
             .into_iter()
-            .map(|i| self.shared.event(&self.sub, i, 0, Vec::new()))
+            .map(|i| batch.event(i, None, 0, Vec::new()))
             .collect();
         if !events.is_empty() {
             self.shared
@@ -251,29 +251,62 @@ fn delivered(runs: &[Run], meta: &bytes::Bytes) -> Result<Vec<Incoming>> {
     Ok(out)
 }
 
+/// What the events of one batch share: handles made for them on the topic
+/// policy and on the partition's acks target (see [`PolicyHandle`]).
+pub(crate) struct Batch {
+    partition: u32,
+    policy: PolicyHandle,
+    acks: Arc<dyn EventAcks>,
+}
+
 impl Shared {
-    /// An event of partition `sub` whose selected data (`fetched` bytes)
-    /// is in `buffers`.
-    fn event(
+    /// The handles a batch of events of partition `sub` shares.
+    pub(crate) fn batch(&self, sub: &PartSub) -> Batch {
+        Batch {
+            partition: sub.partition,
+            policy: self.policy.fresh(),
+            acks: sub.acks.for_batch(),
+        }
+    }
+}
+
+impl Batch {
+    /// The metadata of event `i`, as selectors and brokers see it.
+    pub(crate) fn meta(&self, i: &Incoming) -> EventMeta {
+        EventMeta::new(
+            self.partition,
+            i.offset,
+            i.timestamp_us,
+            i.entry.metadata.clone(),
+            self.policy.clone(),
+        )
+    }
+
+    /// Event `i` (with its `meta`, if made already), whose selected data
+    /// (`fetched` bytes) is in `buffers`.
+    pub(crate) fn event(
         &self,
-        sub: &PartSub,
         i: Incoming,
+        meta: Option<EventMeta>,
         fetched: u64,
         buffers: Vec<Box<dyn DataBuffer>>,
     ) -> Event {
-        Event {
-            meta: EventMeta::new(
-                sub.partition,
+        let meta = meta.unwrap_or_else(|| {
+            EventMeta::new(
+                self.partition,
                 i.offset,
                 i.timestamp_us,
                 i.entry.metadata,
                 self.policy.clone(),
-            ),
+            )
+        });
+        Event {
+            meta,
             data_size: i.entry.data_len,
             fetched,
             buffers,
             descriptor: i.entry.descriptor,
-            acks: sub.acks.for_events(),
+            acks: self.acks.clone(),
             deliveries: i.deliveries,
             batch_end: i.batch_end,
         }
@@ -486,7 +519,10 @@ async fn stream_loop(ctx: &StreamCtx, rx: &mut mpsc::UnboundedReceiver<Push>) ->
 /// its partition was revoked): what was not queued gives its data back.
 fn deliver_fetched(shared: &Shared, epoch: u64, slot: usize, fetched: Fetched) -> bool {
     let mut items = Vec::new();
-    let mut run = VecDeque::new();
+    // Sized once: grown event by event, a fetch of hundreds of events cost
+    // a chain of reallocations (copies, and fresh pages, as the consumer's
+    // thread frees the queue).
+    let mut run = VecDeque::with_capacity(fetched.len());
     for r in fetched {
         match r {
             Ok(ev) => run.push_back(ev),
@@ -602,154 +638,4 @@ async fn fetch_events(
     items: Vec<Incoming>,
 ) -> Result<Fetched> {
     start_fetch(shared, sub, items).await?.finish().await
-}
-
-/// A data request on the wire and the events its answer fills. Until
-/// [`finish`](InFlight::finish) hands the events out, dropping it gives
-/// back the bytes it reserved of the consumer's data budget.
-struct InFlight {
-    shared: Arc<Shared>,
-    events: VecDeque<Event>,
-    /// Buffers of each event, in order.
-    owned: Vec<usize>,
-    /// Budget reserved for the answer.
-    want: u64,
-    waiter: Option<ResponseWaiter>,
-    /// Compressed topics: the buffers hold the stored frames, which this
-    /// decodes into the broker's buffers.
-    unpacker: Option<Arc<Unpacker>>,
-    /// Counted in the consumer's `fetching` (its request is on the wire).
-    counted: bool,
-}
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        self.shared.budget.release(self.want);
-        if self.counted {
-            self.shared.fetching.fetch_sub(1, Ordering::AcqRel);
-        }
-    }
-}
-
-impl InFlight {
-    /// Waits for the answer and hands out the events, with their data.
-    async fn finish(mut self) -> Result<Fetched> {
-        let mut events = std::mem::take(&mut self.events);
-        let Some(waiter) = self.waiter.take() else {
-            return Ok(events.into_iter().map(Ok).collect());
-        };
-        let filled = match waiter.wait().await? {
-            (Response::Data { .. }, filled) => filled,
-            (other, _) => return Err(unexpected(other)),
-        };
-        // The held bytes are the events' now (released as they are pulled).
-        self.want = 0;
-        let mut filled = filled.into_iter();
-        for (ev, n) in events.iter_mut().zip(&self.owned) {
-            ev.buffers = filled.by_ref().take(*n).collect();
-        }
-        match self.unpacker.clone() {
-            Some(u) => crate::unpack::unpack_all(&self.shared.budget, u, events).await,
-            None => Ok(events.into_iter().map(Ok).collect()),
-        }
-    }
-}
-
-/// Selection and buffers per event, then one data request for them all
-/// (one item per stored batch), straight into the broker's buffers. The
-/// request is sent before this returns.
-async fn start_fetch(
-    shared: &Arc<Shared>,
-    sub: &Arc<PartSub>,
-    items: Vec<Incoming>,
-) -> Result<InFlight> {
-    let mut events = VecDeque::with_capacity(items.len());
-    let mut wanted: Vec<DataItem> = Vec::new();
-    let mut buffers: Vec<Box<dyn DataBuffer>> = Vec::new();
-    let mut plan = Vec::new();
-    let mut owned = Vec::with_capacity(items.len());
-    for i in items {
-        let em = EventMeta::new(
-            sub.partition,
-            i.offset,
-            i.timestamp_us,
-            i.entry.metadata.clone(),
-            shared.policy.clone(),
-        );
-        let mut fetched = 0;
-        let first = buffers.len();
-        let e = &i.entry;
-        if e.data_len > 0 && shared.unpacker.is_some() {
-            // Compressed: the whole stored frame, selected after decoding.
-            fetched = crate::unpack::stored_frame(e.data_len, &mut buffers, &mut plan);
-            if fetched > 0 {
-                let ranges = std::iter::once((e.data_pos, e.data_len));
-                match wanted.last_mut() {
-                    Some((base, r)) if *base == i.batch_base => r.extend(ranges),
-                    _ => wanted.push((i.batch_base, ranges.collect())),
-                }
-            }
-        } else if e.data_len > 0 {
-            let desc = DataDescriptor {
-                size: e.data_len,
-                descriptor: e.descriptor.clone(),
-            };
-            let sel = shared
-                .opts
-                .selector
-                .try_select(&em, &desc)
-                .map_err(Error::Selector)?;
-            let rs = sel.resolve(e.data_len).map_err(Error::Selector)?;
-            fetched = rs.iter().map(|r| r.1).sum();
-            if fetched > 0 {
-                let bufs = shared
-                    .opts
-                    .broker
-                    .buffers(&em, &sel, fetched)
-                    .map_err(Error::Broker)?;
-                plan_fill(&bufs, first, fetched, &mut plan)?;
-                buffers.extend(bufs);
-                let ranges = rs.iter().map(|&(o, l)| (e.data_pos + o, l));
-                match wanted.last_mut() {
-                    Some((base, r)) if *base == i.batch_base => r.extend(ranges),
-                    _ => wanted.push((i.batch_base, ranges.collect())),
-                }
-            }
-        }
-        owned.push(buffers.len() - first);
-        events.push_back(shared.event(sub, i, fetched, Vec::new()));
-    }
-    let mut flight = InFlight {
-        shared: shared.clone(),
-        events,
-        owned,
-        want: 0,
-        waiter: None,
-        unpacker: shared.unpacker.clone(),
-        counted: false,
-    };
-    if wanted.is_empty() {
-        return Ok(flight);
-    }
-    let want: u64 = wanted.iter().flat_map(|(_, r)| r.iter()).map(|r| r.1).sum();
-    shared
-        .budget
-        .reserve(want, shared.opts.prefetch_bytes)
-        .await;
-    flight.want = want;
-    let req = Request::FetchData {
-        topic: shared.topic.name().to_string(),
-        partition: sub.partition,
-        items: wanted,
-    };
-    let conn = sub.conn.lock().clone().ok_or_else(|| {
-        Error::coded(
-            ErrorCode::CONNECTION_CLOSED,
-            "the subscription has no connection",
-        )
-    })?;
-    flight.waiter = Some(conn.send(&req, Vec::new(), buffers, plan).await?);
-    shared.fetching.fetch_add(1, Ordering::AcqRel);
-    flight.counted = true;
-    Ok(flight)
 }

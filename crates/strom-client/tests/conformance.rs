@@ -14,8 +14,8 @@ use common::{
 };
 use serde_json::json;
 use strom_client::{
-    Batching, ConsumerOptions, DataBuffer, DataDescriptor, ErrorCode, EventMeta, PartitionType,
-    ProducerOptions, Selection,
+    Batching, ChunkPart, ConsumerOptions, DataBuffer, DataDescriptor, ErrorCode, EventMeta,
+    PartitionType, PoolBroker, PooledBuffer, ProducerOptions, Selection,
 };
 
 conformance!(
@@ -24,6 +24,7 @@ conformance!(
     each_producer_keeps_its_order_and_offsets_are_dense,
     every_data_selector_fetches_exactly_the_selected_bytes,
     custom_broker_receives_the_bytes_across_its_buffers_in_order,
+    the_pool_broker_shares_chunks_among_small_parts_only,
     json_schema_validator_rejects_bad_metadata_and_names_the_rule,
     json_validator_rejects_text_that_is_not_json,
     acks_persist_across_a_consumer_restart_per_name,
@@ -300,6 +301,91 @@ fn custom_broker_receives_the_bytes_across_its_buffers_in_order(pt: PartitionTyp
         .map(|o| (o, Selection::All, DATA_LEN as u64))
         .collect();
     assert_eq!(calls, want, "broker calls (offset, selection, len)");
+}
+
+/// Sizes of the events of [`the_pool_broker_shares_chunks_among_small_parts_only`]:
+/// small ones (more than one chunk's worth), none, and large ones between.
+fn mixed_size(i: u64) -> usize {
+    match i {
+        0 => 1000,
+        1 => 0,
+        2 => 20_000,
+        3 => 3000,
+        4 => (16 << 10) - 1,
+        5 => 16 << 10,
+        _ => 1024 + i as usize,
+    }
+}
+
+fn the_pool_broker_shares_chunks_among_small_parts_only(pt: PartitionType) {
+    let s = Server::start();
+    let t = s.driver.create_topic(spec("mixed", 1, pt)).expect("topic");
+    let n = 80;
+    let orig: Vec<Vec<u8>> = (0..n).map(|i| random_bytes(i + 7, mixed_size(i))).collect();
+    let p = t.producer().expect("producer");
+    push_n(&p, n, |i| orig[i as usize].clone());
+    p.close().expect("close");
+    // Event 3 selects two ranges, out of order; every other one all of it.
+    let selector = |m: &EventMeta, _: &DataDescriptor| match m.offset {
+        3 => Selection::Ranges(vec![(2000, 100), (0, 50)]),
+        _ => Selection::All,
+    };
+    let opts = ConsumerOptions {
+        selector: Arc::new(selector),
+        broker: Arc::new(PoolBroker::default()),
+        ..Default::default()
+    };
+    let mut events = drain(&t.consumer_with("pool", opts).expect("consumer"));
+    assert_eq!(events.len(), n as usize);
+    let mut parts = Vec::new();
+    for e in &mut events {
+        let i = field(e, "i") as usize;
+        let o = &orig[i];
+        let want = match i {
+            3 => [&o[2000..2100], &o[..50]].concat(),
+            _ => o.clone(),
+        };
+        assert_eq!(e.data_vec(), want, "event {i}");
+        let bufs = e.take_buffers();
+        if want.is_empty() {
+            assert!(bufs.is_empty(), "event {i}: nothing fetched, no buffer");
+            continue;
+        }
+        let [b] = <[_; 1]>::try_from(bufs).unwrap_or_else(|_| panic!("event {i}: one buffer"));
+        let any = b.into_any();
+        if want.len() < 16 << 10 {
+            let part = any
+                .downcast::<ChunkPart>()
+                .unwrap_or_else(|_| panic!("event {i}: {} bytes, a chunk part", want.len()));
+            let at = part.as_slice().as_ptr() as usize;
+            assert_eq!(at % 16, 0, "event {i}: its part is aligned");
+            parts.push((i, part));
+        } else {
+            assert!(
+                any.downcast::<PooledBuffer>().is_ok(),
+                "event {i}: {} bytes, a pooled buffer",
+                want.len()
+            );
+        }
+    }
+    // Each part is its own: writing one leaves its neighbours as they were,
+    // and parts outlive the events (and each other) they came with.
+    let (first, mut part) = parts.remove(0);
+    assert_eq!(first, 0);
+    part.as_mut_slice().fill(0xAA);
+    drop(events);
+    for (i, p) in &parts {
+        let want = match i {
+            3 => [&orig[3][2000..2100], &orig[3][..50]].concat(),
+            _ => orig[*i].clone(),
+        };
+        assert_eq!(
+            p.as_slice(),
+            &want[..],
+            "event {i} after its neighbour was written"
+        );
+    }
+    assert!(part.as_slice().iter().all(|&b| b == 0xAA));
 }
 
 // -------------------------------------------------------------- validators

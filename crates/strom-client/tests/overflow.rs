@@ -38,6 +38,20 @@ fn memory_spec(name: &str) -> TopicSpec {
     }
 }
 
+/// A producer that sends each event as its own batch. The automatic
+/// batching sends whatever is ready when a slot frees, so how many events
+/// share a batch depends on how soon its task runs: six 256 KiB events
+/// pushed before it ran went as one 1.5 MiB batch, which an empty `block`
+/// partition takes whole (it must take any one batch), and nothing was
+/// held. These tests count the bound in events, so they fix the batches.
+fn one_per_batch(t: &strom_client::Topic) -> strom_client::Producer {
+    t.producer_with(ProducerOptions {
+        batch: Batching::count(1),
+        ..Default::default()
+    })
+    .unwrap()
+}
+
 /// Pushes `n` events of `size` bytes (data `random_bytes(i)`) without
 /// waiting for their acknowledgements.
 fn push_unacked(p: &strom_client::Producer, n: u64, size: usize) -> Vec<PushFuture> {
@@ -54,7 +68,7 @@ fn a_full_block_partition_holds_appends_until_a_consumer_acks() {
     let (_dir, d) = server(1 << 20);
     let t = d.create_topic(memory_spec("held")).unwrap();
     assert_eq!(t.info().spec.effective_overflow(), Some(Overflow::Block));
-    let p = t.producer().unwrap();
+    let p = one_per_batch(&t);
     // 6 x 256 KiB = 1.5 MiB into a 1 MiB bound, and no consumer yet.
     let futs = push_unacked(&p, 6, 256 << 10);
     let last = futs.last().unwrap();
@@ -84,7 +98,7 @@ fn a_block_partition_frees_room_only_once_every_known_consumer_acked() {
     let t = d.create_topic(memory_spec("two-readers")).unwrap();
     let fast = t.consumer("fast").unwrap();
     let slow = t.consumer("slow").unwrap();
-    let p = t.producer().unwrap();
+    let p = one_per_batch(&t);
     let futs = push_unacked(&p, 6, 256 << 10);
     // Three events fit the bound; "fast" reads and acks them.
     for i in 0..3u64 {
@@ -183,7 +197,7 @@ fn held_producer(
     name: &str,
 ) -> (strom_client::Topic, strom_client::Producer, Vec<PushFuture>) {
     let t = d.create_topic(memory_spec(name)).unwrap();
-    let p = t.producer().unwrap();
+    let p = one_per_batch(&t);
     let futs = push_unacked(&p, 6, 256 << 10);
     assert!(futs[5]
         .wait_timeout(Some(Duration::from_millis(300)))
@@ -295,5 +309,39 @@ fn an_event_above_the_server_limits_is_refused_at_push_naming_the_limit() {
             msg.contains(&(limit / 1024).to_string()) || msg.contains(&limit.to_string()),
             "names the limit: {msg}"
         );
+    }
+}
+
+#[test]
+fn a_producer_dropped_by_a_panicking_thread_does_not_wait_for_held_appends() {
+    let (_dir, d) = server(1 << 20);
+    let t = d.create_topic(memory_spec("panics")).unwrap();
+    let pusher = {
+        let t = t.clone();
+        std::thread::spawn(move || {
+            let p = one_per_batch(&t);
+            let futs = push_unacked(&p, 6, 256 << 10);
+            assert!(futs[5]
+                .wait_timeout(Some(Duration::from_millis(300)))
+                .is_err());
+            // Unwinding drops `p` with appends held: nobody will ack them.
+            panic!("the pushing thread fails");
+        })
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !pusher.is_finished() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(
+        pusher.is_finished(),
+        "the panicking thread hangs in the producer's drop, waiting for appends nobody will free"
+    );
+    assert!(pusher.join().is_err(), "the thread panicked");
+    // What the server stored before is still delivered.
+    let c = t.consumer("after").unwrap();
+    for i in 0..3u64 {
+        let ev = common::next_event(&c);
+        assert_eq!(ev.offset, i);
+        ev.ack().wait().unwrap();
     }
 }

@@ -19,6 +19,7 @@
 use std::future::Future;
 use std::os::fd::RawFd;
 use std::pin::{pin, Pin};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::Instant;
@@ -27,6 +28,7 @@ use tokio::io::{AsyncRead, ReadBuf};
 
 use crate::bell::Bell;
 use crate::mux::{read_one, Complete, LentBuffer, MuxConn};
+use crate::socket::DirectRead;
 use crate::{BoxRead, FrameReader, NetError};
 
 /// What [`MuxConn::read_here`] did.
@@ -205,8 +207,10 @@ impl<B: LentBuffer, C: Complete<B>> MuxConn<B, C> {
                 }
             }
         };
-        let fd = sock.fd();
-        let outcome = self.read_with(reader, fd, bell, deadline);
+        // The runtime stops watching while this thread reads: the kernel
+        // would wake a worker for every frame, for nothing.
+        sock.unwatch();
+        let outcome = self.read_with(reader, &*sock, bell, deadline);
         match outcome {
             Ok(o) => o,
             Err(e) => {
@@ -218,15 +222,17 @@ impl<B: LentBuffer, C: Complete<B>> MuxConn<B, C> {
         }
     }
 
-    /// With the frame reader taken: waits, routes what came, gives the
-    /// reader back.
+    /// With the frame reader taken (and the socket unwatched): waits,
+    /// routes what came, watches the socket again and gives the reader
+    /// back.
     fn read_with(
         &self,
         mut reader: FrameReader<BoxRead>,
-        fd: RawFd,
+        sock: &dyn DirectRead,
         bell: &Bell,
         deadline: Option<Instant>,
     ) -> Result<ReadHere, Arc<NetError>> {
+        let fd = sock.fd();
         // Bytes buffered already (never at a boundary the task left):
         // route them before waiting. A failed wait sends the caller to
         // wait another way (it must not spin here).
@@ -246,20 +252,25 @@ impl<B: LentBuffer, C: Complete<B>> MuxConn<B, C> {
         };
         let mut route = outcome == ReadHere::Read;
         loop {
-            if route {
+            let routed = if route {
                 let task_source = reader.replace_inner(Box::new(Blocking(fd)));
                 let routed = self.route_arrived(&mut reader, fd);
                 reader.replace_inner(task_source);
-                if let Err(e) = routed {
-                    self.give_back(reader);
-                    return Err(e);
-                }
-            }
+                routed
+            } else {
+                Ok(())
+            };
+            // Watched again before the reader is back: bytes that come
+            // after this wake the task (a fresh watch reports them).
+            let watched = sock
+                .watch()
+                .map_err(|e| Arc::new(NetError::io("watching the connection", e)));
             self.give_back(reader);
-            // Bytes that came after the last look are this thread's to
-            // route: the reader task may have let go of their readiness
-            // while this thread held the reader.
-            if !readable_now(fd) {
+            routed.and(watched)?;
+            // The task may have been woken meanwhile and, finding the
+            // reader taken, let go of that readiness: the bytes it saw are
+            // this thread's to route.
+            if !self.task_missed.swap(false, Ordering::AcqRel) {
                 return Ok(outcome);
             }
             match self.take_reader() {
@@ -267,11 +278,18 @@ impl<B: LentBuffer, C: Complete<B>> MuxConn<B, C> {
                 // The task took it, for newer readiness: it reads them.
                 None => return Ok(outcome),
             }
-            route = true;
+            sock.unwatch();
+            // Looked at only now that this thread holds the reader: the
+            // task may have taken it in between and routed those bytes
+            // itself, and routing waits for a frame to begin (it would
+            // wait for the next bytes, however long they take).
+            route = readable_now(fd);
         }
     }
 
     /// Routes frames while bytes are there, ending at a frame boundary.
+    /// Only with the reader held since bytes were seen in the socket: the
+    /// first frame is waited for.
     fn route_arrived(
         &self,
         reader: &mut FrameReader<BoxRead>,

@@ -174,6 +174,10 @@ pub struct MuxConn<B: LentBuffer = Vec<u8>, C: Complete<B> = Callback<B>> {
     pub(crate) idle_reader: Mutex<Option<FrameReader<BoxRead>>>,
     /// Threads waiting for the frame reader, rung when it is free.
     pub(crate) want_reader: Mutex<Vec<Arc<Bell>>>,
+    /// Set when the reader task, woken by bytes, found the reader taken
+    /// (and so let go of that readiness); the thread that gives the reader
+    /// back next routes what is there (`here.rs`).
+    pub(crate) task_missed: AtomicBool,
     /// When the connection started, and how long after that the last
     /// frame came in (milliseconds).
     born: std::time::Instant,
@@ -215,6 +219,7 @@ impl<B: LentBuffer, C: Complete<B>> MuxConn<B, C> {
                 direct_read,
                 idle_reader: Mutex::new(None),
                 want_reader: Mutex::new(Vec::new()),
+                task_missed: AtomicBool::new(false),
                 born: std::time::Instant::now(),
                 last_heard_ms: AtomicU64::new(0),
             }
@@ -469,7 +474,7 @@ async fn share_and_read<B: LentBuffer, C: Complete<B>>(
         }
         let mut taken = None;
         let _ = sock.try_io_read(&mut || {
-            taken = mux.take_reader();
+            taken = mux.take_reader_for_task();
             match taken {
                 Some(_) => Ok(()),
                 None => Err(std::io::ErrorKind::WouldBlock.into()),
@@ -514,6 +519,18 @@ async fn read_available<B: LentBuffer, C: Complete<B>>(
 impl<B: LentBuffer, C: Complete<B>> MuxConn<B, C> {
     pub(crate) fn take_reader(&self) -> Option<FrameReader<BoxRead>> {
         self.idle_reader.lock().take()
+    }
+
+    /// The frame reader for the reader task, woken by bytes; when a thread
+    /// holds it, notes so (under the same lock, so the thread's next
+    /// `give_back` is ordered after it and sees the note).
+    fn take_reader_for_task(&self) -> Option<FrameReader<BoxRead>> {
+        let mut idle = self.idle_reader.lock();
+        let taken = idle.take();
+        if taken.is_none() {
+            self.task_missed.store(true, Ordering::Release);
+        }
+        taken
     }
 
     /// Puts the frame reader back and tells whoever waits for it.
@@ -619,9 +636,71 @@ async fn receive_bulk<B: LentBuffer, C>(
             buffers: p.buffers.len(),
         }));
     }
-    for &(idx, start, len) in &p.plan {
-        let dst = &mut p.buffers[idx].bulk_dst()[start..start + len];
-        reader.read_bulk_into(dst).await?;
+    let mut rest = &p.plan[..];
+    while let Some(&(idx, start, len)) = rest.first() {
+        let run = small_run(rest);
+        if run < 2 {
+            let dst = &mut p.buffers[idx].bulk_dst()[start..start + len];
+            reader.read_bulk_into(dst).await?;
+            rest = &rest[1..];
+            continue;
+        }
+        let (pieces, after) = rest.split_at(run);
+        let total = pieces.iter().map(|p| p.2).sum();
+        let mut fill = Scatter {
+            pieces,
+            at: 0,
+            buffers: &mut p.buffers,
+        };
+        reader
+            .read_bulk_with(total, |bytes| fill.put(bytes))
+            .await?;
+        rest = after;
     }
     Ok(Ok(()))
+}
+
+/// A piece of a fill plan below this size is read with the small pieces
+/// around it, in one read, then copied into place: a fetch of many small
+/// events would otherwise cost a read (a system call) per event.
+const GATHER_BELOW: usize = 16 << 10;
+/// The most bytes gathered in one run.
+const GATHER_MOST: usize = 256 << 10;
+
+/// How many pieces at the start of `plan` form a run of small ones.
+fn small_run(plan: &[(usize, usize, usize)]) -> usize {
+    let mut total = 0;
+    plan.iter()
+        .take_while(|&&(_, _, len)| {
+            total += len;
+            len < GATHER_BELOW && total <= GATHER_MOST
+        })
+        .count()
+}
+
+/// Copies a run's bytes, as they arrive, over its pieces in order.
+struct Scatter<'a, B> {
+    pieces: &'a [(usize, usize, usize)],
+    /// Bytes of the first piece already filled.
+    at: usize,
+    buffers: &'a mut [B],
+}
+
+impl<B: LentBuffer> Scatter<'_, B> {
+    fn put(&mut self, mut bytes: &[u8]) {
+        while let Some(&(idx, start, len)) = self.pieces.first() {
+            if bytes.is_empty() {
+                return;
+            }
+            let n = (len - self.at).min(bytes.len());
+            let from = start + self.at;
+            self.buffers[idx].bulk_dst()[from..from + n].copy_from_slice(&bytes[..n]);
+            bytes = &bytes[n..];
+            self.at += n;
+            if self.at == len {
+                self.pieces = &self.pieces[1..];
+                self.at = 0;
+            }
+        }
+    }
 }

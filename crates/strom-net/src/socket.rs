@@ -4,89 +4,170 @@
 //! ([`DirectWrite`]); the read half by the connection's reader task (as
 //! `AsyncRead`) and by a thread that reads it itself while it waits
 //! ([`DirectRead`], `here.rs`).
+//!
+//! **What the runtime watches.** Each half has its own registration with
+//! the runtime: the write half for room only, the read half (on a
+//! duplicate of the descriptor) for bytes only, and only while no thread
+//! reads the socket itself. A registration for bytes would wake a runtime
+//! worker for every frame a waiting thread reads (the kernel wakes every
+//! waiter of the socket), for nothing: that thread already has them. So a
+//! thread that takes the socket stops the watch ([`DirectRead::unwatch`])
+//! and starts it again before it lets go ([`DirectRead::watch`]); a fresh
+//! registration reports bytes that are already there, so none are missed.
 
 use std::io::IoSlice;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 
-use std::os::fd::{AsRawFd, RawFd};
-
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use parking_lot::Mutex;
+use tokio::io::unix::AsyncFd;
+use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
+use tokio::runtime::Handle;
 
 use crate::frame_io::DirectWrite;
 
-/// A socket's write half that can wait for room and write without waiting.
-pub(crate) trait WriteHalf: Send + Sync + 'static {
-    fn poll_ready(&self, cx: &mut Context<'_>) -> Poll<std::io::Result<()>>;
-    fn try_write(&self, buf: &[u8]) -> std::io::Result<usize>;
-    fn try_write_vectored(&self, bufs: &[IoSlice<'_>]) -> std::io::Result<usize>;
-}
+/// At most this many slices go to one `sendmsg` (the kernel's `IOV_MAX`).
+const IOV_MAX: usize = 1024;
 
-macro_rules! write_half {
-    ($half:ty, $stream:ty) => {
-        impl WriteHalf for $half {
-            fn poll_ready(&self, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-                AsRef::<$stream>::as_ref(self).poll_write_ready(cx)
-            }
-            fn try_write(&self, buf: &[u8]) -> std::io::Result<usize> {
-                AsRef::<$stream>::as_ref(self).try_write(buf)
-            }
-            fn try_write_vectored(&self, bufs: &[IoSlice<'_>]) -> std::io::Result<usize> {
-                AsRef::<$stream>::as_ref(self).try_write_vectored(bufs)
-            }
-        }
-    };
-}
+/// A descriptor another value owns, for a registration that must not
+/// close it.
+struct Borrowed(RawFd);
 
-write_half!(tokio::net::tcp::OwnedWriteHalf, tokio::net::TcpStream);
-write_half!(tokio::net::unix::OwnedWriteHalf, tokio::net::UnixStream);
-
-impl<W: WriteHalf> DirectWrite for W {
-    fn try_write_vectored(&self, bufs: &[IoSlice<'_>]) -> std::io::Result<usize> {
-        WriteHalf::try_write_vectored(self, bufs)
+impl AsRawFd for Borrowed {
+    fn as_raw_fd(&self) -> RawFd {
+        self.0
     }
 }
 
-/// The writer task's side of a shared write half.
-pub(crate) struct SharedWrite<W>(pub Arc<W>);
+/// Splits a connected, non-blocking stream socket into its halves; the
+/// read half is registered with the current runtime.
+pub(crate) fn split(socket: OwnedFd) -> std::io::Result<(Arc<ReadSide>, Arc<WriteSide>)> {
+    let read = ReadSide {
+        watch: Mutex::new(Watch::default()),
+        fd: socket.try_clone()?,
+        handle: Handle::try_current().map_err(std::io::Error::other)?,
+    };
+    read.watch()?;
+    Ok((Arc::new(read), Arc::new(WriteSide(socket))))
+}
 
-impl<W: WriteHalf> SharedWrite<W> {
-    /// Waits for room, then writes with `write` (which must not block).
+/// Result of a `send`/`recv`-style call: the byte count, or the error.
+fn io_result(n: isize) -> std::io::Result<usize> {
+    match usize::try_from(n) {
+        Ok(n) => Ok(n),
+        Err(_) => Err(std::io::Error::last_os_error()),
+    }
+}
+
+/// The write half: writes never raise `SIGPIPE` (a library must not kill
+/// its host), and dropping it shuts the socket down for writing, so the
+/// peer sees the end although the read half lives on.
+pub(crate) struct WriteSide(OwnedFd);
+
+impl WriteSide {
+    fn send(&self, buf: &[u8]) -> std::io::Result<usize> {
+        // SAFETY: `buf` is valid for `len` bytes.
+        io_result(unsafe {
+            libc::send(
+                self.0.as_raw_fd(),
+                buf.as_ptr().cast(),
+                buf.len(),
+                libc::MSG_NOSIGNAL,
+            )
+        })
+    }
+
+    fn send_vectored(&self, bufs: &[IoSlice<'_>]) -> std::io::Result<usize> {
+        // SAFETY: `IoSlice` is ABI-compatible with `iovec`; the header
+        // names `bufs`, valid for the call, and nothing else.
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_iov = bufs.as_ptr() as *mut libc::iovec;
+        msg.msg_iovlen = bufs.len().min(IOV_MAX) as _;
+        io_result(unsafe { libc::sendmsg(self.0.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) })
+    }
+}
+
+impl Drop for WriteSide {
+    fn drop(&mut self) {
+        // SAFETY: the descriptor is open until this value is gone.
+        unsafe { libc::shutdown(self.0.as_raw_fd(), libc::SHUT_WR) };
+    }
+}
+
+impl DirectWrite for WriteSide {
+    fn try_write_vectored(&self, bufs: &[IoSlice<'_>]) -> std::io::Result<usize> {
+        self.send_vectored(bufs)
+    }
+}
+
+/// The writer task's side of a shared write half. It watches the socket
+/// for room only while a write waits for it: a standing watch would wake
+/// the runtime each time the peer reads from a Unix socket (the kernel
+/// announces the room), for nothing.
+pub(crate) struct SharedWrite {
+    // Declared before `side`: the registration goes before the descriptor.
+    room: Option<AsyncFd<Borrowed>>,
+    side: Arc<WriteSide>,
+}
+
+impl SharedWrite {
+    pub(crate) fn new(side: Arc<WriteSide>) -> Self {
+        SharedWrite { room: None, side }
+    }
+
+    /// Writes with `write` (which must not block); when the socket is
+    /// full, waits for room and writes again.
     fn poll_with(
-        &self,
+        &mut self,
         cx: &mut Context<'_>,
-        write: impl Fn(&W) -> std::io::Result<usize>,
+        write: impl Fn(&WriteSide) -> std::io::Result<usize>,
     ) -> Poll<std::io::Result<usize>> {
         loop {
-            match self.0.poll_ready(cx) {
-                Poll::Ready(Ok(())) => {}
+            match write(&self.side) {
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                r => {
+                    self.room = None;
+                    return Poll::Ready(r);
+                }
+            }
+            if self.room.is_none() {
+                // SAFETY: `side` keeps the descriptor open for longer
+                // than the registration (the field order).
+                let r = unsafe {
+                    AsyncFd::register_with_interest(
+                        Borrowed(self.side.0.as_raw_fd()),
+                        Interest::WRITABLE,
+                    )
+                };
+                self.room = Some(r.map_err(|e| e.into_parts().1)?);
+            }
+            let room = self.room.as_ref().expect("registered above");
+            match room.poll_write_ready(cx) {
+                Poll::Ready(Ok(mut ready)) => ready.clear_ready(),
                 Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
                 Poll::Pending => return Poll::Pending,
             }
-            match write(&self.0) {
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
-                r => return Poll::Ready(r),
-            }
         }
     }
 }
 
-impl<W: WriteHalf> AsyncWrite for SharedWrite<W> {
+impl AsyncWrite for SharedWrite {
     fn poll_write(
-        self: Pin<&mut Self>,
+        mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
-        self.poll_with(cx, |w| w.try_write(buf))
+        self.poll_with(cx, |w| w.send(buf))
     }
 
     fn poll_write_vectored(
-        self: Pin<&mut Self>,
+        mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         bufs: &[IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
-        self.poll_with(cx, |w| WriteHalf::try_write_vectored(w, bufs))
+        self.poll_with(cx, |w| w.send_vectored(bufs))
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -102,59 +183,128 @@ impl<W: WriteHalf> AsyncWrite for SharedWrite<W> {
     }
 }
 
+/// The read half's watch: the runtime's registration for bytes (none while
+/// a thread reads), and the reader task's waker, kept across registrations.
+#[derive(Default)]
+struct Watch {
+    registration: Option<AsyncFd<Borrowed>>,
+    task: Option<Waker>,
+}
+
+/// The read half: a duplicate of the socket's descriptor, watched by the
+/// runtime while no thread reads it ([`DirectRead`]).
+pub(crate) struct ReadSide {
+    // Declared before `fd`: the registration goes before the descriptor.
+    watch: Mutex<Watch>,
+    fd: OwnedFd,
+    handle: Handle,
+}
+
+impl ReadSide {
+    fn recv(&self, buf: &mut [u8]) -> std::io::Result<usize> {
+        // SAFETY: `buf` is valid for writes of `len` bytes.
+        io_result(unsafe {
+            libc::recv(
+                self.fd.as_raw_fd(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                libc::MSG_DONTWAIT,
+            )
+        })
+    }
+
+    /// Runs `f` under the runtime's readiness: a `WouldBlock` from it
+    /// clears that readiness. Unwatched, `f` just runs.
+    fn with_readiness<R>(&self, f: impl FnOnce() -> std::io::Result<R>) -> std::io::Result<R> {
+        let watch = self.watch.lock();
+        match &watch.registration {
+            Some(r) => r.try_io(Interest::READABLE, |_| f()),
+            None => f(),
+        }
+    }
+}
+
 /// A socket a thread can wait on and read without the runtime (TCP, Unix),
 /// for [`MuxConn::read_here`](crate::MuxConn::read_here).
 pub trait DirectRead: Send + Sync {
-    /// The runtime's readiness of the socket (for the reader task).
+    /// The runtime's readiness of the socket (for the reader task); never
+    /// ready while unwatched.
     fn poll_readable(&self, cx: &mut Context<'_>) -> Poll<std::io::Result<()>>;
     /// Runs `f` if the runtime holds the socket readable; if `f` says
     /// `WouldBlock`, the runtime forgets that readiness (unless newer
     /// readiness came meanwhile).
     fn try_io_read(&self, f: &mut dyn FnMut() -> std::io::Result<()>) -> std::io::Result<()>;
+    /// Stops the runtime watching for bytes: the caller reads them.
+    fn unwatch(&self);
+    /// Starts the runtime watching for bytes again (bytes already there
+    /// count), with the reader task's waker.
+    fn watch(&self) -> std::io::Result<()>;
     fn fd(&self) -> RawFd;
 }
 
-/// A socket's read half that can wait for bytes and read without waiting.
-pub(crate) trait ReadHalf: Send + Sync + 'static {
-    fn poll_ready(&self, cx: &mut Context<'_>) -> Poll<std::io::Result<()>>;
-    fn try_read(&self, buf: &mut [u8]) -> std::io::Result<usize>;
-    fn try_io(&self, f: &mut dyn FnMut() -> std::io::Result<()>) -> std::io::Result<()>;
-    fn fd(&self) -> RawFd;
-}
-
-macro_rules! read_half {
-    ($half:ty, $stream:ty) => {
-        impl ReadHalf for $half {
-            fn poll_ready(&self, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-                AsRef::<$stream>::as_ref(self).poll_read_ready(cx)
-            }
-            fn try_read(&self, buf: &mut [u8]) -> std::io::Result<usize> {
-                AsRef::<$stream>::as_ref(self).try_read(buf)
-            }
-            fn try_io(&self, f: &mut dyn FnMut() -> std::io::Result<()>) -> std::io::Result<()> {
-                AsRef::<$stream>::as_ref(self).try_io(tokio::io::Interest::READABLE, f)
-            }
-            fn fd(&self) -> RawFd {
-                AsRef::<$stream>::as_ref(self).as_raw_fd()
-            }
+impl DirectRead for ReadSide {
+    fn poll_readable(&self, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let mut watch = self.watch.lock();
+        if !watch.task.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+            watch.task = Some(cx.waker().clone());
         }
-    };
-}
+        match &watch.registration {
+            Some(r) => r.poll_read_ready(cx).map_ok(|_| ()),
+            None => Poll::Pending,
+        }
+    }
 
-read_half!(tokio::net::tcp::OwnedReadHalf, tokio::net::TcpStream);
-read_half!(tokio::net::unix::OwnedReadHalf, tokio::net::UnixStream);
+    fn try_io_read(&self, f: &mut dyn FnMut() -> std::io::Result<()>) -> std::io::Result<()> {
+        self.with_readiness(f)
+    }
+
+    fn unwatch(&self) {
+        let gone = self.watch.lock().registration.take();
+        drop(gone);
+    }
+
+    fn watch(&self) -> std::io::Result<()> {
+        let mut watch = self.watch.lock();
+        if watch.registration.is_some() {
+            return Ok(());
+        }
+        let _runtime = self.handle.enter();
+        // SAFETY: `fd` outlives the registration (the field order, and
+        // `unwatch` drops it first).
+        let r = unsafe {
+            AsyncFd::register_with_interest(Borrowed(self.fd.as_raw_fd()), Interest::READABLE)
+        }
+        .map_err(|e| e.into_parts().1)?;
+        // The task waits on the registration it last polled: hand its
+        // waker to this one (and wake it if readiness came already).
+        let ready = watch
+            .task
+            .clone()
+            .filter(|task| r.poll_read_ready(&mut Context::from_waker(task)).is_ready());
+        watch.registration = Some(r);
+        drop(watch);
+        if let Some(task) = ready {
+            task.wake();
+        }
+        Ok(())
+    }
+
+    fn fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}
 
 /// The reader task's side of a shared read half.
-pub(crate) struct SharedRead<R>(pub Arc<R>);
+pub(crate) struct SharedRead(pub Arc<ReadSide>);
 
-impl<R: ReadHalf> AsyncRead for SharedRead<R> {
+impl AsyncRead for SharedRead {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
         loop {
-            match self.0.poll_ready(cx) {
+            match self.0.poll_readable(cx) {
                 Poll::Ready(Ok(())) => {}
                 Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
                 Poll::Pending => return Poll::Pending,
@@ -165,7 +315,7 @@ impl<R: ReadHalf> AsyncRead for SharedRead<R> {
             let dst = unsafe {
                 &mut *(buf.unfilled_mut() as *mut [std::mem::MaybeUninit<u8>] as *mut [u8])
             };
-            match self.0.try_read(dst) {
+            match self.0.with_readiness(|| self.0.recv(dst)) {
                 Ok(n) => {
                     unsafe { buf.assume_init(n) };
                     buf.advance(n);
@@ -177,17 +327,5 @@ impl<R: ReadHalf> AsyncRead for SharedRead<R> {
                 Err(e) => return Poll::Ready(Err(e)),
             }
         }
-    }
-}
-
-impl<R: ReadHalf> DirectRead for R {
-    fn poll_readable(&self, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        self.poll_ready(cx)
-    }
-    fn try_io_read(&self, f: &mut dyn FnMut() -> std::io::Result<()>) -> std::io::Result<()> {
-        ReadHalf::try_io(self, f)
-    }
-    fn fd(&self) -> RawFd {
-        ReadHalf::fd(self)
     }
 }

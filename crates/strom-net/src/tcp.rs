@@ -2,12 +2,10 @@
 //! after each body (the inline bulk path), and Nagle disabled so small
 //! frames go out at once.
 
-use std::sync::Arc;
-
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::frame_io::{FrameReader, FrameWriter};
-use crate::socket::{SharedRead, SharedWrite};
+use crate::socket::{self, SharedRead, SharedWrite};
 use crate::{BoxFuture, Conn, Listener, NetError, Transport};
 
 /// TCP with a maximum frame size enforced on everything it reads and writes.
@@ -31,11 +29,14 @@ fn wrap(stream: TcpStream, max_frame: u32) -> Result<Conn, NetError> {
         .peer_addr()
         .map(|a| a.to_string())
         .unwrap_or_else(|_| "unknown".into());
-    let (r, w) = stream.into_split();
-    let (r, w) = (Arc::new(r), Arc::new(w));
+    let socket = stream
+        .into_std()
+        .map_err(|e| NetError::io("taking the socket from the runtime", e))?;
+    let (r, w) =
+        socket::split(socket.into()).map_err(|e| NetError::io("registering the socket", e))?;
     Ok(Conn {
         reader: FrameReader::new(Box::new(SharedRead(r.clone())), max_frame),
-        writer: FrameWriter::new(Box::new(SharedWrite(w.clone())), max_frame),
+        writer: FrameWriter::new(Box::new(SharedWrite::new(w.clone())), max_frame),
         direct: Some(w),
         direct_read: Some(r),
         peer,

@@ -193,6 +193,49 @@ async fn bulk_lands_in_the_lent_buffers_following_the_plan() {
     }
 }
 
+/// A fetch of many small events (read together, then copied into place)
+/// with a large one among them (read straight into its buffer), and more
+/// small ones than one gathered read takes: every byte where the plan says.
+#[tokio::test]
+async fn many_small_pieces_and_a_large_one_land_where_the_plan_says() {
+    for c in connections().await {
+        let mut sizes = vec![1000usize; 150];
+        sizes.push(40 << 10);
+        sizes.extend(std::iter::repeat_n(2000, 200));
+        // Every piece at offset 1 of its own buffer, but the second one
+        // shares the first's buffer (after it).
+        let mut buffers: Vec<Vec<u8>> = Vec::new();
+        let mut plan = Vec::new();
+        for (i, &len) in sizes.iter().enumerate() {
+            if i == 1 {
+                buffers[0].resize(1 + sizes[0] + len, 0xff);
+                plan.push((0, 1 + sizes[0], len));
+                continue;
+            }
+            plan.push((buffers.len(), 1, len));
+            buffers.push(vec![0xffu8; len + 1]);
+        }
+        let total: usize = sizes.iter().sum();
+        let w = c
+            .send(frame(DATA, u64_body(total as u64)), buffers, plan.clone())
+            .await
+            .unwrap();
+        let reply = w.wait().await.unwrap();
+        assert!(reply.filled());
+        let mut at = 0usize;
+        for &(b, start, len) in &plan {
+            let got = &reply.buffers[b][start..start + len];
+            assert!(
+                got.iter().enumerate().all(|(k, &v)| v == (at + k) as u8),
+                "{}: piece of {len} bytes at {at} into buffer {b}",
+                c.peer()
+            );
+            assert_eq!(reply.buffers[b][0], 0xff, "byte before the piece");
+            at += len;
+        }
+    }
+}
+
 #[tokio::test]
 async fn an_answer_without_bulk_hands_the_lent_buffers_back_unfilled() {
     for c in connections().await {
@@ -543,5 +586,184 @@ async fn the_runtime_reads_again_once_a_waiting_thread_is_done() {
     for i in 0..20u64 {
         let reply = c.call(frame(ECHO, u64_body(i))).await.unwrap();
         assert_eq!(reply.body, u64_body(i));
+    }
+}
+
+/// The inode of this process's TCP socket connected to `port`, from
+/// `/proc/net/tcp` (`rem_address` is `HEXIP:HEXPORT`, the inode is the
+/// tenth column).
+fn socket_to(port: u16) -> u64 {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
+    let row = table
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|cols| cols[2].ends_with(&format!(":{port:04X}")))
+        .expect("the connection's socket");
+    row[9].parse().unwrap()
+}
+
+const EPOLLIN: u32 = 0x1;
+const EPOLLOUT: u32 = 0x4;
+
+/// Entries of this process's epoll instances that watch the socket
+/// `inode` for any of `events` (`EPOLLIN`: bytes to read, `EPOLLOUT`:
+/// room to write), from `/proc/self/fdinfo`. An instance may have two
+/// descriptors: entries are counted once.
+fn watching(inode: u64, events: u32) -> usize {
+    let events_wanted = events;
+    let mut entries = std::collections::HashSet::new();
+    for fd in std::fs::read_dir("/proc/self/fd").unwrap().flatten() {
+        let is_epoll = std::fs::read_link(fd.path())
+            .is_ok_and(|l| l.to_string_lossy() == "anon_inode:[eventpoll]");
+        let info = std::fs::read_to_string(format!(
+            "/proc/self/fdinfo/{}",
+            fd.file_name().to_string_lossy()
+        ));
+        let (true, Ok(info)) = (is_epoll, info) else {
+            continue;
+        };
+        // tfd: 7 events: 80002019 data: 7fbe34001080 pos:0 ino:4bd sdev:8
+        entries.extend(
+            info.lines()
+                .filter(|l| l.starts_with("tfd:"))
+                .filter(|l| {
+                    let cols: Vec<_> = l.split_whitespace().collect();
+                    let events = cols.get(3).and_then(|e| u32::from_str_radix(e, 16).ok());
+                    let ino = cols
+                        .iter()
+                        .find_map(|c| c.strip_prefix("ino:"))
+                        .and_then(|i| u64::from_str_radix(i, 16).ok());
+                    events.is_some_and(|e| e & events_wanted != 0) && ino == Some(inode)
+                })
+                .map(str::to_string),
+        );
+    }
+    entries.len()
+}
+
+#[test]
+fn the_runtime_does_not_watch_a_socket_a_waiting_thread_reads() {
+    // While a thread waits on its connection, the runtime is not woken by
+    // what arrives for it (the thread reads that): the socket leaves the
+    // runtime's watch for bytes, and comes back when the thread is done.
+    let (_rt, c, _peer) = idle_runtime_connection();
+    let port: u16 = c.peer().rsplit_once(':').unwrap().1.parse().unwrap();
+    let inode = socket_to(port);
+    assert_eq!(watching(inode, EPOLLIN), 1, "watched by the runtime");
+    let bell = Arc::new(strom_net::Bell::new().unwrap());
+    let reader = {
+        let (c, bell) = (c.clone(), bell.clone());
+        bell.arm();
+        std::thread::spawn(move || {
+            c.read_here(
+                &bell,
+                Some(std::time::Instant::now() + Duration::from_secs(30)),
+            )
+        })
+    };
+    let t = std::time::Instant::now();
+    while watching(inode, EPOLLIN) != 0 {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "the socket stayed watched while a thread read it"
+        );
+        std::thread::yield_now();
+    }
+    bell.ring();
+    assert_eq!(reader.join().unwrap(), strom_net::ReadHere::Rang);
+    assert_eq!(watching(inode, EPOLLIN), 1, "watched again afterwards");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frame_larger_than_the_socket_holds_waits_for_room_that_is_watched_only_then() {
+    // 24 MiB each way overfill both sockets, so each writer waits for
+    // room; an idle connection has no watch for room (on a Unix socket it
+    // would wake the runtime whenever the peer reads).
+    let t = Transports::default();
+    let addr = fake_peer(&t, "127.0.0.1:0").await;
+    let c: Arc<MuxConn> = MuxConn::start(t.connect(&addr).await.unwrap(), &addr);
+    let port: u16 = addr.rsplit_once(':').unwrap().1.parse().unwrap();
+    let inode = socket_to(port);
+    let body = Bytes::from(
+        (0..24u32 << 20)
+            .map(|i| (i % 251) as u8)
+            .collect::<Vec<u8>>(),
+    );
+    let reply = c.call(frame(ECHO, body.clone())).await.unwrap();
+    assert!(reply.body == body, "the echoed body arrived changed");
+    assert_eq!(watching(inode, EPOLLOUT), 0, "watched for room while idle");
+    assert_eq!(watching(inode, EPOLLIN), 1, "watched for bytes");
+}
+
+#[test]
+fn frames_that_come_while_a_waiting_thread_gives_the_reader_back_are_not_stranded() {
+    // Each round: the peer answers and pushes three frames back to back;
+    // this thread reads until the first push is routed, then leaves the
+    // rest to the runtime. Frames that arrive while the thread hands the
+    // reader back wake the reader task, which may run (and find the
+    // reader still taken) before the thread lets go: they must still be
+    // routed, by one or the other, with no more bytes coming to wake
+    // anyone (the peer waits for the next round's request).
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let addr = rt.block_on(fake_peer(&Transports::default(), "127.0.0.1:0"));
+    let c: Arc<MuxConn> = rt.block_on(async {
+        MuxConn::start(Transports::default().connect(&addr).await.unwrap(), &addr)
+    });
+    let (tx, rx) = std::sync::mpsc::channel();
+    let bell = Arc::new(strom_net::Bell::new().unwrap());
+    // As a consumer's deliveries do: queue, then ring the waiting thread.
+    let ring = bell.clone();
+    c.open_stream(
+        9,
+        Box::new(move |_, body| {
+            let _ = tx.send(body);
+            ring.ring();
+            Ok(())
+        }),
+    );
+    // A thread that routes with nothing there waits for the next frame,
+    // which never comes here: fail then, rather than hang.
+    let (beat, beats) = std::sync::mpsc::channel::<u32>();
+    std::thread::spawn(move || loop {
+        match beats.recv_timeout(Duration::from_secs(20)) {
+            Ok(_) => {}
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                eprintln!("read_here has not returned for 20 s (past its 5 s deadline): it waits for a frame that is not coming");
+                std::process::exit(101);
+            }
+        }
+    });
+    for round in 0..3000 {
+        let _ = beat.send(round);
+        let done: strom_net::mux::Callback<Vec<u8>> = Box::new(|_| {});
+        assert!(c.try_send_with(frame(PUSH, u64_body(9)), done).is_ok());
+        let mut got = 0;
+        let until = std::time::Instant::now() + Duration::from_secs(10);
+        while got == 0 {
+            assert!(std::time::Instant::now() < until, "round {round}: no push");
+            // Armed before the queue is looked at, as read_here requires:
+            // a push routed by the runtime in between rings it.
+            bell.arm();
+            got += rx.try_iter().count();
+            if got == 0 {
+                c.read_here(
+                    &bell,
+                    Some(std::time::Instant::now() + Duration::from_secs(5)),
+                );
+                got += rx.try_iter().count();
+            }
+            bell.quiet();
+        }
+        while got < 3 {
+            rx.recv_timeout(Duration::from_secs(10))
+                .unwrap_or_else(|_| panic!("round {round}: push {got} stranded in the socket"));
+            got += 1;
+        }
     }
 }

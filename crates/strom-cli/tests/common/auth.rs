@@ -1,11 +1,10 @@
 //! Helpers of the security tests: tokens signed with a test server's own
-//! cluster secret, the `strom` CLI run with a clean security environment,
-//! and the address of a server's HTTP endpoint.
+//! cluster secret, and the `strom` CLI run with a clean security
+//! environment. (A server's HTTP address: `http::http_addr`.)
 
 use std::ffi::OsStr;
 use std::io::Write;
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
 
 use super::{strom_bin, ServerProcess};
 
@@ -60,28 +59,4 @@ pub fn succeeded(o: &Output, what: &str) -> String {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{what} failed: {err}");
     String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-/// The HTTP address `server` printed on stderr (without `http://` or
-/// `https://`).
-pub fn http_addr(server: &ServerProcess) -> String {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let err = server.stderr();
-        if let Some(a) = err
-            .lines()
-            .find_map(|l| l.strip_prefix("strom http listening on "))
-            .map(|u| {
-                u.trim_start_matches("http://")
-                    .trim_start_matches("https://")
-            })
-        {
-            return a.trim().to_string();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no HTTP address printed; stderr:\n{err}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }

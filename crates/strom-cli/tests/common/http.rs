@@ -8,11 +8,23 @@ use std::net::TcpStream;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use super::ServerProcess;
+
 /// The HTTP address a server printed on stderr
 /// (`strom http listening on http://ADDR`), once it has.
 pub fn http_addr_in(log: &str) -> Option<String> {
     let rest = log.split("strom http listening on http://").nth(1)?;
     Some(rest.lines().next()?.trim().to_string())
+}
+
+/// The HTTP address `server` printed on stderr (without `http://` or
+/// `https://`), once it has.
+pub fn http_addr(server: &ServerProcess) -> String {
+    let url = server.printed("strom http listening on ");
+    let addr = url
+        .trim_start_matches("http://")
+        .trim_start_matches("https://");
+    addr.to_string()
 }
 
 /// `GET path` over HTTP/1.0: (status, content type, body).

@@ -5,7 +5,7 @@
 use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::ServerProcess;
 
@@ -37,21 +37,8 @@ pub fn start_with_args(base: &Path, extra: &[&str]) -> (ServerProcess, String) {
 
 /// `server` and the Kafka address it printed.
 fn listening(server: ServerProcess) -> (ServerProcess, String) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let err = server.stderr();
-        if let Some(addr) = err
-            .lines()
-            .find_map(|l| l.strip_prefix("strom kafka listening on "))
-        {
-            return (server, addr.trim().to_string());
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no Kafka address printed; stderr:\n{err}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let addr = server.printed("strom kafka listening on ");
+    (server, addr)
 }
 
 /// Runs kcat with `args` and `stdin`, bounded; returns stdout, asserting

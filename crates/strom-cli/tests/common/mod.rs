@@ -262,6 +262,25 @@ impl ServerProcess {
         self.stderr.lock().unwrap().clone()
     }
 
+    /// The rest of the first stderr line starting with `prefix`, waiting
+    /// up to 10 s for it: a server prints its HTTP and Kafka addresses
+    /// after it wrote its group file, which is all `start` waits for.
+    #[allow(dead_code)] // not every test binary uses it
+    pub fn printed(&self, prefix: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let err = self.stderr();
+            if let Some(rest) = err.lines().find_map(|l| l.strip_prefix(prefix)) {
+                return rest.trim().to_string();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "nothing printed starting with {prefix:?}; stderr:\n{err}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     pub fn connect(&self) -> Driver {
         Driver::connect(&self.group_file).expect("connecting to the server")
     }

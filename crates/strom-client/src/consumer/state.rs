@@ -12,16 +12,15 @@ use std::task::Waker;
 use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex, RwLock};
-use strom_policy::TopicPolicy;
 use strom_proto::{Compression, Request};
 use tokio::task::JoinHandle;
 
 use crate::acks::PartitionAcks;
 use crate::conn::ClientConn;
 use crate::consumer_options::ConsumerOptions;
-use crate::data::DataBudget;
+use crate::data::{DataBudget, PolicyHandle};
 use crate::error::{Error, Result};
-use crate::event::{Event, EventAcks};
+use crate::event::{AckFuture, AckSource, Event, EventAcks};
 use crate::membership::Membership;
 use crate::share::ShareAcks;
 use crate::topic::{Owner, Topic};
@@ -48,6 +47,33 @@ impl AckTarget {
             AckTarget::Share(s) => s.clone(),
             AckTarget::Committed(c) => c.clone(),
         }
+    }
+
+    /// A handle on it for one batch of events (see [`PolicyHandle`]: the
+    /// same reason).
+    pub fn for_batch(&self) -> Arc<dyn EventAcks> {
+        Arc::new(BatchAcks(self.for_events()))
+    }
+}
+
+/// A batch's handle on its partition's acks target.
+struct BatchAcks(Arc<dyn EventAcks>);
+
+impl AckSource for BatchAcks {
+    fn poll_ticket(&self, t: u64, waker: Option<&Waker>) -> Option<Result<()>> {
+        self.0.poll_ticket(t, waker)
+    }
+    fn wait_ticket(&self, t: u64, deadline: Option<std::time::Instant>) -> Option<Result<()>> {
+        self.0.wait_ticket(t, deadline)
+    }
+}
+
+impl EventAcks for BatchAcks {
+    fn ack_event(self: Arc<Self>, offset: u64) -> AckFuture {
+        self.0.clone().ack_event(offset)
+    }
+    fn nack_event(self: Arc<Self>, offset: u64) -> AckFuture {
+        self.0.clone().nack_event(offset)
     }
 }
 
@@ -178,7 +204,7 @@ pub(crate) struct Shared {
     pub name: String,
     /// The consumer group this consumer is a member of.
     pub group: Option<Arc<Membership>>,
-    pub policy: Arc<TopicPolicy>,
+    pub policy: PolicyHandle,
     pub opts: ConsumerOptions,
     /// Grows when partitions are added (if the consumer follows all).
     pub parts: RwLock<Vec<Arc<PartSub>>>,
@@ -224,7 +250,7 @@ impl Shared {
         Ok(Arc::new(Shared {
             name: name.into(),
             group,
-            policy: Arc::new(topic.policy()?),
+            policy: PolicyHandle::new(Arc::new(topic.policy()?)),
             topic,
             // A group member may hold as little as one event (credit goes
             // back after each pull); a named consumer streams at least two.

@@ -27,8 +27,9 @@ use super::retry;
 use super::state::{Inner, PartQueue, QueueState, Sealed};
 use crate::push::{Acks, BatchAck, Data, ProducerOptions, PushFuture};
 
-/// Pushes events to a topic. Dropping a producer flushes it but does not
-/// close its part of the stream; call [`close`](Self::close) for that.
+/// Pushes events to a topic. Dropping a producer flushes it (except on a
+/// panicking thread) but does not close its part of the stream; call
+/// [`close`](Self::close) for that.
 /// A leased producer that is dropped stops being renewed, so its part
 /// ends when the lease runs out ([`ProducerOptions::lease`]).
 /// A producer writing to Strom servers.
@@ -229,7 +230,14 @@ impl ProducerBackend for NativeProducer {
 }
 
 impl Drop for NativeProducer {
+    /// Flushes, unless the thread is panicking: then what is unacknowledged
+    /// may never be (a `block` partition holds appends until readers free
+    /// room), and waiting for it would turn the panic into a hang.
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            tracing::warn!(topic = %self.inner.topic.name(), "producer dropped by a panicking thread: its unacknowledged events are not waited for");
+            return;
+        }
         let expired = self.inner.lease.as_ref().is_some_and(|l| l.is_expired());
         if !expired && !self.inner.closed.load(Ordering::Acquire) {
             if let Err(e) = self.flush() {

@@ -183,7 +183,13 @@ mod tests {
 
     fn meta(json: &str) -> EventMeta {
         let policy = TopicPolicy::new("none", None, "round-robin", "json").unwrap();
-        EventMeta::new(3, 17, 0, Bytes::from(json.to_owned()), Arc::new(policy))
+        EventMeta::new(
+            3,
+            17,
+            0,
+            Bytes::from(json.to_owned()),
+            crate::data::PolicyHandle::new(Arc::new(policy)),
+        )
     }
 
     fn array_data(layout: &ArrayLayout) -> DataDescriptor {

@@ -26,14 +26,13 @@ mod tests;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::mpsc;
 
 use crate::frame_io::{FrameReader, FrameWriter};
-use crate::socket::{SharedRead, SharedWrite};
+use crate::socket::{self, SharedRead, SharedWrite};
 use crate::{BoxFuture, Conn, Listener, NetError, Transport};
 use handshake::Agreement;
 
@@ -121,7 +120,7 @@ fn wrap(
     agreed: &Agreement,
     t: &ShmTransport,
     peer: String,
-) -> Conn {
+) -> std::io::Result<Conn> {
     if let (false, Some(why)) = (agreed.we_pull, &agreed.why_not) {
         if t.cma {
             tracing::info!(peer = %peer, reason = %why, "shm: data parts from this peer come through the socket (one more copy)");
@@ -135,20 +134,19 @@ fn wrap(
     };
     let (br, bw) = bulk.into_split();
     let (sender, receiver) = bulk::bulk_path(br, bw, policy, agreed.peer_pid);
-    let (r, w) = control.into_split();
-    let (r, w) = (Arc::new(r), Arc::new(w));
-    Conn {
+    let (r, w) = socket::split(control.into_std()?.into())?;
+    Ok(Conn {
         reader: FrameReader::with_bulk(
             Box::new(SharedRead(r.clone())),
             t.max_frame,
             Box::new(receiver),
         ),
-        writer: FrameWriter::with_bulk(Box::new(SharedWrite(w.clone())), t.max_frame, sender),
+        writer: FrameWriter::with_bulk(Box::new(SharedWrite::new(w.clone())), t.max_frame, sender),
         direct: Some(w),
         direct_read: Some(r),
         peer,
         identity: Default::default(),
-    }
+    })
 }
 
 /// This machine's identity for shm addresses: its kernel's boot id (the
@@ -277,7 +275,7 @@ async fn accept_one(mut s: UnixStream, t: ShmTransport, path: PathBuf) -> std::i
     let peer = format!("shm://{} (pid {})", path.display(), agreed.peer_pid);
     // The kernel's word for who connected (SO_PEERCRED), not the peer's.
     let cred = s.peer_cred()?;
-    let mut c = wrap(s, tokio_stream(fd)?, &agreed, &t, peer);
+    let mut c = wrap(s, tokio_stream(fd)?, &agreed, &t, peer)?;
     c.identity.uid = Some(cred.uid());
     c.identity.gid = Some(cred.gid());
     Ok(c)
@@ -329,7 +327,7 @@ impl ShmTransport {
         .await
         .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))??;
         let bulk = tokio_stream(mine.into())?;
-        Ok(wrap(s, bulk, &agreed, self, format!("shm://{addr}")))
+        wrap(s, bulk, &agreed, self, format!("shm://{addr}"))
     }
 }
 
