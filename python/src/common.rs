@@ -272,6 +272,24 @@ pub fn deadline(py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<Instant
     }
 }
 
+/// `s` seconds as a `Duration`; an `InvalidArgument` naming `what` if
+/// negative, NaN or too large.
+pub fn seconds(py: Python<'_>, s: f64, what: &str) -> PyResult<Duration> {
+    Duration::try_from_secs_f64(s)
+        .map_err(|_| errors::invalid(py, format!("{what} must be a number of seconds, not {s}")))
+}
+
+/// As [`seconds`], for a limit that must be above zero (a request timeout).
+pub fn positive_seconds(py: Python<'_>, s: f64, what: &str) -> PyResult<Duration> {
+    match seconds(py, s, what)? {
+        d if d.is_zero() => Err(errors::invalid(
+            py,
+            format!("{what} must be a number of seconds above 0, not {s}"),
+        )),
+        d => Ok(d),
+    }
+}
+
 /// Repeats `step(slice)` with the GIL released until it returns `Some`,
 /// the timeout passes (`None`), or a signal handler raises.
 pub fn wait_loop<T: Send>(

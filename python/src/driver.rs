@@ -13,7 +13,7 @@ use strom_client::{
     Overflow, PartitionType, PoolBroker, ProducerOptions, Selection, Topic, TopicInfo, TopicSpec,
 };
 
-use crate::common::{release_pending, ForkSafe};
+use crate::common::{positive_seconds, release_pending, ForkSafe};
 use crate::consumer::{start_pos, Ctx, PyConsumer};
 use crate::errors::{self, IntoPy};
 use crate::producer::PyProducer;
@@ -157,6 +157,17 @@ impl PyDriver {
         Ok(PyDriver {
             inner: ForkSafe::new(d, "Driver"),
         })
+    }
+
+    /// Longest a registry request (topic administration, opening and
+    /// closing producers and consumers, group heartbeats) waits for the
+    /// registry's answer, in seconds; then it raises a `StromError` with
+    /// code `TIMEOUT` instead of waiting for ever on a server that stopped
+    /// answering. Default 30. Producers have their own (`request_timeout=`).
+    fn set_request_timeout(&self, py: Python<'_>, seconds: f64) -> PyResult<()> {
+        let limit = positive_seconds(py, seconds, "request timeout")?;
+        self.inner.get(py)?.set_request_timeout(limit);
+        Ok(())
     }
 
     /// The group's members: a list of dicts with `id`, `addr` and `alive`.
@@ -418,8 +429,11 @@ impl PyTopic {
     /// has the event) or `"leader"` (after the leader's append).
     /// `idempotent`: stamp batches and resend those whose answer was lost
     /// to the partition's current leader, appended once each (`None`, the
-    /// default: on for replicated topics).
-    #[pyo3(signature = (batch=None, batch_bytes=None, max_batches=2, linger=0.005, max_batch_bytes=None, max_event_bytes=None, lease=Some(0.0), acks="all", idempotent=None))]
+    /// default: on for replicated topics). `request_timeout`: seconds a
+    /// partition's server may leave every batch unanswered before its
+    /// connection is given up and the batches fail as on a lost connection
+    /// (default 30, Kafka's `request.timeout.ms`).
+    #[pyo3(signature = (batch=None, batch_bytes=None, max_batches=2, linger=0.005, max_batch_bytes=None, max_event_bytes=None, lease=Some(0.0), acks="all", idempotent=None, request_timeout=None))]
     #[allow(clippy::too_many_arguments)]
     fn producer(
         &self,
@@ -433,6 +447,7 @@ impl PyTopic {
         lease: Option<f64>,
         acks: &str,
         idempotent: Option<bool>,
+        request_timeout: Option<f64>,
     ) -> PyResult<PyProducer> {
         release_pending(py);
         let t = self.inner.get(py)?;
@@ -495,6 +510,10 @@ impl PyTopic {
                         format!("lease must be a number of seconds >= 0 or None, not {s}"),
                     ))
                 }
+            },
+            request_timeout: match request_timeout {
+                Some(s) => positive_seconds(py, s, "request_timeout")?,
+                None => ProducerOptions::default().request_timeout,
             },
             ..Default::default()
         };

@@ -2,13 +2,13 @@
 //! turned into [`GroupOptions`], and a group's description as a dict.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use parking_lot::Mutex;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 use strom_client::{ConsumerGroupInfo, ConsumerGroupMode, GroupOptions, RebalanceListener};
 
+use crate::common::seconds;
 use crate::errors;
 
 /// `on_assigned` / `on_revoked` of a partitioned group, called with the
@@ -39,11 +39,6 @@ impl RebalanceListener for PyListener {
     fn on_revoked(&self, partitions: &[u32]) {
         self.call(&self.on_revoked, partitions);
     }
-}
-
-fn seconds(py: Python<'_>, s: f64, what: &str) -> PyResult<Duration> {
-    Duration::try_from_secs_f64(s)
-        .map_err(|_| errors::invalid(py, format!("{what} must be a number of seconds, not {s}")))
 }
 
 /// `Topic.consumer`'s group arguments.

@@ -225,6 +225,7 @@ class Topic:
         lease: Optional[float] = 0.0,
         acks: Literal["all", "leader"] = "all",
         idempotent: Optional[bool] = None,
+        request_timeout: Optional[float] = None,
     ) -> Producer:
         """A new producer.
 
@@ -249,6 +250,10 @@ class Topic:
         ``idempotent``: stamp batches with the producer's id and sequence,
         and resend those whose answer was lost to the partition's current
         leader; each is appended once (default: on for replicated topics).
+        ``request_timeout``: seconds a partition's server may leave every
+        batch unanswered before its connection is given up and the batches
+        fail as on a lost connection (an idempotent producer resends them);
+        default 30, Kafka's ``request.timeout.ms``.
         """
     def consumer(
         self,
@@ -296,6 +301,11 @@ class Driver:
         """Starts a server inside this process with its data under ``path``: a group
         of its own (writing its group file to ``group_file``), or a member of the
         group ``join`` (a group file) describes."""
+    def set_request_timeout(self, seconds: float) -> None:
+        """Longest a registry request (topic administration, opening and closing
+        producers and consumers, group heartbeats) waits for the registry's
+        answer; then it raises ``strom.TimeoutError`` (code 502) instead of waiting
+        for ever on a server that stopped answering. Default 30 seconds."""
     def members(self) -> list[dict[str, Any]]:
         """The group's members: ``id``, ``addr`` and ``alive`` of each."""
     @property
