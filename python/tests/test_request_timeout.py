@@ -37,6 +37,15 @@ def timed(call):
     return out["value"], took
 
 
+def assert_timed_out(outcome, took, error, code):
+    """`outcome` is the request timeout's `error`, raised after the 1 s
+    timeout and well before a hang."""
+    assert isinstance(outcome, error), repr(outcome)
+    assert outcome.code == code
+    assert "request timeout" in str(outcome)
+    assert 1.0 <= took < 20.0, took
+
+
 def test_a_registry_request_to_a_stopped_server_raises_timeout(server):
     d = strom.Driver.connect(server.group_file)
     d.set_request_timeout(1.0)
@@ -46,10 +55,7 @@ def test_a_registry_request_to_a_stopped_server_raises_timeout(server):
         outcome, took = timed(lambda: d.describe("t"))
     finally:
         server.process.send_signal(signal.SIGCONT)
-    assert isinstance(outcome, strom.TimeoutError), repr(outcome)
-    assert outcome.code == 502
-    assert "request timeout" in str(outcome)
-    assert 1.0 <= took < 20.0, took
+    assert_timed_out(outcome, took, strom.TimeoutError, 502)
     assert len(d.describe("t")["partitions"]) == 1, "the server answers again"
 
 
@@ -63,10 +69,7 @@ def test_a_push_to_a_stopped_server_fails_after_the_producer_request_timeout(ser
         outcome, took = timed(lambda: pushed.result(timeout=60))
     finally:
         server.process.send_signal(signal.SIGCONT)
-    assert isinstance(outcome, strom.ConnectionError), repr(outcome)
-    assert outcome.code == 501
-    assert "request timeout" in str(outcome)
-    assert 1.0 <= took < 20.0, took
+    assert_timed_out(outcome, took, strom.ConnectionError, 501)
     # flush reports the first error since the last flush, once.
     with pytest.raises(strom.ConnectionError, match="request timeout"):
         p.flush()
