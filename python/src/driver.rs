@@ -488,7 +488,7 @@ impl PyTopic {
                 ))
             }
         };
-        let opts = ProducerOptions {
+        let mut opts = ProducerOptions {
             acks,
             idempotent,
             batch: batching,
@@ -511,12 +511,11 @@ impl PyTopic {
                     ))
                 }
             },
-            request_timeout: match request_timeout {
-                Some(s) => positive_seconds(py, s, "request_timeout")?,
-                None => ProducerOptions::default().request_timeout,
-            },
             ..Default::default()
         };
+        if let Some(s) = request_timeout {
+            opts.request_timeout = positive_seconds(py, s, "request_timeout")?;
+        }
         let p = py.detach(|| t.producer_with(opts)).py(py)?;
         Ok(PyProducer {
             inner: ForkSafe::new(p, "Producer"),

@@ -239,7 +239,8 @@ fn wait_rejoined(c: &Cluster, id: u64) {
         }
         assert!(
             Instant::now() < deadline,
-            "member {id} did not come back in sync: {s:#}"
+            "member {id} did not come back in sync: {s:#}\n{}",
+            c.logs()
         );
         std::thread::sleep(Duration::from_millis(200));
     }

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -61,13 +61,18 @@ pub(crate) struct DriverInner {
     /// The token every connection presents (`credentials.rs`).
     pub token: Option<String>,
     /// [`Driver::set_request_timeout`], in milliseconds.
-    pub request_timeout_ms: std::sync::atomic::AtomicU64,
+    pub request_timeout_ms: AtomicU64,
 }
 
 /// How long a registry request waits for its answer unless
 /// [`Driver::set_request_timeout`] says otherwise (Kafka's
 /// `request.timeout.ms` default).
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A request timeout in whole milliseconds, at least 1.
+fn millis(limit: Duration) -> u64 {
+    u64::try_from(limit.as_millis()).unwrap_or(u64::MAX).max(1)
+}
 
 /// Runs `f` on `handle`'s runtime and waits for it on this thread, which
 /// must not be one of that runtime's (that would deadlock). A panic in `f`
@@ -168,9 +173,7 @@ impl Driver {
                 embedded: Mutex::new(None),
                 backend,
                 token,
-                request_timeout_ms: std::sync::atomic::AtomicU64::new(
-                    REQUEST_TIMEOUT.as_millis() as u64
-                ),
+                request_timeout_ms: AtomicU64::new(millis(REQUEST_TIMEOUT)),
             }),
         }
     }
@@ -182,8 +185,9 @@ impl Driver {
     /// stopped answering. The default is [`REQUEST_TIMEOUT`]; producers
     /// have their own ([`ProducerOptions::request_timeout`](crate::ProducerOptions::request_timeout)).
     pub fn set_request_timeout(&self, limit: Duration) {
-        let ms = u64::try_from(limit.as_millis()).unwrap_or(u64::MAX).max(1);
-        self.inner.request_timeout_ms.store(ms, Ordering::Relaxed);
+        self.inner
+            .request_timeout_ms
+            .store(millis(limit), Ordering::Relaxed);
     }
 
     pub(crate) fn request_timeout(&self) -> Duration {
